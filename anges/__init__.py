@@ -1,0 +1,41 @@
+"""anges: an LLM-powered engineering agent. Importing this package is cheap: names load on first use."""
+
+from importlib import import_module
+
+__version__ = "0.2.0"
+
+_EXPORTS = {
+    "Event": "anges.events",
+    "EventSummary": "anges.events",
+    "EventStream": "anges.events",
+    "RETURN_TO_PARENT_EVENT_TYPES": "anges.events",
+    "EventStore": "anges.store",
+    "load_config": "anges.config",
+    "Config": "anges.config",
+    "Model": "anges.models.base",
+    "Completion": "anges.models.base",
+    "Usage": "anges.models.base",
+    "ScriptedModel": "anges.models.scripted",
+    "get_model": "anges.models",
+    "Action": "anges.actions",
+    "BaseAgent": "anges.agents",
+    "DefaultAgent": "anges.agents",
+    "TaskExecutor": "anges.agents",
+    "TaskAnalyzer": "anges.agents",
+    "Orchestrator": "anges.agents",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'anges' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__

@@ -1,0 +1,53 @@
+"""The few domain errors of anges; converted to exit codes or HTTP statuses only at the edges."""
+
+
+class AngesError(Exception):
+    """Base class of every error anges raises on purpose."""
+
+
+class ConfigError(AngesError):
+    """A configuration file or value is invalid; the message names the file, the key and what was expected."""
+
+
+class InvalidStreamId(AngesError, ValueError):
+    """A stream id is not of the allowed form (letters, digits, '-' and '_', at most 64)."""
+
+
+class StreamNotFound(AngesError, KeyError):
+    """No stream with that id exists in the store."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "stream not found"
+
+
+class ModelError(AngesError):
+    """A model call failed for good (after the retry policy gave up, or at once for a non-retryable error)."""
+
+
+class ModelSetupError(ModelError):
+    """No usable model: missing credentials, unknown preset, rejected key. The message says what to set."""
+
+
+class ModelReplyError(ModelError):
+    """The model answered, but with nothing usable: `kind` is "empty", "truncated" or "blocked"."""
+
+    def __init__(self, message: str, kind: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+class FormatError(AngesError):
+    """A model reply is not a valid action reply; `feedback` is the text sent back to the model."""
+
+    def __init__(self, feedback: str):
+        super().__init__(feedback)
+        self.feedback = feedback
+
+
+class RunStopped(AngesError):
+    """A stop condition ended the run; `reason` is machine-readable (interrupt, event_limit, budget, ...)."""
+
+    def __init__(self, reason: str, message: str, **details):
+        super().__init__(message)
+        self.reason = reason
+        self.details = details
