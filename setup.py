@@ -41,6 +41,7 @@ setup(
         "mcp": ["mcp>=1.2"],
         "dev": [
             "pytest>=8",
+            "pytest-timeout",
             "anthropic>=0.40",
             "mcp>=1.2",
             "playwright>=1.45",

@@ -104,8 +104,10 @@ class Event:
 class EventSummary:
     """A summary standing in for events `start_event_idx`..`end_event_idx` (1-based, inclusive)."""
 
-    def __init__(self, type, start_event_idx, end_event_idx, summary, created_at: datetime | None = None):
+    def __init__(self, type, start_event_idx, end_event_idx, summary, created_at: datetime | None = None,
+                 data: dict | None = None):
         self.type = type
+        self.data: dict[str, Any] = dict(data or {})
         self.start_event_idx = start_event_idx
         self.end_event_idx = end_event_idx
         self.summary = summary
@@ -126,12 +128,13 @@ class EventSummary:
             "end_event_idx": self.end_event_idx,
             "summary": self.summary,
             "created_at": self.created_at.isoformat(),
+            "data": self.data,
         }
 
     @classmethod
     def from_dict(cls, d: dict) -> EventSummary:
         return cls(d["type"], d["start_event_idx"], d["end_event_idx"], d.get("summary") or "",
-                   created_at=_parse_time(d.get("created_at")))
+                   created_at=_parse_time(d.get("created_at")), data=d.get("data") or {})
 
 
 class EventStream:

@@ -1,0 +1,31 @@
+"""EDIT_FILE: create and change files, showing a diff."""
+
+from __future__ import annotations
+
+from anges.actions.base import Action, ActionContext
+from anges.events import Event
+from anges.parsing import Param
+
+
+class EditFile(Action):
+    """Applies one edit directive and records the unified diff (or the error the model must fix)."""
+
+    type = "EDIT_FILE"
+    guide_template = "actions/edit_file.j2"
+    params = {
+        "directive_line": Param(str, non_empty=True),
+        "content": Param(str, required=False),
+        "old_text": Param(str, required=False),
+    }
+
+    def run(self, ctx: ActionContext, args: dict) -> Event:
+        from anges.fileedit import EditError, apply_edit
+
+        directive = args["directive_line"].strip()
+        try:
+            result = apply_edit(directive, args.get("content") or "", base_dir=ctx.cwd, old_text=args.get("old_text"))
+        except EditError as exc:
+            return Event(type="edit_file", content=f"EDIT FAILED: {exc}\nThe file was not changed.",
+                         message=f"could not edit: {directive}", data={"directive": directive, "error": str(exc)})
+        return Event(type="edit_file", content=f"{directive}\n{result.diff or '(no change)'}",
+                     message=f"edited `{result.path}`", data={**result.to_data(), "directive": directive})

@@ -1,0 +1,422 @@
+"""`BaseAgent`: render the prompt, ask the model, parse, act, record, summarize, until a returning action."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+
+from anges.actions import (Action, ActionContext, AgentTextResponse, EditFile, HelpNeeded, RunShellCommand,
+                           TaskComplete, is_builtin_style)
+from anges.budget import Budget
+from anges.config import AgentConfig, Config, default_config
+from anges.events import REQUEST_EVENT_TYPES, RETURN_TO_PARENT_EVENT_TYPES, Event, EventStream
+from anges.exceptions import FormatError, ModelError, ModelReplyError, RunStopped
+from anges.parsing import ParsedReply, parse_reply
+from anges.prompt import format_event_stream, render_template
+from anges.store import EventStore
+from anges import summarize
+
+STATUS_BY_EVENT = {
+    "task_completion": "completed",
+    "agent_requested_help": "help_needed",
+    "agent_text_response": "answered",
+    "task_interrupted": "interrupted",
+}
+
+
+class AgentMessage(str):
+    """A user-visible message, tagged with who is speaking."""
+
+    def __new__(cls, text: str, agent: BaseAgent, event: Event):
+        obj = super().__new__(cls, text)
+        obj.agent_type = agent.agent_type
+        obj.agent_id = agent.uid
+        obj.parent_ids = list(agent.parent_ids)
+        obj.depth = len(agent.parent_ids)
+        obj.event = event
+        return obj
+
+
+@dataclass
+class RunState:
+    """Counters of the request being run."""
+
+    request_index: int
+    budget: Budget
+    model_calls: int = 0
+    last_action: str = ""
+    repeats: int = 0
+    pending_usage: dict = field(default_factory=dict)
+
+
+class BaseAgent:
+    """An agent that works on requests until a returning action (or a stop condition) ends each run."""
+
+    agent_type = "default"
+    template = "agents/default.j2"
+    action_classes: tuple[type[Action], ...] = (RunShellCommand, EditFile, TaskComplete, HelpNeeded, AgentTextResponse)
+
+    def __init__(self, parent_ids=None, inference_func: Callable | None = None, event_stream: EventStream | None = None,
+                 cmd_init_dir: str | os.PathLike | None = None, prefix_cmd: str = "",
+                 interrupt_check: Callable[[], bool] | None = None,
+                 max_consecutive_actions_to_summarize: int | None = None, logging_level: int | None = None,
+                 auto_entitle: bool = False, *, config: Config | None = None, store: EventStore | None = None,
+                 notes: Iterable[str] = (), message_handlers: Iterable[Callable] = (), budget: Budget | None = None,
+                 agent_config: AgentConfig | None = None, actions: Iterable[Action] | None = None):
+        self.config = config or default_config()
+        self.agent_config = agent_config or replace(self.config.agent(self.agent_type))
+        if max_consecutive_actions_to_summarize is not None:
+            self.agent_config.max_consecutive_actions_to_summarize = max_consecutive_actions_to_summarize
+        self.logger = logging.getLogger(f"anges.agent.{self.agent_type}")
+        if logging_level is not None:
+            self.logger.setLevel(logging_level)
+        if inference_func is None:
+            from anges.models import get_model
+
+            inference_func = get_model(config=self.config, agent_type=self.agent_type)
+        self.inference_func = inference_func
+        self.store = store or EventStore()
+        self.parent_ids = list(parent_ids or [])
+        self.event_stream = event_stream
+        self.uid = event_stream.uid if event_stream else None
+        self.cmd_init_dir = str(cmd_init_dir or os.getcwd())
+        self.prefix_cmd = prefix_cmd or ""
+        self.interrupt_check = interrupt_check or (lambda: False)
+        self.notes = list(self.agent_config.notes) + list(notes)
+        self.message_handlers: list[Callable] = list(message_handlers)
+        self.auto_entitle = auto_entitle or self.agent_config.auto_entitle
+        self.budget = budget
+        self.status = "new"
+        self.registered_actions: list[Action] = list(actions) if actions is not None else [c() for c in self.action_classes]
+        self.agent_prompt_template = self.template
+        self._interrupted = threading.Event()
+        self._state: RunState | None = None
+
+    # -- public API -------------------------------------------------------------------------------------------
+
+    def run_with_new_request(self, task_description: str, event_stream: EventStream | None = None) -> EventStream:
+        """Record the request (new or follow-up) and work on it until the run ends; returns the stream."""
+        stream = self._open_stream(event_stream)
+        self._interrupted.clear()
+        with self.store.run_lock(stream.uid):
+            first = not stream.events_list
+            kind = "new_request" if first else "follow_up_request"
+            if self.parent_ids:
+                kind += "_from_parent"
+            self._record(Event(kind, content=task_description, message=task_description))
+            budget = self.budget or Budget.for_request(self.agent_config)
+            self._state = RunState(request_index=len(stream.events_list), budget=budget)
+            if first and self.auto_entitle:
+                self._entitle(task_description)
+            self._run()
+        return stream
+
+    def handle_user_visible_messages(self, message: str) -> None:
+        """Pass a user-visible message to every handler."""
+        for handler in self.message_handlers:
+            handler(message)
+
+    def interrupt(self) -> None:
+        """Ask the running request to stop (the running command is killed)."""
+        self._interrupted.set()
+
+    def render_prompt(self, feedback: str = "") -> str:
+        """The full prompt for the next step."""
+        facts = self._prompt_facts()
+        return render_template(
+            self.agent_prompt_template,
+            self.config.prompt.template_dir,
+            action_types=[a.type for a in self.registered_actions],
+            action_guides=[a.guide_prompt for a in self.registered_actions],
+            platform=facts,
+            notes=self.notes,
+            history=format_event_stream(self.event_stream, self.config.prompt),
+            after_edit=bool(self.event_stream.events_list) and self.event_stream.events_list[-1].type == "edit_file",
+            feedback=feedback,
+            agent=self,
+        )
+
+    # -- the loop ---------------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self._check_limits()
+                reply = self._next_reply()
+                if self._act(reply):
+                    return
+                self._summarize_actions_if_due()
+            except RunStopped as stop:
+                self._record_stop(stop)
+                return
+
+    def _next_reply(self) -> ParsedReply:
+        feedback, error = "", ""
+        attempts = max(self.agent_config.max_invalid_replies, 1)
+        for attempt in range(1, attempts + 1):
+            prompt = self._prompt_within_budget(feedback)
+            temperature = self.config.model_settings.temperature + 0.1 * (attempt - 1)
+            try:
+                text = self._call_model(prompt, temperature)
+                return parse_reply(text, self._actions_by_type())
+            except FormatError as exc:
+                error = exc.feedback
+            except ModelReplyError as exc:
+                error = str(exc)
+            self.logger.info("invalid reply (attempt %d of %d): %s", attempt, attempts, error)
+            feedback = render_template("invalid_reply.j2", self.config.prompt.template_dir,
+                                       error=error, attempt=attempt, max_attempts=attempts)
+        raise RunStopped("invalid_replies", f"the model gave {attempts} invalid replies in a row; last error: {error}",
+                         last_error=error)
+
+    def _act(self, reply: ParsedReply) -> bool:
+        actions = self._actions_by_type()
+        for args in reply.actions:
+            self._check_limits()
+            self._count_repeats(args)
+            action = actions[args["action_type"]]
+            if self._dispatch(action, reply, args):
+                return True
+        return False
+
+    def _dispatch(self, action: Action, reply: ParsedReply, args: dict) -> bool:
+        if not is_builtin_style(action):
+            return self._dispatch_legacy(action, reply, args)
+        event = action.run(self._action_context(reply), args)
+        event.reasoning = event.reasoning or reply.reasoning
+        event.analysis = event.analysis or reply.analysis
+        self._record(event)
+        if action.returning_action:
+            if event.type == "task_completion":
+                self._summarize_task()
+            return True
+        return False
+
+    def _dispatch_legacy(self, action: Action, reply: ParsedReply, args: dict) -> bool:
+        stream = self.event_stream
+        before = len(stream.events_list)
+        parsed = {"analysis": reply.analysis, "reasoning": reply.reasoning, "actions": reply.actions}
+        result = action.handle_action_in_parsed_response(self._legacy_run_config(), parsed, args)
+        for event in stream.events_list[before:]:
+            self._attach_usage(event)
+        self.store.sync(stream)
+        new_types = {e.type for e in stream.events_list[before:]}
+        self.status = next((STATUS_BY_EVENT[t] for t in new_types if t in STATUS_BY_EVENT), self.status)
+        return result is not None or bool(new_types & set(RETURN_TO_PARENT_EVENT_TYPES))
+
+    # -- limits -----------------------------------------------------------------------------------------------
+
+    def _check_limits(self) -> None:
+        if self._interrupted.is_set() or self.interrupt_check():
+            raise RunStopped("interrupt", "the run was interrupted")
+        state = self._state
+        state.budget.check()
+        since_request = len(self.event_stream.events_list) - state.request_index
+        limit = self.agent_config.max_number_of_events_to_exhaust
+        if limit and since_request >= limit:
+            raise RunStopped("event_limit", f"the run reached {limit} events since the last request", limit=limit)
+        if self.agent_config.max_model_calls and state.model_calls >= self.agent_config.max_model_calls:
+            raise RunStopped("model_call_limit", f"the run made {state.model_calls} model calls for one request",
+                             limit=self.agent_config.max_model_calls)
+
+    def _count_repeats(self, args: dict) -> None:
+        key = json.dumps(args, sort_keys=True, default=str)
+        state = self._state
+        state.repeats = state.repeats + 1 if key == state.last_action else 1
+        state.last_action = key
+        limit = self.agent_config.max_repeated_actions
+        if limit and state.repeats >= limit:
+            raise RunStopped("repetition", f"the same action was requested {state.repeats} times in a row",
+                             action=args)
+
+    def _stop_requested(self) -> bool:
+        return self._interrupted.is_set() or self.interrupt_check() or self._state.budget.expired()
+
+    # -- model calls ------------------------------------------------------------------------------------------
+
+    def _call_model(self, prompt: str, temperature: float | None = None, attach: bool = True) -> str:
+        self._check_limits()
+        state = self._state
+        state.model_calls += 1
+        try:
+            reply = self.inference_func(prompt, temperature=temperature if temperature is not None
+                                        else self.config.model_settings.temperature)
+        except ModelReplyError:
+            state.budget.charge(None, None)
+            raise
+        except ModelError as exc:
+            raise RunStopped("model_error", f"the model call failed: {exc}", error=str(exc)) from None
+        if not isinstance(reply, str):
+            raise FormatError(f"the model returned {type(reply).__name__}, not text")
+        self._account(reply, attach)
+        return reply
+
+    def _account(self, reply: str, attach: bool) -> None:
+        from anges.models.base import Usage, estimate_tokens
+
+        usage = getattr(reply, "usage", None) or Usage(0, estimate_tokens(reply), estimated=True)
+        model_name = getattr(reply, "model", "") or getattr(self.inference_func, "name", "")
+        cost = self._cost(usage, model_name)
+        self._state.budget.charge(usage, cost)
+        if not attach:
+            return
+        pending = self._state.pending_usage
+        for key, value in usage.to_dict().items():
+            if key != "estimated":
+                pending[key] = pending.get(key, 0) + value
+        pending["estimated"] = pending.get("estimated", False) or usage.estimated
+        pending["model_calls"] = pending.get("model_calls", 0) + 1
+        pending["latency"] = round(pending.get("latency", 0.0) + getattr(reply, "latency", 0.0), 4)
+        if cost is not None:
+            pending["cost"] = round(pending.get("cost", 0.0) + cost, 8)
+        if model_name:
+            pending["model"] = model_name
+
+    def _cost(self, usage, model_name: str) -> float | None:
+        if not self.config.prices:
+            return None
+        from anges.models.pricing import cost
+
+        return cost(usage, model_name.split(":", 1)[-1], self.config.prices)
+
+    def _attach_usage(self, event: Event) -> None:
+        pending = self._state.pending_usage if self._state else {}
+        if not pending:
+            return
+        event.data["usage"] = {k: v for k, v in pending.items() if k not in ("model", "latency", "cost")}
+        for key in ("model", "latency", "cost"):
+            if key in pending:
+                event.data[key] = pending[key]
+        event.est_input_token = pending.get("input_tokens", 0)
+        event.est_output_token = pending.get("output_tokens", 0)
+        self._state.pending_usage = {}
+
+    def _prompt_within_budget(self, feedback: str) -> str:
+        prompt = self.render_prompt(feedback)
+        if len(prompt) > self.config.prompt.max_prompt_chars and self._summarize_segments(min_length=2):
+            prompt = self.render_prompt(feedback)
+        return prompt
+
+    # -- recording --------------------------------------------------------------------------------------------
+
+    def _record(self, event: Event) -> None:
+        self._attach_usage(event)
+        self.event_stream.add_event(event)
+        self.store.sync(self.event_stream)
+        self.status = STATUS_BY_EVENT.get(event.type, "running" if event.type in REQUEST_EVENT_TYPES else self.status)
+        if event.message:
+            self.handle_user_visible_messages(AgentMessage(event.message, self, event))
+
+    def _record_stop(self, stop: RunStopped) -> None:
+        content = f"The run stopped: {stop}."
+        self._record(Event("task_interrupted", content=content, message=content,
+                           data={"reason": stop.reason, **_jsonable(stop.details)}))
+
+    def _open_stream(self, event_stream: EventStream | None) -> EventStream:
+        stream = event_stream or self.event_stream or EventStream(uid=self.uid, parent_event_stream_uids=self.parent_ids,
+                                                                  agent_type=self.agent_type)
+        stream.agent_type = stream.agent_type or self.agent_type
+        stream.update_settings({"cmd_init_dir": self.cmd_init_dir, "prefix_cmd": self.prefix_cmd,
+                                "agent_type": self.agent_type, "notes": self.notes,
+                                "model": getattr(self.inference_func, "name", "")})
+        self.event_stream, self.uid = stream, stream.uid
+        self._render_guides()
+        return stream
+
+    # -- summaries and titles ---------------------------------------------------------------------------------
+
+    def _summarize_actions_if_due(self) -> None:
+        due = summarize.action_range_due(self.event_stream, self.agent_config.max_consecutive_actions_to_summarize,
+                                         self.config.prompt.recent_events_in_full)
+        if due:
+            self._add_summary(*due, reason="actions")
+
+    def _summarize_task(self) -> None:
+        task = summarize.task_range(self.event_stream)
+        if task:
+            self._add_summary(*task, reason="task_completion")
+
+    def _summarize_segments(self, min_length: int) -> bool:
+        added = False
+        for start, end in summarize.unsummarized_segments(self.event_stream, self.config.prompt.recent_events_in_full):
+            if end - start + 1 >= min_length:
+                added = self._add_summary(start, end, reason="prompt_size") or added
+        return added
+
+    def _add_summary(self, start: int, end: int, reason: str) -> bool:
+        try:
+            summary = summarize.make_summary(lambda prompt: self._call_model(prompt, attach=False), self.event_stream,
+                                             start, end, reason, self.config.prompt)
+        except (ModelError, RunStopped, FormatError) as exc:
+            if isinstance(exc, RunStopped) and exc.reason == "interrupt":
+                return False
+            self.logger.warning("summary of events %d-%d failed: %s", start, end, exc)
+            self.event_stream.add_event(Event("summary_failed", content=str(exc),
+                                              data={"start": start, "end": end, "reason": reason, "error": str(exc)}))
+            self.store.sync(self.event_stream)
+            return False
+        self.event_stream.event_summaries_list.append(summary)
+        self.store.sync(self.event_stream)
+        return True
+
+    def _entitle(self, request: str) -> None:
+        prompt = render_template("title.j2", self.config.prompt.template_dir, request=request[:2000])
+        try:
+            title = self._call_model(prompt)
+        except (ModelError, RunStopped, FormatError) as exc:
+            self.logger.info("no title: %s", exc)
+            return
+        title = " ".join(str(title).split())[:80].strip("\"'. ")
+        if title:
+            self.event_stream.title = title
+            self.store.sync(self.event_stream)
+
+    # -- plumbing ---------------------------------------------------------------------------------------------
+
+    def _actions_by_type(self) -> dict[str, Action]:
+        return {a.type.upper(): a for a in self.registered_actions}
+
+    def _render_guides(self) -> None:
+        facts = self._prompt_facts()
+        for action in self.registered_actions:
+            if action.guide_template:
+                action.guide_prompt = render_template(
+                    action.guide_template, self.config.prompt.template_dir, shell=facts["shell"],
+                    default_timeout=int(self.agent_config.shell_cmd_timeout),
+                    max_timeout=int(self.agent_config.max_shell_cmd_timeout), agent=self)
+
+    def _prompt_facts(self) -> dict:
+        return {"os": f"{platform.system()} {platform.release()}", "shell": "bash" if os.path.exists("/bin/bash") else "sh",
+                "cwd": self.cmd_init_dir, "prefix_cmd": self.prefix_cmd}
+
+    def _action_context(self, reply: ParsedReply) -> ActionContext:
+        from anges.shell import secret_values
+
+        return ActionContext(agent=self, stream=self.event_stream, config=self.agent_config, cwd=self.cmd_init_dir,
+                             prefix_cmd=self.prefix_cmd, interrupt_check=self._stop_requested, reply=reply,
+                             secrets=secret_values())
+
+    def _legacy_run_config(self) -> dict:
+        return {
+            "event_stream": self.event_stream,
+            "inference_func": self.inference_func,
+            "cmd_init_dir": self.cmd_init_dir,
+            "prefix_cmd": self.prefix_cmd,
+            "agent_config": self.agent_config,
+            "max_consecutive_actions_to_summarize": self.agent_config.max_consecutive_actions_to_summarize,
+            "agent_message_base": f"Agent {self.uid}",
+            "message_handler_func": self.handle_user_visible_messages,
+            "logger": self.logger,
+            "interrupt_check": self._stop_requested,
+            "store": self.store,
+            "agent": self,
+        }
+
+
+def _jsonable(details: dict) -> dict:
+    return json.loads(json.dumps(details, default=str))

@@ -1,0 +1,1 @@
+"""The anges web chat (installed as `anges.web`)."""
