@@ -104,7 +104,9 @@ def _read(target: _Target, operation: str) -> str:
         with open(target.path, "rb") as handle:
             data = handle.read()
     except FileNotFoundError:
-        raise EditError(f"{target.shown} does not exist; {operation} edits an existing file, NEW_FILE creates one")
+        raise EditError(
+            f"{target.shown} does not exist; {operation} edits an existing file, NEW_FILE creates one"
+        ) from None
     except OSError as error:
         raise EditError(f"Cannot read {target.shown}: {error.strerror}") from error
     if b"\0" in data:
@@ -167,7 +169,7 @@ def _replace_range(target: _Target, operation: str, first: int, last: int, conte
 def _splice(target: _Target, operation: str, text: str, start: int, end: int, content: str) -> EditResult:
     """Replace lines[start:end] with the lines of `content`, keeping the file's newline conventions."""
     newline = "\r\n" if text.split("\n", 1)[0].endswith("\r") else "\n"
-    lines = [line if line.endswith("\n") else line + "\n" for line in _split_lines(text)]
+    lines = [line if line.endswith("\n") else line + newline for line in _split_lines(text)]
     added = [line.rstrip("\r\n") + newline for line in _split_lines(content)]
     edited = "".join(lines[:start] + added + lines[end:])
     if text and not text.endswith("\n"):

@@ -144,19 +144,18 @@ def run_command(
     return _run_foreground(command, argv, cwd, env, timeout, output_cap, interrupt_check, list(secrets))
 
 
+def _spawn(argv: list[str], cwd, env: dict[str, str], stdout, stderr) -> subprocess.Popen:
+    # start_new_session (not a preexec_fn, which forces the slow fork path) gives the command its own group to kill.
+    return subprocess.Popen(
+        argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, start_new_session=True
+    )
+
+
 def _start_background(command: str, argv: list[str], cwd, env: dict[str, str], log_dir: str | None) -> CommandResult:
     started = time.monotonic()
     fd, log_path = tempfile.mkstemp(prefix="anges-bg-", suffix=".log", dir=log_dir)
     try:
-        proc = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=fd,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        proc = _spawn(argv, cwd, env, stdout=fd, stderr=subprocess.STDOUT)
     finally:
         os.close(fd)
     # Reap the job when it ends so it never lingers as a zombie of ours.
@@ -166,15 +165,7 @@ def _start_background(command: str, argv: list[str], cwd, env: dict[str, str], l
 
 def _run_foreground(command, argv, cwd, env, timeout, output_cap, interrupt_check, secrets) -> CommandResult:
     started = time.monotonic()
-    proc = subprocess.Popen(
-        argv,
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    proc = _spawn(argv, cwd, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = _CappedBuffer(output_cap), _CappedBuffer(output_cap)
     streams = {proc.stdout: out, proc.stderr: err}
     stop, finished = None, False
@@ -208,8 +199,8 @@ def _pump(proc: subprocess.Popen, streams: dict, deadline: float, interrupt_chec
     selector = selectors.DefaultSelector()
     for stream, buffer in streams.items():
         selector.register(stream, selectors.EVENT_READ, buffer)
-    next_check = 0.0
-    exited_at = None
+    exit_fd = _watch_exit(proc, selector)
+    next_check, exited_at = 0.0, None
     try:
         while True:
             now = time.monotonic()
@@ -219,27 +210,43 @@ def _pump(proc: subprocess.Popen, streams: dict, deadline: float, interrupt_chec
                 if interrupt_check():
                     return "interrupt"
                 next_check = now + POLL_INTERVAL
-            if not selector.get_map():
-                if _wait(proc, min(POLL_INTERVAL, deadline - now)):
-                    return None
-                continue
-            _read_ready(selector, min(POLL_INTERVAL, deadline - now))
-            if exited_at is None and proc.poll() is not None:
-                exited_at = now
-            if exited_at is not None and now - exited_at >= DRAIN_AFTER_EXIT:
+            if exited_at is not None and (not selector.get_map() or now - exited_at >= DRAIN_AFTER_EXIT):
                 return None
+            wait = min(POLL_INTERVAL, deadline - now)
+            exited = _read_ready(selector, wait) if selector.get_map() else _wait(proc, wait)
+            if exited_at is None and (exited or (exit_fd is None and proc.poll() is not None)):
+                exited_at = time.monotonic()
     finally:
         selector.close()
+        if exit_fd is not None:
+            os.close(exit_fd)
 
 
-def _read_ready(selector: selectors.BaseSelector, timeout: float) -> None:
+def _watch_exit(proc: subprocess.Popen, selector: selectors.BaseSelector) -> int | None:
+    """Register a pidfd that becomes readable when the shell exits, so no one polls; None where unsupported."""
+    try:
+        exit_fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        return None
+    selector.register(exit_fd, selectors.EVENT_READ, None)
+    return exit_fd
+
+
+def _read_ready(selector: selectors.BaseSelector, timeout: float) -> bool:
+    """Read every ready pipe once; True if the exit watch fired."""
+    exited = False
     for key, _ in selector.select(max(timeout, 0)):
+        if key.data is None:
+            selector.unregister(key.fileobj)
+            exited = True
+            continue
         chunk = os.read(key.fd, READ_SIZE)
         if chunk:
             key.data.add(chunk)
         else:
             selector.unregister(key.fileobj)
             key.fileobj.close()
+    return exited
 
 
 def _drain(streams: dict, deadline: float) -> None:
@@ -289,7 +296,8 @@ def _group_alive(pgid: int) -> bool:
     """True while a member of the group is running; zombies do not count, since init may never reap them."""
     if not os.path.isdir("/proc/self"):
         return _signal_group(pgid, 0)
-    return any(entry.name.isdigit() and _is_running_member(entry.name, pgid) for entry in os.scandir("/proc"))
+    with os.scandir("/proc") as entries:
+        return any(entry.name.isdigit() and _is_running_member(entry.name, pgid) for entry in entries)
 
 
 def _is_running_member(pid: str, pgid: int) -> bool:

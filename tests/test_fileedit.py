@@ -165,6 +165,15 @@ def test_insert_into_a_crlf_file_uses_crlf(tmp_path):
     assert path.read_bytes() == b"one\r\nmid\r\nmore\r\ntwo\r\n"
 
 
+def test_append_to_a_crlf_file_without_final_newline(tmp_path):
+    path = tmp_path / "win.txt"
+    path.write_bytes(b"one\r\ntwo")
+
+    edit(tmp_path, "INSERT_LINES win.txt -1", "three")
+
+    assert path.read_bytes() == b"one\r\ntwo\r\nthree"
+
+
 def test_insert_into_a_path_with_spaces(tmp_path):
     path = tmp_path / "my file 2.txt"
     path.write_text("a\n")

@@ -129,6 +129,25 @@ def test_timeout_escalates_to_sigkill_when_sigterm_is_ignored(tmp_path):
     assert wait_until(lambda: not is_running(read_pids(tmp_path / "leader.pid")[0]), 2)
 
 
+def test_timeout_applies_after_the_command_closes_its_output(tmp_path):
+    result = run_command("exec >&- 2>&-; sleep 100", cwd=tmp_path, timeout=0.5)
+
+    assert result.timed_out
+    assert result.exit_code is None
+
+
+def test_works_without_pidfd_support(tmp_path, monkeypatch):
+    monkeypatch.delattr(os, "pidfd_open", raising=False)
+
+    finished = run_command("echo done; exit 4", cwd=tmp_path)
+    closed_early = run_command("exec >&- 2>&-; sleep 0.2; exit 5", cwd=tmp_path, timeout=10)
+    stopped = run_command("sleep 100", cwd=tmp_path, timeout=0.3)
+
+    assert (finished.exit_code, finished.stdout) == (4, "done\n")
+    assert closed_early.exit_code == 5
+    assert stopped.timed_out
+
+
 def test_interrupt_stops_a_running_command_promptly(tmp_path):
     started = time.monotonic()
     checks = []
