@@ -1,0 +1,225 @@
+"""The file-editing engine behind EDIT_FILE: parse a directive, change the file atomically, show the diff."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import secrets
+import stat
+from dataclasses import dataclass
+
+from anges.exceptions import AngesError
+
+OPERATIONS = ("NEW_FILE", "INSERT_LINES", "REMOVE_LINES", "REPLACE_LINES", "REPLACE_TEXT")
+_USAGE = {
+    "NEW_FILE": "NEW_FILE <path>",
+    "INSERT_LINES": "INSERT_LINES <path> <N>",
+    "REMOVE_LINES": "REMOVE_LINES <path> <x>-<y>",
+    "REPLACE_LINES": "REPLACE_LINES <path> <x>-<y>",
+    "REPLACE_TEXT": "REPLACE_TEXT <path>",
+}
+_LINE_ARGUMENT = re.compile(r"(?P<path>.+?)\s+(?P<n>-?\d+)")
+_RANGE_ARGUMENT = re.compile(r"(?P<path>.+?)\s+(?P<x>\d+)\s*-\s*(?P<y>\d+)")
+
+
+class EditError(AngesError):
+    """An edit was refused; the message tells the model what was wrong and the file is unchanged."""
+
+
+@dataclass
+class EditResult:
+    """The outcome of one edit: which file, which operation, and the unified diff."""
+
+    path: str
+    operation: str
+    diff: str
+    created: bool
+
+    def to_data(self) -> dict:
+        """JSON-able facts for Event.data."""
+        lines = self.diff.splitlines()
+        return {
+            "path": self.path,
+            "operation": self.operation,
+            "created": self.created,
+            "lines_added": sum(1 for line in lines if line.startswith("+") and not line.startswith("+++")),
+            "lines_removed": sum(1 for line in lines if line.startswith("-") and not line.startswith("---")),
+        }
+
+
+@dataclass
+class _Target:
+    path: str
+    shown: str
+
+
+def apply_edit(
+    directive_line: str, content: str, *, base_dir: str | os.PathLike, old_text: str | None = None
+) -> EditResult:
+    """Apply one EDIT_FILE directive (NEW_FILE, INSERT_LINES, REMOVE_LINES, REPLACE_LINES, REPLACE_TEXT)."""
+    words = directive_line.strip().split(None, 1)
+    operation = words[0].upper() if words else ""
+    if operation not in OPERATIONS:
+        raise EditError(
+            f"Unknown edit directive {directive_line.strip()!r}; start it with one of: {', '.join(OPERATIONS)}"
+        )
+    rest = words[1].strip() if len(words) > 1 else ""
+    if operation == "NEW_FILE":
+        return _new_file(_target(rest, base_dir, operation), content)
+    if operation == "REPLACE_TEXT":
+        return _replace_text(_target(rest, base_dir, operation), content, old_text)
+    if operation == "INSERT_LINES":
+        match = _argument(_LINE_ARGUMENT, rest, operation)
+        return _insert_lines(_target(match["path"], base_dir, operation), int(match["n"]), content)
+    match = _argument(_RANGE_ARGUMENT, rest, operation)
+    first, last = int(match["x"]), int(match["y"])
+    return _replace_range(_target(match["path"], base_dir, operation), operation, first, last, content)
+
+
+def _argument(pattern: re.Pattern, rest: str, operation: str) -> re.Match:
+    match = pattern.fullmatch(rest)
+    if match is None:
+        raise EditError(f"{operation} needs a path and {_USAGE[operation].split()[-1]}: write `{_USAGE[operation]}`")
+    return match
+
+
+def _target(raw: str, base_dir: str | os.PathLike, operation: str) -> _Target:
+    raw = raw.strip()
+    if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"":
+        raw = raw[1:-1].strip()
+    if not raw:
+        raise EditError(f"{operation} needs a path: write `{_USAGE[operation]}`")
+    base = os.path.abspath(os.path.expanduser(os.fspath(base_dir)))
+    path = os.path.abspath(os.path.join(base, os.path.expanduser(raw)))
+    relative = os.path.relpath(path, base)
+    shown = path if relative == os.pardir or relative.startswith(os.pardir + os.sep) else relative
+    if os.path.isdir(path):
+        raise EditError(f"{shown} is a directory, not a file")
+    return _Target(path, shown)
+
+
+def _read(target: _Target, operation: str) -> str:
+    try:
+        with open(target.path, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        raise EditError(
+            f"{target.shown} does not exist; {operation} edits an existing file, NEW_FILE creates one"
+        ) from None
+    except OSError as error:
+        raise EditError(f"Cannot read {target.shown}: {error.strerror}") from error
+    if b"\0" in data:
+        raise EditError(f"{target.shown} is a binary file; EDIT_FILE only edits text files")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise EditError(f"{target.shown} is not UTF-8 text; EDIT_FILE only edits UTF-8 text files") from None
+
+
+def _new_file(target: _Target, content: str) -> EditResult:
+    old = _read(target, "NEW_FILE") if os.path.exists(target.path) else None
+    text = content if not content or content.endswith("\n") else content + "\n"
+    return _write(target, "NEW_FILE", old, text)
+
+
+def _replace_text(target: _Target, content: str, old_text: str | None) -> EditResult:
+    if not old_text:
+        raise EditError("REPLACE_TEXT needs old_text: the exact text to replace, which must occur once in the file")
+    text = _read(target, "REPLACE_TEXT")
+    if text.count(old_text) == 0 and "\r\n" in text and "\r\n" not in old_text:
+        old_text, content = old_text.replace("\n", "\r\n"), content.replace("\r\n", "\n").replace("\n", "\r\n")
+    count = text.count(old_text)
+    if count == 0:
+        raise EditError(f"old_text was not found in {target.shown}; copy it exactly, including whitespace")
+    if count > 1:
+        raise EditError(
+            f"old_text occurs {count} times in {target.shown}; include more surrounding lines so it occurs once"
+        )
+    return _write(target, "REPLACE_TEXT", text, text.replace(old_text, content, 1))
+
+
+def _insert_lines(target: _Target, line: int, content: str) -> EditResult:
+    if not content:
+        raise EditError("INSERT_LINES needs content: the lines to insert")
+    text = _read(target, "INSERT_LINES")
+    lines = _split_lines(text)
+    if line < -1 or line > len(lines) + 1:
+        raise EditError(
+            f"INSERT_LINES line {line} is outside {target.shown}, which has {len(lines)} lines; "
+            f"use 1-{len(lines) + 1}, 0 for the start or -1 for the end"
+        )
+    index = len(lines) if line == -1 else max(line - 1, 0)
+    return _splice(target, "INSERT_LINES", text, index, index, content)
+
+
+def _replace_range(target: _Target, operation: str, first: int, last: int, content: str) -> EditResult:
+    text = _read(target, operation)
+    count = len(_split_lines(text))
+    if first < 1 or first > last:
+        raise EditError(
+            f"{operation} range {first}-{last} is invalid: lines are numbered from 1 and the start must not be "
+            "after the end"
+        )
+    if last > count:
+        raise EditError(f"{operation} range {first}-{last} is outside {target.shown}, which has {count} lines")
+    return _splice(target, operation, text, first - 1, last, "" if operation == "REMOVE_LINES" else content)
+
+
+def _splice(target: _Target, operation: str, text: str, start: int, end: int, content: str) -> EditResult:
+    """Replace lines[start:end] with the lines of `content`, keeping the file's newline conventions."""
+    newline = "\r\n" if text.split("\n", 1)[0].endswith("\r") else "\n"
+    lines = [line if line.endswith("\n") else line + newline for line in _split_lines(text)]
+    added = [line.rstrip("\r\n") + newline for line in _split_lines(content)]
+    edited = "".join(lines[:start] + added + lines[end:])
+    if text and not text.endswith("\n"):
+        edited = edited.removesuffix(newline)
+    return _write(target, operation, text, edited)
+
+
+def _split_lines(text: str) -> list[str]:
+    """Lines with their endings, split on "\\n" only (str.splitlines also splits on form feeds and more)."""
+    lines = text.split("\n")
+    return [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
+
+
+def _write(target: _Target, operation: str, old: str | None, new: str) -> EditResult:
+    if old != new:
+        try:
+            _write_atomically(target.path, new.encode("utf-8"))
+        except OSError as error:
+            raise EditError(f"Cannot write {target.shown}: {error.strerror or error}") from error
+    return EditResult(target.path, operation, _diff(target, old, new), created=old is None)
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    """Write to a temporary file beside `path`, then rename it over `path`; symlinks are followed."""
+    path = os.path.realpath(path)
+    directory, name = os.path.split(path)
+    os.makedirs(directory, exist_ok=True)
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        mode = None
+    temporary = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.tmp")
+    # 0o666 lets the kernel apply the umask, as it would for a file created by any editor.
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if mode is not None:
+            os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def _diff(target: _Target, old: str | None, new: str) -> str:
+    label = target.shown if target.shown == target.path else None
+    before = "/dev/null" if old is None else label or f"a/{target.shown}"
+    after = label or f"b/{target.shown}"
+    lines = difflib.unified_diff(_split_lines(old or ""), _split_lines(new), before, after)
+    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
