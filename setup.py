@@ -35,6 +35,8 @@ setup(
         "flask>=3.0",
         "jinja2>=3.1",
         "pyyaml>=6.0",
+        "markdown-it-py>=3.0",
+        "nh3>=0.2.14",
     ],
     extras_require={
         "anthropic": ["anthropic>=0.40"],

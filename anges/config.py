@@ -145,7 +145,13 @@ class WebConfig:
     password: str = ""
     """Or ANGES_UI_PASSWORD; required on any non-loopback address."""
     heartbeat_seconds: float = 15
+    """Seconds of silence after which a live event feed sends a comment, so proxies keep it open."""
     login_attempts_per_minute: int = 5
+    """Failed logins allowed per client address per minute; more are refused with 429."""
+    poll_seconds: float = 0.25
+    """How often a live event feed looks at the store for new events."""
+    secure_cookies: bool = False
+    """Mark the session cookie Secure (set this when the chat is served over HTTPS)."""
 
 
 @dataclass

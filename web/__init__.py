@@ -1,1 +1,142 @@
-"""The anges web chat (installed as `anges.web`)."""
+"""The anges web chat (installed as `anges.web`): `create_app` for WSGI servers, `serve`/`main_ui` for `anges ui`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+from datetime import timedelta
+
+from flask import Flask, jsonify, render_template, request
+from werkzeug.exceptions import HTTPException
+
+from anges.config import Config, anges_home, load_config
+from anges.exceptions import AngesError, ConfigError
+from anges.store import EventStore
+
+from .auth import Guard, is_loopback, load_secret
+from .runs import ChatBusy, ModelFactory, Runs, default_model_factory
+
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; "
+       "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
+
+
+@dataclass
+class WebState:
+    """What the views share: the config, the store, the runs of this process, the login guard."""
+
+    config: Config
+    store: EventStore
+    runs: Runs
+    guard: Guard
+    sse_lifetime: float
+
+
+def create_app(config: Config | None = None, store: EventStore | None = None, *, password: str | None = None,
+               model_factory: ModelFactory | None = None, default_dir: str | None = None,
+               sse_lifetime: float = 600) -> Flask:
+    """Build the web chat. Password: `password`, else ANGES_UI_PASSWORD, else `config.web.password`.
+
+    Without a password the app answers only requests from and addressed to localhost. `model_factory(name,
+    config, agent_type)` builds a chat's model (default: `anges.models.get_model`); `default_dir` is the
+    working directory of chats that set none (default: the current directory); an event feed ends after
+    `sse_lifetime` seconds and the browser resumes it.
+    """
+    config = config or load_config()
+    store = store or EventStore()
+    if password is None:
+        password = os.environ.get("ANGES_UI_PASSWORD") or config.web.password
+    app = Flask(__name__)
+    app.secret_key = load_secret(anges_home())
+    app.config.update(
+        SESSION_COOKIE_NAME="anges_session",
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
+        SESSION_COOKIE_SECURE=config.web.secure_cookies,
+        PERMANENT_SESSION_LIFETIME=timedelta(days=7),
+        MAX_CONTENT_LENGTH=2 * 1024 * 1024,
+        DEBUG=False,
+        TESTING=False,
+        JSON_SORT_KEYS=False,
+    )
+    from .views import ChatIdConverter, bp
+
+    app.url_map.converters["chat"] = ChatIdConverter
+    guard = Guard(app, password or "", config.web.login_attempts_per_minute)
+    runs = Runs(store, config, model_factory or default_model_factory, default_dir or os.getcwd())
+    app.extensions["anges"] = WebState(config, store, runs, guard, sse_lifetime)
+    app.register_blueprint(bp)
+    app.after_request(_security_headers)
+    app.register_error_handler(HTTPException, _http_error)
+    app.register_error_handler(ChatBusy, lambda exc: _error(409, str(exc)))
+    return app
+
+
+def _security_headers(response):
+    response.headers["Content-Security-Policy"] = CSP
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["X-Frame-Options"] = "DENY"
+    response.headers["Referrer-Policy"] = "no-referrer"
+    if request.path.startswith("/api/") or response.mimetype == "text/html":
+        response.headers.setdefault("Cache-Control", "no-store")
+    return response
+
+
+def _http_error(exc: HTTPException):
+    return _error(exc.code or 500, exc.description or exc.name)
+
+
+def _error(status: int, message: str):
+    if request.path.startswith("/api/"):
+        return jsonify(error=message), status
+    return render_template("error.html", status=status, message=message), status
+
+
+def serve(config: Config | None = None, host: str | None = None, port: int | None = None,
+          password: str | None = None) -> None:
+    """Run the web chat until interrupted (werkzeug's threaded server; see docs/web.md for gunicorn/waitress)."""
+    from werkzeug.serving import make_server
+
+    config = config or load_config()
+    host = host or config.web.host
+    port = config.web.port if port is None else port
+    if password is None:
+        password = os.environ.get("ANGES_UI_PASSWORD") or config.web.password
+    if not password and not is_loopback(host):
+        raise ConfigError(f"refusing to serve on {host} without a password: anyone who can reach it would get a "
+                          "shell on this machine. Set one with --password, ANGES_UI_PASSWORD or web.password in "
+                          "the config, or bind to 127.0.0.1.")
+    app = create_app(config, password=password)
+    server = make_server(host, port, app, threaded=True)
+    shown = f"[{host}]" if ":" in host else host
+    print(f"anges web chat on http://{shown}:{server.port}/  (Ctrl-C to stop)", file=sys.stderr)
+    if not password:
+        print("no password set: only this machine can use it", file=sys.stderr)
+    elif not is_loopback(host):
+        print("tip: put it behind an HTTPS reverse proxy and set web.secure_cookies: true", file=sys.stderr)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+def main_ui(argv: list[str] | None = None) -> int:
+    """`anges ui [--host H] [--port P] [--password PW] [--config FILE]`; returns the exit code."""
+    parser = argparse.ArgumentParser(prog="anges ui", description="Run the anges web chat.")
+    parser.add_argument("--host", help="address to bind (default: web.host, 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port (default: web.port, 5000)")
+    parser.add_argument("--password", help="login password (or ANGES_UI_PASSWORD); required off localhost")
+    parser.add_argument("--config", help="a config file layered over the defaults")
+    args = parser.parse_args(argv)
+    try:
+        serve(load_config(args.config), args.host, args.port, args.password)
+    except (ConfigError, AngesError, OSError) as exc:
+        print(f"anges ui: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+__all__ = ["create_app", "main_ui", "serve"]

@@ -1,0 +1,218 @@
+"""Turn stored events into what the browser shows: safe HTML for model prose, plain fields for the rest."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import nh3
+
+from anges.events import REQUEST_EVENT_TYPES, RETURN_TO_PARENT_EVENT_TYPES, Event, child_reference
+from anges.exceptions import AngesError
+
+ALLOWED_TAGS = {
+    "a", "abbr", "b", "blockquote", "br", "code", "del", "em", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "i",
+    "img", "kbd", "li", "ol", "p", "pre", "s", "span", "strong", "sub", "sup", "table", "tbody", "td", "th",
+    "thead", "tr", "ul",
+}
+ALLOWED_ATTRIBUTES = {
+    "a": {"href", "title"},
+    "img": {"src", "alt", "title"},
+    "code": {"class"},
+    "ol": {"start"},
+    "th": {"align"},
+    "td": {"align"},
+}
+URL_SCHEMES = {"http", "https", "mailto"}
+ANSWER_TYPES = {"task_completion", "agent_text_response", "agent_requested_help"}
+LONG_OUTPUT_LINES = 20
+
+
+@lru_cache(maxsize=1)
+def _markdown():
+    from markdown_it import MarkdownIt
+
+    # html=False: raw HTML in the source is shown as text, never passed through; nh3 is the second wall.
+    return MarkdownIt("commonmark", {"html": False, "linkify": False, "breaks": False}).enable(
+        ["table", "strikethrough"])
+
+
+def markdown_html(text: str) -> str:
+    """Render untrusted Markdown to HTML that is safe to insert into the page."""
+    if not text:
+        return ""
+    html = _markdown().render(text)
+    return nh3.clean(
+        html,
+        tags=ALLOWED_TAGS,
+        attributes=ALLOWED_ATTRIBUTES,
+        url_schemes=URL_SCHEMES,
+        link_rel="noopener noreferrer nofollow",
+        set_tag_attribute_values={"a": {"target": "_blank"}},
+        strip_comments=True,
+    )
+
+
+def step_view(event: Event, index: int) -> dict:
+    """What the chat shows of one event. Only the `*_html` fields are HTML (sanitized); the rest is text."""
+    data = event.data or {}
+    view: dict = {
+        "index": index,
+        "type": event.type,
+        "kind": _kind(event),
+        "time": event.created_at.isoformat(timespec="seconds"),
+        "reasoning_html": markdown_html(event.reasoning) if event.type not in ("child_agent_running",) else "",
+        "analysis_html": markdown_html(event.analysis),
+        "usage": _usage(data),
+    }
+    kind = view["kind"]
+    if kind == "request":
+        view["text"] = event.content
+        view["from_parent"] = event.type.endswith("_from_parent")
+    elif kind == "shell":
+        view.update(command=data.get("command", ""), exit_code=data.get("exit_code"),
+                    duration=data.get("duration"), timed_out=bool(data.get("timed_out")),
+                    interrupted=bool(data.get("interrupted")), background=data.get("pid") is not None
+                    and data.get("exit_code") is None, output=_command_output(event.content))
+        view["long"] = view["output"].count("\n") >= LONG_OUTPUT_LINES
+    elif kind == "edit":
+        directive, _, diff = event.content.partition("\n")
+        view.update(path=data.get("path", ""), operation=data.get("operation", ""),
+                    directive=data.get("directive", directive), error=data.get("error"),
+                    diff="" if data.get("error") else diff, text=event.content if data.get("error") else "",
+                    lines_added=data.get("lines_added"), lines_removed=data.get("lines_removed"))
+    elif kind == "answer":
+        view["body_html"] = markdown_html(event.content)
+    elif kind == "interrupted":
+        view["reason"] = data.get("reason", "")
+        view["text"] = event.content
+    elif kind in ("child_start", "child_running", "child_exit"):
+        child_id, start = child_reference(event)
+        view["child"] = {"uid": child_id or data.get("agent_id"), "starting_from": start}
+        view["text"] = event.content if kind != "child_running" else ""
+        if kind == "child_start":
+            view["reasoning_html"] = markdown_html(event.reasoning)
+    else:
+        view["text"] = event.content
+        view["message"] = event.message
+    return view
+
+
+def _kind(event: Event) -> str:
+    kind = event.type
+    if kind in REQUEST_EVENT_TYPES or kind.endswith("_from_parent"):
+        return "request"
+    if kind == "action" and "command" in (event.data or {}):
+        return "shell"
+    if kind == "edit_file":
+        return "edit"
+    if kind in ANSWER_TYPES:
+        return "answer"
+    if kind == "task_interrupted":
+        return "interrupted"
+    if kind in ("new_child_agent", "resume_child_agent"):
+        return "child_start"
+    if kind == "child_agent_running":
+        return "child_running"
+    if kind.startswith("child_agent_"):
+        return "child_exit"
+    return "other"
+
+
+def _command_output(content: str) -> str:
+    """The output part of a shell event's content, without the status line (shown as a badge)."""
+    first, _, rest = content.partition("\n")
+    if not first.startswith(("EXIT CODE:", "KILLED")):
+        return content
+    if rest.strip() == "(no output)":
+        return ""
+    if rest.startswith("STDOUT:\n") and "\nSTDERR:\n" not in rest:
+        return rest[len("STDOUT:\n"):]
+    return rest
+
+
+def _usage(data: dict) -> dict:
+    usage = data.get("usage") or {}
+    out = {
+        "input_tokens": int(usage.get("input_tokens") or 0),
+        "output_tokens": int(usage.get("output_tokens") or 0),
+        "model_calls": int(usage.get("model_calls") or 0),
+    }
+    if data.get("cost") is not None:
+        out["cost"] = float(data["cost"])
+    if data.get("model"):
+        out["model"] = str(data["model"])
+    return out
+
+
+class Totals:
+    """Running totals for the status line: steps, tokens, cost."""
+
+    def __init__(self):
+        self.steps = 0
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.cost = 0.0
+        self.priced = False
+        self.model = ""
+
+    def add(self, event: Event) -> None:
+        if event.type not in REQUEST_EVENT_TYPES and not event.type.endswith("_from_parent"):
+            self.steps += 1
+        usage = _usage(event.data or {})
+        self.input_tokens += usage["input_tokens"]
+        self.output_tokens += usage["output_tokens"]
+        if "cost" in usage:
+            self.cost += usage["cost"]
+            self.priced = True
+        self.model = usage.get("model", self.model)
+
+    def to_dict(self) -> dict:
+        return {"steps": self.steps, "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                "cost": round(self.cost, 6) if self.priced else None, "model": self.model}
+
+
+def stream_markdown(stream, store, depth: int = 0) -> str:
+    """A readable Markdown transcript of a stream, with its child agents' steps in place."""
+    lines: list[str] = []
+    if depth == 0:
+        lines += [f"# {stream.title}", "", f"- id: `{stream.uid}`", f"- created: {stream.created_at:%Y-%m-%d %H:%M}",
+                  f"- agent: {stream.agent_type or 'default'}", ""]
+    for index, event in enumerate(stream.events_list):
+        lines += _event_markdown(event, index, store, depth)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _event_markdown(event: Event, index: int, store, depth: int) -> list[str]:
+    heading = "#" * min(2 + depth, 6)
+    data = event.data or {}
+    kind = _kind(event)
+    out = [f"{heading} {index + 1}. {event.type.replace('_', ' ')}", ""]
+    if event.reasoning and kind not in ("child_running",):
+        out += [f"*Reasoning:* {event.reasoning}", ""]
+    if kind == "shell":
+        out += [_fence(data.get("command", ""), "bash"), "", _fence(event.content, "text"), ""]
+    elif kind == "edit":
+        out += [_fence(event.content, "diff"), ""]
+    elif kind == "child_running":
+        child_id, start = child_reference(event)
+        if child_id and depth < 5:
+            try:
+                child = store.load(child_id)
+            except AngesError:  # a missing or unreadable child must not break the export of its parent
+                out += [f"(child agent `{child_id}` is not in the store)", ""]
+            else:
+                out += [f"Child agent `{child_id}` ({child.title}):", ""]
+                for i, child_event in enumerate(child.events_list[start:], start):
+                    out += _event_markdown(child_event, i, store, depth + 1)
+                    if child_event.type in RETURN_TO_PARENT_EVENT_TYPES:
+                        break
+    elif event.content:
+        out += [event.content, ""]
+    return out
+
+
+def _fence(text: str, lang: str) -> str:
+    ticks = "```"
+    while ticks in text:
+        ticks += "`"
+    return f"{ticks}{lang}\n{text.rstrip()}\n{ticks}"

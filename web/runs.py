@@ -1,0 +1,150 @@
+"""Agent runs started by this server: one at a time per chat, each in a background thread."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from anges.config import Config
+from anges.events import Event, EventStream
+from anges.exceptions import AngesError, ModelSetupError, StreamBusy, StreamNotFound
+from anges.store import EventStore
+
+log = logging.getLogger("anges.web")
+
+ModelFactory = Callable[[str | None, Config, str], Callable]
+
+
+def default_model_factory(name: str | None, config: Config, agent_type: str) -> Callable:
+    """The model a chat asks for (empty = the configured one), built by `anges.models.get_model`."""
+    from anges.models import get_model
+
+    return get_model(name or None, config=config, agent_type=agent_type)
+
+
+class ChatBusy(AngesError):
+    """A run is already active on this chat (here or in another process)."""
+
+
+@dataclass
+class Run:
+    """One run in progress: its thread and, once built, its agent."""
+
+    uid: str
+    thread: threading.Thread | None = None
+    agent: object | None = None
+    stop_requested: bool = False
+
+
+class Runs:
+    """Starts, tracks and stops the runs of this process; the store's run lock covers other processes."""
+
+    def __init__(self, store: EventStore, config: Config, model_factory: ModelFactory, default_dir: str):
+        self.store = store
+        self.config = config
+        self.model_factory = model_factory
+        self.default_dir = default_dir
+        self._runs: dict[str, Run] = {}
+        self._lock = threading.Lock()
+
+    def busy(self, uid: str) -> bool:
+        """True while a run is active on `uid`, started here or anywhere else."""
+        return uid in self._runs or self.store.is_running(uid)
+
+    def started_here(self, uid: str) -> bool:
+        """True while a run this process started on `uid` is active."""
+        return uid in self._runs
+
+    def start(self, uid: str, text: str) -> None:
+        """Start working on `text` in chat `uid` in the background; ChatBusy if a run is already active."""
+        with self._lock:
+            if self.busy(uid):
+                raise ChatBusy("this chat is already running: wait for it to finish or stop it first")
+            run = self._runs[uid] = Run(uid)
+            run.thread = threading.Thread(target=self._work, args=(run, text), name=f"anges-run-{uid}", daemon=True)
+        run.thread.start()
+
+    def stop(self, uid: str) -> bool:
+        """Ask the active run of `uid` to stop (its command is killed); False when nothing runs there."""
+        run = self._runs.get(uid)
+        running_elsewhere = run is None and self.store.is_running(uid)
+        if run is None and not running_elsewhere:
+            return False
+        request_stop = getattr(self.store, "request_stop", None)
+        if request_stop is not None:
+            request_stop(uid)
+        elif running_elsewhere:
+            raise ChatBusy("this run was started by another process, which this server cannot stop")
+        if run is not None:
+            run.stop_requested = True
+            if run.agent is not None:
+                run.agent.interrupt()
+        return True
+
+    def wait(self, uid: str, timeout: float | None = None) -> bool:
+        """Wait for this process's run of `uid` to end; True when none is left."""
+        run = self._runs.get(uid)
+        if run is not None and run.thread is not None:
+            run.thread.join(timeout)
+        return uid not in self._runs
+
+    # -- the background thread --------------------------------------------------------------------------------
+
+    def _work(self, run: Run, text: str) -> None:
+        stream: EventStream | None = None
+        try:
+            stream = self.store.load(run.uid)
+            agent = self._build_agent(stream)
+            run.agent = agent
+            if run.stop_requested:
+                agent.interrupt()
+            agent.run_with_new_request(text)
+        except StreamBusy:
+            pass  # another process started a run on this chat at the same instant; its events show instead
+        except StreamNotFound:
+            pass  # the chat was deleted before the run began
+        except ModelSetupError as exc:
+            self._record_failure(run.uid, stream, text, "model_setup", f"No model is available: {exc}")
+        except AngesError as exc:
+            self._record_failure(run.uid, stream, text, "error", f"The run could not start: {exc}")
+        except Exception as exc:  # the edge of a background thread: show the failure in the chat, never hang
+            log.exception("run of chat %s failed", run.uid)
+            self._record_failure(run.uid, stream, text, "error", f"The run failed: {type(exc).__name__}: {exc}")
+        finally:
+            with self._lock:
+                self._runs.pop(run.uid, None)
+
+    def _build_agent(self, stream: EventStream):
+        from anges.agents import agent_class
+
+        settings = stream.get_settings()
+        agent_type = settings.get("agent_type") or stream.agent_type or "default"
+        cwd = settings.get("cmd_init_dir") or self.default_dir
+        if not os.path.isdir(cwd):
+            raise AngesError(f"the working directory {cwd!r} does not exist; change it in the chat settings")
+        model = self.model_factory(settings.get("model") or None, self.config, agent_type)
+        return agent_class(agent_type)(
+            inference_func=model,
+            event_stream=stream,
+            cmd_init_dir=cwd,
+            prefix_cmd=settings.get("prefix_cmd") or "",
+            notes=settings.get("notes") or [],
+            config=self.config,
+            store=self.store,
+        )
+
+    def _record_failure(self, uid: str, before: EventStream | None, text: str, reason: str, message: str) -> None:
+        """Record the request (unless the agent did) and a `task_interrupted` event that says what went wrong."""
+        try:
+            stream = self.store.load(uid)
+        except AngesError:
+            return  # deleted meanwhile: nobody is left to tell
+        known = len(before.events_list) if before is not None else len(stream.events_list)
+        if len(stream.events_list) <= known:
+            kind = "follow_up_request" if stream.events_list else "new_request"
+            stream.add_event(Event(kind, content=text, message=text))
+        stream.add_event(Event("task_interrupted", content=message, message=message, data={"reason": reason}))
+        self.store.sync(stream)

@@ -1,0 +1,771 @@
+/* anges web chat. Model output reaches the page only as text (textContent) or as HTML the server has
+   sanitized (the *_html fields); nothing here builds HTML from strings. */
+"use strict";
+
+(() => {
+  const $ = (id) => document.getElementById(id);
+  const app = $("app");
+  const csrf = app.dataset.csrf;
+
+  const STATUS_LABELS = {
+    new: "New", running: "Running", completed: "Completed", help_needed: "Needs help",
+    answered: "Answered", interrupted: "Interrupted",
+  };
+  const ANSWER_LABELS = {
+    task_completion: "Task complete", agent_text_response: "Answer", agent_requested_help: "Needs your help",
+  };
+  const RETURN_TYPES = new Set(["task_completion", "agent_text_response", "agent_requested_help", "task_interrupted"]);
+
+  const state = {
+    chatId: app.dataset.chatId || null,
+    chat: null,
+    chats: [],
+    source: null,
+    lastIndex: -1,
+    status: null,
+    draftSettings: {},
+    childSources: new Set(),
+    collapsed: new Set(),
+  };
+
+  // -- small helpers ---------------------------------------------------------------------------------------
+
+  function el(tag, className, text) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+
+  function setSafeHTML(node, html) {
+    // `html` was rendered from Markdown and sanitized by the server (nh3); it carries no script.
+    node.innerHTML = html;
+    addCopyButtons(node);
+  }
+
+  class ApiError extends Error {
+    constructor(message, status) { super(message); this.status = status; }
+  }
+
+  async function api(method, url, body) {
+    const options = { method, credentials: "same-origin", headers: { "Accept": "application/json", "X-CSRF-Token": csrf } };
+    if (body !== undefined) {
+      options.headers["Content-Type"] = "application/json";
+      options.body = JSON.stringify(body);
+    }
+    let response;
+    try {
+      response = await fetch(url, options);
+    } catch (err) {
+      throw new ApiError("The server cannot be reached.", 0);
+    }
+    let data = {};
+    try { data = await response.json(); } catch (err) { data = {}; }
+    if (response.status === 401) {
+      window.location.assign("/login?next=" + encodeURIComponent(window.location.pathname));
+      throw new ApiError("Please log in again.", 401);
+    }
+    if (!response.ok) throw new ApiError(data.error || response.statusText || "Request failed", response.status);
+    return data;
+  }
+
+  function formatNumber(n) {
+    if (n >= 1e6) return (n / 1e6).toFixed(1) + "M";
+    if (n >= 1e4) return Math.round(n / 1e3) + "k";
+    if (n >= 1e3) return (n / 1e3).toFixed(1) + "k";
+    return String(n);
+  }
+
+  function formatTime(iso) {
+    const d = new Date(iso);
+    return isNaN(d) ? "" : d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+  }
+
+  function dayLabel(iso) {
+    const d = new Date(iso);
+    const today = new Date();
+    const start = (x) => new Date(x.getFullYear(), x.getMonth(), x.getDate()).getTime();
+    const days = Math.round((start(today) - start(d)) / 86400000);
+    if (days === 0) return "Today";
+    if (days === 1) return "Yesterday";
+    return d.toLocaleDateString([], { year: "numeric", month: "short", day: "numeric" });
+  }
+
+  function copyText(text, button) {
+    const done = () => {
+      button.textContent = "Copied";
+      setTimeout(() => { button.textContent = "Copy"; }, 1500);
+    };
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(text).then(done, () => fallbackCopy(text) && done());
+    } else if (fallbackCopy(text)) {
+      done();
+    }
+  }
+
+  function fallbackCopy(text) {
+    const area = el("textarea", "offscreen");
+    area.value = text;
+    document.body.appendChild(area);
+    area.select();
+    let ok = false;
+    try { ok = document.execCommand("copy"); } catch (err) { ok = false; }
+    area.remove();
+    return ok;
+  }
+
+  function copyButton(getText, label) {
+    const button = el("button", "copy-btn", "Copy");
+    button.type = "button";
+    button.setAttribute("aria-label", label || "Copy to clipboard");
+    button.addEventListener("click", (event) => {
+      event.preventDefault();
+      event.stopPropagation();
+      copyText(getText(), button);
+    });
+    return button;
+  }
+
+  function addCopyButtons(root) {
+    for (const pre of root.querySelectorAll("pre")) {
+      if (pre.parentElement && pre.parentElement.classList.contains("codeblock")) continue;
+      const wrap = el("div", "codeblock");
+      pre.replaceWith(wrap);
+      wrap.appendChild(pre);
+      wrap.appendChild(copyButton(() => pre.textContent, "Copy code"));
+    }
+  }
+
+  function showNotice(message, kind) {
+    const notice = $("notice");
+    notice.textContent = message;
+    notice.dataset.kind = kind || "error";
+    notice.hidden = false;
+  }
+
+  function hideNotice() {
+    $("notice").hidden = true;
+  }
+
+  // -- the sidebar -----------------------------------------------------------------------------------------
+
+  async function refreshChats() {
+    try {
+      const data = await api("GET", "/api/chats");
+      state.chats = data.chats;
+      renderChatList();
+    } catch (err) {
+      if (err.status !== 401) console.warn("chat list:", err.message);
+    }
+  }
+
+  function renderChatList() {
+    const list = $("chat-list");
+    const query = $("search").value.trim().toLowerCase();
+    const byId = new Map(state.chats.map((c) => [c.uid, c]));
+    const children = new Map();
+    const roots = [];
+    for (const chat of state.chats) {
+      const parent = chat.parent_ids.length ? chat.parent_ids[chat.parent_ids.length - 1] : null;
+      if (parent && byId.has(parent)) {
+        if (!children.has(parent)) children.set(parent, []);
+        children.get(parent).push(chat);
+      } else {
+        roots.push(chat);
+      }
+    }
+    const matches = (chat) => !query || (chat.title || "").toLowerCase().includes(query)
+      || (children.get(chat.uid) || []).some(matches);
+
+    list.replaceChildren();
+    let group = null;
+    let groupList = null;
+    let shown = 0;
+    for (const chat of roots) {
+      if (!matches(chat)) continue;
+      const label = dayLabel(chat.updated_at);
+      if (label !== group) {
+        group = label;
+        list.appendChild(el("h3", "day", label));
+        groupList = el("ul", "chats");
+        list.appendChild(groupList);
+      }
+      groupList.appendChild(chatItem(chat, children, matches, 0));
+      shown += 1;
+    }
+    if (!shown) {
+      list.appendChild(el("p", "muted small list-empty", query ? "No chat matches." : "No chats yet."));
+    }
+  }
+
+  function chatItem(chat, children, matches, depth) {
+    const item = el("li", "chat-entry");
+    const row = el("div", "chat-row");
+    const kids = (children.get(chat.uid) || []).filter(matches);
+    if (kids.length) {
+      const toggle = el("button", "tree-toggle");
+      toggle.type = "button";
+      const open = !state.collapsed.has(chat.uid);
+      toggle.setAttribute("aria-expanded", String(open));
+      toggle.setAttribute("aria-label", open ? "Hide child agents" : "Show child agents");
+      toggle.addEventListener("click", () => {
+        if (state.collapsed.has(chat.uid)) state.collapsed.delete(chat.uid); else state.collapsed.add(chat.uid);
+        renderChatList();
+      });
+      row.appendChild(toggle);
+    } else {
+      row.appendChild(el("span", "tree-spacer"));
+    }
+    const link = el("a", "chat-link");
+    link.href = "/chat/" + encodeURIComponent(chat.uid);
+    link.dataset.uid = chat.uid;
+    if (chat.uid === state.chatId) {
+      link.classList.add("active");
+      link.setAttribute("aria-current", "page");
+    }
+    const dot = el("span", "dot");
+    dot.dataset.status = chat.status;
+    dot.title = STATUS_LABELS[chat.status] || chat.status;
+    link.appendChild(dot);
+    link.appendChild(el("span", "chat-name", chat.title || chat.uid));
+    if (depth > 0 || chat.parent_ids.length) link.appendChild(el("span", "chat-kind", chat.agent_type || "agent"));
+    link.appendChild(el("span", "chat-time", formatTime(chat.updated_at)));
+    link.addEventListener("click", (event) => {
+      if (event.metaKey || event.ctrlKey || event.shiftKey || event.button !== 0) return;
+      event.preventDefault();
+      navigate(chat.uid);
+    });
+    row.appendChild(link);
+    item.appendChild(row);
+    if (kids.length && !state.collapsed.has(chat.uid)) {
+      const sub = el("ul", "chats children");
+      for (const kid of kids) sub.appendChild(chatItem(kid, children, matches, depth + 1));
+      item.appendChild(sub);
+    }
+    return item;
+  }
+
+  // -- opening a chat --------------------------------------------------------------------------------------
+
+  function navigate(uid) {
+    const path = uid ? "/chat/" + encodeURIComponent(uid) : "/";
+    if (window.location.pathname !== path) window.history.pushState({ uid }, "", path);
+    closeDrawer();
+    if (uid) openChat(uid); else newChat();
+  }
+
+  function closeSources() {
+    if (state.source) state.source.close();
+    state.source = null;
+    for (const source of state.childSources) source.close();
+    state.childSources.clear();
+  }
+
+  function resetTranscript() {
+    closeSources();
+    state.lastIndex = -1;
+    state.status = null;
+    $("steps").replaceChildren();
+    $("working").hidden = true;
+    $("stop").hidden = true;
+    hideNotice();
+  }
+
+  function newChat() {
+    resetTranscript();
+    state.chatId = null;
+    state.chat = null;
+    state.draftSettings = {};
+    document.title = "New chat · anges";
+    $("chat-title").textContent = "New chat";
+    $("status-line").hidden = true;
+    $("empty").hidden = false;
+    app.classList.add("is-draft");
+    renderChatList();
+    $("message").focus();
+  }
+
+  async function openChat(uid) {
+    resetTranscript();
+    state.chatId = uid;
+    app.classList.remove("is-draft");
+    $("empty").hidden = true;
+    $("status-line").hidden = false;
+    $("export-json").href = `/api/chats/${encodeURIComponent(uid)}/export?format=json`;
+    $("export-md").href = `/api/chats/${encodeURIComponent(uid)}/export?format=md`;
+    renderChatList();
+    try {
+      const data = await api("GET", `/api/chats/${encodeURIComponent(uid)}`);
+      if (state.chatId !== uid) return;
+      state.chat = data.chat;
+      showTitle(data.chat.title);
+      const parents = data.chat.parent_ids;
+      const parentLink = $("parent-link");
+      parentLink.hidden = !parents.length;
+      if (parents.length) parentLink.href = "/chat/" + encodeURIComponent(parents[parents.length - 1]);
+    } catch (err) {
+      showNotice(err.status === 404 ? "This chat no longer exists." : err.message);
+      return;
+    }
+    follow(uid);
+  }
+
+  function showTitle(title) {
+    $("chat-title").textContent = title;
+    document.title = `${title} · anges`;
+  }
+
+  function follow(uid) {
+    const source = new EventSource(`/api/chats/${encodeURIComponent(uid)}/events`);
+    state.source = source;
+    source.addEventListener("step", (event) => {
+      const step = JSON.parse(event.data);
+      if (step.index <= state.lastIndex) return; // never show a step twice
+      state.lastIndex = step.index;
+      const stick = nearBottom();
+      $("steps").appendChild(renderStep(step, 0));
+      if (stick) scrollToBottom();
+    });
+    source.addEventListener("status", (event) => updateStatus(JSON.parse(event.data)));
+    source.addEventListener("gone", () => {
+      source.close();
+      showNotice("This chat was deleted.");
+      refreshChats();
+    });
+    source.addEventListener("error", () => {
+      if (source.readyState === EventSource.CLOSED) checkSession();
+    });
+  }
+
+  async function checkSession() {
+    try {
+      await api("GET", "/api/chats");
+      if (state.chatId) showNotice("The live view stopped. Reload the page to follow this chat again.");
+    } catch (err) { /* api() already redirects to the login page on 401 */ }
+  }
+
+  function nearBottom() {
+    const box = $("transcript");
+    return box.scrollHeight - box.scrollTop - box.clientHeight < 160;
+  }
+
+  function scrollToBottom() {
+    const box = $("transcript");
+    box.scrollTop = box.scrollHeight;
+  }
+
+  function updateStatus(status) {
+    const before = state.status;
+    state.status = status;
+    const pill = $("status-pill");
+    pill.dataset.status = status.status;
+    pill.textContent = STATUS_LABELS[status.status] || status.status;
+    $("status-steps").textContent = `${status.steps} step${status.steps === 1 ? "" : "s"}`;
+    const tokens = status.input_tokens + status.output_tokens;
+    $("status-tokens").textContent = `${formatNumber(tokens)} tokens`;
+    $("status-tokens").title = `${status.input_tokens} in, ${status.output_tokens} out`;
+    $("status-cost").textContent = status.cost === null || status.cost === undefined ? "" : `$${status.cost.toFixed(4)}`;
+    $("status-model").textContent = status.model || "";
+    $("working").hidden = !status.running;
+    $("stop").hidden = !status.running;
+    $("stop").disabled = false;
+    if (status.title && (!before || before.title !== status.title)) showTitle(status.title);
+    if (!before || before.status !== status.status || before.title !== status.title) refreshChats();
+    if (status.running && nearBottom()) scrollToBottom();
+  }
+
+  // -- rendering steps -------------------------------------------------------------------------------------
+
+  function renderStep(step, depth) {
+    const item = el("li", `step step-${step.kind}`);
+    item.dataset.index = step.index;
+    item.dataset.type = step.type;
+    if (step.kind === "request") {
+      item.appendChild(el("div", "step-label", step.from_parent ? "Task from the parent agent" : "You"));
+      item.appendChild(el("div", "request-text", step.text));
+      return item;
+    }
+    if (step.kind === "child_running") return renderChild(step, item, depth);
+    if (step.reasoning_html && step.kind !== "answer") {
+      const reasoning = el("div", "reasoning md");
+      setSafeHTML(reasoning, step.reasoning_html);
+      item.appendChild(reasoning);
+    }
+    if (step.analysis_html) {
+      const details = el("details", "analysis");
+      details.appendChild(el("summary", null, "Analysis"));
+      const body = el("div", "md");
+      setSafeHTML(body, step.analysis_html);
+      details.appendChild(body);
+      item.appendChild(details);
+    }
+    const render = { shell: renderShell, edit: renderEdit, answer: renderAnswer, interrupted: renderInterrupted,
+      child_start: renderChildNote, child_exit: renderChildNote }[step.kind] || renderOther;
+    item.appendChild(render(step));
+    return item;
+  }
+
+  function cardHead(className) {
+    return el("div", `card-head ${className || ""}`.trim());
+  }
+
+  function outputBlock(text, long, label) {
+    const pre = el("pre", "output", text);
+    const wrap = el("div", "codeblock");
+    wrap.appendChild(pre);
+    wrap.appendChild(copyButton(() => text, "Copy output"));
+    if (!long) return wrap;
+    const details = el("details", "long-output");
+    details.appendChild(el("summary", null, label));
+    details.appendChild(wrap);
+    return details;
+  }
+
+  function renderShell(step) {
+    const card = el("div", "card shell");
+    const head = cardHead();
+    head.appendChild(el("span", "prompt", "$"));
+    head.appendChild(el("code", "command", step.command));
+    const badges = el("span", "badges");
+    if (step.timed_out) badges.appendChild(el("span", "badge bad", "timed out"));
+    else if (step.interrupted) badges.appendChild(el("span", "badge bad", "killed"));
+    else if (step.background) badges.appendChild(el("span", "badge", "background"));
+    else if (step.exit_code !== null && step.exit_code !== undefined) {
+      badges.appendChild(el("span", `badge ${step.exit_code === 0 ? "ok" : "bad"}`, `exit ${step.exit_code}`));
+    }
+    if (typeof step.duration === "number") badges.appendChild(el("span", "badge", `${step.duration.toFixed(1)} s`));
+    head.appendChild(badges);
+    head.appendChild(copyButton(() => step.command, "Copy command"));
+    card.appendChild(head);
+    const text = step.output.replace(/\n+$/, "");
+    if (text) {
+      const lines = text.split("\n").length;
+      card.appendChild(outputBlock(text, step.long, `Output (${lines} lines)`));
+    } else {
+      card.appendChild(el("div", "no-output muted small", "(no output)"));
+    }
+    return card;
+  }
+
+  function renderEdit(step) {
+    const card = el("div", "card edit");
+    const head = cardHead();
+    head.appendChild(el("span", "edit-label", step.error ? "Edit failed" : "Edited"));
+    head.appendChild(el("code", "path", step.path || step.directive));
+    const badges = el("span", "badges");
+    if (step.error) badges.appendChild(el("span", "badge bad", "not changed"));
+    if (step.lines_added) badges.appendChild(el("span", "badge ok", `+${step.lines_added}`));
+    if (step.lines_removed) badges.appendChild(el("span", "badge bad", `\u2212${step.lines_removed}`));
+    head.appendChild(badges);
+    card.appendChild(head);
+    if (step.error) {
+      card.appendChild(el("pre", "output", step.text));
+      return card;
+    }
+    const pre = el("pre", "diff");
+    for (const line of step.diff.replace(/\n$/, "").split("\n")) {
+      let cls = "";
+      if (line.startsWith("+++") || line.startsWith("---")) cls = "meta";
+      else if (line.startsWith("@@")) cls = "hunk";
+      else if (line.startsWith("+")) cls = "add";
+      else if (line.startsWith("-")) cls = "del";
+      pre.appendChild(el("span", cls ? `line ${cls}` : "line", line + "\n"));
+    }
+    const lines = step.diff.split("\n").length;
+    const wrap = el("div", "codeblock");
+    wrap.appendChild(pre);
+    wrap.appendChild(copyButton(() => step.diff, "Copy diff"));
+    if (lines > 40) {
+      const details = el("details", "long-output");
+      details.appendChild(el("summary", null, `Diff (${lines} lines)`));
+      details.appendChild(wrap);
+      card.appendChild(details);
+    } else {
+      card.appendChild(wrap);
+    }
+    return card;
+  }
+
+  function renderAnswer(step) {
+    const card = el("div", `card answer answer-${step.type}`);
+    card.appendChild(el("div", "answer-label", ANSWER_LABELS[step.type] || "Answer"));
+    const body = el("div", "md answer-body");
+    setSafeHTML(body, step.body_html);
+    card.appendChild(body);
+    return card;
+  }
+
+  function renderInterrupted(step) {
+    const card = el("div", "card interrupted");
+    const label = step.reason === "interrupt" ? "Stopped" : "The run stopped";
+    card.appendChild(el("div", "answer-label", label));
+    card.appendChild(el("div", "interrupted-text", step.text));
+    return card;
+  }
+
+  function renderChildNote(step) {
+    const note = el("div", "child-note muted small");
+    const verb = step.kind === "child_start" ? "Child agent started" : "Child agent finished";
+    note.textContent = `${verb}${step.child && step.child.uid ? " \u00b7 " + step.child.uid : ""}`;
+    if (step.text && step.kind === "child_exit") note.title = step.text;
+    return note;
+  }
+
+  function renderOther(step) {
+    const card = el("div", "card other");
+    const head = cardHead();
+    head.appendChild(el("span", "edit-label", step.type.replace(/_/g, " ")));
+    card.appendChild(head);
+    if (step.text) card.appendChild(outputBlock(step.text, step.text.split("\n").length > 20, "Details"));
+    return card;
+  }
+
+  function renderChild(step, item, depth) {
+    const uid = step.child && step.child.uid;
+    const details = el("details", "child");
+    details.open = true;
+    const summary = el("summary", "child-head");
+    summary.appendChild(el("span", "child-label", "Child agent"));
+    const name = el("span", "child-name", uid || "unknown");
+    summary.appendChild(name);
+    const pill = el("span", "pill small", "");
+    pill.dataset.status = "running";
+    summary.appendChild(pill);
+    if (uid) {
+      const open = el("a", "child-open", "Open");
+      open.href = "/chat/" + encodeURIComponent(uid);
+      open.addEventListener("click", (event) => {
+        if (event.metaKey || event.ctrlKey) return;
+        event.preventDefault();
+        navigate(uid);
+      });
+      summary.appendChild(open);
+    }
+    details.appendChild(summary);
+    const list = el("ol", "steps child-steps");
+    details.appendChild(list);
+    item.appendChild(details);
+    if (!uid) return item;
+
+    let last = -1;
+    let ended = false;
+    const source = new EventSource(`/api/chats/${encodeURIComponent(uid)}/events?from=${step.child.starting_from || 0}`);
+    state.childSources.add(source);
+    const finish = () => {
+      ended = true;
+      source.close();
+      state.childSources.delete(source);
+    };
+    source.addEventListener("step", (event) => {
+      if (ended) return;
+      const child = JSON.parse(event.data);
+      if (child.index <= last) return;
+      last = child.index;
+      if (child.kind === "request") {
+        if (child.text) details.dataset.task = child.text;
+      }
+      const stick = nearBottom();
+      list.appendChild(renderStep(child, depth + 1));
+      if (stick) scrollToBottom();
+      if (RETURN_TYPES.has(child.type)) {
+        pill.dataset.status = { task_completion: "completed", agent_requested_help: "help_needed",
+          agent_text_response: "answered", task_interrupted: "interrupted" }[child.type];
+        pill.textContent = STATUS_LABELS[pill.dataset.status];
+        finish();
+      }
+    });
+    source.addEventListener("status", (event) => {
+      if (ended) return;
+      const status = JSON.parse(event.data);
+      name.textContent = status.title || uid;
+      pill.dataset.status = status.status;
+      pill.textContent = STATUS_LABELS[status.status] || status.status;
+      const parentRunning = state.status && state.status.running;
+      if (!status.running && !parentRunning) finish();
+    });
+    source.addEventListener("gone", () => { name.textContent = `${uid} (deleted)`; finish(); });
+    return item;
+  }
+
+  // -- sending, stopping, settings -------------------------------------------------------------------------
+
+  async function send() {
+    const box = $("message");
+    const text = box.value;
+    if (!text.trim()) return;
+    const button = $("send");
+    button.disabled = true;
+    try {
+      if (!state.chatId) {
+        const data = await api("POST", "/api/chats", { text, settings: state.draftSettings });
+        box.value = "";
+        hideNotice();
+        await refreshChats();
+        navigate(data.chat.uid);
+      } else {
+        await api("POST", `/api/chats/${encodeURIComponent(state.chatId)}/messages`, { text });
+        box.value = "";
+        hideNotice();
+      }
+    } catch (err) {
+      showNotice(err.status === 409 ? `Not sent: ${err.message}` : `Not sent: ${err.message}`);
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  async function stop() {
+    if (!state.chatId) return;
+    $("stop").disabled = true;
+    try {
+      await api("POST", `/api/chats/${encodeURIComponent(state.chatId)}/stop`);
+      showNotice("Stopping the run\u2026", "info");
+    } catch (err) {
+      showNotice(err.message);
+      $("stop").disabled = false;
+    }
+  }
+
+  function currentSettings() {
+    if (state.chat) return state.chat.settings;
+    return Object.assign({ agent_type: "default", model: "", cmd_init_dir: "", prefix_cmd: "", notes: [] },
+      state.draftSettings);
+  }
+
+  function openSettings() {
+    const s = currentSettings();
+    $("set-agent-type").value = s.agent_type || "default";
+    $("set-model").value = s.model || "";
+    $("set-dir").value = s.cmd_init_dir || "";
+    $("set-prefix").value = s.prefix_cmd || "";
+    $("set-notes").value = (s.notes || []).join("\n");
+    $("settings-error").hidden = true;
+    $("settings").showModal();
+  }
+
+  async function saveSettings(event) {
+    event.preventDefault();
+    const settings = {
+      agent_type: $("set-agent-type").value,
+      model: $("set-model").value.trim(),
+      cmd_init_dir: $("set-dir").value.trim(),
+      prefix_cmd: $("set-prefix").value,
+      notes: $("set-notes").value.split("\n").map((n) => n.trim()).filter(Boolean),
+    };
+    if (!settings.cmd_init_dir) delete settings.cmd_init_dir;
+    try {
+      if (state.chatId) {
+        const data = await api("PATCH", `/api/chats/${encodeURIComponent(state.chatId)}`, { settings });
+        state.chat = data.chat;
+      } else {
+        state.draftSettings = settings;
+        if (settings.cmd_init_dir) $("empty-dir").textContent = settings.cmd_init_dir;
+      }
+      $("settings").close();
+    } catch (err) {
+      const box = $("settings-error");
+      box.textContent = err.message;
+      box.hidden = false;
+    }
+  }
+
+  function startRename() {
+    if (!state.chatId) return;
+    $("rename-input").value = $("chat-title").textContent;
+    $("chat-title").hidden = true;
+    $("rename-form").hidden = false;
+    $("rename-input").focus();
+    $("rename-input").select();
+  }
+
+  function endRename() {
+    $("rename-form").hidden = true;
+    $("chat-title").hidden = false;
+  }
+
+  async function saveRename(event) {
+    event.preventDefault();
+    const title = $("rename-input").value.trim();
+    if (!title) return;
+    try {
+      const data = await api("PATCH", `/api/chats/${encodeURIComponent(state.chatId)}`, { title });
+      state.chat = data.chat;
+      showTitle(data.chat.title);
+      endRename();
+      refreshChats();
+    } catch (err) {
+      showNotice(err.message);
+    }
+  }
+
+  function askDelete() {
+    if (!state.chatId) return;
+    $("delete-name").textContent = $("chat-title").textContent;
+    $("confirm-delete").showModal();
+  }
+
+  async function deleteChat() {
+    const uid = state.chatId;
+    try {
+      await api("DELETE", `/api/chats/${encodeURIComponent(uid)}`);
+      await refreshChats();
+      navigate(null);
+    } catch (err) {
+      showNotice(err.message);
+    }
+  }
+
+  // -- the drawer (phones) ---------------------------------------------------------------------------------
+
+  function openDrawer() {
+    app.classList.add("drawer-open");
+    $("backdrop").hidden = false;
+    $("menu").setAttribute("aria-expanded", "true");
+  }
+
+  function closeDrawer() {
+    app.classList.remove("drawer-open");
+    $("backdrop").hidden = true;
+    $("menu").setAttribute("aria-expanded", "false");
+  }
+
+  // -- wiring ----------------------------------------------------------------------------------------------
+
+  $("composer").addEventListener("submit", (event) => { event.preventDefault(); send(); });
+  $("message").addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      send();
+    }
+  });
+  $("stop").addEventListener("click", stop);
+  $("new-chat").addEventListener("click", () => navigate(null));
+  $("search").addEventListener("input", renderChatList);
+  $("settings-open").addEventListener("click", openSettings);
+  $("settings-form").addEventListener("submit", saveSettings);
+  $("settings-cancel").addEventListener("click", () => $("settings").close());
+  $("rename").addEventListener("click", startRename);
+  $("rename-form").addEventListener("submit", saveRename);
+  $("rename-cancel").addEventListener("click", endRename);
+  $("rename-input").addEventListener("keydown", (event) => { if (event.key === "Escape") endRename(); });
+  $("delete").addEventListener("click", askDelete);
+  $("confirm-delete").addEventListener("close", () => {
+    if ($("confirm-delete").returnValue === "delete") deleteChat();
+  });
+  $("menu").addEventListener("click", () => (app.classList.contains("drawer-open") ? closeDrawer() : openDrawer()));
+  $("backdrop").addEventListener("click", closeDrawer);
+  $("parent-link").addEventListener("click", (event) => {
+    event.preventDefault();
+    const parents = state.chat ? state.chat.parent_ids : [];
+    if (parents.length) navigate(parents[parents.length - 1]);
+  });
+  window.addEventListener("popstate", () => {
+    const match = window.location.pathname.match(/^\/chat\/([A-Za-z0-9_-]{1,64})$/);
+    if (match) openChat(match[1]); else newChat();
+  });
+  document.addEventListener("visibilitychange", () => { if (!document.hidden) refreshChats(); });
+  setInterval(() => { if (!document.hidden) refreshChats(); }, 5000);
+
+  refreshChats();
+  if (state.chatId) openChat(state.chatId); else newChat();
+})();

@@ -1,0 +1,378 @@
+"""The routes: pages, the JSON API and the live event feed (Server-Sent Events)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from flask import (Blueprint, Response, abort, current_app, jsonify, redirect, render_template, request,
+                   stream_with_context, url_for)
+from werkzeug.routing import BaseConverter
+
+from anges.config import AGENT_TYPES
+from anges.events import Event, EventStream
+from anges.exceptions import StreamBusy, StreamNotFound
+
+from .render import Totals, step_view, stream_markdown
+from .runs import ChatBusy
+
+bp = Blueprint("chat", __name__)
+
+MAX_TITLE = 200
+MAX_MESSAGE = 200_000
+SETTING_FIELDS = ("agent_type", "model", "cmd_init_dir", "prefix_cmd", "notes")
+
+
+class ChatIdConverter(BaseConverter):
+    """A stream id in a URL: 1-64 letters, digits, '-' or '_' (anything else is a 404)."""
+
+    regex = r"[A-Za-z0-9_-]{1,64}"
+
+
+def _web():
+    return current_app.extensions["anges"]
+
+
+# -- pages ------------------------------------------------------------------------------------------------------
+
+
+@bp.get("/")
+def index():
+    return _page(None)
+
+
+@bp.get("/chat/<chat:uid>")
+def chat_page(uid: str):
+    if not _web().store.exists(uid):
+        abort(404, f"no chat {uid!r}")
+    return _page(uid)
+
+
+def _page(uid: str | None):
+    web = _web()
+    return render_template(
+        "chat.html",
+        chat_id=uid or "",
+        csrf_token=web.guard.csrf_token(),
+        agent_types=AGENT_TYPES,
+        models=["auto", *web.config.models],
+        default_model=web.config.model,
+        default_dir=web.runs.default_dir,
+        login_enabled=bool(web.guard.password),
+    )
+
+
+@bp.route("/login", methods=["GET", "POST"])
+def login():
+    web = _web()
+    target = _safe_next(request.values.get("next", ""))
+    if not web.guard.password or web.guard.logged_in() and request.method == "GET":
+        return redirect(target)
+    error, status = "", 200
+    if request.method == "POST":
+        client = request.remote_addr or "?"
+        wait = web.guard.limiter.retry_after(client)
+        if wait:
+            error, status = f"Too many failed attempts. Try again in {wait} seconds.", 429
+        elif web.guard.check_password(request.form.get("password", "")):
+            web.guard.limiter.succeed(client)
+            web.guard.log_in()
+            return redirect(target)
+        else:
+            web.guard.limiter.fail(client)
+            error, status = "Wrong password.", 401
+    response = Response(render_template("login.html", error=error, next=target,
+                                        csrf_token=web.guard.csrf_token()), status)
+    if status == 429:
+        response.headers["Retry-After"] = str(wait)
+    return response
+
+
+@bp.post("/logout")
+def logout():
+    from flask import session
+
+    session.clear()
+    return redirect(url_for("chat.login"))
+
+
+def _safe_next(target: str) -> str:
+    """Only local paths: a login link must not send the user to another site."""
+    if not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return url_for("chat.index")
+    return target
+
+
+# -- the JSON API ---------------------------------------------------------------------------------------------
+
+
+@bp.get("/api/chats")
+def list_chats():
+    web = _web()
+    query = request.args.get("q", "").strip().lower()
+    chats = [_info(info) for info in web.store.list() if not query or query in (info.title or "").lower()]
+    return jsonify(chats=chats)
+
+
+@bp.post("/api/chats")
+def create_chat():
+    web = _web()
+    body = _json_body()
+    settings = _settings(body.get("settings") or {})
+    text = body.get("text", "")
+    if not isinstance(text, str) or len(text) > MAX_MESSAGE:
+        abort(400, "text must be a string of at most 200000 characters")
+    title = _title(body.get("title") or _title_from(text) or "New chat")
+    agent_type = settings.get("agent_type", "default")
+    stream = EventStream(title=title, agent_type=agent_type)
+    stream.update_settings({"agent_type": agent_type, **settings})
+    web.store.sync(stream)
+    if text.strip():
+        web.runs.start(stream.uid, text)
+    return jsonify(chat=_info(web.store.info(stream.uid)), started=bool(text.strip())), 201
+
+
+@bp.get("/api/chats/<chat:uid>")
+def get_chat(uid: str):
+    web = _web()
+    stream = _load(uid)
+    info = _info(web.store.info(uid))
+    info["settings"] = _shown_settings(stream)
+    info["children"] = [_info(child) for child in web.store.children(uid)]
+    return jsonify(chat=info)
+
+
+@bp.patch("/api/chats/<chat:uid>")
+def update_chat(uid: str):
+    web = _web()
+    body = _json_body()
+    unknown = set(body) - {"title", "settings"}
+    if unknown:
+        abort(400, f"unknown fields: {', '.join(sorted(unknown))} (allowed: title, settings)")
+    stream = _load(uid)
+    if "title" in body:
+        stream.title = _title(body["title"])
+    if "settings" in body:
+        settings = _settings(body["settings"])
+        stream.update_settings(settings)
+        if "agent_type" in settings:
+            stream.agent_type = settings["agent_type"]
+    web.store.sync(stream)
+    return get_chat(uid)
+
+
+@bp.delete("/api/chats/<chat:uid>")
+def delete_chat(uid: str):
+    web = _web()
+    _load(uid)
+    if web.runs.busy(uid):
+        raise ChatBusy("this chat is running: stop it before deleting it")
+    try:
+        removed = web.store.delete(uid)
+    except StreamBusy as exc:
+        raise ChatBusy(f"a run is active in this chat or one of its child agents: {exc}") from None
+    return jsonify(deleted=removed)
+
+
+@bp.post("/api/chats/<chat:uid>/messages")
+def send_message(uid: str):
+    web = _web()
+    body = _json_body()
+    text = body.get("text")
+    if not isinstance(text, str) or not text.strip():
+        abort(400, "the message is empty")
+    if len(text) > MAX_MESSAGE:
+        abort(400, f"the message is longer than {MAX_MESSAGE} characters")
+    _load(uid)
+    web.runs.start(uid, text)
+    return jsonify(started=True, chat=_info(web.store.info(uid))), 202
+
+
+@bp.post("/api/chats/<chat:uid>/stop")
+def stop_chat(uid: str):
+    web = _web()
+    _load(uid)
+    if not web.runs.stop(uid):
+        return jsonify(error="this chat is not running"), 409
+    return jsonify(stopping=True), 202
+
+
+@bp.get("/api/chats/<chat:uid>/export")
+def export_chat(uid: str):
+    web = _web()
+    fmt = request.args.get("format", "json")
+    stream = _load(uid)
+    if fmt == "json":
+        body, mimetype, suffix = json.dumps(stream.to_dict(), indent=2), "application/json", "json"
+    elif fmt in ("md", "markdown"):
+        body, mimetype, suffix = stream_markdown(stream, web.store), "text/markdown; charset=utf-8", "md"
+    else:
+        abort(400, "format must be json or md")
+    response = Response(body, mimetype=mimetype)
+    response.headers["Content-Disposition"] = f'attachment; filename="anges-{uid}.{suffix}"'
+    return response
+
+
+@bp.get("/api/chats/<chat:uid>/events")
+def events(uid: str):
+    """Server-Sent Events: one `step` per event (id = its index), `status` on change, heartbeat comments."""
+    web = _web()
+    _load(uid)
+    last = request.headers.get("Last-Event-ID", request.args.get("last_id", ""))
+    try:
+        next_index = int(last) + 1 if last != "" else int(request.args.get("from", 0))
+    except ValueError:
+        abort(400, "Last-Event-ID and from must be integers")
+    next_index = max(next_index, 0)
+    feed = _feed(web, uid, next_index)
+    response = Response(stream_with_context(feed), mimetype="text/event-stream")
+    response.headers["Cache-Control"] = "no-cache, no-store"
+    response.headers["X-Accel-Buffering"] = "no"  # nginx: pass events through at once
+    return response
+
+
+def _feed(web, uid: str, next_index: int):
+    store, settings = web.store, web.config.web
+    offset, totals, title = 0, Totals(), ""
+    last_status: dict | None = None
+    started = last_write = time.monotonic()
+    yield "retry: 2000\n\n"
+    while True:
+        try:
+            records, new_offset = store.read_records(uid, offset)
+        except StreamNotFound:
+            yield _sse("gone", {"uid": uid})
+            return
+        chunks = []
+        for record in records:
+            kind = record.get("kind")
+            if kind == "header":  # the start of the file (again, if it was rewritten): count from scratch
+                totals, title = Totals(), record.get("title") or uid
+            elif kind == "title":
+                title = record.get("title") or title
+            elif kind == "event":
+                event = Event.from_dict(record)
+                index = record.get("index", 0)
+                totals.add(event)
+                if index >= next_index:
+                    chunks.append(_sse("step", step_view(event, index), event_id=index))
+                    next_index = index + 1
+        offset = new_offset
+        status = {"uid": uid, "title": title, **_status(web, uid), **totals.to_dict()}
+        if status != last_status:
+            chunks.append(_sse("status", status))
+            last_status = status
+        now = time.monotonic()
+        if chunks:
+            yield "".join(chunks)
+            last_write = now
+        elif now - last_write >= settings.heartbeat_seconds:
+            yield ": heartbeat\n\n"
+            last_write = now
+        if web.sse_lifetime and now - started >= web.sse_lifetime:
+            return  # the browser reconnects with Last-Event-ID and misses nothing
+        time.sleep(settings.poll_seconds)
+
+
+def _sse(event: str, data: dict, event_id: int | None = None) -> str:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+
+
+# -- helpers ----------------------------------------------------------------------------------------------------
+
+
+def _load(uid: str) -> EventStream:
+    try:
+        return _web().store.load(uid)
+    except StreamNotFound:
+        abort(404, f"no chat {uid!r}")
+
+
+def _status(web, uid: str) -> dict:
+    """The status shown for a chat: a stored "running" with no live run means the run died."""
+    running = web.runs.busy(uid)
+    try:
+        stored = web.store.info(uid).status
+    except StreamNotFound:
+        stored = "new"
+    if running:
+        status = "running"
+    elif stored == "running":
+        status = "interrupted"
+    else:
+        status = stored
+    return {"status": status, "running": running}
+
+
+def _info(info) -> dict:
+    data = info.to_dict()
+    web = _web()
+    running = web.runs.started_here(info.uid) or (info.status == "running" and web.store.is_running(info.uid))
+    data["running"] = running
+    if running:
+        data["status"] = "running"
+    elif info.status == "running":
+        data["status"] = "interrupted"
+    return data
+
+
+def _shown_settings(stream: EventStream) -> dict:
+    settings = stream.get_settings()
+    notes = settings.get("notes") or []
+    return {
+        "agent_type": settings.get("agent_type") or stream.agent_type or "default",
+        "model": settings.get("model") or "",
+        "cmd_init_dir": settings.get("cmd_init_dir") or "",
+        "prefix_cmd": settings.get("prefix_cmd") or "",
+        "notes": [str(n) for n in notes] if isinstance(notes, list) else [str(notes)],
+    }
+
+
+def _json_body() -> dict:
+    body = request.get_json(silent=True)
+    if not isinstance(body, dict):
+        abort(400, "send a JSON object (Content-Type: application/json)")
+    return body
+
+
+def _title(value) -> str:
+    if not isinstance(value, str) or not value.strip():
+        abort(400, "the title must be a non-empty string")
+    return " ".join(value.split())[:MAX_TITLE]
+
+
+def _title_from(text: str) -> str:
+    words = " ".join(text.split())
+    return words if len(words) <= 60 else words[:57].rstrip() + "..."
+
+
+def _settings(raw) -> dict:
+    """Validate chat settings from the browser; only known keys, right types, an existing working directory."""
+    if not isinstance(raw, dict):
+        abort(400, "settings must be an object")
+    unknown = set(raw) - set(SETTING_FIELDS)
+    if unknown:
+        abort(400, f"unknown settings: {', '.join(sorted(unknown))} (allowed: {', '.join(SETTING_FIELDS)})")
+    settings: dict = {}
+    for key, value in raw.items():
+        if key == "notes":
+            if isinstance(value, str):
+                value = [line.strip() for line in value.splitlines() if line.strip()]
+            if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
+                abort(400, "notes must be a list of strings")
+            settings[key] = value
+            continue
+        if not isinstance(value, str) or len(value) > 4096:
+            abort(400, f"setting {key} must be a string")
+        value = value.strip()
+        if key == "agent_type" and value not in AGENT_TYPES:
+            abort(400, f"unknown agent type {value!r} (known: {', '.join(AGENT_TYPES)})")
+        if key == "cmd_init_dir" and value:
+            value = os.path.abspath(os.path.expanduser(value))
+            if not os.path.isdir(value):
+                abort(400, f"the working directory {value!r} does not exist")
+        settings[key] = value
+    return settings
+
