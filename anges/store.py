@@ -263,7 +263,17 @@ class EventStore:
                 for suffix in (".jsonl", ".meta.json", ".lock"):
                     with suppress(FileNotFoundError):
                         os.unlink(self._path(each, suffix))
+            self._remove_leftover_temps(doomed)
         return doomed
+
+    def _remove_leftover_temps(self, uids: list[str]) -> None:
+        """Remove temp files that crashed writers left behind for these streams."""
+        prefixes = tuple(f".{uid}." for uid in uids)
+        with os.scandir(self.root) as entries:
+            for entry in entries:
+                if entry.name.startswith(prefixes) and entry.name.endswith(".tmp"):
+                    with suppress(FileNotFoundError):
+                        os.unlink(entry.path)
 
     @contextmanager
     def run_lock(self, uid: str) -> Iterator[None]:
@@ -295,12 +305,19 @@ class EventStore:
     # --- internals: paths and files ---------------------------------------------------------------
 
     def _path(self, uid: object, suffix: str = ".jsonl") -> Path:
-        """The file of stream `uid`; InvalidStreamId unless the id is well-formed and the path stays in root."""
+        """The file of stream `uid`; InvalidStreamId unless the id is well-formed and the path stays in root.
+
+        A valid id has no separator or dot, so the path can only lead out of root through a symlink at
+        its last component: that is refused here, and every open uses O_NOFOLLOW against races.
+        """
         if not is_valid_id(uid):
             raise InvalidStreamId(f"invalid stream id {repr(uid)[:80]}: use 1-64 letters, digits, '-' or '_'")
         path = self.root / f"{uid}{suffix}"
-        if os.path.realpath(path) != os.path.join(os.path.realpath(self.root), path.name):
-            raise InvalidStreamId(f"stream {uid!r}: {path} resolves outside {self.root}")
+        try:
+            if stat.S_ISLNK(os.lstat(path).st_mode):
+                raise InvalidStreamId(f"stream {uid!r}: {path} is a symlink, which could lead out of {self.root}")
+        except (FileNotFoundError, NotADirectoryError):
+            pass
         return path
 
     def _make_root(self) -> None:

@@ -426,9 +426,15 @@ def test_delete_removes_the_stream_its_descendants_and_all_side_files(store):
     family(store)
     with store.run_lock("child2"):
         pass  # leaves a .lock side file behind
+    (store.root / ".child1.jsonl.Ab12Cd34.tmp").write_text("left by a crashed save")
+    (store.root / ".other.meta.json.Ab12Cd34.tmp").write_text("not ours to remove")
     removed = store.delete("root")
     assert removed[0] == "root" and sorted(removed) == ["child1", "child2", "grandchild", "root"]
-    assert sorted(p.name for p in store.root.iterdir()) == ["other.jsonl", "other.meta.json"]
+    assert sorted(p.name for p in store.root.iterdir()) == [
+        ".other.meta.json.Ab12Cd34.tmp",
+        "other.jsonl",
+        "other.meta.json",
+    ]
     with pytest.raises(StreamNotFound):
         store.delete("root")
 
@@ -490,6 +496,9 @@ def test_a_symlink_leading_out_of_root_is_refused(tmp_path, store):
         with pytest.raises(InvalidStreamId):
             call()
     assert outside.read_text() == "secret\n"
+    (store.root / "alias.jsonl").symlink_to(store.root / "inside.jsonl")
+    with pytest.raises(InvalidStreamId):
+        store.load("alias")
     assert [i.uid for i in store.list()] == ["inside"]
 
 
