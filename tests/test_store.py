@@ -704,3 +704,15 @@ def test_import_refuses_files_that_are_not_streams(tmp_path, store, content, mes
 def test_import_of_a_missing_file_says_so(tmp_path, store):
     with pytest.raises(AngesError, match="cannot read"):
         store.import_file(tmp_path / "missing.json")
+
+
+def test_a_loaded_stream_finds_its_children_in_the_same_store(tmp_path):
+    store = EventStore(tmp_path / "elsewhere")
+    child = new_stream(2, uid="kid", parent_event_stream_uids=["mom"])
+    child.add_event(Event("task_completion", content="child done"))
+    store.sync(child)
+    parent = new_stream(1, uid="mom")
+    parent.add_event(Event("child_agent_running", reasoning='{"agent_id": "kid", "starting_from": 1}'))
+    store.sync(parent)
+    flat = store.load("mom").get_event_list_including_children_events()
+    assert [e.content for e in flat] == ["echo 0", "", "echo 1", "child done"]
