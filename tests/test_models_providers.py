@@ -4,13 +4,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from wire_servers import (  # noqa: F401  (fixtures)
+from wire_servers import (
     TEST_KEY,
     AnthropicWireServer,
     GeminiWireServer,
     OpenAIWireServer,
     WireServer,
-    clean_model_env,
     sleeper,
 )
 
@@ -27,6 +26,8 @@ PROVIDERS = {
     "gemini": (GeminiWireServer, GeminiModel, "GEMINI_API_KEY"),
     "anthropic": (AnthropicWireServer, AnthropicModel, "ANTHROPIC_API_KEY"),
 }
+
+pytest_plugins = ["wire_servers"]  # until tests/conftest.py registers it for every module
 
 
 @dataclass
@@ -47,7 +48,7 @@ class Wire:
 
 
 @pytest.fixture(params=sorted(PROVIDERS))
-def wire(request, clean_model_env, monkeypatch):  # noqa: F811
+def wire(request, clean_model_env, monkeypatch):
     server_class, model_class, key_env = PROVIDERS[request.param]
     monkeypatch.setenv(key_env, TEST_KEY)
     with server_class() as server:

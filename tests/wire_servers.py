@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -87,7 +87,7 @@ class WireServer:
             self._httpd.shutdown()
             self._httpd.server_close()
 
-    def __enter__(self) -> WireServer:
+    def __enter__(self):
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -119,7 +119,7 @@ class WireServer:
                      model: str | None = None, delay: float = 0.0, times: int = 1, **extra: Any) -> None:
         """A normal reply with these usage numbers; `extra` are provider-specific fields of the message."""
         usage = {"input": input_tokens, "output": output_tokens, "cached": cached_tokens}
-        body = lambda request: self.render_text(request, text, usage, model, "stop", extra)  # noqa: E731
+        body = lambda request: self.render_text(request, text, usage, model, "stop", extra)
         self.enqueue(Scripted(body=body, delay=delay), times)
 
     def enqueue_truncated(self, text: str, *, input_tokens: int = 10, output_tokens: int = 5) -> None:
@@ -278,7 +278,7 @@ class GeminiWireServer(WireServer):
 
     name = "gemini"
     route = re.compile(r"^/[^/]+/(?:.*/)?models/[^/:]+:generateContent$")
-    STATUS_NAMES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+    STATUS_NAMES: ClassVar[dict[int, str]] = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
                     429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
 
     @property
@@ -322,7 +322,7 @@ class AnthropicWireServer(WireServer):
 
     name = "anthropic"
     route = re.compile(r"^(/v1/messages|.*/publishers/anthropic/models/[^/:]+:rawPredict)$")
-    ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+    ERROR_TYPES: ClassVar[dict[int, str]] = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                    404: "not_found_error", 429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
 
     @property

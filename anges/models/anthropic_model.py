@@ -68,9 +68,6 @@ class AnthropicModel(Provider):
 
         return self._http_sdk_failure(exc, anthropic)
 
-    def _endpoint(self) -> str:
-        return self.base_url
-
 
 def _usage(usage: Any) -> Usage:
     if usage is None:

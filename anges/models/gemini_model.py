@@ -23,6 +23,7 @@ class GeminiModel(Provider):
 
     def _make_client(self) -> Any:
         from google import genai
+        from google.auth.exceptions import GoogleAuthError
         from google.genai import types
 
         self.vertex = uses_vertex(self.preset)
@@ -40,9 +41,7 @@ class GeminiModel(Provider):
                                       location=self.preset.location or None, http_options=http_options)
             else:
                 client = genai.Client(vertexai=False, api_key=self._api_key(), http_options=http_options)
-        except ModelSetupError:
-            raise
-        except Exception as exc:  # the SDK checks credentials here (ValueError, google.auth errors)
+        except (ValueError, GoogleAuthError) as exc:  # the SDK checks credentials here
             where = ("Vertex AI needs a project (GOOGLE_CLOUD_PROJECT or `project:` in the preset), a location and "
                      "Application Default Credentials (gcloud auth application-default login)") if self.vertex else (
                      "Gemini needs GEMINI_API_KEY or GOOGLE_API_KEY")
@@ -92,9 +91,6 @@ class GeminiModel(Provider):
             return Failure.setup(f"Vertex AI authentication failed ({type(exc).__name__}: {exc}). Run `gcloud auth "
                                  "application-default login` or set GOOGLE_APPLICATION_CREDENTIALS.")
         return transport_failure(exc)
-
-    def _endpoint(self) -> str:
-        return self.base_url
 
 
 def _usage(meta: Any) -> Usage:

@@ -77,9 +77,6 @@ class OpenAIModel(Provider):
 
         return self._http_sdk_failure(exc, openai)
 
-    def _endpoint(self) -> str:
-        return self.base_url
-
 
 def _usage(usage: Any, prompt: str) -> Usage:
     if usage is None:

@@ -73,7 +73,9 @@ class Provider:
 
     provider: ClassVar[str] = ""
     label: str = ""
-    """Who answers, for messages: "OpenAI", "Gemini", "the server at http://...", ..."""
+    """Who answers, for messages: "OpenAI", "Gemini", "the server at http://...", ... (set by `_make_client`)."""
+    base_url: str = ""
+    """The endpoint the client talks to (set by `_make_client`)."""
 
     def __init__(self, preset: ModelPreset, settings: ModelSettings | None = None, retry: RetryConfig | None = None,
                  *, name: str = "", sleep: Callable[[float], object] = time.sleep,
@@ -127,7 +129,9 @@ class Provider:
     def _key_hint(self) -> str:
         if self.key_env:
             return self.key_env
-        return "the key (no api_key_env is set in the preset, so none is sent)"
+        if self.preset.api_key_env:
+            return f"{self.preset.api_key_env} (it is not set, so no key was sent)"
+        return "api_key_env in the preset (it names no variable, so no key was sent)"
 
     def _reply(self, text: str | None, usage: Usage, model: str, finish_reason: str) -> Completion:
         """The Completion for a reply text, or ModelReplyError when nothing usable is left of it."""
@@ -160,16 +164,13 @@ class Provider:
             return Failure.setup(f"{self.label} denied access (403){said}. Check that the key in {self._key_hint()} "
                                  f"may use model {model!r}.", status)
         if status == 404:
-            return Failure.setup(f"model {model!r} not found at {self._endpoint()} (404): check the model id{said}",
+            return Failure.setup(f"model {model!r} not found at {self.base_url} (404): check the model id{said}",
                                  status)
         if status == 402:
             return Failure.setup(f"{self.label} asks for payment (402){said}: check the account's billing", status)
         if status == 400:
             return Failure.setup(f"{self.label} rejected the request as invalid (400){said}", status)
         return Failure.fatal(f"{self.label} answered {status}{said}", status)
-
-    def _endpoint(self) -> str:
-        return self.preset.base_url or self.label
 
     def _http_sdk_failure(self, exc: BaseException, sdk: Any) -> Failure | None:
         """Classify the errors of the OpenAI and Anthropic SDKs, which share their shape."""
