@@ -545,7 +545,8 @@ def test_the_feed_of_a_child_agent(auth, store):
     store.sync(parent)
     events, _ = read_sse(client, "/api/chats/parent1/events", lambda ev, _: any(e[0] == "status" for e in ev))
     running = steps_of(events)[1]
-    assert running["kind"] == "child_running" and running["child"] == {"uid": child.uid, "starting_from": 0}
+    assert running["kind"] == "child_running"
+    assert running["child"]["uid"] == child.uid and running["child"]["starting_from"] == 0
     events, _ = read_sse(client, f"/api/chats/{child.uid}/events", lambda ev, _: any(e[0] == "status" for e in ev))
     assert steps_of(events)[0]["from_parent"] is True
 

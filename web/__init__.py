@@ -77,7 +77,7 @@ def _security_headers(response):
     response.headers["Content-Security-Policy"] = CSP
     response.headers["X-Content-Type-Options"] = "nosniff"
     response.headers["X-Frame-Options"] = "DENY"
-    response.headers["Referrer-Policy"] = "no-referrer"
+    response.headers["Referrer-Policy"] = "same-origin"
     if request.path.startswith("/api/") or response.mimetype == "text/html":
         response.headers.setdefault("Cache-Control", "no-store")
     return response

@@ -72,7 +72,7 @@ def step_view(event: Event, index: int) -> dict:
         view.update(command=data.get("command", ""), exit_code=data.get("exit_code"),
                     duration=data.get("duration"), timed_out=bool(data.get("timed_out")),
                     interrupted=bool(data.get("interrupted")), background=data.get("pid") is not None
-                    and data.get("exit_code") is None, output=_command_output(event.content))
+                    and data.get("exit_code") is None, output=_command_output(event.content, data.get("command", "")))
         view["long"] = view["output"].count("\n") >= LONG_OUTPUT_LINES
     elif kind == "edit":
         directive, _, diff = event.content.partition("\n")
@@ -87,10 +87,9 @@ def step_view(event: Event, index: int) -> dict:
         view["text"] = event.content
     elif kind in ("child_start", "child_running", "child_exit"):
         child_id, start = child_reference(event)
-        view["child"] = {"uid": child_id or data.get("agent_id"), "starting_from": start}
+        view["child"] = {"uid": child_id or data.get("agent_id"), "starting_from": start,
+                         "agent_type": data.get("agent_type", ""), "exit_type": data.get("exit_type", "")}
         view["text"] = event.content if kind != "child_running" else ""
-        if kind == "child_start":
-            view["reasoning_html"] = markdown_html(event.reasoning)
     else:
         view["text"] = event.content
         view["message"] = event.message
@@ -118,8 +117,11 @@ def _kind(event: Event) -> str:
     return "other"
 
 
-def _command_output(content: str) -> str:
-    """The output part of a shell event's content, without the status line (shown as a badge)."""
+def _command_output(content: str, command: str) -> str:
+    """The output part of a shell event's content, without the command and status lines (shown apart)."""
+    echoed = f"COMMAND: {command}\n"
+    if content.startswith(echoed):
+        content = content[len(echoed):]
     first, _, rest = content.partition("\n")
     if not first.startswith(("EXIT CODE:", "KILLED")):
         return content

@@ -504,10 +504,17 @@
   }
 
   function renderChildNote(step) {
-    const note = el("div", "child-note muted small");
-    const verb = step.kind === "child_start" ? "Child agent started" : "Child agent finished";
-    note.textContent = `${verb}${step.child && step.child.uid ? " \u00b7 " + step.child.uid : ""}`;
-    if (step.text && step.kind === "child_exit") note.title = step.text;
+    const note = el("div", "child-note");
+    const child = step.child || {};
+    const who = (child.agent_type || "child agent").replace(/_/g, " ");
+    if (step.kind === "child_start") {
+      note.textContent = `${step.type === "resume_child_agent" ? "Resuming" : "Delegating to"} ${who}`;
+    } else {
+      const outcome = (STATUS_LABELS[{ task_completion: "completed", agent_requested_help: "help_needed",
+        agent_text_response: "answered", task_interrupted: "interrupted" }[child.exit_type]] || "finished");
+      note.textContent = `${who.charAt(0).toUpperCase()}${who.slice(1)} returned: ${outcome.toLowerCase()}`;
+      note.title = step.text;
+    }
     return note;
   }
 
@@ -549,6 +556,7 @@
 
     let last = -1;
     let ended = false;
+    let returned = false;
     const source = new EventSource(`/api/chats/${encodeURIComponent(uid)}/events?from=${step.child.starting_from || 0}`);
     state.childSources.add(source);
     const finish = () => {
@@ -556,30 +564,30 @@
       source.close();
       state.childSources.delete(source);
     };
+    const showStatus = (status) => {
+      pill.dataset.status = status;
+      pill.textContent = STATUS_LABELS[status] || status;
+    };
     source.addEventListener("step", (event) => {
-      if (ended) return;
+      if (ended || returned) return; // this block shows one run of the child: up to its return
       const child = JSON.parse(event.data);
       if (child.index <= last) return;
       last = child.index;
-      if (child.kind === "request") {
-        if (child.text) details.dataset.task = child.text;
-      }
       const stick = nearBottom();
       list.appendChild(renderStep(child, depth + 1));
       if (stick) scrollToBottom();
       if (RETURN_TYPES.has(child.type)) {
-        pill.dataset.status = { task_completion: "completed", agent_requested_help: "help_needed",
-          agent_text_response: "answered", task_interrupted: "interrupted" }[child.type];
-        pill.textContent = STATUS_LABELS[pill.dataset.status];
-        finish();
+        returned = true;
+        showStatus({ task_completion: "completed", agent_requested_help: "help_needed",
+          agent_text_response: "answered", task_interrupted: "interrupted" }[child.type]);
       }
     });
     source.addEventListener("status", (event) => {
       if (ended) return;
       const status = JSON.parse(event.data);
       name.textContent = status.title || uid;
-      pill.dataset.status = status.status;
-      pill.textContent = STATUS_LABELS[status.status] || status.status;
+      if (returned) { finish(); return; } // a status always follows the steps it describes
+      showStatus(status.status);
       const parentRunning = state.status && state.status.running;
       if (!status.running && !parentRunning) finish();
     });

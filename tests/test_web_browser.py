@@ -1,0 +1,375 @@
+"""The web chat as a person uses it: the real app on 127.0.0.1, driven in headless Chromium by Playwright."""
+
+import json
+import os
+import re
+import shutil
+import threading
+
+import pytest
+
+from anges.config import load_config
+from anges.models.scripted import ScriptedModel
+from anges.store import EventStore
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+CHROMIUM = os.environ.get("ANGES_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+               "--disable-component-update", "--no-first-run"]
+PASSWORD = "browser-test-password"
+WAIT = 10_000  # ms for anything the page must show
+
+pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Chromium is not installed")
+
+# Recorded before any page script runs: a payload that executes sets __xss, a CSP refusal is counted.
+TRAP = """
+window.__xss = 0;
+window.__csp = [];
+document.addEventListener('securitypolicyviolation', e => window.__csp.push(e.violatedDirective + ' ' + e.blockedURI));
+"""
+
+
+def reply(*actions, reasoning="Checking the working directory first."):
+    return {"analysis": "", "reasoning": reasoning, "actions": list(actions)}
+
+
+def shell(command, reasoning="Run it."):
+    return reply({"action_type": "RUN_SHELL_CMD", "command": command}, reasoning=reasoning)
+
+
+def complete(content, reasoning="Done."):
+    return reply({"action_type": "TASK_COMPLETE", "content": content}, reasoning=reasoning)
+
+
+def gate(event, then):
+    def answer(prompt):
+        assert event.wait(20), "test gate never opened"
+        return json.dumps(then)
+
+    return answer
+
+
+class RoutedModel:
+    """One scripted model per agent type, chosen by the role line of the prompt (for orchestrator runs)."""
+
+    name = "routed"
+    marks = {"orchestrator": "You are anges' orchestrator", "task_executor": "You are anges' task executor"}
+
+    def __init__(self, **scripts):
+        self.models = {kind: ScriptedModel(replies) for kind, replies in scripts.items()}
+
+    def __call__(self, prompt, temperature=0.0):
+        for kind, mark in self.marks.items():
+            if mark in prompt:
+                return self.models[kind](prompt, temperature)
+        return self.models["orchestrator"](prompt, temperature)
+
+
+class LiveServer:
+    """The real app served by werkzeug's threaded server on 127.0.0.1 with a free port."""
+
+    def __init__(self, model, tmp_path):
+        from werkzeug.serving import make_server
+
+        from anges.web import create_app
+
+        config = load_config(overrides={"web": {"heartbeat_seconds": 1, "poll_seconds": 0.05}})
+        self.store = EventStore()
+        self.app = create_app(config, self.store, password=PASSWORD, default_dir=str(tmp_path),
+                              model_factory=lambda name, cfg, agent_type: model)
+        self.server = make_server("127.0.0.1", 0, self.app, threaded=True)
+        self.url = f"http://127.0.0.1:{self.server.port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS, headless=True)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def model():
+    return ScriptedModel()
+
+
+@pytest.fixture
+def server(model, tmp_path):
+    live = LiveServer(model, tmp_path)
+    yield live
+    live.close()
+
+
+@pytest.fixture
+def page(browser, server):
+    context = browser.new_context(viewport={"width": 1280, "height": 820})
+    context.set_default_timeout(WAIT)
+    page = context.new_page()
+    page.add_init_script(TRAP)
+    dialogs = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.dialogs = dialogs
+    yield page
+    context.close()
+
+
+def log_in(page, server):
+    page.goto(server.url + "/")
+    assert "/login" in page.url
+    page.fill("#password", "not the password")
+    page.click("button[type=submit]")
+    expect(page.locator("#login-error")).to_contain_text("Wrong password")
+    page.fill("#password", PASSWORD)
+    page.click("button[type=submit]")
+    expect(page.locator("#message")).to_be_visible()
+
+
+def expect(locator):
+    return playwright_api.expect(locator)
+
+
+def send(page, text):
+    page.fill("#message", text)
+    page.press("#message", "Enter")
+
+
+def steps(page):
+    return page.locator("#steps > li.step")
+
+
+def assert_safe(page):
+    assert page.evaluate("window.__xss") == 0, "a payload executed"
+    assert page.dialogs == [], f"a payload opened a dialog: {page.dialogs}"
+
+
+# -- the tests -----------------------------------------------------------------------------------------------
+
+
+def test_log_in_start_a_task_and_watch_the_steps_arrive(page, server, model):
+    release = threading.Event()
+    model.enqueue(shell("echo step-one"), gate(release, complete("Finished: **everything** worked.")))
+    log_in(page, server)
+    page.fill("#message", "first line")
+    page.press("#message", "Shift+Enter")  # a newline, not a send
+    page.type("#message", "second line")
+    assert page.input_value("#message") == "first line\nsecond line"
+    page.press("#message", "Enter")
+    expect(page).to_have_url(re.compile(r"/chat/[A-Za-z0-9_-]+$"))
+    expect(page.locator(".step-request .request-text")).to_have_text("first line\nsecond line")
+    shell_step = page.locator(".step-shell")
+    expect(shell_step.locator(".command")).to_have_text("echo step-one")
+    expect(shell_step.locator("pre.output")).to_have_text("step-one")
+    expect(shell_step.locator(".badge.ok")).to_have_text("exit 0")
+    expect(page.locator("#status-pill")).to_have_text("Running")
+    expect(page.locator("#working")).to_be_visible()
+    expect(page.locator("#stop")).to_be_visible()
+    # the sidebar lists the chat, running
+    expect(page.locator(".chat-link.active .dot[data-status=running]")).to_be_visible()
+
+    send(page, "a second message while it runs")
+    expect(page.locator("#notice")).to_contain_text("already running")
+    assert page.input_value("#message") == "a second message while it runs"  # kept for later
+
+    release.set()
+    answer = page.locator(".answer-task_completion")
+    expect(answer).to_contain_text("Finished: everything worked.")
+    expect(answer.locator("strong")).to_have_text("everything")
+    expect(page.locator("#status-pill")).to_have_text("Completed")
+    expect(page.locator("#working")).to_be_hidden()
+    expect(page.locator("#stop")).to_be_hidden()
+    expect(page.locator("#status-steps")).to_have_text("2 steps")
+    expect(steps(page)).to_have_count(3)
+    assert_safe(page)
+    assert page.evaluate("window.__csp") == []
+
+
+def test_stop_a_running_command(page, server, model, tmp_path):
+    model.enqueue(shell("touch started && sleep 30", reasoning="This takes a while."), complete("never reached"))
+    log_in(page, server)
+    send(page, "sleep for a long time")
+    expect(page.locator("#status-pill")).to_have_text("Running")
+    expect(page.locator("#stop")).to_be_visible()
+    _wait_for(lambda: (tmp_path / "started").exists())  # the command is running now
+    page.click("#stop")
+    expect(page.locator(".step-shell .badge.bad")).to_have_text("killed")
+    expect(page.locator(".step-interrupted")).to_contain_text("Stopped")
+    expect(page.locator("#status-pill")).to_have_text("Interrupted")
+    expect(page.locator("#working")).to_be_hidden()
+    expect(page.locator("#stop")).to_be_hidden()
+    events = server.store.load(page.url.rsplit("/", 1)[1]).events_list
+    assert [e.type for e in events] == ["new_request", "action", "task_interrupted"]
+    assert events[1].data["interrupted"] and events[2].data["reason"] == "interrupt"
+
+
+def test_reload_mid_run_and_keep_following(page, server, model):
+    first, second = threading.Event(), threading.Event()
+    model.enqueue(shell("echo alpha"), gate(first, shell("echo beta")), gate(second, complete("Both printed.")))
+    log_in(page, server)
+    send(page, "print alpha then beta")
+    expect(page.locator(".step-shell pre.output")).to_have_text("alpha")
+    page.reload()
+    expect(page.locator(".step-shell pre.output")).to_have_text("alpha")  # exactly one: no duplicates
+    expect(page.locator("#status-pill")).to_have_text("Running")
+    first.set()
+    expect(page.locator(".step-shell pre.output")).to_have_text(["alpha", "beta"])
+    second.set()
+    expect(page.locator(".answer-task_completion")).to_contain_text("Both printed.")
+    expect(steps(page)).to_have_count(4)
+    assert page.eval_on_selector_all("#steps > li.step", "els => els.map(e => +e.dataset.index)") == [0, 1, 2, 3]
+
+
+def test_open_a_child_agent(browser, tmp_path):
+    model = RoutedModel(
+        orchestrator=[
+            reply({"action_type": "CALL_CHILD_AGENT", "directive": "NEW_CHILD_AGENT TASK_EXECUTOR",
+                   "agent_input": "Write notes.txt"}, reasoning="Delegate the writing."),
+            complete("The child wrote notes.txt."),
+        ],
+        task_executor=[shell("echo hello > notes.txt && cat notes.txt"), complete("Wrote notes.txt.")],
+    )
+    live = LiveServer(model, tmp_path)
+    context = browser.new_context(viewport={"width": 1280, "height": 820})
+    context.set_default_timeout(WAIT)
+    page = context.new_page()
+    try:
+        log_in(page, live)
+        page.click("#settings-open")
+        page.select_option("#set-agent-type", "orchestrator")
+        page.click("#settings-save")
+        expect(page.locator("#settings")).to_be_hidden()
+        send(page, "Make notes with a helper")
+        expect(page.locator(".answer-task_completion").last).to_contain_text("The child wrote notes.txt.")
+        tree = page.locator("details.child")
+        expect(tree.locator(".step-shell pre.output")).to_have_text("hello")
+        expect(tree.locator(".answer-task_completion")).to_contain_text("Wrote notes.txt.")
+        expect(tree.locator(".pill")).to_have_text("Completed")
+        expect(tree.locator(".child-name")).to_have_text("Write notes.txt")
+        # collapsible
+        tree.locator("summary").click()
+        expect(tree.locator(".child-steps")).to_be_hidden()
+        tree.locator("summary").click()
+        expect(tree.locator(".child-steps")).to_be_visible()
+        # nested in the sidebar under its parent
+        parent_uid = page.url.rsplit("/", 1)[1]
+        nested = page.locator(".chats.children .chat-link")
+        expect(nested).to_have_count(1)
+        child_uid = nested.get_attribute("data-uid")
+        assert live.store.load(child_uid).parent_event_stream_uids == [parent_uid]
+        # open it
+        tree.locator(".child-open").click()
+        expect(page).to_have_url(re.compile(f"/chat/{child_uid}$"))
+        expect(page.locator("#chat-title")).to_have_text("Write notes.txt")
+        expect(page.locator(".step-request .step-label")).to_have_text("Task from the parent agent")
+        expect(page.locator("#parent-link")).to_be_visible()
+        page.click("#parent-link")
+        expect(page).to_have_url(re.compile(f"/chat/{parent_uid}$"))
+    finally:
+        context.close()
+        live.close()
+
+
+XSS_REPLIES = [
+    reply({"action_type": "RUN_SHELL_CMD", "command": "echo '<img src=x onerror=window.__xss=1>'"},
+          reasoning='<script>window.__xss=1</script> <img src=x onerror="window.__xss=1"> **reasoning**'),
+    reply({"action_type": "EDIT_FILE", "directive_line": "NEW_FILE page.html",
+           "content": "<script>window.__xss=1</script>\n<svg onload=\"window.__xss=1\"></svg>\n"},
+          reasoning="[click me](javascript:window.__xss=1) and <a href=\"javascript:window.__xss=1\">this</a>"),
+    complete(
+        "Results:\n\n<script>window.__xss=1</script>\n\n<img src=x onerror=\"window.__xss=1\">\n\n"
+        "[a link](javascript:window.__xss=1) [b](JAVASCRIPT:window.__xss=1) "
+        "<a href=\"javascript:window.__xss=1\">c</a>\n\n"
+        "<svg><script>window.__xss=1</script></svg> <svg onload=\"window.__xss=1\"/>\n\n"
+        "<iframe src=\"javascript:window.__xss=1\"></iframe>\n\n"
+        "![img](x \"t\") <details open ontoggle=\"window.__xss=1\">d</details>\n\n"
+        "```html\n<script>window.__xss=1</script>\n```\n",
+        reasoning="<math><mtext><table><mglyph><style><img src=x onerror=window.__xss=1>"),
+]
+
+
+def test_xss_payloads_in_model_replies_do_not_execute(page, server, model):
+    model.enqueue(*XSS_REPLIES)
+    log_in(page, server)
+    send(page, '<img src=x onerror="window.__xss=1"> <script>window.__xss=1</script> title')
+    answer = page.locator(".answer-task_completion")
+    expect(answer).to_contain_text("Results:")
+    expect(page.locator("#status-pill")).to_have_text("Completed")
+    # the payloads are shown as text, not run
+    expect(page.locator(".step-shell .command")).to_contain_text("<img src=x onerror=window.__xss=1>")
+    expect(page.locator(".step-edit pre.diff")).to_contain_text("<script>window.__xss=1</script>")
+    expect(answer.locator("pre code")).to_contain_text("<script>window.__xss=1</script>")
+    expect(page.locator("#chat-title")).to_contain_text("<img src=x")
+    # give anything that could fire (image errors, toggles, clicks) a chance
+    for link in answer.locator("a").all():
+        link.click(modifiers=["Alt"], no_wait_after=True)
+    page.wait_for_timeout(300)
+    dangerous = page.evaluate("""() => {
+        const bad = [];
+        for (const el of document.querySelectorAll('#steps *, #chat-list *, #chat-title')) {
+            for (const attr of el.attributes) {
+                if (/^on/i.test(attr.name)) bad.push(el.tagName + ' ' + attr.name);
+                if (/^(href|src)$/i.test(attr.name) && /^\\s*javascript:/i.test(attr.value)) bad.push(attr.value);
+            }
+            if (['SCRIPT', 'SVG', 'IFRAME', 'MATH', 'STYLE'].includes(el.tagName.toUpperCase())) bad.push(el.tagName);
+        }
+        return bad;
+    }""")
+    assert dangerous == []
+    page.reload()
+    expect(page.locator(".answer-task_completion")).to_contain_text("Results:")
+    page.wait_for_timeout(200)
+    assert_safe(page)
+    assert page.evaluate("window.__csp") == []  # nothing even tried to run
+
+
+def test_phone_sized_viewport(browser, server, model):
+    model.enqueue(shell("printf 'a fairly long line of output that must wrap on a phone screen %.0s' 1 2 3"),
+                  complete("Done:\n\n```bash\necho a-long-command --with --many --flags --that --should --scroll\n```"))
+    context = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=2, is_mobile=True,
+                                  has_touch=True)
+    context.set_default_timeout(WAIT)
+    page = context.new_page()
+    try:
+        log_in(page, server)
+        sidebar = page.locator("#sidebar")
+        expect(page.locator("#menu")).to_be_visible()
+        assert sidebar.bounding_box()["x"] + sidebar.bounding_box()["width"] <= 1  # off screen
+        send(page, "print a long line")
+        expect(page.locator(".answer-task_completion")).to_contain_text("Done")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        for selector in ("#send", "#menu", "#message"):
+            box = page.locator(selector).bounding_box()
+            assert box["height"] >= 36 and box["x"] >= 0 and box["x"] + box["width"] <= 390, selector
+        code = page.locator(".answer-task_completion pre").bounding_box()
+        assert code["x"] >= 0 and code["x"] + code["width"] <= 390
+        font = page.eval_on_selector(".step-shell pre.output", "el => parseFloat(getComputedStyle(el).fontSize)")
+        assert font >= 12
+        # the drawer opens, lists the chat, and closes when a chat is picked
+        page.tap("#menu")
+        expect(page.locator(".chat-link.active")).to_be_in_viewport()
+        page.locator(".chat-link.active").tap()
+        page.wait_for_function("() => !document.getElementById('app').classList.contains('drawer-open')")
+        page.tap("#menu")
+        expect(page.locator("#backdrop")).to_be_visible()
+        page.locator("#backdrop").tap(position={"x": 370, "y": 400})
+        expect(page.locator("#backdrop")).to_be_hidden()
+        if os.environ.get("ANGES_SCREENSHOT_PHONE"):
+            page.screenshot(path=os.environ["ANGES_SCREENSHOT_PHONE"])
+    finally:
+        context.close()
+
+
+def _wait_for(condition, timeout=10.0):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
