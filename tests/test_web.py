@@ -491,7 +491,7 @@ def test_the_feed_sends_every_step_then_the_status(auth, app, store, model):
     assert [s["kind"] for s in steps] == ["request", "shell", "edit", "answer"]
     assert [e[1] for e in events if e[0] == "step"] == ["0", "1", "2", "3"]
     assert steps[1]["command"] == "echo one" and steps[1]["exit_code"] == 0 and steps[1]["output"] == "one\n"
-    assert steps[2]["path"].endswith("f.txt") and "+x" in steps[2]["diff"]
+    assert steps[2]["path"] == "f.txt" and "+x" in steps[2]["diff"]
     assert steps[3]["body_html"] == "<p><strong>Done</strong></p>\n"
     status = events[-1]
     assert status[0] == "status" and status[2]["status"] == "completed" and status[2]["steps"] == 3

@@ -52,8 +52,11 @@ def markdown_html(text: str) -> str:
     )
 
 
-def step_view(event: Event, index: int) -> dict:
-    """What the chat shows of one event. Only the `*_html` fields are HTML (sanitized); the rest is text."""
+def step_view(event: Event, index: int, cwd: str = "") -> dict:
+    """What the chat shows of one event. Only the `*_html` fields are HTML (sanitized); the rest is text.
+
+    Paths under `cwd` (the chat's working directory) are shown relative to it.
+    """
     data = event.data or {}
     view: dict = {
         "index": index,
@@ -76,7 +79,7 @@ def step_view(event: Event, index: int) -> dict:
         view["long"] = view["output"].count("\n") >= LONG_OUTPUT_LINES
     elif kind == "edit":
         directive, _, diff = event.content.partition("\n")
-        view.update(path=data.get("path", ""), operation=data.get("operation", ""),
+        view.update(path=_shown_path(data.get("path", ""), cwd), operation=data.get("operation", ""),
                     directive=data.get("directive", directive), error=data.get("error"),
                     diff="" if data.get("error") else diff, text=event.content if data.get("error") else "",
                     lines_added=data.get("lines_added"), lines_removed=data.get("lines_removed"))
@@ -94,6 +97,12 @@ def step_view(event: Event, index: int) -> dict:
         view["text"] = event.content
         view["message"] = event.message
     return view
+
+
+def _shown_path(path: str, cwd: str) -> str:
+    if cwd and path.startswith(cwd.rstrip("/") + "/"):
+        return path[len(cwd.rstrip("/")) + 1:]
+    return path
 
 
 def _kind(event: Event) -> str:

@@ -234,7 +234,7 @@ def events(uid: str):
 
 def _feed(web, uid: str, next_index: int):
     store, settings = web.store, web.config.web
-    offset, totals, title = 0, Totals(), ""
+    offset, totals, title, cwd = 0, Totals(), "", ""
     last_status: dict | None = None
     started = last_write = time.monotonic()
     yield "retry: 2000\n\n"
@@ -251,12 +251,14 @@ def _feed(web, uid: str, next_index: int):
                 totals, title = Totals(), record.get("title") or uid
             elif kind == "title":
                 title = record.get("title") or title
+            elif kind == "settings":
+                cwd = (record.get("agent_settings") or {}).get("cmd_init_dir") or cwd
             elif kind == "event":
                 event = Event.from_dict(record)
                 index = record.get("index", 0)
                 totals.add(event)
                 if index >= next_index:
-                    chunks.append(_sse("step", step_view(event, index), event_id=index))
+                    chunks.append(_sse("step", step_view(event, index, cwd), event_id=index))
                     next_index = index + 1
         offset = new_offset
         status = {"uid": uid, "title": title, **_status(web, uid), **totals.to_dict()}

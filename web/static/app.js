@@ -228,7 +228,7 @@
     dot.title = STATUS_LABELS[chat.status] || chat.status;
     link.appendChild(dot);
     link.appendChild(el("span", "chat-name", chat.title || chat.uid));
-    if (depth > 0 || chat.parent_ids.length) link.appendChild(el("span", "chat-kind", chat.agent_type || "agent"));
+    link.title = chat.parent_ids.length ? `${chat.title} (${(chat.agent_type || "agent").replace(/_/g, " ")})` : chat.title;
     link.appendChild(el("span", "chat-time", formatTime(chat.updated_at)));
     link.addEventListener("click", (event) => {
       if (event.metaKey || event.ctrlKey || event.shiftKey || event.button !== 0) return;
