@@ -254,7 +254,7 @@ class BaseAgent:
 
     # -- model calls ------------------------------------------------------------------------------------------
 
-    def _call_model(self, prompt: str, temperature: float | None = None, attach: bool = True) -> str:
+    def _call_model(self, prompt: str, temperature: float | None = None, attach: bool = True):
         self._check_limits()
         state = self._state
         state.model_calls += 1
@@ -266,9 +266,7 @@ class BaseAgent:
             raise
         except ModelError as exc:
             raise RunStopped("model_error", f"the model call failed: {exc}", error=str(exc)) from None
-        if not isinstance(reply, str):
-            raise FormatError(f"the model returned {type(reply).__name__}, not text")
-        self._account(reply, attach)
+        self._account(reply if isinstance(reply, str) else "", attach)
         return reply
 
     def _account(self, reply: str, attach: bool) -> None:
