@@ -385,3 +385,25 @@ def test_two_runs_on_one_stream_are_refused(tmp_path):
         second.run_with_new_request("two")
     gate.set()
     worker.join(5)
+
+
+def test_stop_requested_through_the_store_from_another_process(tmp_path):
+    import subprocess
+    import sys
+
+    pid_file = tmp_path / "pid"
+    agent, _ = make_agent(tmp_path, [reply(shell(f"sleep 60 & echo $! > '{pid_file}'; wait"))])
+    worker = threading.Thread(target=agent.run_with_new_request, args=("sleep",))
+    worker.start()
+    deadline = time.monotonic() + 10
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    subprocess.run([sys.executable, "-c", f"from anges.store import EventStore; EventStore().request_stop({agent.uid!r})"],
+                   check=True)
+    worker.join(5)
+    assert not worker.is_alive()
+    stream = EventStore().load(agent.uid)
+    assert stream.events_list[-1].data["reason"] == "interrupt"
+    assert not process_alive(int(pid_file.read_text()))
+    follow, _ = make_agent(tmp_path, [complete("again")], event_stream=stream)
+    assert follow.run_with_new_request("continue").events_list[-1].type == "task_completion", "a new run clears the stop"

@@ -109,6 +109,7 @@ class BaseAgent:
         self._interrupted.clear()
         self._secrets = secret_values()
         with self.store.run_lock(stream.uid):
+            self.store.clear_stop(stream.uid)
             first = not stream.events_list
             kind = "new_request" if first else "follow_up_request"
             if self.parent_ids:
@@ -227,7 +228,7 @@ class BaseAgent:
     # -- limits -----------------------------------------------------------------------------------------------
 
     def _check_limits(self) -> None:
-        if self._interrupted.is_set() or self.interrupt_check():
+        if self._interrupt_requested():
             raise RunStopped("interrupt", "the run was interrupted")
         state = self._state
         state.budget.check()
@@ -249,8 +250,11 @@ class BaseAgent:
             raise RunStopped("repetition", f"the same action was requested {state.repeats} times in a row",
                              action=args)
 
+    def _interrupt_requested(self) -> bool:
+        return self._interrupted.is_set() or self.interrupt_check() or self.store.stop_requested(self.uid)
+
     def _stop_requested(self) -> bool:
-        return self._interrupted.is_set() or self.interrupt_check() or self._state.budget.expired()
+        return self._interrupt_requested() or self._state.budget.expired()
 
     # -- model calls ------------------------------------------------------------------------------------------
 
