@@ -98,16 +98,18 @@ class BaseAgent:
         self._interrupted = threading.Event()
         self._state: RunState | None = None
         self._secrets: list[str] = []
+        self._env: dict[str, str] | None = None
 
     # -- public API -------------------------------------------------------------------------------------------
 
     def run_with_new_request(self, task_description: str, event_stream: EventStream | None = None) -> EventStream:
         """Record the request (new or follow-up) and work on it until the run ends; returns the stream."""
-        from anges.shell import secret_values
+        from anges.shell import scrubbed_environment, secret_values
 
         stream = self._open_stream(event_stream)
         self._interrupted.clear()
         self._secrets = secret_values()
+        self._env = scrubbed_environment(self.agent_config.pass_env)
         with self.store.run_lock(stream.uid):
             self.store.clear_stop(stream.uid)
             first = not stream.events_list
@@ -415,7 +417,7 @@ class BaseAgent:
     def _action_context(self, reply: ParsedReply) -> ActionContext:
         return ActionContext(agent=self, stream=self.event_stream, config=self.agent_config, cwd=self.cmd_init_dir,
                              prefix_cmd=self.prefix_cmd, interrupt_check=self._stop_requested, reply=reply,
-                             record=self._record, secrets=self._secrets)
+                             record=self._record, secrets=self._secrets, env=self._env)
 
     def _legacy_run_config(self) -> dict:
         return {
