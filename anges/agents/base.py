@@ -10,8 +10,17 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
-from anges.actions import (Action, ActionContext, AgentTextResponse, EditFile, HelpNeeded, RunShellCommand,
-                           TaskComplete, is_builtin_style)
+from anges import summarize
+from anges.actions import (
+    Action,
+    ActionContext,
+    AgentTextResponse,
+    EditFile,
+    HelpNeeded,
+    RunShellCommand,
+    TaskComplete,
+    is_builtin_style,
+)
 from anges.budget import Budget
 from anges.config import AgentConfig, Config, default_config
 from anges.events import REQUEST_EVENT_TYPES, RETURN_TO_PARENT_EVENT_TYPES, Event, EventStream
@@ -19,7 +28,6 @@ from anges.exceptions import FormatError, ModelError, ModelReplyError, RunStoppe
 from anges.parsing import ParsedReply, parse_reply
 from anges.prompt import format_event_stream, render_template
 from anges.store import EventStore
-from anges import summarize
 
 STATUS_BY_EVENT = {
     "task_completion": "completed",
@@ -93,7 +101,8 @@ class BaseAgent:
         self.auto_entitle = auto_entitle or self.agent_config.auto_entitle
         self.budget = budget
         self.status = "new"
-        self.registered_actions: list[Action] = list(actions) if actions is not None else [c() for c in self.action_classes]
+        self.registered_actions: list[Action] = (list(actions) if actions is not None
+                                                 else [cls() for cls in self.action_classes])
         self.agent_prompt_template = self.template
         self._interrupted = threading.Event()
         self._state: RunState | None = None
@@ -338,8 +347,8 @@ class BaseAgent:
                            data={"reason": stop.reason, **_jsonable(stop.details)}))
 
     def _open_stream(self, event_stream: EventStream | None) -> EventStream:
-        stream = event_stream or self.event_stream or EventStream(uid=self.uid, parent_event_stream_uids=self.parent_ids,
-                                                                  agent_type=self.agent_type)
+        stream = event_stream or self.event_stream or EventStream(
+            uid=self.uid, parent_event_stream_uids=self.parent_ids, agent_type=self.agent_type)
         stream.agent_type = stream.agent_type or self.agent_type
         stream.update_settings({"cmd_init_dir": self.cmd_init_dir, "prefix_cmd": self.prefix_cmd,
                                 "agent_type": self.agent_type, "notes": self.notes,
@@ -411,7 +420,8 @@ class BaseAgent:
                     max_timeout=int(self.agent_config.max_shell_cmd_timeout), agent=self)
 
     def _prompt_facts(self) -> dict:
-        return {"os": f"{platform.system()} {platform.release()}", "shell": "bash" if os.path.exists("/bin/bash") else "sh",
+        return {"os": f"{platform.system()} {platform.release()}",
+                "shell": "bash" if os.path.exists("/bin/bash") else "sh",
                 "cwd": self.cmd_init_dir, "prefix_cmd": self.prefix_cmd}
 
     def _action_context(self, reply: ParsedReply) -> ActionContext:
