@@ -406,3 +406,26 @@ def test_stop_requested_through_the_store_from_another_process(tmp_path):
     assert not process_alive(int(pid_file.read_text()))
     follow, _ = make_agent(tmp_path, [complete("again")], event_stream=stream)
     assert follow.run_with_new_request("continue").events_list[-1].type == "task_completion", "a new run clears the stop"
+
+
+def test_token_budget_ends_the_run(tmp_path):
+    config = load_config(overrides={"agents": {"common": {"max_tokens": 1500, "max_repeated_actions": 0}}})
+    agent, model = make_agent(tmp_path, [reply(shell(f"echo {i}")) for i in range(20)], config=config)
+    stream = agent.run_with_new_request("go")
+    stop = stream.events_list[-1]
+    assert stop.type == "task_interrupted" and stop.data["reason"] == "budget"
+    assert stop.data["spent"] >= 1500 and stop.data["limit"] == 1500
+    assert model.calls < 20
+
+
+def test_cost_budget_uses_configured_prices(tmp_path):
+    config = load_config(overrides={"prices": {"scripted": {"input": 1000.0, "output": 1000.0}},
+                                    "agents": {"common": {"max_cost": 2.0, "max_repeated_actions": 0}}})
+    agent, model = make_agent(tmp_path, [reply(shell(f"echo {i}")) for i in range(20)], config=config)
+    stream = agent.run_with_new_request("go")
+    costs = [e.data["cost"] for e in stream.events_list if "cost" in e.data]
+    assert costs and all(c > 0 for c in costs)
+    expected = sum(e.data["usage"]["input_tokens"] + e.data["usage"]["output_tokens"]
+                   for e in stream.events_list if "usage" in e.data) * 1000.0 / 1e6
+    assert sum(costs) == pytest.approx(expected)
+    assert stream.events_list[-1].data["reason"] == "budget" and sum(costs) >= 2.0
