@@ -183,6 +183,10 @@ class BaseAgent:
             except RunStopped as stop:
                 self._record_stop(stop)
                 return
+            except BaseException as exc:  # a bug or Ctrl-C: end the stream cleanly, then let it propagate
+                reason = "interrupt" if isinstance(exc, KeyboardInterrupt) else "internal_error"
+                self._record_stop(RunStopped(reason, f"{type(exc).__name__}: {exc}", error=repr(exc)))
+                raise
 
     def _next_reply(self) -> ParsedReply:
         feedback, error = "", ""
@@ -214,9 +218,18 @@ class BaseAgent:
         return False
 
     def _dispatch(self, action: Action, reply: ParsedReply, args: dict) -> bool:
-        if not is_builtin_style(action):
-            return self._dispatch_legacy(action, reply, args)
-        event = action.run(self._action_context(reply), args)
+        try:
+            if not is_builtin_style(action):
+                return self._dispatch_legacy(action, reply, args)
+            event = action.run(self._action_context(reply), args)
+        except (RunStopped, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # an action's failure is a result the model sees, not the end of the run
+            self.logger.debug("action %s failed", action.type, exc_info=True)
+            self._record(Event("action", reasoning=reply.reasoning, content=f"{action.type} FAILED: {exc}",
+                               message=f"{action.type} failed: {exc}",
+                               data={"action_type": action.type, "error": f"{type(exc).__name__}: {exc}"}))
+            return False
         event.reasoning = event.reasoning or reply.reasoning
         event.analysis = event.analysis or reply.analysis
         if event.type == "task_completion":
