@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q --upgrade pip setuptools wheel
 .venv/bin/python -m pip install -q -e ".[dev]"
 
 if ! command -v chromium >/dev/null 2>&1; then
@@ -18,6 +18,8 @@ if ! command -v chromium >/dev/null 2>&1; then
     exit 1
   fi
 fi
+
+.venv/bin/python -m ruff check anges web tests benchmarks examples setup.py
 
 status=0
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@" || status=$?

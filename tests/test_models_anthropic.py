@@ -10,8 +10,6 @@ from anges.exceptions import ModelSetupError
 from anges.models import get_model
 from anges.models.anthropic_model import AnthropicModel
 
-pytest_plugins = ["wire_servers"]  # until tests/conftest.py registers it for every module
-
 
 def make(server, settings=None, **preset):
     options = {"model": "claude-test", "base_url": server.base_url, "api_key_env": "ANTHROPIC_API_KEY", **preset}
