@@ -40,7 +40,8 @@ import sys
 
 
 def test_json_output():
-    out = subprocess.run([sys.executable, "report.py", "--json", "sales.csv"], capture_output=True, text=True, check=True)
+    command = [sys.executable, "report.py", "--json", "sales.csv"]
+    out = subprocess.run(command, capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == {"east": 310.0, "north": 162.75, "south": 99.99}
 '''
 
@@ -67,7 +68,8 @@ SCRIPT = [
            '    if args.json:\n        print(json.dumps(result))\n    else:\n'
            '        for region, total in result.items():\n            print(f"{region:<8}{total:>10.2f}")\n'}),
     reply("Check both output formats, then run the test that covers the new flag.",
-          shell("python3 report.py sales.csv && python3 report.py --json sales.csv && python3 -m pytest -q test_report.py")),
+          shell("python3 report.py sales.csv && python3 report.py --json sales.csv"
+                " && python3 -m pytest -q test_report.py")),
     {"analysis": "", "reasoning": "Both formats work and the test passes.", "actions": [{
         "action_type": "TASK_COMPLETE", "content":
         "Added a `--json` flag to `report.py`.\n\n"
@@ -89,6 +91,7 @@ def main(argv):
     (project / "sales.csv").write_text(SALES)
     (project / "test_report.py").write_text(TEST)
 
+    from anges.web import create_app
     from playwright.sync_api import expect, sync_playwright
     from werkzeug.serving import make_server
 
@@ -96,7 +99,6 @@ def main(argv):
     from anges.events import Event, EventStream
     from anges.models.scripted import ScriptedModel
     from anges.store import EventStore
-    from anges.web import create_app
 
     store = EventStore()
     _history(store, Event, EventStream)

@@ -8,14 +8,15 @@ import threading
 import time
 
 import pytest
+from anges.web import create_app, main_ui, serve
+from anges.web.render import markdown_html
 
+from anges.agents import DefaultAgent
 from anges.config import load_config
 from anges.events import Event, EventStream
 from anges.exceptions import ConfigError, ModelError, ModelSetupError
 from anges.models.scripted import ScriptedModel
 from anges.store import EventStore
-from anges.web import create_app, main_ui, serve
-from anges.web.render import markdown_html
 
 PASSWORD = "correct horse battery"
 
@@ -371,6 +372,48 @@ def test_stop_kills_the_running_command_and_the_chat_shows_it(auth, app, store, 
     assert client.get(f"/api/chats/{uid}").json["chat"]["status"] == "interrupted"
     again = client.post(f"/api/chats/{uid}/stop", headers=headers)
     assert again.status_code == 409 and "not running" in again.json["error"]
+
+
+def test_stop_before_the_agent_has_started_still_stops_it(config, store, tmp_path):
+    building = threading.Event()
+    release = threading.Event()
+
+    def slow_factory(name, cfg, agent_type):
+        building.set()
+        assert release.wait(10)
+        return ScriptedModel([complete("should not run")])
+
+    app = create_app(config, store, password=PASSWORD, model_factory=slow_factory, default_dir=str(tmp_path))
+    client = app.test_client()
+    login(client)
+    headers = {"X-CSRF-Token": csrf_from(client.get("/").get_data(as_text=True))}
+    uid = new_chat((client, headers), app, text="go", wait=False)
+    assert building.wait(5)
+    assert client.post(f"/api/chats/{uid}/stop", headers=headers).status_code == 202
+    release.set()
+    wait_idle(app, uid)
+    assert types(store, uid) == ["new_request", "task_interrupted"]
+
+
+def test_stop_reaches_a_run_started_elsewhere(auth, app, store, tmp_path):
+    client, headers = auth
+    stream = EventStream(title="from the CLI")
+    store.sync(stream)
+    model = ScriptedModel([shell("touch started && sleep 30"), complete("never")])
+    agent = DefaultAgent(inference_func=model, event_stream=stream, cmd_init_dir=tmp_path, config=load_config(),
+                         store=EventStore())  # its own store object, as another process would have
+    worker = threading.Thread(target=agent.run_with_new_request, args=("sleep",))
+    worker.start()
+    deadline = time.monotonic() + 5
+    while not (tmp_path / "started").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert client.get(f"/api/chats/{stream.uid}").json["chat"]["running"] is True
+    assert client.post(f"/api/chats/{stream.uid}/messages", json={"text": "x"}, headers=headers).status_code == 409
+    assert client.post(f"/api/chats/{stream.uid}/stop", headers=headers).status_code == 202
+    worker.join(10)
+    assert not worker.is_alive()
+    last = store.load(stream.uid).events_list[-1]
+    assert last.type == "task_interrupted" and last.data["reason"] == "interrupt"
 
 
 def test_no_model_configured_shows_in_the_chat(config, store, tmp_path):

@@ -70,9 +70,8 @@ class LiveServer:
     """The real app served by werkzeug's threaded server on 127.0.0.1 with a free port."""
 
     def __init__(self, model, tmp_path):
-        from werkzeug.serving import make_server
-
         from anges.web import create_app
+        from werkzeug.serving import make_server
 
         config = load_config(overrides={"web": {"heartbeat_seconds": 1, "poll_seconds": 0.05}})
         self.store = EventStore()

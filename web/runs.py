@@ -68,18 +68,16 @@ class Runs:
         run.thread.start()
 
     def stop(self, uid: str) -> bool:
-        """Ask the active run of `uid` to stop (its command is killed); False when nothing runs there."""
+        """Ask the active run of `uid` to stop, in this process or another (its command is killed).
+
+        False when nothing runs there.
+        """
         run = self._runs.get(uid)
-        running_elsewhere = run is None and self.store.is_running(uid)
-        if run is None and not running_elsewhere:
+        if run is None and not self.store.is_running(uid):
             return False
-        request_stop = getattr(self.store, "request_stop", None)
-        if request_stop is not None:
-            request_stop(uid)
-        elif running_elsewhere:
-            raise ChatBusy("this run was started by another process, which this server cannot stop")
+        self.store.request_stop(uid)
         if run is not None:
-            run.stop_requested = True
+            run.stop_requested = True  # also covers a run whose agent has not started yet
             if run.agent is not None:
                 run.agent.interrupt()
         return True
@@ -97,11 +95,8 @@ class Runs:
         stream: EventStream | None = None
         try:
             stream = self.store.load(run.uid)
-            agent = self._build_agent(stream)
-            run.agent = agent
-            if run.stop_requested:
-                agent.interrupt()
-            agent.run_with_new_request(text)
+            run.agent = self._build_agent(stream, interrupt_check=lambda: run.stop_requested)
+            run.agent.run_with_new_request(text)
         except StreamBusy:
             pass  # another process started a run on this chat at the same instant; its events show instead
         except StreamNotFound:
@@ -117,7 +112,7 @@ class Runs:
             with self._lock:
                 self._runs.pop(run.uid, None)
 
-    def _build_agent(self, stream: EventStream):
+    def _build_agent(self, stream: EventStream, interrupt_check: Callable[[], bool]):
         from anges.agents import agent_class
 
         settings = stream.get_settings()
@@ -132,6 +127,7 @@ class Runs:
             cmd_init_dir=cwd,
             prefix_cmd=settings.get("prefix_cmd") or "",
             notes=settings.get("notes") or [],
+            interrupt_check=interrupt_check,
             config=self.config,
             store=self.store,
         )

@@ -6,8 +6,18 @@ import json
 import os
 import time
 
-from flask import (Blueprint, Response, abort, current_app, jsonify, redirect, render_template, request,
-                   stream_with_context, url_for)
+from flask import (
+    Blueprint,
+    Response,
+    abort,
+    current_app,
+    jsonify,
+    redirect,
+    render_template,
+    request,
+    stream_with_context,
+    url_for,
+)
 from werkzeug.routing import BaseConverter
 
 from anges.config import AGENT_TYPES
