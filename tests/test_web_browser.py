@@ -158,7 +158,7 @@ def test_log_in_start_a_task_and_watch_the_steps_arrive(page, server, model):
     log_in(page, server)
     page.fill("#message", "first line")
     page.press("#message", "Shift+Enter")  # a newline, not a send
-    page.type("#message", "second line")
+    page.locator("#message").press_sequentially("second line")
     assert page.input_value("#message") == "first line\nsecond line"
     page.press("#message", "Enter")
     expect(page).to_have_url(re.compile(r"/chat/[A-Za-z0-9_-]+$"))
@@ -333,6 +333,7 @@ def test_phone_sized_viewport(browser, server, model):
                   complete("Done:\n\n```bash\necho a-long-command --with --many --flags --that --should --scroll\n```"))
     context = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=2, is_mobile=True,
                                   has_touch=True)
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.url)
     context.set_default_timeout(WAIT)
     page = context.new_page()
     try:
@@ -348,6 +349,12 @@ def test_phone_sized_viewport(browser, server, model):
             assert box["height"] >= 36 and box["x"] >= 0 and box["x"] + box["width"] <= 390, selector
         code = page.locator(".answer-task_completion pre").bounding_box()
         assert code["x"] >= 0 and code["x"] + code["width"] <= 390
+        # code blocks have a copy button, visible without hover on a touch screen
+        copy = page.locator(".answer-task_completion .codeblock .copy-btn")
+        expect(copy).to_be_visible()
+        copy.tap()
+        expect(copy).to_have_text("Copied")
+        assert page.evaluate("navigator.clipboard.readText()").startswith("echo a-long-command --with")
         font = page.eval_on_selector(".step-shell pre.output", "el => parseFloat(getComputedStyle(el).fontSize)")
         assert font >= 12
         # the drawer opens, lists the chat, and closes when a chat is picked

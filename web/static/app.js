@@ -269,6 +269,7 @@
     $("working").hidden = true;
     $("stop").hidden = true;
     hideNotice();
+    endRename();
   }
 
   function newChat() {
