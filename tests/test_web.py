@@ -188,8 +188,9 @@ def test_a_wrong_password_is_refused_and_failures_are_rate_limited(client):
 
 def test_login_needs_its_csrf_token_and_only_redirects_to_local_paths(app):
     assert app.test_client().post("/login", data={"password": PASSWORD}).status_code == 403
-    for target, expected in [("//evil.example/x", "/"), ("https://evil.example", "/"), ("/\\evil", "/"),
-                             ("/chat/abc", "/chat/abc")]:
+    targets = [("//evil.example/x", "/"), ("https://evil.example", "/"), ("/\\evil", "/"),
+               ("/\t/evil.example", "/"), ("/chat/abc", "/chat/abc")]
+    for target, expected in targets:
         client = app.test_client()
         token = csrf_from(client.get("/login").get_data(as_text=True))
         response = client.post("/login", data={"password": PASSWORD, "csrf_token": token, "next": target})

@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from anges.config import load_config
+from anges.exceptions import ModelSetupError
 from anges.models.scripted import ScriptedModel
 from anges.store import EventStore
 
@@ -69,14 +70,14 @@ class RoutedModel:
 class LiveServer:
     """The real app served by werkzeug's threaded server on 127.0.0.1 with a free port."""
 
-    def __init__(self, model, tmp_path):
+    def __init__(self, model, tmp_path, model_factory=None):
         from anges.web import create_app
         from werkzeug.serving import make_server
 
         config = load_config(overrides={"web": {"heartbeat_seconds": 1, "poll_seconds": 0.05}})
         self.store = EventStore()
         self.app = create_app(config, self.store, password=PASSWORD, default_dir=str(tmp_path),
-                              model_factory=lambda name, cfg, agent_type: model)
+                              model_factory=model_factory or (lambda name, cfg, agent_type: model))
         self.server = make_server("127.0.0.1", 0, self.app, threaded=True)
         self.url = f"http://127.0.0.1:{self.server.port}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -270,6 +271,25 @@ def test_open_a_child_agent(browser, tmp_path):
         expect(page.locator("#parent-link")).to_be_visible()
         page.click("#parent-link")
         expect(page).to_have_url(re.compile(f"/chat/{parent_uid}$"))
+    finally:
+        context.close()
+        live.close()
+
+
+def test_a_missing_model_is_reported_in_the_chat(browser, tmp_path):
+    def no_model(name, config, agent_type):
+        raise ModelSetupError("no model is configured and no credentials were found. Set OPENAI_API_KEY")
+
+    live = LiveServer(None, tmp_path, model_factory=no_model)
+    context = browser.new_context()
+    context.set_default_timeout(WAIT)
+    page = context.new_page()
+    try:
+        log_in(page, live)
+        send(page, "hello?")
+        expect(page.locator(".step-interrupted")).to_contain_text("Set OPENAI_API_KEY")
+        expect(page.locator("#status-pill")).to_have_text("Interrupted")
+        expect(page.locator("#working")).to_be_hidden()
     finally:
         context.close()
         live.close()

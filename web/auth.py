@@ -30,7 +30,7 @@ def load_secret(home: Path) -> bytes:
             return secret
     except FileNotFoundError:
         pass
-    home.mkdir(parents=True, exist_ok=True)
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
     secret = secrets.token_hex(32).encode()
     temp = path.with_name(f".{SECRET_FILE}.{os.getpid()}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from urllib.parse import urlsplit
 
 from flask import (
     Blueprint,
@@ -15,6 +16,7 @@ from flask import (
     redirect,
     render_template,
     request,
+    session,
     stream_with_context,
     url_for,
 )
@@ -77,7 +79,7 @@ def _page(uid: str | None):
 def login():
     web = _web()
     target = _safe_next(request.values.get("next", ""))
-    if not web.guard.password or web.guard.logged_in() and request.method == "GET":
+    if not web.guard.password or (web.guard.logged_in() and request.method == "GET"):
         return redirect(target)
     error, status = "", 200
     if request.method == "POST":
@@ -101,15 +103,15 @@ def login():
 
 @bp.post("/logout")
 def logout():
-    from flask import session
-
     session.clear()
     return redirect(url_for("chat.login"))
 
 
 def _safe_next(target: str) -> str:
     """Only local paths: a login link must not send the user to another site."""
-    if not target.startswith("/") or target.startswith("//") or "\\" in target:
+    # Browsers ignore tabs and newlines in URLs and read "\\" as "/": "/\t/evil.example" would leave the site.
+    if (not target.startswith("/") or "\\" in target or any(c.isspace() or ord(c) < 32 for c in target)
+            or target.startswith("//") or urlsplit(target).netloc):
         return url_for("chat.index")
     return target
 

@@ -387,7 +387,8 @@
       return item;
     }
     if (step.kind === "child_running") return renderChild(step, item, depth);
-    if (step.reasoning_html && step.kind !== "answer") {
+    // An answer speaks for itself; a child's exit repeats the reasoning of the call that started it.
+    if (step.reasoning_html && step.kind !== "answer" && step.kind !== "child_exit") {
       const reasoning = el("div", "reasoning md");
       setSafeHTML(reasoning, step.reasoning_html);
       item.appendChild(reasoning);
