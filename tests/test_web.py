@@ -467,6 +467,21 @@ def test_rename_and_settings(auth, app, store, model, tmp_path):
     assert "be brief" in model.prompts[0] and "use python3" in model.prompts[0]
 
 
+def test_configured_notes_are_not_copied_into_the_chat_notes(store, model, tmp_path):
+    config = load_config(overrides={"agents": {"common": {"notes": ["from the config"]}}})
+    app = create_app(config, store, password=PASSWORD, model_factory=lambda name, cfg, agent_type: model,
+                     default_dir=str(tmp_path))
+    client = app.test_client()
+    login(client)
+    headers = {"X-CSRF-Token": csrf_from(client.get("/").get_data(as_text=True))}
+    model.enqueue(complete("one"), complete("two"))
+    uid = new_chat((client, headers), app, text="first", settings={"notes": ["mine"]})
+    assert client.get(f"/api/chats/{uid}").json["chat"]["settings"]["notes"] == ["mine"]
+    client.post(f"/api/chats/{uid}/messages", json={"text": "second"}, headers=headers)
+    wait_idle(app, uid)
+    assert model.prompts[1].count("from the config") == 1 and model.prompts[1].count("mine") == 1
+
+
 def test_delete_removes_the_chat_and_its_children(auth, app, store):
     client, headers = auth
     parent = EventStream(title="parent")

@@ -25,6 +25,14 @@ def default_model_factory(name: str | None, config: Config, agent_type: str) -> 
     return get_model(name or None, config=config, agent_type=agent_type)
 
 
+def user_notes(notes, config: Config, agent_type: str) -> list[str]:
+    """A chat's own notes: the agent records the configured notes of its type in the settings too."""
+    if not isinstance(notes, list):
+        notes = [notes] if notes else []
+    configured = set(config.agent(agent_type).notes) if agent_type in config.agents else set()
+    return [str(note) for note in notes if note not in configured]
+
+
 class ChatBusy(AngesError):
     """A run is already active on this chat (here or in another process)."""
 
@@ -92,9 +100,10 @@ class Runs:
     # -- the background thread --------------------------------------------------------------------------------
 
     def _work(self, run: Run, text: str) -> None:
-        stream: EventStream | None = None
+        known = None  # events in the chat before this run
         try:
             stream = self.store.load(run.uid)
+            known = len(stream.events_list)
             run.agent = self._build_agent(stream, interrupt_check=lambda: run.stop_requested)
             run.agent.run_with_new_request(text)
         except StreamBusy:
@@ -102,12 +111,12 @@ class Runs:
         except StreamNotFound:
             pass  # the chat was deleted before the run began
         except ModelSetupError as exc:
-            self._record_failure(run.uid, stream, text, "model_setup", f"No model is available: {exc}")
+            self._record_failure(run.uid, known, text, "model_setup", f"No model is available: {exc}")
         except AngesError as exc:
-            self._record_failure(run.uid, stream, text, "error", f"The run could not start: {exc}")
+            self._record_failure(run.uid, known, text, "error", f"The run could not start: {exc}")
         except Exception as exc:  # the edge of a background thread: show the failure in the chat, never hang
             log.exception("run of chat %s failed", run.uid)
-            self._record_failure(run.uid, stream, text, "error", f"The run failed: {type(exc).__name__}: {exc}")
+            self._record_failure(run.uid, known, text, "error", f"The run failed: {type(exc).__name__}: {exc}")
         finally:
             with self._lock:
                 self._runs.pop(run.uid, None)
@@ -126,20 +135,19 @@ class Runs:
             event_stream=stream,
             cmd_init_dir=cwd,
             prefix_cmd=settings.get("prefix_cmd") or "",
-            notes=settings.get("notes") or [],
+            notes=user_notes(settings.get("notes"), self.config, agent_type),
             interrupt_check=interrupt_check,
             config=self.config,
             store=self.store,
         )
 
-    def _record_failure(self, uid: str, before: EventStream | None, text: str, reason: str, message: str) -> None:
+    def _record_failure(self, uid: str, known: int | None, text: str, reason: str, message: str) -> None:
         """Record the request (unless the agent did) and a `task_interrupted` event that says what went wrong."""
         try:
             stream = self.store.load(uid)
         except AngesError:
             return  # deleted meanwhile: nobody is left to tell
-        known = len(before.events_list) if before is not None else len(stream.events_list)
-        if len(stream.events_list) <= known:
+        if known is None or len(stream.events_list) <= known:
             kind = "follow_up_request" if stream.events_list else "new_request"
             stream.add_event(Event(kind, content=text, message=text))
         stream.add_event(Event("task_interrupted", content=message, message=message, data={"reason": reason}))

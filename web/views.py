@@ -27,7 +27,7 @@ from anges.events import Event, EventStream
 from anges.exceptions import StreamBusy, StreamNotFound
 
 from .render import Totals, step_view, stream_markdown
-from .runs import ChatBusy
+from .runs import ChatBusy, user_notes
 
 bp = Blueprint("chat", __name__)
 
@@ -334,13 +334,13 @@ def _info(info) -> dict:
 
 def _shown_settings(stream: EventStream) -> dict:
     settings = stream.get_settings()
-    notes = settings.get("notes") or []
+    agent_type = settings.get("agent_type") or stream.agent_type or "default"
     return {
-        "agent_type": settings.get("agent_type") or stream.agent_type or "default",
+        "agent_type": agent_type,
         "model": settings.get("model") or "",
         "cmd_init_dir": settings.get("cmd_init_dir") or "",
         "prefix_cmd": settings.get("prefix_cmd") or "",
-        "notes": [str(n) for n in notes] if isinstance(notes, list) else [str(notes)],
+        "notes": user_notes(settings.get("notes"), _web().config, agent_type),
     }
 
 
