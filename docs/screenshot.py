@@ -116,6 +116,7 @@ def main(argv):
             page.goto(url + "/login")
             page.fill("#password", "demo")
             page.click("button[type=submit]")
+            page.wait_for_selector("#app[data-ready=true]", state="attached")
             page.fill("#message", "Add a --json flag to report.py that prints the totals as JSON, and test it.")
             page.press("#message", "Enter")
             expect(page.locator("#status-pill")).to_have_text("Completed", timeout=30000)

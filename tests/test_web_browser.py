@@ -129,7 +129,7 @@ def log_in(page, server):
     expect(page.locator("#login-error")).to_contain_text("Wrong password")
     page.fill("#password", PASSWORD)
     page.click("button[type=submit]")
-    expect(page.locator("#message")).to_be_visible()
+    expect(page.locator("#app[data-ready=true]")).to_be_attached()  # the script has wired the page
 
 
 def expect(locator):
@@ -216,6 +216,7 @@ def test_reload_mid_run_and_keep_following(page, server, model):
     send(page, "print alpha then beta")
     expect(page.locator(".step-shell pre.output")).to_have_text("alpha")
     page.reload()
+    expect(page.locator("#app[data-ready=true]")).to_be_attached()
     expect(page.locator(".step-shell pre.output")).to_have_text("alpha")  # exactly one: no duplicates
     expect(page.locator("#status-pill")).to_have_text("Running")
     first.set()

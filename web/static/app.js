@@ -778,4 +778,5 @@
 
   refreshChats();
   if (state.chatId) openChat(state.chatId); else newChat();
+  app.dataset.ready = "true"; // for tests and scripts: the handlers are attached
 })();
