@@ -23,6 +23,8 @@ class ActionContext:
     prefix_cmd: str
     interrupt_check: Callable[[], bool]
     reply: ParsedReply
+    record: Callable[[Event], None]
+    """Record an extra event before the action's own (e.g. a child agent starting)."""
     secrets: list[str] = field(default_factory=list)
 
 

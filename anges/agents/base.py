@@ -87,7 +87,8 @@ class BaseAgent:
         self.cmd_init_dir = str(cmd_init_dir or os.getcwd())
         self.prefix_cmd = prefix_cmd or ""
         self.interrupt_check = interrupt_check or (lambda: False)
-        self.notes = list(self.agent_config.notes) + list(notes)
+        self.user_notes = list(notes)
+        self.notes = list(self.agent_config.notes) + self.user_notes
         self.message_handlers: list[Callable] = list(message_handlers)
         self.auto_entitle = auto_entitle or self.agent_config.auto_entitle
         self.budget = budget
@@ -120,6 +121,18 @@ class BaseAgent:
         """Pass a user-visible message to every handler."""
         for handler in self.message_handlers:
             handler(message)
+
+    def make_child(self, agent_type: str, event_stream: EventStream) -> BaseAgent:
+        """A child agent that inherits this agent's model, config, store, directory, notes, handlers and limits."""
+        from anges.agents import agent_class
+
+        cls = agent_class(agent_type)
+        extra = {"remaining_depth": self.remaining_depth - 1} if agent_type == "orchestrator" else {}
+        return cls(parent_ids=self.parent_ids + [self.uid], inference_func=self.inference_func,
+                   event_stream=event_stream, cmd_init_dir=self.cmd_init_dir, prefix_cmd=self.prefix_cmd,
+                   interrupt_check=self._stop_requested, config=self.config, store=self.store,
+                   notes=self.user_notes, message_handlers=self.message_handlers,
+                   budget=self._state.budget if self._state else None, **extra)
 
     def interrupt(self) -> None:
         """Ask the running request to stop (the running command is killed)."""
@@ -399,7 +412,7 @@ class BaseAgent:
 
         return ActionContext(agent=self, stream=self.event_stream, config=self.agent_config, cwd=self.cmd_init_dir,
                              prefix_cmd=self.prefix_cmd, interrupt_check=self._stop_requested, reply=reply,
-                             secrets=secret_values())
+                             record=self._record, secrets=secret_values())
 
     def _legacy_run_config(self) -> dict:
         return {

@@ -1,0 +1,243 @@
+"""Orchestrators delegating to child agents, driven by scripted models per agent type."""
+
+import os
+import threading
+import time
+
+import pytest
+
+from anges.agents import Orchestrator
+from anges.config import load_config
+from anges.models.scripted import ScriptedModel
+from anges.store import EventStore
+
+ROLE_MARKS = {
+    "orchestrator": "You are anges' orchestrator",
+    "task_executor": "You are anges' task executor",
+    "task_analyzer": "You are anges' task analyzer",
+}
+
+
+class RoutedModel:
+    """Sends each prompt to the scripted model of the agent type that rendered it."""
+
+    name = "routed"
+
+    def __init__(self, **scripts):
+        self.models = {kind: ScriptedModel(replies) for kind, replies in scripts.items()}
+        self.lock = threading.Lock()
+
+    def __call__(self, prompt, temperature=0.0):
+        for kind, mark in ROLE_MARKS.items():
+            if mark in prompt and kind in self.models:
+                return self.models[kind](prompt, temperature)
+        return ScriptedModel([])(prompt) if not prompt.startswith("# ") else self.models["orchestrator"](prompt)
+
+
+def reply(*actions):
+    return {"analysis": "", "reasoning": "plan", "actions": list(actions)}
+
+
+def child(directive, agent_input):
+    return {"action_type": "CALL_CHILD_AGENT", "directive": directive, "agent_input": agent_input}
+
+
+def complete(content):
+    return reply({"action_type": "TASK_COMPLETE", "content": content})
+
+
+def shell(command):
+    return reply({"action_type": "RUN_SHELL_CMD", "command": command})
+
+
+def types(stream):
+    return [e.type for e in stream.events_list]
+
+
+def orchestrator(tmp_path, model, config=None, **kwargs):
+    return Orchestrator(inference_func=model, cmd_init_dir=tmp_path, config=config or load_config(), **kwargs)
+
+
+def test_analyzer_then_executor_then_complete(tmp_path):
+    model = RoutedModel(
+        orchestrator=[
+            reply(child("NEW_CHILD_AGENT TASK_ANALYZER", "plan making notes.txt")),
+            reply(child("NEW_CHILD_AGENT TASK_EXECUTOR", "create notes.txt containing hello")),
+            complete("notes.txt created"),
+        ],
+        task_analyzer=[shell("ls"), complete("## Execution Plan\n1. write notes.txt")],
+        task_executor=[shell("echo hello > notes.txt"), complete("wrote notes.txt")],
+    )
+    agent = orchestrator(tmp_path, model)
+    stream = agent.run_with_new_request("make notes")
+    assert types(stream) == [
+        "new_request",
+        "new_child_agent", "child_agent_running", "child_agent_task_completion",
+        "new_child_agent", "child_agent_running", "child_agent_task_completion",
+        "task_completion",
+    ]
+    assert (tmp_path / "notes.txt").read_text() == "hello\n"
+    analyzer_id = stream.events_list[2].data["agent_id"]
+    analyzer = EventStore().load(analyzer_id)
+    assert analyzer.parent_event_stream_uids == [stream.uid] and analyzer.agent_type == "task_analyzer"
+    assert types(analyzer)[0] == "new_request_from_parent"
+    assert "Execution Plan" in stream.events_list[3].content
+    # the orchestrator read the analyzer's report before delegating to the executor
+    assert "## Execution Plan" in model.models["orchestrator"].prompts[1]
+    assert [c.uid for c in EventStore().children(stream.uid)] != []
+
+
+def test_flattened_view_of_a_three_level_tree(tmp_path):
+    model = RoutedModel(
+        orchestrator=[
+            reply(child("NEW_CHILD_AGENT ORCHESTRATOR", "handle the backend")),
+            reply(child("NEW_CHILD_AGENT TASK_EXECUTOR", "touch backend.txt")),
+            complete("backend done"),
+            complete("all done"),
+        ],
+        task_executor=[shell("touch backend.txt"), complete("touched")],
+    )
+    agent = orchestrator(tmp_path, model)
+    stream = agent.run_with_new_request("build it")
+    flat = [e.type for e in stream.get_event_list_including_children_events()]
+    assert flat == [
+        "new_request",
+        "new_child_agent", "child_agent_running",
+        "new_request_from_parent",
+        "new_child_agent", "child_agent_running",
+        "new_request_from_parent", "action", "task_completion",
+        "child_agent_task_completion", "task_completion",
+        "child_agent_task_completion", "task_completion",
+    ]
+    nested = EventStore().load(stream.events_list[2].data["agent_id"])
+    grandchild = EventStore().load(nested.events_list[2].data["agent_id"])
+    assert grandchild.parent_event_stream_uids == [stream.uid, nested.uid]
+
+
+def test_resume_an_earlier_child(tmp_path):
+    first = {}
+
+    def resume(prompt):
+        first.setdefault("id", prompt.split('"agent_id": "')[1].split('"')[0])
+        return reply(child(f"RESUME_CHILD_AGENT {first['id']}", "now also write b.txt"))
+
+    model = RoutedModel(
+        orchestrator=[reply(child("NEW_CHILD_AGENT TASK_EXECUTOR", "write a.txt")), resume, complete("both")],
+        task_executor=[shell("touch a.txt"), complete("a done"), shell("touch b.txt"), complete("b done")],
+    )
+    stream = orchestrator(tmp_path, model).run_with_new_request("write files")
+    assert types(stream)[4:7] == ["resume_child_agent", "child_agent_running", "child_agent_task_completion"]
+    child_stream = EventStore().load(first["id"])
+    assert types(child_stream) == ["new_request_from_parent", "action", "task_completion",
+                                   "follow_up_request_from_parent", "action", "task_completion"]
+    assert stream.events_list[5].data["starting_from"] == 3
+    assert (tmp_path / "b.txt").exists()
+
+
+def test_bad_directives_are_corrected_after_feedback(tmp_path):
+    model = RoutedModel(
+        orchestrator=[
+            reply(child("SPAWN TASK_EXECUTOR", "x")),
+            reply(child("NEW_CHILD_AGENT WIZARD", "x")),
+            reply(child("RESUME_CHILD_AGENT nosuchchild", "x")),
+            reply(child("NEW_CHILD_AGENT task_executor", "echo")),
+            complete("ok"),
+        ],
+        task_executor=[complete("did it")],
+    )
+    stream = orchestrator(tmp_path, model).run_with_new_request("go")
+    errors = [e.data["error"] for e in stream.events_list if e.data.get("error")]
+    assert len(errors) == 3
+    assert "not valid" in errors[0] and "WIZARD" in errors[1] and "not one of your child agents" in errors[2]
+    assert "CALL_CHILD_AGENT FAILED" in model.models["orchestrator"].prompts[1]
+    assert types(stream)[-2:] == ["child_agent_task_completion", "task_completion"]
+
+
+def test_depth_exhausted_refuses_nested_orchestrators(tmp_path):
+    config = load_config(overrides={"agents": {"orchestrator": {"max_depth": 0}}})
+    model = RoutedModel(orchestrator=[reply(child("NEW_CHILD_AGENT ORCHESTRATOR", "nest")), complete("gave up")])
+    stream = orchestrator(tmp_path, model, config=config).run_with_new_request("go")
+    prompt = model.models["orchestrator"].prompts[0]
+    guide = prompt.split("## CALL_CHILD_AGENT")[1].split("##")[0]
+    assert "TASK_EXECUTOR" in guide and "ORCHESTRATOR delegates" not in guide
+    assert "depth limit" in stream.events_list[1].data["error"]
+    assert not EventStore().children(stream.uid)
+
+
+def test_two_children_run_concurrently(tmp_path):
+    def timed(name):
+        return shell(f"date +%s.%N > {name}.start; sleep 1; date +%s.%N > {name}.end")
+
+    def executor(prompt):
+        name = "left" if "task LEFT" in prompt.split("# History")[1] else "right"
+        done = f"{name}.end"
+        return complete(f"{name} done") if done in prompt.split("# History")[1] else timed(name)
+
+    model = RoutedModel(
+        orchestrator=[reply(child("NEW_CHILD_AGENT TASK_EXECUTOR", "task LEFT"),
+                            child("NEW_CHILD_AGENT TASK_EXECUTOR", "task RIGHT")), complete("both")],
+        task_executor=[executor] * 4,
+    )
+    stream = orchestrator(tmp_path, model).run_with_new_request("go")
+    spans = {n: (float((tmp_path / f"{n}.start").read_text()), float((tmp_path / f"{n}.end").read_text()))
+             for n in ("left", "right")}
+    assert spans["left"][0] < spans["right"][1] and spans["right"][0] < spans["left"][1], spans
+    exits = [e for e in stream.events_list if e.type == "child_agent_task_completion"]
+    assert [e.content.split("\n")[1] for e in exits] == ["left done", "right done"]
+    assert types(stream) == ["new_request", "new_child_agent", "child_agent_running", "new_child_agent",
+                             "child_agent_running", "child_agent_task_completion", "child_agent_task_completion",
+                             "task_completion"]
+
+
+def test_interrupt_during_grandchild_sleep_ends_every_stream(tmp_path):
+    pid_file = tmp_path / "pid"
+    model = RoutedModel(
+        orchestrator=[reply(child("NEW_CHILD_AGENT ORCHESTRATOR", "nested")),
+                      reply(child("NEW_CHILD_AGENT TASK_EXECUTOR", "sleep"))],
+        task_executor=[shell(f"sleep 60 & echo $! > '{pid_file}'; wait")],
+    )
+    agent = orchestrator(tmp_path, model)
+    worker = threading.Thread(target=agent.run_with_new_request, args=("go",))
+    worker.start()
+    deadline = time.monotonic() + 15
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    started = time.monotonic()
+    agent.interrupt()
+    worker.join(10)
+    assert not worker.is_alive() and time.monotonic() - started < 2
+    store = EventStore()
+    top = store.load(agent.uid)
+    nested = store.load(top.events_list[2].data["agent_id"])
+    grandchild = store.load(nested.events_list[2].data["agent_id"])
+    for stream in (top, nested, grandchild):
+        assert stream.events_list[-1].type == "task_interrupted", types(stream)
+    time.sleep(0.2)
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
+
+
+def test_tree_budget_stops_a_child(tmp_path):
+    config = load_config(overrides={"agents": {"orchestrator": {"max_model_calls": 3},
+                                               "task_executor": {"max_model_calls": 50}}})
+    model = RoutedModel(
+        orchestrator=[reply(child("NEW_CHILD_AGENT TASK_EXECUTOR", "loop")), complete("x")],
+        task_executor=[shell(f"echo {i}") for i in range(20)],
+    )
+    stream = orchestrator(tmp_path, model, config=config).run_with_new_request("go")
+    executor = EventStore().load(stream.events_list[2].data["agent_id"])
+    assert executor.events_list[-1].type == "task_interrupted"
+    assert executor.events_list[-1].data["reason"] == "model_call_limit"
+    assert model.models["task_executor"].calls == 2, "the child may only spend what its parent has left"
+    assert stream.events_list[-1].type == "task_interrupted"
+
+
+def test_child_messages_reach_parent_handlers_tagged(tmp_path):
+    messages = []
+    model = RoutedModel(orchestrator=[reply(child("NEW_CHILD_AGENT TASK_EXECUTOR", "hi")), complete("fin")],
+                        task_executor=[complete("child says hi")])
+    agent = orchestrator(tmp_path, model, message_handlers=[messages.append])
+    stream = agent.run_with_new_request("go")
+    from_child = [m for m in messages if m == "child says hi"]
+    assert from_child and from_child[0].agent_type == "task_executor"
+    assert from_child[0].parent_ids == [stream.uid] and from_child[0].depth == 1
