@@ -103,7 +103,7 @@ def load_mcp_servers(source: str | os.PathLike | Mapping) -> dict[str, ServerSpe
         raw = source
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where}: expected a JSON object of MCP servers, got {type(raw).__name__}")
-    servers = raw["mcpServers"] if "mcpServers" in raw else raw
+    servers = raw.get("mcpServers", raw)
     if not isinstance(servers, Mapping):
         raise ConfigError(f"{where}: 'mcpServers' must be an object mapping server names to their settings")
     specs = {}
@@ -270,7 +270,7 @@ class MCPManager:
     def from_config(cls, config: MCPConfig, extra: str | os.PathLike | Mapping | None = None) -> MCPManager:
         """A manager for the servers of the `mcp` config section plus `extra` (the --mcp-config file)."""
         return cls(specs_from_config(config, extra), startup_timeout=config.startup_timeout,
-                   tool_timeout=getattr(config, "tool_timeout", DEFAULT_TOOL_TIMEOUT))
+                   tool_timeout=config.tool_timeout)
 
     @property
     def secrets(self) -> list[str]:
@@ -442,7 +442,7 @@ class MCPManager:
         from mcp import StdioServerParameters, stdio_client
 
         # Append mode: the child writes at the end whatever our own file offset is.
-        server.errlog = tempfile.TemporaryFile(mode="a+b", prefix="anges-mcp-")
+        server.errlog = tempfile.TemporaryFile(mode="a+b", prefix="anges-mcp-")  # noqa: SIM115 - closed in close()
         params = StdioServerParameters(command=spec.command, args=list(spec.args), env=dict(spec.env) or None,
                                        cwd=spec.cwd or None)
         return stdio_client(params, errlog=server.errlog)
