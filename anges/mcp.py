@@ -265,6 +265,7 @@ class MCPManager:
         self._state = "new"
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._startup: concurrent.futures.Future | None = None
 
     @classmethod
     def from_config(cls, config: MCPConfig, extra: str | os.PathLike | Mapping | None = None) -> MCPManager:
@@ -284,22 +285,22 @@ class MCPManager:
     # -- lifecycle ------------------------------------------------------------------------------------------
 
     def start(self) -> MCPManager:
-        """Start every server (in parallel) and list its tools; later calls do nothing. Returns self."""
+        """Start every server (in parallel) and list its tools; later calls wait for that once. Returns self."""
         with self._lock:
-            if self._state != "new":
-                return self
-            self._state = "running"
-            if not self._servers:
-                return self
-            self._loop = asyncio.new_event_loop()
-            self._thread = threading.Thread(target=self._loop.run_forever, name="anges-mcp", daemon=True)
-            self._thread.start()
-            atexit.register(self.close)
-            pending = asyncio.run_coroutine_threadsafe(self._start_all(), self._loop)
-        pending.result()
-        for server in self._servers.values():
-            if server.failed:
-                self._report(server, server.failed)
+            if self._state == "new":
+                self._state = "running"
+                if self._servers:
+                    self._loop = asyncio.new_event_loop()
+                    self._thread = threading.Thread(target=self._loop.run_forever, name="anges-mcp", daemon=True)
+                    self._thread.start()
+                    atexit.register(self.close)
+                    self._startup = asyncio.run_coroutine_threadsafe(self._start_all(), self._loop)
+            startup = self._startup
+        if startup is not None:
+            startup.result()
+            for server in self._servers.values():
+                if server.failed:
+                    self._report(server, server.failed)
         return self
 
     def close(self) -> None:
@@ -468,7 +469,7 @@ class MCPManager:
         if code == REQUEST_TIMEOUT:
             return MCPCallError(f"{name}.{tool} gave no result within {timeout:g} s", "timeout")
         if code == CONNECTION_CLOSED or server.task is None or server.task.done():
-            reason = self._mark_dead(server, f"the server stopped during a call of {tool} ({exc})")
+            reason = self._mark_dead(server, f"the connection closed when calling {tool} ({exc})")
             return MCPCallError(f"MCP server '{name}' stopped: {reason}; its tools are no longer available",
                                 "server_died")
         return MCPCallError(self.mask(f"{name}.{tool} failed: {_describe_exception(exc)}"), "failed")
