@@ -48,6 +48,10 @@ class ModelPreset:
     """Vertex AI project (default: GOOGLE_CLOUD_PROJECT)."""
     location: str = ""
     """Vertex AI location (default: GOOGLE_CLOUD_LOCATION)."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Extra HTTP headers sent with every request (gateways, proxies, attribution)."""
+    api_version: str = ""
+    """Gemini API version (v1, v1beta, ...); empty = the SDK's default (or GOOGLE_GENAI_API_VERSION)."""
 
 
 @dataclass

@@ -20,6 +20,14 @@ class StreamNotFound(AngesError, KeyError):
         return str(self.args[0]) if self.args else "stream not found"
 
 
+class StreamExists(AngesError):
+    """A stream with that id is already in the store (import refuses to overwrite it)."""
+
+
+class StreamBusy(AngesError):
+    """A run is already active on this stream: another process or thread holds its run lock."""
+
+
 class ModelError(AngesError):
     """A model call failed for good (after the retry policy gave up, or at once for a non-retryable error)."""
 

@@ -51,11 +51,11 @@ def action_range_due(stream: EventStream, threshold: int, keep_recent: int) -> t
 
 
 def task_range(stream: EventStream) -> tuple[int, int] | None:
-    """The events of the task that just completed: from after its request to before the completion."""
+    """The events of the task about to complete: from after its request to the latest event."""
     events = stream.events_list
-    for index in range(len(events) - 1, 0, -1):
+    for index in range(len(events), 0, -1):
         if events[index - 1].type in REQUEST_EVENT_TYPES:
-            start, end = index + 1, len(events) - 1
+            start, end = index + 1, len(events)
             return (start, end) if end - start >= 1 else None
     return None
 

@@ -46,14 +46,15 @@ class RunShellCommand(Action):
 def format_result(result) -> str:
     """The command's result as the model reads it."""
     if result.pid is not None and result.exit_code is None and not (result.timed_out or result.interrupted):
-        return f"Started in the background: pid {result.pid}, output in {result.log_path}"
+        return (f"COMMAND: {result.command}\nStarted in the background: pid {result.pid}, "
+                f"output in {result.log_path}")
     if result.timed_out:
         status = f"KILLED after the timeout ({result.duration:.0f} s)"
     elif result.interrupted:
         status = "KILLED: the run was interrupted"
     else:
         status = f"EXIT CODE: {result.exit_code}"
-    parts = [status]
+    parts = [f"COMMAND: {result.command}", status]
     if result.stdout:
         parts.append(f"STDOUT:\n{result.stdout}")
     if result.stderr:

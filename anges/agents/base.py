@@ -106,13 +106,17 @@ class BaseAgent:
         self.agent_prompt_template = self.template
         self._interrupted = threading.Event()
         self._state: RunState | None = None
+        self._secrets: list[str] = []
 
     # -- public API -------------------------------------------------------------------------------------------
 
     def run_with_new_request(self, task_description: str, event_stream: EventStream | None = None) -> EventStream:
         """Record the request (new or follow-up) and work on it until the run ends; returns the stream."""
+        from anges.shell import secret_values
+
         stream = self._open_stream(event_stream)
         self._interrupted.clear()
+        self._secrets = secret_values()
         with self.store.run_lock(stream.uid):
             first = not stream.events_list
             kind = "new_request" if first else "follow_up_request"
@@ -212,12 +216,10 @@ class BaseAgent:
         event = action.run(self._action_context(reply), args)
         event.reasoning = event.reasoning or reply.reasoning
         event.analysis = event.analysis or reply.analysis
+        if event.type == "task_completion":
+            self._summarize_task()
         self._record(event)
-        if action.returning_action:
-            if event.type == "task_completion":
-                self._summarize_task()
-            return True
-        return False
+        return action.returning_action
 
     def _dispatch_legacy(self, action: Action, reply: ParsedReply, args: dict) -> bool:
         stream = self.event_stream
@@ -328,6 +330,7 @@ class BaseAgent:
 
     def _record(self, event: Event) -> None:
         self._attach_usage(event)
+        _mask_event(event, self._secrets)
         self.event_stream.add_event(event)
         self.store.sync(self.event_stream)
         self.status = STATUS_BY_EVENT.get(event.type, "running" if event.type in REQUEST_EVENT_TYPES else self.status)
@@ -429,11 +432,9 @@ class BaseAgent:
                 "cwd": self.cmd_init_dir, "prefix_cmd": self.prefix_cmd}
 
     def _action_context(self, reply: ParsedReply) -> ActionContext:
-        from anges.shell import secret_values
-
         return ActionContext(agent=self, stream=self.event_stream, config=self.agent_config, cwd=self.cmd_init_dir,
                              prefix_cmd=self.prefix_cmd, interrupt_check=self._stop_requested, reply=reply,
-                             record=self._record, secrets=secret_values())
+                             record=self._record, secrets=self._secrets)
 
     def _legacy_run_config(self) -> dict:
         return {
@@ -450,6 +451,18 @@ class BaseAgent:
             "store": self.store,
             "agent": self,
         }
+
+
+def _mask_event(event: Event, secrets: list[str]) -> None:
+    """Replace known secret values in every text field of an event, structured data included."""
+    if not secrets:
+        return
+    from anges.shell import mask_secrets
+
+    for name in ("content", "message", "reasoning", "analysis"):
+        setattr(event, name, mask_secrets(getattr(event, name) or "", secrets))
+    if any(secret in json.dumps(event.data) for secret in secrets):
+        event.data = json.loads(mask_secrets(json.dumps(event.data), secrets))
 
 
 def _jsonable(details: dict) -> dict:

@@ -1,0 +1,110 @@
+"""EventStore benchmark: append cost against stream size, bytes written per stream, list() over many streams.
+
+Run: `PYTHONPATH=. python benchmarks/store.py` (uses a temporary directory; Linux for the byte counts).
+"""
+
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from anges.events import Event, EventStream, EventSummary
+from anges.store import EventStore
+
+APPENDS = 500
+SIZES = (10, 1_000, 10_000)
+
+
+def action(i: int) -> Event:
+    """A typical action event: a command, its reasoning and about 1 KB of output."""
+    return Event(
+        "action",
+        reasoning=f"Step {i}: look at the files.",
+        content=f"ls -la /srv/{i}\n" + "x" * 1000,
+        data={"exit_code": 0, "duration": 0.01},
+    )
+
+
+def append_cost(store: EventStore, size: int) -> tuple[float, float]:
+    """Median microseconds of one add_event + sync on a stream of `size` events, and of a 0.1.x-style rewrite."""
+    stream = EventStream(title=f"{size} events")
+    stream.events_list = [action(i) for i in range(size)]
+    store.save(stream)
+    rewrite = store.root / "rewrite.json"
+    rewrites = []
+    for _ in range(5):
+        start = time.perf_counter()
+        rewrite.write_text(json.dumps(stream.to_dict()))
+        rewrites.append(time.perf_counter() - start)
+    timings = []
+    for i in range(APPENDS):
+        event = action(size + i)
+        start = time.perf_counter()
+        stream.add_event(event)
+        store.sync(stream)
+        timings.append(time.perf_counter() - start)
+    return statistics.median(timings) * 1e6, statistics.median(rewrites) * 1e6
+
+
+def wchar() -> int:
+    """Bytes this process has passed to write calls so far (Linux /proc/self/io)."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("wchar:"):
+            return int(line.split()[1])
+    raise RuntimeError("no wchar in /proc/self/io")
+
+
+def bytes_written(store: EventStore, count: int = 1_000) -> tuple[int, int]:
+    """Bytes written to build a `count`-event stream one sync per event (as an agent does), and its final size."""
+    stream = EventStream(title="bytes")
+    start = wchar()
+    stream.add_event(Event("new_request", content="Do the thing."))
+    store.sync(stream)
+    stream.title = "A model-written title"
+    stream.update_settings({"model": "openai", "cmd_init_dir": "/srv"})
+    for i in range(1, count - 1):
+        stream.add_event(action(i))
+        if i % 100 == 0:
+            stream.event_summaries_list.append(EventSummary("summary", i - 99, i, "Summary of a hundred steps."))
+        store.sync(stream)
+    stream.add_event(Event("task_completion", content="Done."))
+    store.sync(stream)
+    written = wchar() - start
+    return written, (store.root / f"{stream.uid}.jsonl").stat().st_size
+
+
+def list_cost(store: EventStore, count: int = 2_000) -> tuple[float, float]:
+    """Milliseconds of list() over `count` streams: first call, then the median of five more."""
+    for i in range(count):
+        stream = EventStream(title=f"stream {i}", agent_type="default")
+        stream.events_list = [Event("new_request", content="hi"), action(0), Event("task_completion")]
+        store.save(stream)
+    start = time.perf_counter()
+    assert len(store.list()) == count
+    first = time.perf_counter() - start
+    runs = []
+    for _ in range(5):
+        start = time.perf_counter()
+        store.list()
+        runs.append(time.perf_counter() - start)
+    return first * 1e3, statistics.median(runs) * 1e3
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        print(f"| events in stream | one append (median of {APPENDS}) | whole-file rewrite (0.1.x style) |")
+        print("|---:|---:|---:|")
+        for size in SIZES:
+            append, rewrite = append_cost(EventStore(Path(tmp) / f"append{size}"), size)
+            print(f"| {size:,} | {append:.0f} µs | {rewrite:,.0f} µs |")
+        written, final = bytes_written(EventStore(Path(tmp) / "bytes"))
+        print(
+            f"\n1,000-event stream: {written:,} bytes written, final file {final:,} bytes, ratio {written / final:.3f}"
+        )
+        first, warm = list_cost(EventStore(Path(tmp) / "list"))
+        print(f"\nlist() over 2,000 streams: {first:.1f} ms first call, {warm:.1f} ms median of 5 more")
+
+
+if __name__ == "__main__":
+    main()
