@@ -10,7 +10,6 @@ from anges.exceptions import ModelSetupError
 from anges.models import get_model
 from anges.models.anthropic_model import AnthropicModel
 
-pytest_plugins = ["wire_servers"]  # until tests/conftest.py registers it for every module
 
 
 def make(server, settings=None, **preset):

@@ -8,7 +8,6 @@ from anges.exceptions import ModelReplyError, ModelSetupError
 from anges.models import get_model
 from anges.models.gemini_model import GeminiModel
 
-pytest_plugins = ["wire_servers"]  # until tests/conftest.py registers it for every module
 
 
 def make(server, settings=None, **preset):

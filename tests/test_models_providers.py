@@ -27,7 +27,6 @@ PROVIDERS = {
     "anthropic": (AnthropicWireServer, AnthropicModel, "ANTHROPIC_API_KEY"),
 }
 
-pytest_plugins = ["wire_servers"]  # until tests/conftest.py registers it for every module
 
 
 @dataclass

@@ -11,7 +11,6 @@ from anges.exceptions import ModelError, ModelReplyError, ModelSetupError
 from anges.models.openai_model import OpenAIModel
 from anges.models.replay import RecordingModel, ReplayModel, with_recording
 
-pytest_plugins = ["wire_servers"]  # until tests/conftest.py registers it for every module
 
 
 def lines(path):

@@ -21,7 +21,6 @@ from anges.models.replay import RecordingModel, ReplayModel
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("clean_model_env")
 
-pytest_plugins = ["wire_servers"]  # until tests/conftest.py registers it for every module
 
 
 @pytest.fixture

@@ -270,8 +270,8 @@ class BaseAgent:
         try:
             reply = self.inference_func(prompt, temperature=temperature if temperature is not None
                                         else self.config.model_settings.temperature)
-        except ModelReplyError:
-            state.budget.charge(None, None)
+        except ModelReplyError as exc:
+            state.budget.charge(exc.usage, None)
             raise
         except ModelError as exc:
             raise RunStopped("model_error", f"the model call failed: {exc}", error=str(exc)) from None
