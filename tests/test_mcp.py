@@ -326,16 +326,12 @@ def test_a_server_that_crashes_mid_run_is_reported_once_and_left_out(tmp_path, c
 def test_a_server_that_never_answers_is_left_out_after_the_startup_timeout(tmp_path):
     pid_file = tmp_path / "pids"
     silent = ["-c", f"import os, time; open({str(pid_file)!r}, 'a').write(f'{{os.getpid()}}\\n'); time.sleep(60)"]
-    specs = load_mcp_servers({"silent": {"command": sys.executable, "args": silent},
-                              "demo": demo_entry(pid_file)})
+    specs = load_mcp_servers({"silent": {"command": sys.executable, "args": silent}})
     started = time.monotonic()
-    with MCPManager(specs, startup_timeout=1.5) as manager:
-        assert time.monotonic() - started < 10
-        assert list(manager.tools()) == ["demo"]
-        assert manager.failures["silent"] == "no answer within 1.5 s"
-        agent, _ = make_agent(tmp_path, [complete()], manager)
-        agent.run_with_new_request("anything")
-    assert len(pids(pid_file)) == 2 and all(wait_gone(pid) for pid in pids(pid_file))
+    with MCPManager(specs, startup_timeout=1) as manager:
+        assert time.monotonic() - started < 5
+        assert manager.tools() == {} and manager.failures["silent"] == "no answer within 1 s"
+    assert len(pids(pid_file)) == 1 and wait_gone(pids(pid_file)[0])
 
 
 def test_no_servers_with_tools_means_no_action(tmp_path):
@@ -345,7 +341,7 @@ def test_no_servers_with_tools_means_no_action(tmp_path):
         agent.run_with_new_request("anything")
     assert "USE_MCP_TOOL" not in model.prompts[0]
     assert [a.type for a in agent.registered_actions] == [
-        "RUN_SHELL_CMD", "EDIT_FILE", "TASK_COMPLETE", "HELP_NEEDED", "AGENT_TEXT_RESPONSE"]
+        "RUN_SHELL_CMD", "EDIT_FILE", "READ_MIME_FILES", "TASK_COMPLETE", "HELP_NEEDED", "AGENT_TEXT_RESPONSE"]
 
 
 def test_children_share_the_parents_servers(tmp_path):

@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from anges.actions import (Action, ActionContext, AgentTextResponse, EditFile, HelpNeeded, RunShellCommand,
-                           TaskComplete, is_builtin_style)
+from anges.actions import (Action, ActionContext, AgentTextResponse, EditFile, HelpNeeded, ReadMimeFiles,
+                           RunShellCommand, TaskComplete, is_builtin_style)
 from anges.budget import Budget
 from anges.config import AgentConfig, Config, default_config
 from anges.events import REQUEST_EVENT_TYPES, RETURN_TO_PARENT_EVENT_TYPES, Event, EventStream
@@ -63,7 +63,8 @@ class BaseAgent:
 
     agent_type = "default"
     template = "agents/default.j2"
-    action_classes: tuple[type[Action], ...] = (RunShellCommand, EditFile, TaskComplete, HelpNeeded, AgentTextResponse)
+    action_classes: tuple[type[Action], ...] = (RunShellCommand, EditFile, ReadMimeFiles, TaskComplete, HelpNeeded,
+                                                AgentTextResponse)
     mcp_tools = True
     """Offer USE_MCP_TOOL when an MCP manager with tools is attached (`mcp=`)."""
 
