@@ -229,6 +229,7 @@ def test_agent_lists_and_calls_tools_of_stdio_and_http_servers(tmp_path, http_ur
             reply(use("demo", "show_env", name="DEMO_SECRET")),
             reply(use("missing", "anything"), use("nowhere", "x"), use("demo", "no_such_tool")),
             reply(use("demo", "lines", count=5000)),
+            reply({"action_type": "RUN_SHELL_CMD", "command": f"echo {ENV_SECRET}"}),
             complete(),
         ], manager)
         agent.agent_config.shell_output_cap = 2000
@@ -264,6 +265,9 @@ def test_agent_lists_and_calls_tools_of_stdio_and_http_servers(tmp_path, http_ur
     assert lines.data["omitted"] > 0 and "characters omitted] ..." in lines.content
     assert "line 1\n" in lines.content and lines.content.endswith("line 5000")
     assert stream.events_list[-1].type == "task_completion"
+    # a server's secrets are masked in every event of the run, a shell command's output included
+    shell_event = next(e for e in stream.events_list if e.data.get("action_type") == "RUN_SHELL_CMD")
+    assert "[REDACTED]" in shell_event.content
 
     # the guide lists the servers, tools, descriptions and compact schemas, and the unavailable servers
     guide = model.prompts[0]
@@ -275,7 +279,7 @@ def test_agent_lists_and_calls_tools_of_stdio_and_http_servers(tmp_path, http_ur
     assert "MCP server `broken` is unavailable" in guide
     # the stable part of the prompt is identical from step to step
     steps = [p for p in model.prompts if not p.startswith("# Summarize")]
-    assert len(steps) == 8 and all(p.startswith(guide.split("# History")[0]) for p in steps)
+    assert len(steps) == 9 and all(p.startswith(guide.split("# History")[0]) for p in steps)
 
     # secrets never reach prompts, events, the store or the logs
     stored = "".join(p.read_text() for p in EventStore().root.rglob("*") if p.is_file())

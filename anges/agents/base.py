@@ -117,7 +117,7 @@ class BaseAgent:
 
         stream = self._open_stream(event_stream)
         self._interrupted.clear()
-        self._secrets = secret_values()
+        self._secrets = secret_values() + (self.mcp.secrets if self.mcp is not None else [])
         with self.store.run_lock(stream.uid):
             first = not stream.events_list
             kind = "new_request" if first else "follow_up_request"
