@@ -170,15 +170,15 @@ class MCPConfig:
 class MimeReaderConfig:
     """Reading images and PDFs."""
 
-    model: str = "gemini:gemini-2.5-flash"
+    model: str = "gemini:gemini-3.8-flash"
     max_file_bytes: int = 20_000_000
 
 
 def _default_presets() -> dict[str, ModelPreset]:
     return {
         "openai": ModelPreset("openai", "gpt-4.1", api_key_env="OPENAI_API_KEY"),
-        "gemini": ModelPreset("gemini", "gemini-2.5-pro", api_key_env="GEMINI_API_KEY"),
-        "claude": ModelPreset("anthropic", "claude-sonnet-4-5", api_key_env="ANTHROPIC_API_KEY"),
+        "gemini": ModelPreset("gemini", "gemini-3.8-flash", api_key_env="GEMINI_API_KEY"),
+        "claude": ModelPreset("anthropic", "claude-sonnet-5", api_key_env="ANTHROPIC_API_KEY"),
         "deepseek": ModelPreset("openai", "deepseek-chat", "https://api.deepseek.com", "DEEPSEEK_API_KEY"),
         "ollama": ModelPreset("openai", "qwen2.5-coder", "http://localhost:11434/v1", ""),
     }

@@ -540,7 +540,7 @@ def _content_text(block) -> str:
 
 def _describe_exception(exc: BaseException, starting: bool = False) -> str:
     """The innermost meaningful message of an exception (or exception group)."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+    while isinstance(getattr(exc, "exceptions", None), tuple) and exc.exceptions:  # an exception group
         exc = next((e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)), exc.exceptions[0])
     if isinstance(exc, FileNotFoundError):
         return f"command not found: {exc.filename or exc}"

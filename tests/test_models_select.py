@@ -32,9 +32,9 @@ def all_keys(monkeypatch):
 @pytest.mark.parametrize(("name", "cls", "model_id", "shown"), [
     ("openai", OpenAIModel, "gpt-4.1", "openai:gpt-4.1"),
     ("openai:gpt-4.1-mini", OpenAIModel, "gpt-4.1-mini", "openai:gpt-4.1-mini"),
-    ("gemini", GeminiModel, "gemini-2.5-pro", "gemini:gemini-2.5-pro"),
+    ("gemini", GeminiModel, "gemini-3.8-flash", "gemini:gemini-3.8-flash"),
     ("gemini:gemini-2.5-flash", GeminiModel, "gemini-2.5-flash", "gemini:gemini-2.5-flash"),
-    ("claude", AnthropicModel, "claude-sonnet-4-5", "claude:claude-sonnet-4-5"),
+    ("claude", AnthropicModel, "claude-sonnet-5", "claude:claude-sonnet-5"),
     ("anthropic:claude-opus-4-1", AnthropicModel, "claude-opus-4-1", "anthropic:claude-opus-4-1"),
     ("deepseek", OpenAIModel, "deepseek-chat", "deepseek:deepseek-chat"),
     ("deepseek:deepseek-reasoner", OpenAIModel, "deepseek-reasoner", "deepseek:deepseek-reasoner"),
@@ -83,7 +83,7 @@ def test_no_name_means_the_agent_types_model(all_keys):
 
 def test_without_a_config_the_packaged_defaults_apply(monkeypatch):
     monkeypatch.setenv("GEMINI_API_KEY", TEST_KEY)
-    assert get_model().name == "gemini:gemini-2.5-pro"  # model: auto; only Gemini has a key
+    assert get_model().name == "gemini:gemini-3.8-flash"  # model: auto; only Gemini has a key
 
 
 @pytest.mark.parametrize(("variable", "preset"), [

@@ -15,6 +15,6 @@ AgentTextResponseAction = AgentTextResponse
 
 __all__ = [
     "Action", "ActionContext", "is_builtin_style", "RunShellCommand", "EditFile", "TaskComplete", "HelpNeeded",
-    "AgentTextResponse", "ReadMimeFiles", "RunShellCMDAction", "EditFileAction", "TaskCompleteAction", "AgentHelpNeededAction",
-    "AgentTextResponseAction",
+    "AgentTextResponse", "ReadMimeFiles", "RunShellCMDAction", "EditFileAction", "TaskCompleteAction",
+    "AgentHelpNeededAction", "AgentTextResponseAction",
 ]

@@ -26,6 +26,8 @@ class ActionContext:
     record: Callable[[Event], None]
     """Record an extra event before the action's own (e.g. a child agent starting)."""
     secrets: list[str] = field(default_factory=list)
+    env: dict[str, str] | None = None
+    """The environment commands run with (model credentials removed unless passed through)."""
 
 
 class Action:
@@ -55,7 +57,8 @@ class Action:
 
     def handle_action_in_parsed_response(self, run_config: dict, parsed_response_dict: dict, action_json: dict):
         """The anges 0.1.x interface: record the event yourself; return the stream if the run ends."""
-        raise NotImplementedError(f"{type(self).__name__} implements neither run() nor handle_action_in_parsed_response()")
+        name = type(self).__name__
+        raise NotImplementedError(f"{name} implements neither run() nor handle_action_in_parsed_response()")
 
 
 def is_builtin_style(action: Action) -> bool:

@@ -83,7 +83,8 @@ class UseMCPTool(Action):
         if server not in tools:
             failures = self.manager.failures
             if server in failures:
-                return None, "unavailable", f"MCP server '{server}' is not available: {failures[server].splitlines()[0]}"
+                reason = failures[server].splitlines()[0]
+                return None, "unavailable", f"MCP server '{server}' is not available: {reason}"
             names = ", ".join(tools) or "none"
             return None, "unknown_server", f"There is no MCP server named '{server}'. Connected servers: {names}."
         for tool in tools[server]:

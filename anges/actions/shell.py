@@ -19,7 +19,7 @@ class RunShellCommand(Action):
     }
 
     def run(self, ctx: ActionContext, args: dict) -> Event:
-        from anges.shell import run_command, scrubbed_environment
+        from anges.shell import run_command
 
         command = args["command"]
         timeout = min(args.get("shell_cmd_timeout") or ctx.config.shell_cmd_timeout, ctx.config.max_shell_cmd_timeout)
@@ -29,7 +29,7 @@ class RunShellCommand(Action):
             prefix_cmd=ctx.prefix_cmd,
             timeout=max(timeout, 1),
             background=bool(args.get("run_in_background")),
-            env=scrubbed_environment(ctx.config.pass_env),
+            env=ctx.env,
             output_cap=ctx.config.shell_output_cap,
             interrupt_check=ctx.interrupt_check,
             secrets=ctx.secrets,

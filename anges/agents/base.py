@@ -11,8 +11,18 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from anges.actions import (Action, ActionContext, AgentTextResponse, EditFile, HelpNeeded, ReadMimeFiles,
-                           RunShellCommand, TaskComplete, is_builtin_style)
+from anges import summarize
+from anges.actions import (
+    Action,
+    ActionContext,
+    AgentTextResponse,
+    EditFile,
+    HelpNeeded,
+    ReadMimeFiles,
+    RunShellCommand,
+    TaskComplete,
+    is_builtin_style,
+)
 from anges.budget import Budget
 from anges.config import AgentConfig, Config, default_config
 from anges.events import REQUEST_EVENT_TYPES, RETURN_TO_PARENT_EVENT_TYPES, Event, EventStream
@@ -20,7 +30,6 @@ from anges.exceptions import FormatError, ModelError, ModelReplyError, RunStoppe
 from anges.parsing import ParsedReply, parse_reply
 from anges.prompt import format_event_stream, render_template
 from anges.store import EventStore
-from anges import summarize
 
 if TYPE_CHECKING:
     from anges.mcp import MCPManager
@@ -101,24 +110,28 @@ class BaseAgent:
         self.auto_entitle = auto_entitle or self.agent_config.auto_entitle
         self.budget = budget
         self.status = "new"
-        self.registered_actions: list[Action] = list(actions) if actions is not None else [c() for c in self.action_classes]
+        self.registered_actions: list[Action] = (list(actions) if actions is not None
+                                                 else [cls() for cls in self.action_classes])
         self.mcp = mcp
         self._add_mcp_action()
         self.agent_prompt_template = self.template
         self._interrupted = threading.Event()
         self._state: RunState | None = None
         self._secrets: list[str] = []
+        self._env: dict[str, str] | None = None
 
     # -- public API -------------------------------------------------------------------------------------------
 
     def run_with_new_request(self, task_description: str, event_stream: EventStream | None = None) -> EventStream:
         """Record the request (new or follow-up) and work on it until the run ends; returns the stream."""
-        from anges.shell import secret_values
+        from anges.shell import scrubbed_environment, secret_values
 
         stream = self._open_stream(event_stream)
         self._interrupted.clear()
         self._secrets = secret_values() + (self.mcp.secrets if self.mcp is not None else [])
+        self._env = scrubbed_environment(self.agent_config.pass_env)
         with self.store.run_lock(stream.uid):
+            self.store.clear_stop(stream.uid)
             first = not stream.events_list
             kind = "new_request" if first else "follow_up_request"
             if self.parent_ids:
@@ -181,6 +194,10 @@ class BaseAgent:
             except RunStopped as stop:
                 self._record_stop(stop)
                 return
+            except BaseException as exc:  # a bug or Ctrl-C: end the stream cleanly, then let it propagate
+                reason = "interrupt" if isinstance(exc, KeyboardInterrupt) else "internal_error"
+                self._record_stop(RunStopped(reason, f"{type(exc).__name__}: {exc}", error=repr(exc)))
+                raise
 
     def _next_reply(self) -> ParsedReply:
         feedback, error = "", ""
@@ -212,9 +229,18 @@ class BaseAgent:
         return False
 
     def _dispatch(self, action: Action, reply: ParsedReply, args: dict) -> bool:
-        if not is_builtin_style(action):
-            return self._dispatch_legacy(action, reply, args)
-        event = action.run(self._action_context(reply), args)
+        try:
+            if not is_builtin_style(action):
+                return self._dispatch_legacy(action, reply, args)
+            event = action.run(self._action_context(reply), args)
+        except (RunStopped, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # an action's failure is a result the model sees, not the end of the run
+            self.logger.debug("action %s failed", action.type, exc_info=True)
+            self._record(Event("action", reasoning=reply.reasoning, content=f"{action.type} FAILED: {exc}",
+                               message=f"{action.type} failed: {exc}",
+                               data={"action_type": action.type, "error": f"{type(exc).__name__}: {exc}"}))
+            return False
         event.reasoning = event.reasoning or reply.reasoning
         event.analysis = event.analysis or reply.analysis
         if event.type == "task_completion":
@@ -237,7 +263,7 @@ class BaseAgent:
     # -- limits -----------------------------------------------------------------------------------------------
 
     def _check_limits(self) -> None:
-        if self._interrupted.is_set() or self.interrupt_check():
+        if self._interrupt_requested():
             raise RunStopped("interrupt", "the run was interrupted")
         state = self._state
         state.budget.check()
@@ -259,12 +285,15 @@ class BaseAgent:
             raise RunStopped("repetition", f"the same action was requested {state.repeats} times in a row",
                              action=args)
 
+    def _interrupt_requested(self) -> bool:
+        return self._interrupted.is_set() or self.interrupt_check() or self.store.stop_requested(self.uid)
+
     def _stop_requested(self) -> bool:
-        return self._interrupted.is_set() or self.interrupt_check() or self._state.budget.expired()
+        return self._interrupt_requested() or self._state.budget.expired()
 
     # -- model calls ------------------------------------------------------------------------------------------
 
-    def _call_model(self, prompt: str, temperature: float | None = None, attach: bool = True) -> str:
+    def _call_model(self, prompt: str, temperature: float | None = None, attach: bool = True):
         self._check_limits()
         state = self._state
         state.model_calls += 1
@@ -276,9 +305,7 @@ class BaseAgent:
             raise
         except ModelError as exc:
             raise RunStopped("model_error", f"the model call failed: {exc}", error=str(exc)) from None
-        if not isinstance(reply, str):
-            raise FormatError(f"the model returned {type(reply).__name__}, not text")
-        self._account(reply, attach)
+        self._account(reply if isinstance(reply, str) else "", attach)
         return reply
 
     def _account(self, reply: str, attach: bool) -> None:
@@ -344,8 +371,8 @@ class BaseAgent:
                            data={"reason": stop.reason, **_jsonable(stop.details)}))
 
     def _open_stream(self, event_stream: EventStream | None) -> EventStream:
-        stream = event_stream or self.event_stream or EventStream(uid=self.uid, parent_event_stream_uids=self.parent_ids,
-                                                                  agent_type=self.agent_type)
+        stream = event_stream or self.event_stream or EventStream(
+            uid=self.uid, parent_event_stream_uids=self.parent_ids, agent_type=self.agent_type)
         stream.agent_type = stream.agent_type or self.agent_type
         stream.update_settings({"cmd_init_dir": self.cmd_init_dir, "prefix_cmd": self.prefix_cmd,
                                 "agent_type": self.agent_type, "notes": self.notes,
@@ -429,13 +456,14 @@ class BaseAgent:
             self.registered_actions.append(UseMCPTool(self.mcp))
 
     def _prompt_facts(self) -> dict:
-        return {"os": f"{platform.system()} {platform.release()}", "shell": "bash" if os.path.exists("/bin/bash") else "sh",
+        return {"os": f"{platform.system()} {platform.release()}",
+                "shell": "bash" if os.path.exists("/bin/bash") else "sh",
                 "cwd": self.cmd_init_dir, "prefix_cmd": self.prefix_cmd}
 
     def _action_context(self, reply: ParsedReply) -> ActionContext:
         return ActionContext(agent=self, stream=self.event_stream, config=self.agent_config, cwd=self.cmd_init_dir,
                              prefix_cmd=self.prefix_cmd, interrupt_check=self._stop_requested, reply=reply,
-                             record=self._record, secrets=self._secrets)
+                             record=self._record, secrets=self._secrets, env=self._env)
 
     def _legacy_run_config(self) -> dict:
         return {
