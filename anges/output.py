@@ -21,9 +21,6 @@ if TYPE_CHECKING:
     from anges.agents import BaseAgent
     from anges.session import Outcome
 
-ANSWER_TYPES = ("task_completion", "agent_text_response", "agent_requested_help")
-
-
 class JsonLinesOutput:
     """One JSON object per line on stdout, flushed at once so a parent process can follow along."""
 
@@ -79,13 +76,12 @@ class JsonOutput(JsonLinesOutput):
 def summary(outcome: Outcome, exit_code: int) -> dict:
     """The facts of a finished run shared by both formats."""
     final = outcome.final
-    answer = final.content if final is not None and final.type in ANSWER_TYPES else None
     return {
         "stream_id": outcome.stream.uid,
         "status": outcome.status,
         "exit_code": exit_code,
         "reason": final.data.get("reason") if final is not None and final.type == "task_interrupted" else None,
-        "answer": answer,
+        "answer": outcome.answer,
         "usage": outcome.usage(),
         "duration": round(outcome.duration, 3),
     }

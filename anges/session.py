@@ -38,6 +38,12 @@ class Outcome:
         """The last event of the top-level stream (the answer, help request or stop)."""
         return self.stream.events_list[-1] if self.stream.events_list else None
 
+    @property
+    def answer(self) -> str | None:
+        """The completion report, text answer or help request; None when the run was stopped."""
+        final = self.final
+        return final.content if final is not None and self.status != "interrupted" else None
+
     def usage(self) -> dict:
         """Tokens, model calls and cost of the request, children included."""
         total = {"input_tokens": 0, "output_tokens": 0, "cached_tokens": 0, "model_calls": 0, "estimated": False}

@@ -13,12 +13,13 @@ import threading
 import time
 from typing import TYPE_CHECKING, TextIO
 
+from anges.events import REQUEST_EVENT_TYPES as REQUEST_TYPES
+
 if TYPE_CHECKING:
     from anges.events import Event
 
 ANSWER_TYPES = {"task_completion": "completed", "agent_text_response": "answered",
                 "agent_requested_help": "help needed"}
-REQUEST_TYPES = ("new_request", "follow_up_request", "new_request_from_parent", "follow_up_request_from_parent")
 SPINNER_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 _CODES = {"bold": "1", "dim": "2", "italic": "3", "underline": "4", "red": "31", "green": "32", "yellow": "33",
           "blue": "34", "magenta": "35", "cyan": "36"}
@@ -176,17 +177,18 @@ class Spinner:
         self._thread: threading.Thread | None = None
 
     def start(self, label: str) -> None:
-        """Show `label` from now on, with the time since this call."""
+        """Show `label` from now on, with the time since this call (child agents may call this concurrently)."""
         with self.lock:
             self._label, self._since = label, time.monotonic()
-        if self.enabled and self._thread is None:
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._spin, name="anges-spinner", daemon=True)
-            self._thread.start()
+            if self.enabled and self._thread is None:
+                self._stop.clear()
+                self._thread = threading.Thread(target=self._spin, name="anges-spinner", daemon=True)
+                self._thread.start()
 
     def stop(self) -> None:
         """Stop and erase the spinner."""
-        thread, self._thread = self._thread, None
+        with self.lock:
+            thread, self._thread = self._thread, None
         self._stop.set()
         if thread is not None:
             thread.join()
@@ -308,12 +310,11 @@ class TextOutput:
 
     def finished(self, outcome, exit_code: int) -> None:
         self.transcript.close()
-        final = outcome.final
-        if final is not None and final.type in ANSWER_TYPES:
-            self.out.write(render_markdown(final.content, self.style) + "\n")
+        if outcome.answer is not None:
+            self.out.write(render_markdown(outcome.answer, self.style) + "\n")
             self.out.flush()
-        elif final is not None and self.transcript.quiet:
-            sys.stderr.write(f"anges: stopped: {_stop_text(final)}\n")
+        elif self.transcript.quiet and outcome.final is not None:  # quiet, yet the user must learn why it stopped
+            self.transcript.out.write(f"anges: stopped: {_stop_text(outcome.final)}\n")
         self.transcript.note(status_line(outcome), "dim")
 
     def close(self) -> None:
