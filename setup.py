@@ -30,19 +30,19 @@ setup(
     package_dir={"anges.web": "web"},
     package_data={"anges.web": ["templates/*.html", "static/*", "static/**/*"]},
     install_requires=[
-        "openai>=1.40",
-        "google-genai>=1.0",
+        "openai>=3.0",
+        "google-genai>=3.0",
         "flask>=3.0",
         "jinja2>=3.1",
         "pyyaml>=6.0",
     ],
     extras_require={
-        "anthropic": ["anthropic>=0.40"],
+        "anthropic": ["anthropic>=2.0"],
         "mcp": ["mcp>=1.2"],
         "dev": [
             "pytest>=8",
             "pytest-timeout",
-            "anthropic>=0.40",
+            "anthropic>=2.0",
             "mcp>=1.2",
             "playwright>=1.45",
             "ruff",

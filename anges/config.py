@@ -48,6 +48,10 @@ class ModelPreset:
     """Vertex AI project (default: GOOGLE_CLOUD_PROJECT)."""
     location: str = ""
     """Vertex AI location (default: GOOGLE_CLOUD_LOCATION)."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Extra HTTP headers sent with every request (gateways, proxies, attribution)."""
+    api_version: str = ""
+    """Gemini API version (v1, v1beta, ...); empty = the SDK's default (or GOOGLE_GENAI_API_VERSION)."""
 
 
 @dataclass
@@ -161,15 +165,15 @@ class MCPConfig:
 class MimeReaderConfig:
     """Reading images and PDFs."""
 
-    model: str = "gemini:gemini-2.5-flash"
+    model: str = "gemini:gemini-3.8-flash"
     max_file_bytes: int = 20_000_000
 
 
 def _default_presets() -> dict[str, ModelPreset]:
     return {
         "openai": ModelPreset("openai", "gpt-4.1", api_key_env="OPENAI_API_KEY"),
-        "gemini": ModelPreset("gemini", "gemini-2.5-pro", api_key_env="GEMINI_API_KEY"),
-        "claude": ModelPreset("anthropic", "claude-sonnet-4-5", api_key_env="ANTHROPIC_API_KEY"),
+        "gemini": ModelPreset("gemini", "gemini-3.8-flash", api_key_env="GEMINI_API_KEY"),
+        "claude": ModelPreset("anthropic", "claude-sonnet-5", api_key_env="ANTHROPIC_API_KEY"),
         "deepseek": ModelPreset("openai", "deepseek-chat", "https://api.deepseek.com", "DEEPSEEK_API_KEY"),
         "ollama": ModelPreset("openai", "qwen2.5-coder", "http://localhost:11434/v1", ""),
     }

@@ -128,7 +128,7 @@ class EventSummary:
             "end_event_idx": self.end_event_idx,
             "summary": self.summary,
             "created_at": self.created_at.isoformat(),
-            "data": self.data,
+            **({"data": self.data} if self.data else {}),
         }
 
     @classmethod

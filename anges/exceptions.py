@@ -39,9 +39,10 @@ class ModelSetupError(ModelError):
 class ModelReplyError(ModelError):
     """The model answered, but with nothing usable: `kind` is "empty", "truncated" or "blocked"."""
 
-    def __init__(self, message: str, kind: str):
+    def __init__(self, message: str, kind: str, usage=None):
         super().__init__(message)
         self.kind = kind
+        self.usage = usage  # what the refused reply still cost, when the provider said
 
 
 class FormatError(AngesError):

@@ -260,7 +260,7 @@ class EventStore:
             for each in doomed:
                 locks.enter_context(self.run_lock(each))
             for each in reversed(doomed):  # deepest first: an interrupted delete leaves no orphans
-                for suffix in (".jsonl", ".meta.json", ".lock"):
+                for suffix in (".jsonl", ".meta.json", ".lock", ".stop"):
                     with suppress(FileNotFoundError):
                         os.unlink(self._path(each, suffix))
             self._remove_leftover_temps(doomed)
@@ -290,6 +290,23 @@ class EventStore:
             yield
         finally:
             os.close(fd)
+
+    def request_stop(self, uid: str) -> None:
+        """Ask the run active on `uid`, in any process, to stop: its agent polls `stop_requested`."""
+        if not self.exists(uid):
+            raise StreamNotFound(f"no stream {uid!r} in {self.root}")
+        os.close(os.open(self._path(uid, ".stop"), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
+
+    def stop_requested(self, uid: str) -> bool:
+        """True when a stop was requested for `uid` since its run started."""
+        if not is_valid_id(uid):
+            raise InvalidStreamId(f"invalid stream id {repr(uid)[:80]}")
+        return os.path.exists(f"{self.root}/{uid}.stop")  # polled often: no Path objects, one stat
+
+    def clear_stop(self, uid: str) -> None:
+        """Forget a stop request (a new run starts)."""
+        with suppress(FileNotFoundError):
+            os.unlink(self._path(uid, ".stop"))
 
     def is_running(self, uid: str) -> bool:
         """True while some process (this one included) holds the run lock of `uid`."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from anges.config import PromptConfig
 from anges.events import REQUEST_EVENT_TYPES, EventStream, EventSummary
+from anges.exceptions import ModelReplyError
 from anges.prompt import covering_summaries, format_events, render_template
 
 SUMMARY_WORDS = 300
@@ -51,11 +52,11 @@ def action_range_due(stream: EventStream, threshold: int, keep_recent: int) -> t
 
 
 def task_range(stream: EventStream) -> tuple[int, int] | None:
-    """The events of the task that just completed: from after its request to before the completion."""
+    """The events of the task about to complete: from after its request to the latest event."""
     events = stream.events_list
-    for index in range(len(events) - 1, 0, -1):
+    for index in range(len(events), 0, -1):
         if events[index - 1].type in REQUEST_EVENT_TYPES:
-            start, end = index + 1, len(events) - 1
+            start, end = index + 1, len(events)
             return (start, end) if end - start >= 1 else None
     return None
 
@@ -69,6 +70,8 @@ def summary_prompt(stream: EventStream, start: int, end: int, reason: str, confi
 def make_summary(model, stream: EventStream, start: int, end: int, reason: str, config: PromptConfig) -> EventSummary:
     """Ask the model for a summary of events `start`..`end`; model errors propagate to the caller."""
     reply = model(summary_prompt(stream, start, end, reason, config))
+    if not isinstance(reply, str) or not reply.strip():
+        raise ModelReplyError("the model returned an empty summary", kind="empty")
     usage = getattr(reply, "usage", None)
     data = {"reason": reason, "usage": usage.to_dict()} if usage else {"reason": reason}
     kind = "task_completion" if reason == "task_completion" else "actions"

@@ -26,6 +26,8 @@ class ActionContext:
     record: Callable[[Event], None]
     """Record an extra event before the action's own (e.g. a child agent starting)."""
     secrets: list[str] = field(default_factory=list)
+    env: dict[str, str] | None = None
+    """The environment commands run with (model credentials removed unless passed through)."""
 
 
 class Action:

@@ -19,7 +19,7 @@ class RunShellCommand(Action):
     }
 
     def run(self, ctx: ActionContext, args: dict) -> Event:
-        from anges.shell import run_command, scrubbed_environment
+        from anges.shell import run_command
 
         command = args["command"]
         timeout = min(args.get("shell_cmd_timeout") or ctx.config.shell_cmd_timeout, ctx.config.max_shell_cmd_timeout)
@@ -29,7 +29,7 @@ class RunShellCommand(Action):
             prefix_cmd=ctx.prefix_cmd,
             timeout=max(timeout, 1),
             background=bool(args.get("run_in_background")),
-            env=scrubbed_environment(ctx.config.pass_env),
+            env=ctx.env,
             output_cap=ctx.config.shell_output_cap,
             interrupt_check=ctx.interrupt_check,
             secrets=ctx.secrets,
@@ -46,14 +46,15 @@ class RunShellCommand(Action):
 def format_result(result) -> str:
     """The command's result as the model reads it."""
     if result.pid is not None and result.exit_code is None and not (result.timed_out or result.interrupted):
-        return f"Started in the background: pid {result.pid}, output in {result.log_path}"
+        return (f"COMMAND: {result.command}\nStarted in the background: pid {result.pid}, "
+                f"output in {result.log_path}")
     if result.timed_out:
         status = f"KILLED after the timeout ({result.duration:.0f} s)"
     elif result.interrupted:
         status = "KILLED: the run was interrupted"
     else:
         status = f"EXIT CODE: {result.exit_code}"
-    parts = [status]
+    parts = [f"COMMAND: {result.command}", status]
     if result.stdout:
         parts.append(f"STDOUT:\n{result.stdout}")
     if result.stderr:

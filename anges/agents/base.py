@@ -97,14 +97,21 @@ class BaseAgent:
         self.agent_prompt_template = self.template
         self._interrupted = threading.Event()
         self._state: RunState | None = None
+        self._secrets: list[str] = []
+        self._env: dict[str, str] | None = None
 
     # -- public API -------------------------------------------------------------------------------------------
 
     def run_with_new_request(self, task_description: str, event_stream: EventStream | None = None) -> EventStream:
         """Record the request (new or follow-up) and work on it until the run ends; returns the stream."""
+        from anges.shell import scrubbed_environment, secret_values
+
         stream = self._open_stream(event_stream)
         self._interrupted.clear()
+        self._secrets = secret_values()
+        self._env = scrubbed_environment(self.agent_config.pass_env)
         with self.store.run_lock(stream.uid):
+            self.store.clear_stop(stream.uid)
             first = not stream.events_list
             kind = "new_request" if first else "follow_up_request"
             if self.parent_ids:
@@ -203,12 +210,10 @@ class BaseAgent:
         event = action.run(self._action_context(reply), args)
         event.reasoning = event.reasoning or reply.reasoning
         event.analysis = event.analysis or reply.analysis
+        if event.type == "task_completion":
+            self._summarize_task()
         self._record(event)
-        if action.returning_action:
-            if event.type == "task_completion":
-                self._summarize_task()
-            return True
-        return False
+        return action.returning_action
 
     def _dispatch_legacy(self, action: Action, reply: ParsedReply, args: dict) -> bool:
         stream = self.event_stream
@@ -225,7 +230,7 @@ class BaseAgent:
     # -- limits -----------------------------------------------------------------------------------------------
 
     def _check_limits(self) -> None:
-        if self._interrupted.is_set() or self.interrupt_check():
+        if self._interrupt_requested():
             raise RunStopped("interrupt", "the run was interrupted")
         state = self._state
         state.budget.check()
@@ -247,26 +252,27 @@ class BaseAgent:
             raise RunStopped("repetition", f"the same action was requested {state.repeats} times in a row",
                              action=args)
 
+    def _interrupt_requested(self) -> bool:
+        return self._interrupted.is_set() or self.interrupt_check() or self.store.stop_requested(self.uid)
+
     def _stop_requested(self) -> bool:
-        return self._interrupted.is_set() or self.interrupt_check() or self._state.budget.expired()
+        return self._interrupt_requested() or self._state.budget.expired()
 
     # -- model calls ------------------------------------------------------------------------------------------
 
-    def _call_model(self, prompt: str, temperature: float | None = None, attach: bool = True) -> str:
+    def _call_model(self, prompt: str, temperature: float | None = None, attach: bool = True):
         self._check_limits()
         state = self._state
         state.model_calls += 1
         try:
             reply = self.inference_func(prompt, temperature=temperature if temperature is not None
                                         else self.config.model_settings.temperature)
-        except ModelReplyError:
-            state.budget.charge(None, None)
+        except ModelReplyError as exc:
+            state.budget.charge(exc.usage, None)
             raise
         except ModelError as exc:
             raise RunStopped("model_error", f"the model call failed: {exc}", error=str(exc)) from None
-        if not isinstance(reply, str):
-            raise FormatError(f"the model returned {type(reply).__name__}, not text")
-        self._account(reply, attach)
+        self._account(reply if isinstance(reply, str) else "", attach)
         return reply
 
     def _account(self, reply: str, attach: bool) -> None:
@@ -319,6 +325,7 @@ class BaseAgent:
 
     def _record(self, event: Event) -> None:
         self._attach_usage(event)
+        _mask_event(event, self._secrets)
         self.event_stream.add_event(event)
         self.store.sync(self.event_stream)
         self.status = STATUS_BY_EVENT.get(event.type, "running" if event.type in REQUEST_EVENT_TYPES else self.status)
@@ -408,11 +415,9 @@ class BaseAgent:
                 "cwd": self.cmd_init_dir, "prefix_cmd": self.prefix_cmd}
 
     def _action_context(self, reply: ParsedReply) -> ActionContext:
-        from anges.shell import secret_values
-
         return ActionContext(agent=self, stream=self.event_stream, config=self.agent_config, cwd=self.cmd_init_dir,
                              prefix_cmd=self.prefix_cmd, interrupt_check=self._stop_requested, reply=reply,
-                             record=self._record, secrets=secret_values())
+                             record=self._record, secrets=self._secrets, env=self._env)
 
     def _legacy_run_config(self) -> dict:
         return {
@@ -429,6 +434,18 @@ class BaseAgent:
             "store": self.store,
             "agent": self,
         }
+
+
+def _mask_event(event: Event, secrets: list[str]) -> None:
+    """Replace known secret values in every text field of an event, structured data included."""
+    if not secrets:
+        return
+    from anges.shell import mask_secrets
+
+    for name in ("content", "message", "reasoning", "analysis"):
+        setattr(event, name, mask_secrets(getattr(event, name) or "", secrets))
+    if any(secret in json.dumps(event.data) for secret in secrets):
+        event.data = json.loads(mask_secrets(json.dumps(event.data), secrets))
 
 
 def _jsonable(details: dict) -> dict:

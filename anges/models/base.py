@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 
@@ -23,7 +23,8 @@ class Usage:
     estimated: bool = False
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                "cached_tokens": self.cached_tokens, "estimated": self.estimated}
 
 
 class Completion(str):

@@ -1,0 +1,79 @@
+"""Claude through the optional `anthropic` SDK, with an API key or on Vertex AI."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from anges.exceptions import ModelSetupError
+from anges.models.base import Completion, Usage
+from anges.models.provider import Provider
+from anges.models.retry import Failure
+
+_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
+           "model_context_window_exceeded": "length"}
+
+
+class AnthropicModel(Provider):
+    """One user message holding the prompt, through `client.messages.create`."""
+
+    provider = "anthropic"
+
+    def _make_client(self) -> Any:
+        try:
+            import anthropic
+        except ImportError:
+            raise ModelSetupError(f'{self.name}: the anthropic provider needs its SDK: pip install "anges[anthropic]"'
+                                  ) from None
+        options: dict[str, Any] = {
+            "base_url": self.preset.base_url or None,  # None: ANTHROPIC_BASE_URL / ANTHROPIC_VERTEX_BASE_URL
+            "timeout": self.settings.request_timeout,
+            "max_retries": 0,
+            "default_headers": self.preset.headers or None,
+        }
+        if self.preset.vertex:
+            self.label = "Vertex AI"
+            region = (self.preset.location or os.environ.get("CLOUD_ML_REGION")
+                      or os.environ.get("GOOGLE_CLOUD_LOCATION"))
+            project = (self.preset.project or os.environ.get("ANTHROPIC_VERTEX_PROJECT_ID")
+                       or os.environ.get("GOOGLE_CLOUD_PROJECT"))
+            if not region:
+                raise ModelSetupError(f"{self.name}: Claude on Vertex AI needs a region: set `location:` in the preset "
+                                      "or CLOUD_ML_REGION / GOOGLE_CLOUD_LOCATION")
+            if project:
+                options["project_id"] = project
+            client = anthropic.AnthropicVertex(region=region, **options)
+        else:
+            self.label = "Anthropic"
+            client = anthropic.Anthropic(api_key=self._api_key(), **options)
+        self.base_url = str(client.base_url).rstrip("/")
+        return client
+
+    def _complete(self, prompt: str, temperature: float) -> Completion:
+        # The Messages API (2026-10-21, the SDK 2.x default) takes no sampling parameters: temperature is not sent.
+        message = self.client.messages.create(
+            model=self.preset.model,
+            max_tokens=self.settings.max_output_tokens,
+            messages=[{"role": "user", "content": prompt}],
+        )
+        usage = _usage(message.usage)
+        if message.stop_reason == "refusal":
+            self._refuse("the model refused (stop reason refusal)", "blocked", usage)
+        text = "".join(block.text for block in message.content or [] if block.type == "text")
+        finish_reason = _FINISH.get(message.stop_reason or "end_turn", message.stop_reason)
+        return self._reply(text, usage, message.model, finish_reason)
+
+    def _classify(self, exc: BaseException) -> Failure | None:
+        import anthropic
+
+        return self._http_sdk_failure(exc, anthropic)
+
+
+def _usage(usage: Any) -> Usage:
+    if usage is None:
+        return Usage()
+    cached = usage.cache_read_input_tokens or 0
+    written = usage.cache_creation_input_tokens or 0
+    # Anthropic counts cache reads and writes apart from input_tokens; the others include them.
+    return Usage(input_tokens=(usage.input_tokens or 0) + cached + written, output_tokens=usage.output_tokens or 0,
+                 cached_tokens=cached)

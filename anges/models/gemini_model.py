@@ -1,0 +1,120 @@
+"""Gemini through google-genai, with an API key or on Vertex AI."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from anges.exceptions import ModelSetupError
+from anges.models.base import Completion, Usage
+from anges.models.provider import Provider, uses_vertex
+from anges.models.retry import Failure, transport_failure
+
+BLOCKED = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY",
+                     "IMAGE_PROHIBITED_CONTENT", "MODEL_ARMOR"})
+"""Finish reasons that mean the answer was withheld."""
+_FINISH = {"STOP": "stop", "MAX_TOKENS": "length"}
+
+
+class GeminiModel(Provider):
+    """One user turn holding the prompt, through `client.models.generate_content`."""
+
+    provider = "gemini"
+
+    def _make_client(self) -> Any:
+        from google import genai
+        from google.auth.exceptions import GoogleAuthError
+        from google.genai import types
+
+        self.vertex = uses_vertex(self.preset)
+        self.label = "Vertex AI" if self.vertex else "Gemini"
+        http_options = types.HttpOptions(
+            base_url=self.preset.base_url or None,  # None: the SDK reads GOOGLE_GEMINI_BASE_URL / GOOGLE_VERTEX_BASE_URL
+            api_version=self.preset.api_version or None,
+            headers=dict(self.preset.headers) or None,
+            timeout=max(1, int(self.settings.request_timeout * 1000)),
+            retry_options=types.HttpRetryOptions(attempts=1),
+        )
+        try:
+            if self.vertex:
+                client = genai.Client(vertexai=True, project=self.preset.project or None,
+                                      location=self.preset.location or None, http_options=http_options)
+            else:
+                client = genai.Client(vertexai=False, api_key=self._api_key(), http_options=http_options)
+        except (ValueError, GoogleAuthError) as exc:  # the SDK checks credentials here
+            where = ("Vertex AI needs a project (GOOGLE_CLOUD_PROJECT or `project:` in the preset), a location and "
+                     "Application Default Credentials (gcloud auth application-default login)") if self.vertex else (
+                     "Gemini needs GEMINI_API_KEY or GOOGLE_API_KEY")
+            raise ModelSetupError(f"{self.name}: {where}: {exc}") from exc
+        env = "GOOGLE_VERTEX_BASE_URL" if self.vertex else "GOOGLE_GEMINI_BASE_URL"
+        self.base_url = self.preset.base_url or os.environ.get(env) or (
+            "Vertex AI" if self.vertex else "https://generativelanguage.googleapis.com")
+        return client
+
+    def _complete(self, prompt: str, temperature: float) -> Completion:
+        from google.genai import types
+
+        config = types.GenerateContentConfig(
+            temperature=temperature,
+            max_output_tokens=self.settings.max_output_tokens,
+            response_mime_type="application/json" if self.settings.json_mode else None,
+        )
+        response = self.client.models.generate_content(model=self.preset.model, contents=prompt, config=config)
+        usage = _usage(response.usage_metadata)
+        model = response.model_version or self.preset.model
+        feedback = response.prompt_feedback
+        if feedback is not None and feedback.block_reason:
+            why = _name(feedback.block_reason)
+            message = f": {feedback.block_reason_message}" if feedback.block_reason_message else ""
+            self._refuse(f"the prompt was blocked ({why}){message}", "blocked", usage)
+        if not response.candidates:
+            self._refuse("the reply has no candidates", "empty", usage)
+        candidate = response.candidates[0]
+        reason = _name(candidate.finish_reason) or "STOP"
+        if reason in BLOCKED:
+            self._refuse(f"the reply was blocked (finish reason {reason})", "blocked", usage)
+        parts = (candidate.content.parts if candidate.content else None) or []
+        text = "".join(part.text for part in parts if part.text and not part.thought)
+        return self._reply(text, usage, model, _FINISH.get(reason, reason.lower()))
+
+    def _classify(self, exc: BaseException) -> Failure | None:
+        from google.genai import errors
+
+        if isinstance(exc, errors.APIError):
+            detail = exc.message or str(exc)
+            headers = getattr(getattr(exc, "response", None), "headers", None)
+            if exc.code == 400 and "API_KEY_INVALID" in str(exc.details) + detail:
+                return Failure.setup(f"Gemini rejected the API key (400 API_KEY_INVALID). Check {self._key_hint()}.",
+                                     400)
+            return self._status_failure(exc.code or 0, headers, detail, _retry_delay(exc.details))
+        if any(cls.__module__.startswith("google.auth") for cls in type(exc).__mro__):
+            return Failure.setup(f"Vertex AI authentication failed ({type(exc).__name__}: {exc}). Run `gcloud auth "
+                                 "application-default login` or set GOOGLE_APPLICATION_CREDENTIALS.")
+        return transport_failure(exc)
+
+
+def _usage(meta: Any) -> Usage:
+    if meta is None:
+        return Usage()
+    return Usage(
+        input_tokens=meta.prompt_token_count or 0,
+        output_tokens=(meta.candidates_token_count or 0) + (meta.thoughts_token_count or 0),
+        cached_tokens=meta.cached_content_token_count or 0,
+    )
+
+
+def _name(value: Any) -> str:
+    """An enum member or a plain string, as the upper-case name the API uses."""
+    return str(getattr(value, "value", value) or "")
+
+
+def _retry_delay(details: Any) -> float | None:
+    """The `RetryInfo.retryDelay` ("32s") that a Gemini 429 carries in its error details."""
+    error = details.get("error", details) if isinstance(details, dict) else {}
+    for item in (error.get("details") if isinstance(error, dict) else None) or []:
+        if isinstance(item, dict) and str(item.get("@type", "")).endswith("RetryInfo"):
+            try:
+                return float(str(item.get("retryDelay", "")).removesuffix("s"))
+            except ValueError:
+                return None
+    return None

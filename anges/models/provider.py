@@ -1,0 +1,198 @@
+"""What the SDK-backed models share: credentials, the retry loop, timing, and turning replies into Completions."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, NoReturn
+
+from anges.config import ModelPreset, ModelSettings, RetryConfig, anges_home
+from anges.exceptions import ModelReplyError, ModelSetupError
+from anges.models.base import Completion, Usage
+from anges.models.retry import (
+    TRANSIENT_STATUSES,
+    Failure,
+    call_with_retry,
+    retry_after_seconds,
+    transport_failure,
+)
+
+KEY_ALIASES = {"GEMINI_API_KEY": ("GOOGLE_API_KEY",), "GOOGLE_API_KEY": ("GEMINI_API_KEY",)}
+"""Environment variables an SDK accepts in place of the one a preset names."""
+
+_THINK_BLOCK = re.compile(r"\A\s*<think>.*?</think>\s*", re.DOTALL)
+_STATUS_WORDS = {408: "request timeout", 409: "conflict", 429: "rate limited", 503: "overloaded", 529: "overloaded"}
+
+
+def env_true(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
+
+
+def key_env_names(preset: ModelPreset) -> tuple[str, ...]:
+    """The environment variables that may hold the preset's key, in the order they are tried."""
+    if not preset.api_key_env:
+        return ()
+    return (preset.api_key_env,) + KEY_ALIASES.get(preset.api_key_env, ())
+
+
+def uses_vertex(preset: ModelPreset) -> bool:
+    """Vertex AI instead of an API key: the preset says so, or (Gemini) the SDK's GOOGLE_GENAI_USE_VERTEXAI does."""
+    return preset.vertex or (preset.provider == "gemini" and env_true("GOOGLE_GENAI_USE_VERTEXAI"))
+
+
+def has_credentials(preset: ModelPreset) -> bool:
+    """Whether the environment holds what the preset needs to authenticate (for `auto`)."""
+    if uses_vertex(preset):
+        return bool(preset.project or os.environ.get("GOOGLE_CLOUD_PROJECT"))
+    if not preset.api_key_env or any(os.environ.get(name) for name in key_env_names(preset)):
+        return True
+    return preset.provider == "openai" and not preset.base_url and bool(os.environ.get("OPENAI_BASE_URL"))
+
+
+def strip_thinking(text: str) -> str:
+    """Drop the `<think>...</think>` block that reasoning models put before their answer."""
+    match = _THINK_BLOCK.match(text)
+    if match:
+        return text[match.end():]
+    if text.lstrip().startswith("<think>"):
+        return ""  # cut off while still thinking: there is no answer yet
+    head, closing, tail = text.partition("</think>")
+    if closing and "{" not in head:
+        return tail.lstrip()  # some servers send the reasoning without its opening tag
+    return text
+
+
+def config_hint() -> str:
+    return f"`model:` in {anges_home() / 'config.yaml'} or --model"
+
+
+class Provider:
+    """A model reached through a provider SDK: subclasses make the client and do one attempt of one call."""
+
+    provider: ClassVar[str] = ""
+    label: str = ""
+    """Who answers, for messages: "OpenAI", "Gemini", "the server at http://...", ... (set by `_make_client`)."""
+    base_url: str = ""
+    """The endpoint the client talks to (set by `_make_client`)."""
+
+    def __init__(self, preset: ModelPreset, settings: ModelSettings | None = None, retry: RetryConfig | None = None,
+                 *, name: str = "", sleep: Callable[[float], object] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic):
+        self.preset = preset
+        self.settings = settings or ModelSettings()
+        self.retry = retry or RetryConfig()
+        self.name = name or f"{self.provider}:{preset.model}"
+        """One line naming the model for events and the CLI; `get_model(name)` builds the same model again."""
+        self.sleep = sleep
+        self.clock = clock
+        self.key_env = ""
+        """The environment variable the API key came from (empty: no key)."""
+        if not preset.model:
+            raise ModelSetupError(f"{self.name}: no model id: set `model:` in the preset or use {self.provider}:MODEL-ID")
+        self.client = self._make_client()
+
+    def __call__(self, prompt: str, temperature: float | None = None) -> Completion:
+        """One reply to one prompt, retried by the policy; `temperature` None means `model_settings.temperature`."""
+        temperature = self.settings.temperature if temperature is None else temperature
+        start = time.monotonic()
+        completion = call_with_retry(lambda: self._complete(prompt, temperature), self._classify, self.retry,
+                                     label=self.name, sleep=self.sleep, clock=self.clock)
+        completion.latency = time.monotonic() - start
+        return completion
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
+
+    def _make_client(self) -> Any:
+        raise NotImplementedError
+
+    def _complete(self, prompt: str, temperature: float) -> Completion:
+        raise NotImplementedError
+
+    def _classify(self, exc: BaseException) -> Failure | None:
+        return transport_failure(exc)
+
+    def _api_key(self) -> str | None:
+        """The key from the preset's environment variable; a setup error naming the variable when it is unset."""
+        names = key_env_names(self.preset)
+        for name in names:
+            if os.environ.get(name):
+                self.key_env = name
+                return os.environ[name].strip()
+        if not names:
+            return None
+        raise ModelSetupError(f"{self.name} needs an API key: set {' or '.join(names)} (or choose another model "
+                              f"with {config_hint()})")
+
+    def _key_hint(self) -> str:
+        if self.key_env:
+            return self.key_env
+        if self.preset.api_key_env:
+            return f"{self.preset.api_key_env} (it is not set, so no key was sent)"
+        return "api_key_env in the preset (it names no variable, so no key was sent)"
+
+    def _reply(self, text: str | None, usage: Usage, model: str, finish_reason: str) -> Completion:
+        """The Completion for a reply text, or ModelReplyError when nothing usable is left of it."""
+        text = strip_thinking(text or "")
+        if not text.strip():
+            if finish_reason == "length":
+                self._refuse(f"the reply was cut off at max_output_tokens ({self.settings.max_output_tokens}) before "
+                             "any answer", "truncated", usage)
+            self._refuse(f"empty reply (finish reason: {finish_reason})", "empty", usage)
+        return Completion(text, usage=usage, model=model or self.preset.model, finish_reason=finish_reason)
+
+    def _refuse(self, message: str, kind: str, usage: Usage | None) -> NoReturn:
+        error = ModelReplyError(f"{self.name}: {message}", kind=kind)
+        error.usage = usage  # a refused reply still costs tokens
+        raise error
+
+    def _status_failure(self, status: int, headers: Mapping[str, str] | None, detail: str = "",
+                        retry_after: float | None = None) -> Failure:
+        """Classify an HTTP error status, with what to fix for the ones that retrying cannot."""
+        detail = _shorten(detail)
+        said = f": {detail}" if detail else ""
+        model = self.preset.model
+        if status in TRANSIENT_STATUSES or status >= 500:
+            word = _STATUS_WORDS.get(status, "server error")
+            wait = retry_after if retry_after is not None else retry_after_seconds(headers)
+            return Failure.transient(f"{word} ({status}){said}", status, wait)
+        if status == 401:
+            return Failure.setup(f"{self.label} rejected the API key (401). Check {self._key_hint()}.", status)
+        if status == 403:
+            return Failure.setup(f"{self.label} denied access (403){said}. Check that the key in {self._key_hint()} "
+                                 f"may use model {model!r}.", status)
+        if status == 404:
+            return Failure.setup(f"model {model!r} not found at {self.base_url} (404): check the model id{said}",
+                                 status)
+        if status == 402:
+            return Failure.setup(f"{self.label} asks for payment (402){said}: check the account's billing", status)
+        if status == 400:
+            return Failure.setup(f"{self.label} rejected the request as invalid (400){said}", status)
+        return Failure.fatal(f"{self.label} answered {status}{said}", status)
+
+    def _http_sdk_failure(self, exc: BaseException, sdk: Any) -> Failure | None:
+        """Classify the errors of the OpenAI and Anthropic SDKs, which share their shape."""
+        if isinstance(exc, sdk.APITimeoutError):
+            return Failure.transient("timed out")
+        if isinstance(exc, sdk.APIConnectionError):
+            return Failure.transient(f"connection failed ({exc})")
+        if isinstance(exc, sdk.APIStatusError):
+            return self._status_failure(exc.status_code, exc.response.headers, _body_message(exc.body) or str(exc))
+        return transport_failure(exc)
+
+
+def _body_message(body: object) -> str:
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return error["message"]
+        if isinstance(error, str):
+            return error
+    return body if isinstance(body, str) else ""
+
+
+def _shorten(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

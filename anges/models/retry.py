@@ -1,0 +1,135 @@
+"""One retry policy for every provider: transient failures back off, the rest fail at once."""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+from anges.config import RetryConfig
+from anges.exceptions import ModelError, ModelSetupError
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+TRANSIENT_STATUSES = frozenset({408, 409, 425, 429})
+"""4xx statuses worth another try (timeout, conflict, too early, rate limit); every 5xx is too."""
+
+_TIMEOUT_NAMES = frozenset({"TimeoutException", "Timeout", "TimeoutError"})
+_CONNECTION_NAMES = frozenset({"TransportError", "NetworkError", "ConnectionError", "RemoteProtocolError"})
+
+
+@dataclass
+class Failure:
+    """One failed attempt, classified in provider-neutral terms."""
+
+    reason: str
+    """What happened, for people: "rate limited (429)", "timed out", "OpenAI rejected the API key (401). ..."."""
+    retryable: bool
+    status: int | None = None
+    retry_after: float | None = None
+    """Seconds the server asked us to wait, if it said."""
+    error: type[ModelError] = ModelError
+    """Raised when the failure is not retryable."""
+
+    @classmethod
+    def transient(cls, reason: str, status: int | None = None, retry_after: float | None = None) -> Failure:
+        return cls(reason, True, status, retry_after)
+
+    @classmethod
+    def setup(cls, reason: str, status: int | None = None) -> Failure:
+        return cls(reason, False, status, error=ModelSetupError)
+
+    @classmethod
+    def fatal(cls, reason: str, status: int | None = None) -> Failure:
+        return cls(reason, False, status)
+
+
+def transport_failure(exc: BaseException) -> Failure | None:
+    """Timeouts and dropped connections of the HTTP libraries the SDKs use (httpx, httpx2, requests)."""
+    for _ in range(5):
+        if exc is None:
+            return None
+        names = {cls.__name__ for cls in type(exc).__mro__}
+        if names & _TIMEOUT_NAMES:
+            return Failure.transient("timed out")
+        if names & _CONNECTION_NAMES:
+            return Failure.transient(f"connection failed ({type(exc).__name__})")
+        exc = exc.__cause__
+    return None
+
+
+def retry_after_seconds(headers: Mapping[str, str] | None, now: float | None = None) -> float | None:
+    """The wait a response asks for: `retry-after-ms`, or `Retry-After` in seconds or as an HTTP date."""
+    if not headers:
+        return None
+    lower = {str(k).lower(): str(v) for k, v in headers.items()}
+    try:
+        return max(0.0, float(lower["retry-after-ms"]) / 1000)
+    except (KeyError, ValueError):
+        pass
+    value = lower.get("retry-after", "").strip()
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def backoff(attempt: int, config: RetryConfig, rand: Callable[[], float] = random.random) -> float:
+    """Exponential backoff with jitter before attempt `attempt + 1` (attempt counts from 1)."""
+    ceiling = min(config.max_backoff, config.initial_backoff * 2 ** (attempt - 1))
+    return ceiling * (0.5 + rand() / 2)
+
+
+def call_with_retry(
+    attempt: Callable[[], T],
+    classify: Callable[[BaseException], Failure | None],
+    config: RetryConfig,
+    *,
+    label: str = "model call",
+    sleep: Callable[[float], object] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> T:
+    """Run `attempt` until it succeeds, a failure is not retryable, or the policy's bounds are reached.
+
+    `classify` turns an exception into a `Failure`; exceptions it returns None for propagate unchanged.
+    """
+    start = clock()
+    number = 0
+    while True:
+        number += 1
+        try:
+            return attempt()
+        except Exception as exc:
+            failure = classify(exc)
+            if failure is None:
+                raise
+            error = exc
+        elapsed = clock() - start
+        if not failure.retryable:
+            raise failure.error(f"{label}: {failure.reason}") from error
+        if number >= config.max_attempts:
+            raise ModelError(
+                f"{label}: gave up after {number} attempts in {elapsed:.1f}s; last: {failure.reason}"
+            ) from error
+        wait = failure.retry_after if failure.retry_after is not None else backoff(number, config)
+        if elapsed + wait > config.max_total_seconds:
+            asked = " (as the server asked)" if failure.retry_after is not None else ""
+            raise ModelError(
+                f"{label}: gave up after {number} attempts in {elapsed:.1f}s; last: {failure.reason}; "
+                f"waiting {wait:.1f}s more{asked} would pass retry.max_total_seconds ({config.max_total_seconds:g})"
+            ) from error
+        logger.warning("%s: %s; retrying in %.1fs (attempt %d of %d)", label, failure.reason, wait, number + 1,
+                       config.max_attempts)
+        sleep(wait)

@@ -1,0 +1,77 @@
+"""Per-step framework overhead of the agent loop: 1,000 scripted steps that each run `true`.
+
+Framework time = the whole step minus the model call minus the shell command. Run:
+    python benchmarks/overhead.py [--steps 1000]
+"""
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+os.environ.setdefault("ANGES_HOME", tempfile.mkdtemp(prefix="anges-bench-"))
+
+import anges.shell  # noqa: E402
+from anges.agents import DefaultAgent  # noqa: E402
+from anges.config import load_config  # noqa: E402
+
+STEP = '{"reasoning": "step", "actions": [{"action_type": "RUN_SHELL_CMD", "command": "true"}]}'
+DONE = '{"reasoning": "done", "actions": [{"action_type": "TASK_COMPLETE", "content": "done"}]}'
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=1000)
+    steps = parser.parse_args().steps
+
+    step_starts: list[float] = []
+    model_time: list[float] = []
+    shell_time: list[float] = []
+
+    def model(prompt: str, temperature: float = 0.0) -> str:
+        started = time.perf_counter()
+        if prompt.startswith("# Summarize"):
+            reply = "Ran `true` several times; each exited 0."
+        else:
+            step_starts.append(started)
+            reply = STEP if len(step_starts) <= steps else DONE
+        model_time.append(time.perf_counter() - started)
+        return reply
+
+    real_run = anges.shell.run_command
+
+    def timed_run(*args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return real_run(*args, **kwargs)
+        finally:
+            shell_time.append(time.perf_counter() - started)
+
+    anges.shell.run_command = timed_run
+    config = load_config(overrides={"agents": {"common": {
+        "max_number_of_events_to_exhaust": 0, "max_model_calls": 0, "max_repeated_actions": 0}}})
+    with tempfile.TemporaryDirectory() as work:
+        agent = DefaultAgent(inference_func=model, cmd_init_dir=work, config=config)
+        started = time.perf_counter()
+        agent.run_with_new_request("run true many times")
+        total = time.perf_counter() - started
+
+    # Step i spans from its model call to the next one; summary calls and their model time fall inside.
+    spans = [b - a for a, b in zip(step_starts, step_starts[1:])][:steps]
+    per_step_model = sum(model_time) / len(spans)
+    framework = [span - shell - per_step_model for span, shell in zip(spans, shell_time)]
+    # Medians of the first and last 100 steps: robust to the scheduler noise of a shared 2-core machine.
+    first, last = statistics.median(framework[:100]), statistics.median(framework[-100:])
+    summaries = len(agent.event_stream.event_summaries_list)
+    print(f"steps: {len(spans)}  events: {len(agent.event_stream.events_list)}  summaries: {summaries}  "
+          f"total: {total:.2f} s")
+    print(f"framework per step: mean {statistics.mean(framework) * 1e3:.3f} ms, "
+          f"p50 {statistics.median(framework) * 1e3:.3f} ms, "
+          f"median of first 100 {first * 1e3:.3f} ms, of last 100 {last * 1e3:.3f} ms (ratio {last / first:.2f})")
+    print(f"shell round-trip (`true`): mean {statistics.mean(shell_time) * 1e3:.3f} ms, "
+          f"p50 {statistics.median(shell_time) * 1e3:.3f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,403 @@
+"""Loopback HTTP servers that speak the providers' wire formats, so tests run the real SDKs end to end.
+
+Each server answers from a queue of scripted responses and records every request:
+
+    server.enqueue_text("hello", input_tokens=12, output_tokens=7)
+    server.enqueue_error(429, headers={"Retry-After": "1"})
+    ... call the SDK with base_url=server.base_url and api_key=TEST_KEY ...
+    server.requests[-1].body["messages"]
+
+A request that finds the queue empty gets a 500 whose message says so (and counts in `unscripted`).
+The fixtures `openai_server`, `gemini_server` and `anthropic_server` start one and close it afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, ClassVar
+
+import pytest
+
+TEST_KEY = "sk-test-wire-0123456789"
+"""The API key tests give the SDKs (long enough to be redacted from recordings)."""
+
+
+@dataclass
+class Request:
+    """One request as the server saw it."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    """Header names in lower case."""
+    body: Any
+    """The parsed JSON body (the raw text when it is not JSON)."""
+
+
+@dataclass
+class Scripted:
+    """One scripted response."""
+
+    status: int = 200
+    body: Any = None
+    """A JSON value, or a callable (Request) -> JSON value."""
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    """Seconds to wait before answering (longer than the client's timeout: a hang)."""
+    drop: bool = False
+    """Close the connection without answering."""
+
+
+class WireServer:
+    """A threaded HTTP server on 127.0.0.1 answering one provider's API from a queue of scripted responses."""
+
+    name = "wire"
+    route = re.compile(r".*")
+    """Paths this provider's API serves; others get a 404."""
+
+    def __init__(self):
+        self.requests: list[Request] = []
+        self.unscripted = 0
+        """Requests that found the queue empty."""
+        self._queue: deque[Scripted] = deque()
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._httpd: ThreadingHTTPServer | None = None
+
+    # -- life cycle -------------------------------------------------------------------------------------------
+
+    def start(self) -> WireServer:
+        handler = type("Handler", (_Handler,), {"wire": self})
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._httpd.daemon_threads = True
+        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        return self
+
+    def close(self) -> None:
+        self._closing.set()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def url(self) -> str:
+        """http://127.0.0.1:PORT"""
+        assert self._httpd is not None, "start() the server first"
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    @property
+    def base_url(self) -> str:
+        """What to give the SDK as its base URL."""
+        return self.url
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment variables that point the SDK's defaults at this server, with TEST_KEY as the key."""
+        return {}
+
+    # -- scripting --------------------------------------------------------------------------------------------
+
+    def enqueue(self, response: Scripted, times: int = 1) -> None:
+        with self._lock:
+            self._queue.extend([response] * times)
+
+    def enqueue_text(self, text: str, *, input_tokens: int = 10, output_tokens: int = 5, cached_tokens: int = 0,
+                     model: str | None = None, delay: float = 0.0, times: int = 1, **extra: Any) -> None:
+        """A normal reply with these usage numbers; `extra` are provider-specific fields of the message."""
+        usage = {"input": input_tokens, "output": output_tokens, "cached": cached_tokens}
+        body = lambda request: self.render_text(request, text, usage, model, "stop", extra)
+        self.enqueue(Scripted(body=body, delay=delay), times)
+
+    def enqueue_truncated(self, text: str, *, input_tokens: int = 10, output_tokens: int = 5) -> None:
+        """A reply cut off at the max-tokens limit."""
+        usage = {"input": input_tokens, "output": output_tokens, "cached": 0}
+        self.enqueue(Scripted(body=lambda request: self.render_text(request, text, usage, None, "length", {})))
+
+    def enqueue_empty(self, times: int = 1) -> None:
+        """A well-formed reply with no text."""
+        usage = {"input": 10, "output": 0, "cached": 0}
+        self.enqueue(Scripted(body=lambda request: self.render_text(request, "", usage, None, "stop", {})), times)
+
+    def enqueue_blocked(self, **options: Any) -> None:
+        """A reply withheld by the provider's safety filter."""
+        self.enqueue(Scripted(body=lambda request: self.render_blocked(request, **options)))
+
+    def enqueue_error(self, status: int, *, headers: dict[str, str] | None = None, body: Any = None,
+                      message: str = "", times: int = 1) -> None:
+        """An error status with the provider's error body (or `body` as given)."""
+        if body is None:
+            body = self.render_error(status, message or f"scripted error {status}")
+        self.enqueue(Scripted(status=status, body=body, headers=dict(headers or {})), times)
+
+    def enqueue_hang(self, seconds: float, times: int = 1) -> None:
+        """Say nothing for `seconds` (then answer with a text nobody should read)."""
+        self.enqueue_text("too late", delay=seconds, times=times)
+
+    def enqueue_drop(self, times: int = 1) -> None:
+        """Close the connection without an answer."""
+        self.enqueue(Scripted(drop=True), times)
+
+    def enqueue_json(self, body: Any, status: int = 200, headers: dict[str, str] | None = None) -> None:
+        """Any JSON body, as given."""
+        self.enqueue(Scripted(status=status, body=body, headers=dict(headers or {})))
+
+    @property
+    def pending(self) -> int:
+        """Scripted responses not yet served."""
+        with self._lock:
+            return len(self._queue)
+
+    # -- the provider's formats (subclasses) ------------------------------------------------------------------
+
+    def render_text(self, request: Request, text: str, usage: dict, model: str | None, finish: str,
+                    extra: dict) -> Any:
+        raise NotImplementedError
+
+    def render_blocked(self, request: Request, **options: Any) -> Any:
+        raise NotImplementedError
+
+    def render_error(self, status: int, message: str) -> Any:
+        return {"error": {"code": status, "message": message}}
+
+    def model_of(self, request: Request) -> str:
+        return (request.body or {}).get("model", "") if isinstance(request.body, dict) else ""
+
+    # -- serving ----------------------------------------------------------------------------------------------
+
+    def _next(self, request: Request) -> Scripted:
+        with self._lock:
+            self.requests.append(request)
+            if not self.route.match(request.path):
+                return Scripted(404, self.render_error(404, f"{self.name} wire server: no route {request.path}"))
+            if self._queue:
+                return self._queue.popleft()
+            self.unscripted += 1
+        return Scripted(500, self.render_error(500, f"{self.name} wire server: nothing scripted for this request"))
+
+
+class _Handler(BaseHTTPRequestHandler):
+    wire: WireServer
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length).decode("utf-8", "replace") if length else ""
+        try:
+            body = json.loads(raw) if raw else None
+        except json.JSONDecodeError:
+            body = raw
+        request = Request("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+        scripted = self.wire._next(request)
+        if scripted.delay and self.wire._closing.wait(scripted.delay):
+            self.close_connection = True
+            return
+        if scripted.drop:
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        payload = scripted.body(request) if callable(scripted.body) else scripted.body
+        data = json.dumps(payload).encode() if not isinstance(payload, (bytes, str)) else (
+            payload.encode() if isinstance(payload, str) else payload)
+        try:
+            self.send_response(scripted.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for name, value in scripted.headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client gave up waiting (a hang)
+
+    do_GET = do_POST
+
+    def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
+        pass
+
+
+class OpenAIWireServer(WireServer):
+    """`POST /v1/chat/completions`."""
+
+    name = "openai"
+    route = re.compile(r".*/chat/completions$")
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/v1"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"OPENAI_BASE_URL": self.base_url, "OPENAI_API_KEY": TEST_KEY}
+
+    def render_text(self, request, text, usage, model, finish, extra):
+        message = {"role": "assistant", "content": text, **extra}
+        return self._completion(request, message, finish, usage, model)
+
+    def render_blocked(self, request, **options):
+        usage = {"input": 10, "output": 0, "cached": 0}
+        return self._completion(request, {"role": "assistant", "content": None}, "content_filter", usage, None)
+
+    def render_error(self, status, message):
+        kinds = {400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error",
+                 429: "rate_limit_error"}
+        return {"error": {"message": message, "type": kinds.get(status, "server_error"), "param": None,
+                          "code": "invalid_api_key" if status == 401 else None}}
+
+    def _completion(self, request, message, finish, usage, model):
+        return {
+            "id": f"chatcmpl-{len(self.requests)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model or self.model_of(request),
+            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+            "usage": {
+                "prompt_tokens": usage["input"],
+                "completion_tokens": usage["output"],
+                "total_tokens": usage["input"] + usage["output"],
+                "prompt_tokens_details": {"cached_tokens": usage["cached"]},
+            },
+        }
+
+
+class GeminiWireServer(WireServer):
+    """`POST /{version}/models/{model}:generateContent` (and the Vertex AI `.../publishers/google/models/...`)."""
+
+    name = "gemini"
+    route = re.compile(r"^/[^/]+/(?:.*/)?models/[^/:]+:generateContent$")
+    STATUS_NAMES: ClassVar[dict[int, str]] = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+                    429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"GOOGLE_GEMINI_BASE_URL": self.base_url, "GEMINI_API_KEY": TEST_KEY}
+
+    def model_of(self, request):
+        match = re.search(r"models/([^/:]+):", request.path)
+        return match.group(1) if match else ""
+
+    def render_text(self, request, text, usage, model, finish, extra):
+        parts = list(extra.get("parts", [])) + ([{"text": text}] if text else [])
+        candidate = {"content": {"role": "model", "parts": parts},
+                     "finishReason": "MAX_TOKENS" if finish == "length" else "STOP", "index": 0}
+        others = {key: value for key, value in extra.items() if key != "parts"}
+        return self._response(request, [candidate], usage, model, **others)
+
+    def render_blocked(self, request, where: str = "prompt", reason: str = "SAFETY"):
+        usage = {"input": 10, "output": 0, "cached": 0}
+        if where == "prompt":
+            return self._response(request, None, usage, None, promptFeedback={"blockReason": reason})
+        return self._response(request, [{"finishReason": reason, "index": 0}], usage, None)
+
+    def render_error(self, status, message):
+        return {"error": {"code": status, "message": message, "status": self.STATUS_NAMES.get(status, "UNKNOWN")}}
+
+    def _response(self, request, candidates, usage, model, **extra):
+        meta = {"promptTokenCount": usage["input"], "candidatesTokenCount": usage["output"],
+                "totalTokenCount": usage["input"] + usage["output"]}
+        if usage["cached"]:
+            meta["cachedContentTokenCount"] = usage["cached"]
+        body = {"usageMetadata": meta, "modelVersion": model or self.model_of(request),
+                "responseId": f"resp-{len(self.requests)}", **extra}
+        if candidates is not None:
+            body["candidates"] = candidates
+        return body
+
+
+class AnthropicWireServer(WireServer):
+    """`POST /v1/messages` (and the Vertex AI `.../publishers/anthropic/models/{model}:rawPredict`)."""
+
+    name = "anthropic"
+    route = re.compile(r"^(/v1/messages|.*/publishers/anthropic/models/[^/:]+:rawPredict)$")
+    ERROR_TYPES: ClassVar[dict[int, str]] = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                   404: "not_found_error", 429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"ANTHROPIC_BASE_URL": self.base_url, "ANTHROPIC_API_KEY": TEST_KEY}
+
+    def model_of(self, request):
+        match = re.search(r"models/([^/:]+):rawPredict", request.path)
+        return match.group(1) if match else super().model_of(request)
+
+    def render_text(self, request, text, usage, model, finish, extra):
+        content = [{"type": "text", "text": text}] if text else []
+        return self._message(request, list(extra.get("content", [])) + content,
+                             "max_tokens" if finish == "length" else "end_turn", usage, model)
+
+    def render_blocked(self, request, **options):
+        return self._message(request, [], "refusal", {"input": 10, "output": 0, "cached": 0}, None)
+
+    def render_error(self, status, message):
+        return {"type": "error", "error": {"type": self.ERROR_TYPES.get(status, "api_error"), "message": message}}
+
+    def _message(self, request, content, stop_reason, usage, model):
+        return {
+            "id": f"msg_{len(self.requests)}",
+            "type": "message",
+            "role": "assistant",
+            "model": model or self.model_of(request),
+            "content": content,
+            "stop_reason": stop_reason,
+            "stop_sequence": None,
+            "usage": {"input_tokens": usage["input"] - usage["cached"], "output_tokens": usage["output"],
+                      "cache_read_input_tokens": usage["cached"], "cache_creation_input_tokens": 0},
+        }
+
+
+MODEL_ENV = (
+    "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_ORG_ID", "OPENAI_PROJECT_ID", "OPENAI_CUSTOM_HEADERS",
+    "OPENAI_ADMIN_KEY", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "ANTHROPIC_CUSTOM_HEADERS",
+    "ANTHROPIC_PROFILE", "ANTHROPIC_VERTEX_BASE_URL", "ANTHROPIC_VERTEX_PROJECT_ID", "CLOUD_ML_REGION",
+    "GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GEMINI_BASE_URL", "GOOGLE_VERTEX_BASE_URL",
+    "GOOGLE_GENAI_USE_VERTEXAI", "GOOGLE_GENAI_USE_ENTERPRISE", "GOOGLE_GENAI_API_VERSION", "GOOGLE_CLOUD_PROJECT",
+    "GOOGLE_CLOUD_LOCATION", "DEEPSEEK_API_KEY", "OPENROUTER_API_KEY",
+)
+"""Every variable that changes what a provider SDK does; `clean_model_env` removes them all."""
+
+
+@pytest.fixture
+def clean_model_env(monkeypatch):
+    """No provider variable of the developer's machine leaks into the test."""
+    for name in MODEL_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def openai_server(clean_model_env):
+    """An OpenAI chat-completions server on 127.0.0.1 (and no provider variables in the environment)."""
+    with OpenAIWireServer() as server:
+        yield server
+
+
+@pytest.fixture
+def gemini_server(clean_model_env):
+    """A Gemini generateContent server on 127.0.0.1 (and no provider variables in the environment)."""
+    with GeminiWireServer() as server:
+        yield server
+
+
+@pytest.fixture
+def anthropic_server(clean_model_env):
+    """An Anthropic messages server on 127.0.0.1 (and no provider variables in the environment)."""
+    with AnthropicWireServer() as server:
+        yield server
+
+
+def sleeper() -> tuple[list[float], Callable[[float], None]]:
+    """A `sleep` that records the waits asked for and does not wait."""
+    waits: list[float] = []
+    return waits, waits.append
