@@ -46,6 +46,17 @@ def walk(stream: EventStream, store: EventStore, start: int = 0,
                 yield from walk(child, store, child_start, depth + 1)
 
 
+def command_output(event: Event) -> str:
+    """The output part of a RUN_SHELL_CMD event's content, from its first STDOUT:/STDERR: block ("" if none).
+
+    The command, exit code and duration are facts in `event.data`; only the output text lives solely in the
+    content the model reads, so this looks for its block labels and shows nothing rather than guess.
+    """
+    lines = event.content.splitlines()
+    start = next((i for i, line in enumerate(lines) if line in ("STDOUT:", "STDERR:")), len(lines))
+    return "\n".join(lines[start:])
+
+
 def to_markdown(stream: EventStream, store: EventStore, status: str = "") -> str:
     """A readable report: title, metadata, then each event as a section, child agents nested under their parent."""
     settings = stream.agent_settings
@@ -88,9 +99,9 @@ def _section(event: Event, depth: int, child: EventStream | None, number: int) -
     if event.type == "action" and "command" in data:
         out += _fence(data["command"], "bash")
         out += ["", _command_status(data), ""]
-        body = event.content.split("\n", 1)[1] if "\n" in event.content else ""
-        if body.strip():
-            out += _fence(body, "text")
+        output = command_output(event)
+        if output.strip():
+            out += _fence(output, "text")
     elif event.type == "edit_file" and not data.get("error"):
         directive, _, diff = event.content.partition("\n")
         out += [f"`{directive}`" if directive else f"`{data.get('path', '')}`", ""]

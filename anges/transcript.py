@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING, TextIO
 
 from anges.events import REQUEST_EVENT_TYPES as REQUEST_TYPES
+from anges.export import command_output, walk
 
 if TYPE_CHECKING:
     from anges.events import Event
@@ -126,8 +127,8 @@ class Renderer:
     def _command(self, event: Event) -> list[str]:
         s, data = self.style, event.data
         lines = [f"{s('$', 'bold', 'cyan')} {s(_one_line(data['command']), 'bold')}"]
-        body = event.content.split("\n", 1)[1] if "\n" in event.content else ""
-        lines += [s("  │ ", "dim") + line for line in _clip_lines(body.splitlines(), self.output_lines, s)]
+        output = command_output(event).splitlines()
+        lines += [s("  │ ", "dim") + line for line in _clip_lines(output, self.output_lines, s)]
         if data.get("timed_out"):
             status = s(f"killed after the timeout ({data.get('duration', 0):.0f} s)", "red")
         elif data.get("interrupted"):
@@ -342,8 +343,6 @@ def status_line(outcome) -> str:
 
 def print_stream(stream, store, out: TextIO, verbose: bool = False) -> None:
     """The whole transcript of a stored stream, children in place, as the user saw it live."""
-    from anges.export import walk
-
     style = Style(wants_colour(out))
     renderer = Renderer(style, verbose=verbose, cwd=stream.agent_settings.get("cmd_init_dir", ""))
     out.write(style(stream.title or stream.uid, "bold") + style(f"  ({stream.uid}, {stream.agent_type or 'default'})",
