@@ -25,7 +25,7 @@ _EXPORTS = {
     "Orchestrator": "anges.agents",
 }
 
-__all__ = sorted(_EXPORTS) + ["__version__"]
+__all__ = [*_EXPORTS, "__version__"]
 
 
 def __getattr__(name: str):

@@ -19,6 +19,8 @@ if ! command -v chromium >/dev/null 2>&1; then
   fi
 fi
 
+.venv/bin/python -m ruff check anges web tests benchmarks examples setup.py
+
 status=0
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@" || status=$?
 if [ "$status" = 5 ]; then

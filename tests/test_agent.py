@@ -1,7 +1,6 @@
 """The agent loop, driven by a scripted model and real commands in temp dirs."""
 
 import json
-import os
 import threading
 import time
 
@@ -407,3 +406,59 @@ def test_stop_requested_through_the_store_from_another_process(tmp_path):
     assert not process_alive(int(pid_file.read_text()))
     follow, _ = make_agent(tmp_path, [complete("again")], event_stream=stream)
     assert follow.run_with_new_request("continue").events_list[-1].type == "task_completion", "a new run clears the stop"
+
+
+def test_token_budget_ends_the_run(tmp_path):
+    config = load_config(overrides={"agents": {"common": {"max_tokens": 1500, "max_repeated_actions": 0}}})
+    agent, model = make_agent(tmp_path, [reply(shell(f"echo {i}")) for i in range(20)], config=config)
+    stream = agent.run_with_new_request("go")
+    stop = stream.events_list[-1]
+    assert stop.type == "task_interrupted" and stop.data["reason"] == "budget"
+    assert stop.data["spent"] >= 1500 and stop.data["limit"] == 1500
+    assert model.calls < 20
+
+
+def test_cost_budget_uses_configured_prices(tmp_path):
+    config = load_config(overrides={"prices": {"scripted": {"input": 1000.0, "output": 1000.0}},
+                                    "agents": {"common": {"max_cost": 2.0, "max_repeated_actions": 0}}})
+    agent, model = make_agent(tmp_path, [reply(shell(f"echo {i}")) for i in range(20)], config=config)
+    stream = agent.run_with_new_request("go")
+    costs = [e.data["cost"] for e in stream.events_list if "cost" in e.data]
+    assert costs and all(c > 0 for c in costs)
+    expected = sum(e.data["usage"]["input_tokens"] + e.data["usage"]["output_tokens"]
+                   for e in stream.events_list if "usage" in e.data) * 1000.0 / 1e6
+    assert sum(costs) == pytest.approx(expected)
+    assert stream.events_list[-1].data["reason"] == "budget" and sum(costs) >= 2.0
+
+
+def test_an_action_that_raises_is_a_result_the_model_sees(tmp_path):
+    class Broken(Action):
+        type = "BROKEN"
+
+        def run(self, ctx, args):
+            raise OSError("disk on fire")
+
+    agent, model = make_agent(tmp_path, [reply({"action_type": "BROKEN"}), complete("recovered")])
+    agent.registered_actions.append(Broken())
+    stream = agent.run_with_new_request("go")
+    assert types(stream) == ["new_request", "action", "task_completion"]
+    assert "disk on fire" in stream.events_list[1].data["error"] and "BROKEN FAILED" in model.prompts[1]
+
+
+def test_a_missing_working_directory_is_reported_not_raised(tmp_path):
+    agent, model = make_agent(tmp_path / "gone", [reply(shell("ls")), complete()])
+    stream = agent.run_with_new_request("go")
+    assert stream.events_list[1].data["error"] and stream.events_list[-1].type == "task_completion"
+
+
+def test_a_bug_in_the_loop_still_ends_the_stream_cleanly(tmp_path):
+    templates = tmp_path / "t" / "agents"
+    templates.mkdir(parents=True)
+    (templates / "default.j2").write_text("{{ no_such_variable }}")
+    config = load_config(overrides={"prompt": {"template_dir": str(tmp_path / "t")}})
+    agent, _ = make_agent(tmp_path, [complete()], config=config)
+    with pytest.raises(Exception, match="no_such_variable"):
+        agent.run_with_new_request("go")
+    stream = EventStore().load(agent.uid)
+    assert types(stream) == ["new_request", "task_interrupted"]
+    assert stream.events_list[-1].data["reason"] == "internal_error"

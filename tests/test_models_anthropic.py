@@ -11,7 +11,6 @@ from anges.models import get_model
 from anges.models.anthropic_model import AnthropicModel
 
 
-
 def make(server, settings=None, **preset):
     options = {"model": "claude-test", "base_url": server.base_url, "api_key_env": "ANTHROPIC_API_KEY", **preset}
     return AnthropicModel(ModelPreset("anthropic", **options), settings or ModelSettings(),

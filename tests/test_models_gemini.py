@@ -9,7 +9,6 @@ from anges.models import get_model
 from anges.models.gemini_model import GeminiModel
 
 
-
 def make(server, settings=None, **preset):
     waits, sleep = sleeper()
     options = {"model": "gemini-test", "base_url": server.base_url, "api_key_env": "GEMINI_API_KEY", **preset}

@@ -9,7 +9,6 @@ from anges.models import get_model
 from anges.models.openai_model import OpenAIModel
 
 
-
 def make(server, settings=None, **preset):
     options = {"model": "gpt-test", "base_url": server.base_url, "api_key_env": "OPENAI_API_KEY", **preset}
     return OpenAIModel(ModelPreset("openai", **options), settings or ModelSettings(), RetryConfig(3, 10, 0.01, 0.01),

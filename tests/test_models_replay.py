@@ -12,7 +12,6 @@ from anges.models.openai_model import OpenAIModel
 from anges.models.replay import RecordingModel, ReplayModel, with_recording
 
 
-
 def lines(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 

@@ -1,10 +1,8 @@
 """Orchestrators delegating to child agents, driven by scripted models per agent type."""
 
-import os
 import threading
 import time
 
-import pytest
 from helpers import process_alive
 
 from anges.agents import Orchestrator

@@ -57,7 +57,8 @@ class Action:
 
     def handle_action_in_parsed_response(self, run_config: dict, parsed_response_dict: dict, action_json: dict):
         """The anges 0.1.x interface: record the event yourself; return the stream if the run ends."""
-        raise NotImplementedError(f"{type(self).__name__} implements neither run() nor handle_action_in_parsed_response()")
+        name = type(self).__name__
+        raise NotImplementedError(f"{name} implements neither run() nor handle_action_in_parsed_response()")
 
 
 def is_builtin_style(action: Action) -> bool:

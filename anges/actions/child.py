@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,10 +96,9 @@ class CallChildAgent(Action):
         ctx.record(Event(kind, reasoning=ctx.reply.reasoning, content=args["agent_input"],
                          message=f"{verb} child agent {child.agent_type} {stream.uid}",
                          data={"agent_id": stream.uid, "agent_type": child.agent_type, "directive": args["directive"]}))
-        import json
 
-        ctx.record(Event("child_agent_running", reasoning=json.dumps(info), content=f"child agent {stream.uid} is running",
-                         data=info))
+        ctx.record(Event("child_agent_running", reasoning=json.dumps(info),
+                         content=f"child agent {stream.uid} is running", data=info))
         return ChildRun(child, args["agent_input"])
 
 

@@ -10,8 +10,17 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
-from anges.actions import (Action, ActionContext, AgentTextResponse, EditFile, HelpNeeded, RunShellCommand,
-                           TaskComplete, is_builtin_style)
+from anges import summarize
+from anges.actions import (
+    Action,
+    ActionContext,
+    AgentTextResponse,
+    EditFile,
+    HelpNeeded,
+    RunShellCommand,
+    TaskComplete,
+    is_builtin_style,
+)
 from anges.budget import Budget
 from anges.config import AgentConfig, Config, default_config
 from anges.events import REQUEST_EVENT_TYPES, RETURN_TO_PARENT_EVENT_TYPES, Event, EventStream
@@ -19,7 +28,6 @@ from anges.exceptions import FormatError, ModelError, ModelReplyError, RunStoppe
 from anges.parsing import ParsedReply, parse_reply
 from anges.prompt import format_event_stream, render_template
 from anges.store import EventStore
-from anges import summarize
 
 STATUS_BY_EVENT = {
     "task_completion": "completed",
@@ -93,7 +101,8 @@ class BaseAgent:
         self.auto_entitle = auto_entitle or self.agent_config.auto_entitle
         self.budget = budget
         self.status = "new"
-        self.registered_actions: list[Action] = list(actions) if actions is not None else [c() for c in self.action_classes]
+        self.registered_actions: list[Action] = (list(actions) if actions is not None
+                                                 else [cls() for cls in self.action_classes])
         self.agent_prompt_template = self.template
         self._interrupted = threading.Event()
         self._state: RunState | None = None
@@ -174,6 +183,10 @@ class BaseAgent:
             except RunStopped as stop:
                 self._record_stop(stop)
                 return
+            except BaseException as exc:  # a bug or Ctrl-C: end the stream cleanly, then let it propagate
+                reason = "interrupt" if isinstance(exc, KeyboardInterrupt) else "internal_error"
+                self._record_stop(RunStopped(reason, f"{type(exc).__name__}: {exc}", error=repr(exc)))
+                raise
 
     def _next_reply(self) -> ParsedReply:
         feedback, error = "", ""
@@ -205,9 +218,18 @@ class BaseAgent:
         return False
 
     def _dispatch(self, action: Action, reply: ParsedReply, args: dict) -> bool:
-        if not is_builtin_style(action):
-            return self._dispatch_legacy(action, reply, args)
-        event = action.run(self._action_context(reply), args)
+        try:
+            if not is_builtin_style(action):
+                return self._dispatch_legacy(action, reply, args)
+            event = action.run(self._action_context(reply), args)
+        except (RunStopped, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # an action's failure is a result the model sees, not the end of the run
+            self.logger.debug("action %s failed", action.type, exc_info=True)
+            self._record(Event("action", reasoning=reply.reasoning, content=f"{action.type} FAILED: {exc}",
+                               message=f"{action.type} failed: {exc}",
+                               data={"action_type": action.type, "error": f"{type(exc).__name__}: {exc}"}))
+            return False
         event.reasoning = event.reasoning or reply.reasoning
         event.analysis = event.analysis or reply.analysis
         if event.type == "task_completion":
@@ -338,8 +360,8 @@ class BaseAgent:
                            data={"reason": stop.reason, **_jsonable(stop.details)}))
 
     def _open_stream(self, event_stream: EventStream | None) -> EventStream:
-        stream = event_stream or self.event_stream or EventStream(uid=self.uid, parent_event_stream_uids=self.parent_ids,
-                                                                  agent_type=self.agent_type)
+        stream = event_stream or self.event_stream or EventStream(
+            uid=self.uid, parent_event_stream_uids=self.parent_ids, agent_type=self.agent_type)
         stream.agent_type = stream.agent_type or self.agent_type
         stream.update_settings({"cmd_init_dir": self.cmd_init_dir, "prefix_cmd": self.prefix_cmd,
                                 "agent_type": self.agent_type, "notes": self.notes,
@@ -411,7 +433,8 @@ class BaseAgent:
                     max_timeout=int(self.agent_config.max_shell_cmd_timeout), agent=self)
 
     def _prompt_facts(self) -> dict:
-        return {"os": f"{platform.system()} {platform.release()}", "shell": "bash" if os.path.exists("/bin/bash") else "sh",
+        return {"os": f"{platform.system()} {platform.release()}",
+                "shell": "bash" if os.path.exists("/bin/bash") else "sh",
                 "cwd": self.cmd_init_dir, "prefix_cmd": self.prefix_cmd}
 
     def _action_context(self, reply: ParsedReply) -> ActionContext:

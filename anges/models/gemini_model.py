@@ -29,7 +29,8 @@ class GeminiModel(Provider):
         self.vertex = uses_vertex(self.preset)
         self.label = "Vertex AI" if self.vertex else "Gemini"
         http_options = types.HttpOptions(
-            base_url=self.preset.base_url or None,  # None: the SDK reads GOOGLE_GEMINI_BASE_URL / GOOGLE_VERTEX_BASE_URL
+            # None: the SDK reads GOOGLE_GEMINI_BASE_URL / GOOGLE_VERTEX_BASE_URL
+            base_url=self.preset.base_url or None,
             api_version=self.preset.api_version or None,
             headers=dict(self.preset.headers) or None,
             timeout=max(1, int(self.settings.request_timeout * 1000)),

@@ -90,7 +90,8 @@ class Provider:
         self.key_env = ""
         """The environment variable the API key came from (empty: no key)."""
         if not preset.model:
-            raise ModelSetupError(f"{self.name}: no model id: set `model:` in the preset or use {self.provider}:MODEL-ID")
+            raise ModelSetupError(
+                f"{self.name}: no model id: set `model:` in the preset or use {self.provider}:MODEL-ID")
         self.client = self._make_client()
 
     def __call__(self, prompt: str, temperature: float | None = None) -> Completion:
