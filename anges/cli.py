@@ -70,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--timeout", metavar="SECONDS", type=_positive(float),
                        help="stop the request after SECONDS (exit 4)")
     agent.add_argument("--mcp-config", metavar="FILE", help="an mcpServers JSON file of MCP servers")
-    agent.add_argument("--record", metavar="FILE", help="record every model call to FILE (replay with --model replay:FILE)")
+    agent.add_argument("--record", metavar="FILE",
+                       help="record every model call to FILE (replay with --model replay:FILE)")
 
     shown = parser.add_argument_group("output")
     shown.add_argument("--output", choices=("text", "jsonl", "json"), default="text",
@@ -324,8 +325,8 @@ def import_stream(args: argparse.Namespace) -> int:
 
     stream = EventStore().import_file(args.file, new_id=args.new_id)
     print(stream.uid)
-    print(f"imported {stream.title!r} ({len(stream.events_list)} events); continue it with: anges --resume {stream.uid} "
-          f"-q ...", file=sys.stderr)
+    print(f"imported {stream.title!r} ({len(stream.events_list)} events); continue it with: "
+          f"anges --resume {stream.uid} -q ...", file=sys.stderr)
     return EXIT_OK
 
 

@@ -95,7 +95,7 @@ class Session:
 
 @contextmanager
 def interrupt_on_signals(agent: BaseAgent, notify: Callable[[], None]) -> Iterator[None]:
-    """While inside, the first SIGINT/SIGTERM interrupts the agent (killing its command); the next raises KeyboardInterrupt."""
+    """Inside, the first SIGINT or SIGTERM interrupts the agent (and its command); the next raises KeyboardInterrupt."""
     received = 0
 
     def handle(signum, frame):

@@ -100,7 +100,8 @@ class Renderer:
             return self._edit(event)
         if kind in ("new_child_agent", "resume_child_agent"):
             verb = "starts" if kind == "new_child_agent" else "resumes"
-            head = f"{s('⇢', 'bold', 'magenta')} {verb} {s(data.get('agent_type', 'child'), 'bold')} {data.get('agent_id', '')}"
+            who = f"{s(data.get('agent_type', 'child'), 'bold')} {data.get('agent_id', '')}"
+            head = f"{s('⇢', 'bold', 'magenta')} {verb} {who}"
             return self._block(head, event.content, 3)
         if kind.startswith("child_agent_"):
             exit_type = data.get("exit_type", kind[len("child_agent_"):])
@@ -402,7 +403,8 @@ _HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
 _BULLET = re.compile(r"^(\s*)[-*+]\s+(.*)$")
 _NUMBERED = re.compile(r"^(\s*)(\d+[.)])\s+(.*)$")
 _FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
-_INLINE = re.compile(r"`([^`]+)`|\*\*(.+?)\*\*|__(.+?)__|(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?!\w)|\[([^\]]+)\]\(([^)\s]+)\)")
+_INLINE = re.compile(  # `code`, **strong**, __strong__, *emphasis*, [link](url)
+    r"`([^`]+)`|\*\*(.+?)\*\*|__(.+?)__|(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?!\w)|\[([^\]]+)\]\(([^)\s]+)\)")
 
 
 def render_markdown(text: str, style: Style) -> str:
@@ -423,7 +425,8 @@ def render_markdown(text: str, style: Style) -> str:
             fence = match.group(1)
             continue
         if heading := _HEADING.match(line):
-            out.append(style(_inline(heading.group(2), style), "bold", *(("underline",) if len(heading.group(1)) == 1 else ())))
+            level_one = ("underline",) if len(heading.group(1)) == 1 else ()
+            out.append(style(_inline(heading.group(2), style), "bold", *level_one))
         elif bullet := _BULLET.match(line):
             out.append(f"{bullet.group(1)}  • {_inline(bullet.group(2), style)}")
         elif numbered := _NUMBERED.match(line):
