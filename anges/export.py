@@ -57,6 +57,13 @@ def command_output(event: Event) -> str:
     return "\n".join(lines[start:])
 
 
+def edit_diff(event: Event) -> str:
+    """The unified diff in an EDIT_FILE event's content, from its `--- ` header ("" if there is none)."""
+    lines = event.content.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("--- ")), len(lines))
+    return "\n".join(lines[start:])
+
+
 def to_markdown(stream: EventStream, store: EventStore, status: str = "") -> str:
     """A readable report: title, metadata, then each event as a section, child agents nested under their parent."""
     settings = stream.agent_settings
@@ -93,7 +100,7 @@ def _section(event: Event, depth: int, child: EventStream | None, number: int) -
     where = f" — {child.agent_type} `{child.uid}`" if child is not None else ""
     stamp = event.created_at.strftime("%H:%M:%S")
     out = [f"{heading} {number}. {title or event.type}{where}", "", f"*{stamp}*"]
-    if event.reasoning and not event.reasoning.lstrip().startswith("{"):
+    if event.reasoning.strip():
         out += ["", *(f"> {line}" if line else ">" for line in event.reasoning.strip().splitlines())]
     out.append("")
     if event.type == "action" and "command" in data:
@@ -103,10 +110,9 @@ def _section(event: Event, depth: int, child: EventStream | None, number: int) -
         if output.strip():
             out += _fence(output, "text")
     elif event.type == "edit_file" and not data.get("error"):
-        directive, _, diff = event.content.partition("\n")
-        out += [f"`{directive}`" if directive else f"`{data.get('path', '')}`", ""]
-        changed = data.get("lines_added") or data.get("lines_removed") or data.get("created")
-        out += _fence(diff, "diff") if changed else ["(no change)"]
+        out += [f"`{data.get('directive') or data.get('path', '')}`", ""]
+        diff = edit_diff(event)
+        out += _fence(diff, "diff") if diff else ["(no change)"]
     elif event.type == "task_interrupted":
         reason = data.get("reason")
         out.append(event.content + (f" (reason: `{reason}`)" if reason else ""))

@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING, TextIO
 
 from anges.events import REQUEST_EVENT_TYPES as REQUEST_TYPES
-from anges.export import command_output, walk
+from anges.export import command_output, edit_diff, walk
 
 if TYPE_CHECKING:
     from anges.events import Event
@@ -117,7 +117,7 @@ class Renderer:
         text = (event.reasoning or "").strip()
         if self.verbose and event.analysis.strip():
             text = f"{event.analysis.strip()}\n{text}".strip()
-        if not text or text.startswith("{"):  # child_agent_running keeps JSON there in the 0.1.x form
+        if not text:
             return []
         lines = text.splitlines()
         shown = lines[: self.reasoning_lines]
@@ -150,8 +150,7 @@ class Renderer:
         counts = s(f"(+{data.get('lines_added', 0)} −{data.get('lines_removed', 0)})", "dim")
         path = _relative(str(data.get("path", "")), self.cwd)
         lines = [f"{s('✎', 'bold', 'cyan')} {s('edited ' + path, 'bold')} {counts}"]
-        diff = event.content.split("\n", 1)[1] if "\n" in event.content else ""
-        for line in _clip_lines(diff.splitlines(), self.diff_lines, s):
+        for line in _clip_lines(edit_diff(event).splitlines(), self.diff_lines, s):
             colour = ("dim" if line.startswith(("---", "+++")) else "green" if line.startswith("+")
                       else "red" if line.startswith("-") else "cyan" if line.startswith("@@") else "")
             lines.append("  " + (s(line, colour) if colour else line))
