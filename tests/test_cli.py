@@ -268,6 +268,17 @@ def test_bad_config_file_exits_2_naming_the_file_and_the_key(tmp_path):
     assert out.returncode == 2 and str(config) in out.stderr and "not valid YAML" in out.stderr
 
 
+def test_config_file_is_layered_under_the_command_line(tmp_path):
+    config = tmp_path / "mine.yaml"
+    config.write_text("agents:\n  common:\n    max_number_of_events_to_exhaust: 1\n")
+    model = scripted(tmp_path, shell("echo 1"), shell("echo 2"), complete())
+    out = anges("-q", "x", "--config", str(config), "--model", model, cwd=tmp_path)
+    assert out.returncode == 4 and only_stream().events_list[-1].data["reason"] == "event_limit"
+    EventStore().delete(only_stream().uid)
+    out = anges("-q", "x", "--config", str(config), "--max-steps", "5", "--model", model, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+
+
 def test_unexpected_errors_exit_1_with_one_line_and_a_traceback_only_with_v(tmp_path):
     env = {**os.environ, "ANGES_HOME": str(tmp_path / "home-is-a-file")}
     Path(env["ANGES_HOME"]).write_text("")
@@ -440,6 +451,23 @@ def test_unknown_stream_id_exits_2(tmp_path, args):
                 *([scripted(tmp_path, complete())] if args[0] == "--resume" else []), cwd=tmp_path)
     assert out.returncode == 2, out.stderr
     assert "stream" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_stream_busy_with_a_run_cannot_be_resumed_or_removed(tmp_path):
+    model = scripted(tmp_path, shell("echo $$ > pid.txt; sleep 30"), complete(), name="long.json")
+    proc = subprocess.Popen([*ANGES, "-q", "wait", "--model", model], cwd=tmp_path, env=os.environ.copy(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(tmp_path / "pid.txt")
+        uid = only_stream().uid
+        resumed = anges("--resume", uid, "-q", "more", "--model", scripted(tmp_path, complete()), cwd=tmp_path)
+        assert resumed.returncode == 2 and "busy" in resumed.stderr
+        removed = anges("rm", uid, cwd=tmp_path)
+        assert removed.returncode == 2 and "busy" in removed.stderr
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=15) == 4
+    assert types(only_stream()) == ["new_request", "action", "task_interrupted"]
 
 
 # --- history commands --------------------------------------------------------------------------------------

@@ -137,7 +137,7 @@ def test_interactive_first_task_from_q_then_quit(tmp_path):
 
 def test_interactive_reads_requests_from_a_pipe(tmp_path):
     model = scripted(tmp_path, complete("one done"), complete("two done"))
-    out = subprocess.run([*ANGES, "-i", "--model", model], cwd=tmp_path, input="one\n\ntwo\nexit\nthree\n",
+    out = subprocess.run([*ANGES, "--interactive", "--model", model], cwd=tmp_path, input="one\n\ntwo\nexit\nthree\n",
                          capture_output=True, text=True, env=os.environ.copy(), timeout=30, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout == "one done\ntwo done\n"
