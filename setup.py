@@ -38,12 +38,13 @@ setup(
     ],
     extras_require={
         "anthropic": ["anthropic>=2.0"],
-        "mcp": ["mcp>=1.2"],
+        "mcp": ["mcp>=2.0"],
         "dev": [
             "pytest>=8",
             "pytest-timeout",
             "anthropic>=2.0",
-            "mcp>=1.2",
+            "mcp>=2.0",
+            "mcp-server-time",
             "playwright>=1.45",
             "ruff",
         ],

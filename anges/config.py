@@ -157,8 +157,13 @@ class MCPConfig:
     """MCP servers."""
 
     config_file: str = ""
+    """A JSON file of servers ({"mcpServers": {...}} or anges 0.1.x's bare {name: {...}})."""
     servers: dict[str, dict] = field(default_factory=dict)
+    """Servers inline, in the same shape as the file's entries."""
     startup_timeout: float = 30
+    """Seconds a server may take to start and list its tools before it is left out."""
+    tool_timeout: float = 300
+    """Seconds one tool call may take."""
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from anges.actions.base import Action, ActionContext, is_builtin_style
 from anges.actions.edit import EditFile
+from anges.actions.mime import ReadMimeFiles
 from anges.actions.replies import AgentTextResponse, HelpNeeded, TaskComplete
 from anges.actions.shell import RunShellCommand
 
@@ -14,6 +15,6 @@ AgentTextResponseAction = AgentTextResponse
 
 __all__ = [
     "Action", "ActionContext", "is_builtin_style", "RunShellCommand", "EditFile", "TaskComplete", "HelpNeeded",
-    "AgentTextResponse", "RunShellCMDAction", "EditFileAction", "TaskCompleteAction", "AgentHelpNeededAction",
-    "AgentTextResponseAction",
+    "AgentTextResponse", "ReadMimeFiles", "RunShellCMDAction", "EditFileAction", "TaskCompleteAction",
+    "AgentHelpNeededAction", "AgentTextResponseAction",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from anges.actions import AgentTextResponse, EditFile, HelpNeeded, RunShellCommand, TaskComplete
+from anges.actions import AgentTextResponse, EditFile, HelpNeeded, ReadMimeFiles, RunShellCommand, TaskComplete
 from anges.agents.base import AgentMessage, BaseAgent
 
 
@@ -18,7 +18,7 @@ class TaskExecutor(BaseAgent):
 
     agent_type = "task_executor"
     template = "agents/task_executor.j2"
-    action_classes = (RunShellCommand, EditFile, TaskComplete, HelpNeeded)
+    action_classes = (RunShellCommand, EditFile, ReadMimeFiles, TaskComplete, HelpNeeded)
 
 
 class TaskAnalyzer(BaseAgent):
@@ -26,7 +26,7 @@ class TaskAnalyzer(BaseAgent):
 
     agent_type = "task_analyzer"
     template = "agents/task_analyzer.j2"
-    action_classes = (RunShellCommand, TaskComplete, HelpNeeded, AgentTextResponse)
+    action_classes = (RunShellCommand, ReadMimeFiles, TaskComplete, HelpNeeded, AgentTextResponse)
 
 
 AGENT_CLASSES: dict[str, type[BaseAgent]] = {

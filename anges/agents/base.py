@@ -9,6 +9,7 @@ import platform
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from anges import summarize
 from anges.actions import (
@@ -17,6 +18,7 @@ from anges.actions import (
     AgentTextResponse,
     EditFile,
     HelpNeeded,
+    ReadMimeFiles,
     RunShellCommand,
     TaskComplete,
     is_builtin_style,
@@ -28,6 +30,9 @@ from anges.exceptions import FormatError, ModelError, ModelReplyError, RunStoppe
 from anges.parsing import ParsedReply, parse_reply
 from anges.prompt import format_event_stream, render_template
 from anges.store import EventStore
+
+if TYPE_CHECKING:
+    from anges.mcp import MCPManager
 
 STATUS_BY_EVENT = {
     "task_completion": "completed",
@@ -67,7 +72,10 @@ class BaseAgent:
 
     agent_type = "default"
     template = "agents/default.j2"
-    action_classes: tuple[type[Action], ...] = (RunShellCommand, EditFile, TaskComplete, HelpNeeded, AgentTextResponse)
+    action_classes: tuple[type[Action], ...] = (RunShellCommand, EditFile, ReadMimeFiles, TaskComplete, HelpNeeded,
+                                                AgentTextResponse)
+    mcp_tools = True
+    """Offer USE_MCP_TOOL when an MCP manager with tools is attached (`mcp=`)."""
 
     def __init__(self, parent_ids=None, inference_func: Callable | None = None, event_stream: EventStream | None = None,
                  cmd_init_dir: str | os.PathLike | None = None, prefix_cmd: str = "",
@@ -75,7 +83,8 @@ class BaseAgent:
                  max_consecutive_actions_to_summarize: int | None = None, logging_level: int | None = None,
                  auto_entitle: bool = False, *, config: Config | None = None, store: EventStore | None = None,
                  notes: Iterable[str] = (), message_handlers: Iterable[Callable] = (), budget: Budget | None = None,
-                 agent_config: AgentConfig | None = None, actions: Iterable[Action] | None = None):
+                 agent_config: AgentConfig | None = None, actions: Iterable[Action] | None = None,
+                 mcp: MCPManager | None = None):
         self.config = config or default_config()
         self.agent_config = agent_config or replace(self.config.agent(self.agent_type))
         if max_consecutive_actions_to_summarize is not None:
@@ -103,6 +112,8 @@ class BaseAgent:
         self.status = "new"
         self.registered_actions: list[Action] = (list(actions) if actions is not None
                                                  else [cls() for cls in self.action_classes])
+        self.mcp = mcp
+        self._add_mcp_action()
         self.agent_prompt_template = self.template
         self._interrupted = threading.Event()
         self._state: RunState | None = None
@@ -117,7 +128,7 @@ class BaseAgent:
 
         stream = self._open_stream(event_stream)
         self._interrupted.clear()
-        self._secrets = secret_values()
+        self._secrets = secret_values() + (self.mcp.secrets if self.mcp is not None else [])
         self._env = scrubbed_environment(self.agent_config.pass_env)
         with self.store.run_lock(stream.uid):
             self.store.clear_stop(stream.uid)
@@ -148,7 +159,7 @@ class BaseAgent:
                    event_stream=event_stream, cmd_init_dir=self.cmd_init_dir, prefix_cmd=self.prefix_cmd,
                    interrupt_check=self._stop_requested, config=self.config, store=self.store,
                    notes=self.user_notes, message_handlers=self.message_handlers,
-                   budget=self._state.budget if self._state else None, **extra)
+                   budget=self._state.budget if self._state else None, mcp=self.mcp, **extra)
 
     def interrupt(self) -> None:
         """Ask the running request to stop (the running command is killed)."""
@@ -424,13 +435,25 @@ class BaseAgent:
         return {a.type.upper(): a for a in self.registered_actions}
 
     def _render_guides(self) -> None:
-        facts = self._prompt_facts()
         for action in self.registered_actions:
             if action.guide_template:
-                action.guide_prompt = render_template(
-                    action.guide_template, self.config.prompt.template_dir, shell=facts["shell"],
-                    default_timeout=int(self.agent_config.shell_cmd_timeout),
-                    max_timeout=int(self.agent_config.max_shell_cmd_timeout), agent=self)
+                action.guide_prompt = self.render_guide(action)
+
+    def render_guide(self, action: Action) -> str:
+        """The guide of one built-in action, rendered from its `guide_template`."""
+        return render_template(
+            action.guide_template, self.config.prompt.template_dir, shell=self._prompt_facts()["shell"],
+            default_timeout=int(self.agent_config.shell_cmd_timeout),
+            max_timeout=int(self.agent_config.max_shell_cmd_timeout), agent=self, action=action)
+
+    def _add_mcp_action(self) -> None:
+        """Offer USE_MCP_TOOL when an MCP manager is attached and at least one of its servers has tools."""
+        from anges.actions.mcp import UseMCPTool
+
+        if not self.mcp_tools or self.mcp is None or any(isinstance(a, UseMCPTool) for a in self.registered_actions):
+            return
+        if any(self.mcp.tools().values()):
+            self.registered_actions.append(UseMCPTool(self.mcp))
 
     def _prompt_facts(self) -> dict:
         return {"os": f"{platform.system()} {platform.release()}",

@@ -18,6 +18,7 @@ class Orchestrator(BaseAgent):
     agent_type = "orchestrator"
     template = "agents/orchestrator.j2"
     action_classes = (CallChildAgent, TaskComplete, HelpNeeded, AgentTextResponse)
+    mcp_tools = False  # it delegates; its children get the tools
 
     def __init__(self, *args, remaining_depth: int | None = None, **kwargs):
         super().__init__(*args, **kwargs)

@@ -1,0 +1,206 @@
+"""USE_MCP_TOOL: call a tool of a connected MCP server."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from anges.actions.base import Action, ActionContext
+from anges.events import Event
+from anges.parsing import Param
+
+if TYPE_CHECKING:
+    from anges.mcp import MCPManager, ToolInfo
+
+MAX_DESCRIPTION_CHARS = 2000
+MAX_VALIDATION_PROBLEMS = 5
+NOT_CALLED = ("unknown_server", "unavailable", "unknown_tool", "invalid_args")
+# JSON Schema keywords whose value maps names to schemas (so a property named "title" is not a keyword).
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+
+
+class UseMCPTool(Action):
+    """Calls one tool of an MCP server held by an `MCPManager`; records its text, structured or error result."""
+
+    type = "USE_MCP_TOOL"
+    guide_template = "actions/use_mcp_tool.j2"
+    params = {
+        "mcp_server_name": Param(str, non_empty=True, description="the server, as listed in the guide"),
+        "tool_name": Param(str, non_empty=True, description="the tool, as listed under its server"),
+        "tool_args": Param(dict, required=False, description="the tool's arguments, per its parameter schema"),
+    }
+
+    def __init__(self, manager: MCPManager):
+        super().__init__()
+        self.manager = manager
+
+    def catalog(self) -> list[dict]:
+        """Servers and their tools as the guide shows them (secrets masked, schemas compact JSON)."""
+        mask = self.manager.mask
+        return [
+            {"name": server, "tools": [{"name": tool.name,
+                                        "description": mask(_shorten(tool.description.strip())),
+                                        "schema": mask(compact_schema(tool.input_schema))} for tool in tools]}
+            for server, tools in self.manager.tools().items()
+        ]
+
+    def unavailable(self) -> dict[str, str]:
+        """Servers that failed to start or stopped, with the reason (first line only)."""
+        return {name: reason.splitlines()[0] for name, reason in self.manager.failures.items()}
+
+    def run(self, ctx: ActionContext, args: dict) -> Event:
+        from anges.mcp import MCPCallError
+
+        server, tool_name = args["mcp_server_name"].strip(), args["tool_name"].strip()
+        tool_args = args.get("tool_args") or {}
+        facts = {"action_type": self.type, "server": server, "tool": tool_name, "args": tool_args}
+        tool, kind, problem = self._find_tool(server, tool_name)
+        if tool is None:
+            return self._error(ctx, facts, kind, problem)
+        problems = validate_args(tool_args, tool.input_schema)
+        if problems:
+            text = (f"The arguments do not match the parameters of {server}.{tool_name}:\n"
+                    + "\n".join(f"- {p}" for p in problems)
+                    + f"\nIts parameter schema: {compact_schema(tool.input_schema)}")
+            return self._error(ctx, facts, "invalid_args", text)
+        started = time.monotonic()
+        try:
+            result = self.manager.call(server, tool_name, tool_args, interrupt_check=ctx.interrupt_check)
+        except MCPCallError as exc:
+            event = self._error(ctx, facts, exc.kind, str(exc))
+            event.data["duration"] = round(time.monotonic() - started, 3)
+            if exc.kind == "server_died":
+                self._refresh_guide(ctx)
+            return event
+        return self._result_event(ctx, facts, result, time.monotonic() - started)
+
+    # -- helpers ----------------------------------------------------------------------------------------------
+
+    def _find_tool(self, server: str, name: str) -> tuple[ToolInfo | None, str, str]:
+        """The tool, or None with the error kind and a message the model can act on."""
+        tools = self.manager.tools()
+        if server not in tools:
+            failures = self.manager.failures
+            if server in failures:
+                reason = failures[server].splitlines()[0]
+                return None, "unavailable", f"MCP server '{server}' is not available: {reason}"
+            names = ", ".join(tools) or "none"
+            return None, "unknown_server", f"There is no MCP server named '{server}'. Connected servers: {names}."
+        for tool in tools[server]:
+            if tool.name == name:
+                return tool, "", ""
+        names = ", ".join(t.name for t in tools[server]) or "none"
+        return None, "unknown_tool", f"MCP server '{server}' has no tool named '{name}'. Its tools: {names}."
+
+    def _result_event(self, ctx: ActionContext, facts: dict, result, duration: float) -> Event:
+        cap = ctx.config.shell_output_cap
+        status = "ERROR (the tool reported a failure)" if result.is_error else "OK"
+        parts = [f"MCP TOOL {facts['server']}.{facts['tool']}: {status}"]
+        text = _mask(self.manager, result.text, ctx.secrets)
+        structured_json = ""
+        if result.structured is not None and not _repeats(result.text, result.structured):
+            structured_json = _mask(self.manager, json.dumps(result.structured, ensure_ascii=False, indent=1),
+                                    ctx.secrets)
+        text, omitted = cap_text(text, cap)
+        structured_shown, structured_omitted = cap_text(structured_json, cap)
+        if text:
+            parts.append(f"RESULT:\n{text}")
+        if structured_shown:
+            parts.append(f"STRUCTURED RESULT (JSON):\n{structured_shown}")
+        if not text and not structured_shown:
+            parts.append("(no content)")
+        verb = "failed" if result.is_error else "called"
+        return Event(
+            type="action",
+            content="\n".join(parts),
+            message=f"MCP tool {facts['server']}.{facts['tool']} {verb}",
+            data={**facts, "is_error": result.is_error, "structured": result.structured is not None,
+                  "omitted": omitted + structured_omitted, "duration": round(duration, 3)},
+        )
+
+    def _error(self, ctx: ActionContext, facts: dict, kind: str, text: str) -> Event:
+        text = _mask(self.manager, text, ctx.secrets)
+        status = "NOT CALLED" if kind in NOT_CALLED else "FAILED"
+        content = f"MCP TOOL {facts['server']}.{facts['tool']}: {status}\n{text}"
+        return Event(type="action", content=content,
+                     message=f"MCP tool {facts['server']}.{facts['tool']}: {text.splitlines()[0]}",
+                     data={**facts, "is_error": True, "error": kind})
+
+    def _refresh_guide(self, ctx: ActionContext) -> None:
+        """Drop a dead server's tools from the guide the model reads from the next step on."""
+        render = getattr(ctx.agent, "render_guide", None)
+        if callable(render):
+            self.guide_prompt = render(self)
+
+
+def validate_args(args: dict, schema: dict) -> list[str]:
+    """Problems of `args` against a tool's JSON input schema (empty when they fit or the schema is unusable)."""
+    if not isinstance(schema, dict) or not schema:
+        return []
+    try:
+        import jsonschema
+    except ImportError:  # the mcp SDK depends on jsonschema; without it the server validates alone
+        return []
+    try:
+        validator_class = jsonschema.validators.validator_for(schema)
+        validator_class.check_schema(schema)
+    except jsonschema.SchemaError:
+        return []
+    errors = sorted(validator_class(schema).iter_errors(args), key=lambda e: list(e.absolute_path))
+    problems = []
+    for error in errors[:MAX_VALIDATION_PROBLEMS]:
+        where = "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+        problems.append(f"tool_args{where}: {error.message}")
+    if len(errors) > MAX_VALIDATION_PROBLEMS:
+        problems.append(f"... and {len(errors) - MAX_VALIDATION_PROBLEMS} more")
+    return problems
+
+
+def compact_schema(schema: Any) -> str:
+    """A schema as one line of JSON, without the `title` noise SDKs add to every field."""
+    return json.dumps(_strip_titles(schema), ensure_ascii=False, separators=(",", ":"))
+
+
+def cap_text(text: str, cap: int) -> tuple[str, int]:
+    """Keep the head and tail of `text` within `cap` characters; the mark says how many were omitted."""
+    if cap <= 0 or len(text) <= cap:
+        return text, 0
+    head, tail = cap // 2, cap - cap // 2
+    omitted = len(text) - head - tail
+    return f"{text[:head]}\n... [{omitted} characters omitted] ...\n{text[-tail:]}", omitted
+
+
+def _strip_titles(schema: Any) -> Any:
+    if isinstance(schema, list):
+        return [_strip_titles(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    result = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            result[key] = {name: _strip_titles(sub) for name, sub in value.items()}
+        else:
+            result[key] = _strip_titles(value)
+    return result
+
+
+def _shorten(text: str) -> str:
+    return text if len(text) <= MAX_DESCRIPTION_CHARS else text[:MAX_DESCRIPTION_CHARS] + " [...]"
+
+
+def _repeats(text: str, structured: Any) -> bool:
+    """True when the structured content says nothing the text does not (SDKs often send both)."""
+    if structured == {"result": text}:
+        return True
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    return value == structured or structured == {"result": value}
+
+
+def _mask(manager: MCPManager, text: str, secrets) -> str:
+    return manager.mask(text, secrets)
