@@ -147,47 +147,61 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_task(args: argparse.Namespace) -> int:
     """One-shot or interactive run."""
+    from anges.session import Session
+
+    request = _read_request(args)
+    output = _make_output(args)
+    agent = None
+    try:
+        agent = _build_agent(args, output)
+        session = Session(agent, output)
+        if not args.interactive:
+            return _report(session.run(request), output)
+        return _interact(session, request, quiet=args.quiet)
+    finally:
+        output.close()
+        if agent is not None and agent.mcp is not None:
+            agent.mcp.close()
+
+
+def _build_agent(args: argparse.Namespace, output):
+    """The agent on a new or resumed stream, with the config, model and MCP servers the arguments ask for."""
     from anges.agents import agent_class
-    from anges.config import anges_home, load_config
+    from anges.config import load_config
     from anges.events import EventStream
     from anges.models import get_model
-    from anges.session import Session, read_lines
     from anges.store import EventStore
 
-    if args.interactive and args.input_file == "-":
-        raise UsageError("-i reads requests from the terminal; it cannot follow -f - (stdin)")
-    request = _read_request(args)
-    if request is None and not args.interactive:
-        raise UsageError("no task: give one with -q TEXT, -f FILE or -i (see anges --help)")
     config = load_config(args.config, _overrides(args))
     store = EventStore()
     stream = store.load(args.resume) if args.resume else EventStream()
     workdir = _workdir(args, stream)
+    mcp_file = _mcp_file(args, stream)
     agent_type = args.agent or stream.agent_type or "default"
     stream.agent_type = stream.agent_type or agent_type
-    output = _make_output(args)
     model = get_model(args.model, config, agent_type, record=args.record)
-    agent = agent_class(agent_type)(
-        inference_func=output.watch(model), event_stream=stream, cmd_init_dir=workdir,
-        prefix_cmd=args.cmd_prefix if args.cmd_prefix is not None else stream.agent_settings.get("prefix_cmd", ""),
-        config=config, store=store, notes=_notes(args), message_handlers=[output.on_message])
-    session = Session(agent, output)
-    try:
-        if not args.interactive:
-            return _report(session.run(request), output)
-        if request is not None:
-            _report(session.run(request), output)
-        if sys.stdin.isatty() and not args.quiet:
-            print(f"anges {__version__}: type a task; exit, quit or Ctrl-D leaves; Ctrl-C stops the running task.",
-                  file=sys.stderr)
-        for line in read_lines("anges> ", anges_home() / "history"):
-            try:
-                _report(session.run(line), output)
-            except KeyboardInterrupt:
-                print("anges: stopped at once", file=sys.stderr)
-        return EXIT_OK
-    finally:
-        output.close()
+    prefix = args.cmd_prefix if args.cmd_prefix is not None else stream.agent_settings.get("prefix_cmd", "")
+    return agent_class(agent_type)(
+        inference_func=output.watch(model), event_stream=stream, cmd_init_dir=workdir, prefix_cmd=prefix,
+        config=config, store=store, notes=_notes(args), message_handlers=[output.on_message],
+        mcp=_mcp_servers(config, mcp_file))
+
+
+def _interact(session, first: str | None, quiet: bool) -> int:
+    from anges.config import anges_home
+    from anges.session import read_lines
+
+    if first is not None:
+        _report(session.run(first), session.output)
+    if sys.stdin.isatty() and not quiet:
+        print(f"anges {__version__}: type a task; exit, quit or Ctrl-D leaves; Ctrl-C stops the running task.",
+              file=sys.stderr)
+    for line in read_lines("anges> ", anges_home() / "history"):
+        try:
+            _report(session.run(line), session.output)
+        except KeyboardInterrupt:
+            print("anges: stopped at once", file=sys.stderr)
+    return EXIT_OK
 
 
 def _report(outcome, output) -> int:
@@ -197,6 +211,11 @@ def _report(outcome, output) -> int:
 
 
 def _read_request(args: argparse.Namespace) -> str | None:
+    """The task from -q or -f; None with -i alone."""
+    if args.interactive and args.input_file == "-":
+        raise UsageError("-i reads requests from the terminal; it cannot follow -f - (stdin)")
+    if args.question is None and args.input_file is None and not args.interactive:
+        raise UsageError("no task: give one with -q TEXT, -f FILE or -i (see anges --help)")
     if args.question is not None:
         text = args.question
     elif args.input_file == "-":
@@ -216,13 +235,29 @@ def _overrides(args: argparse.Namespace) -> dict:
         limits["max_number_of_events_to_exhaust"] = args.max_steps
     if args.timeout:
         limits["timeout"] = args.timeout
-    overrides: dict = {"agents": {kind: dict(limits) for kind in AGENT_TYPES}} if limits else {}
-    if args.mcp_config:
-        path = Path(args.mcp_config).expanduser()
-        if not path.is_file():
-            raise UsageError(f"--mcp-config {args.mcp_config}: no such file")
-        overrides["mcp"] = {"config_file": str(path.resolve())}
-    return overrides
+    return {"agents": {kind: dict(limits) for kind in AGENT_TYPES}} if limits else {}
+
+
+def _mcp_file(args: argparse.Namespace, stream) -> str | None:
+    """The --mcp-config file (or the resumed stream's), checked and remembered in the stream's settings."""
+    given = args.mcp_config or stream.agent_settings.get("mcp_config")
+    if not given:
+        return None
+    path = Path(given).expanduser()
+    if not path.is_file():
+        where = "--mcp-config" if args.mcp_config else "the stream's MCP config"
+        raise UsageError(f"{where} {given}: no such file")
+    stream.update_settings({"mcp_config": str(path.resolve())})
+    return str(path.resolve())
+
+
+def _mcp_servers(config, extra: str | None):
+    """A manager of the configured MCP servers plus those of `extra`; None when there are none."""
+    if not (extra or config.mcp.config_file or config.mcp.servers):
+        return None
+    from anges.mcp import MCPManager
+
+    return MCPManager.from_config(config.mcp, extra)
 
 
 def _workdir(args: argparse.Namespace, stream) -> str:

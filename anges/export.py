@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -94,7 +95,10 @@ def to_markdown(stream: EventStream, store: EventStore, status: str = "") -> str
 def _section(event: Event, depth: int, child: EventStream | None, number: int) -> list[str]:
     data = event.data
     title = _TITLES.get(event.type)
-    if title is None and event.type.startswith("child_agent_"):
+    tool_call = event.type == "action" and "server" in data and "tool" in data
+    if tool_call:
+        title = f"MCP tool {data['server']}.{data['tool']}"
+    elif title is None and event.type.startswith("child_agent_"):
         title = f"Child agent returned ({data.get('exit_type', event.type[len('child_agent_'):])})"
     heading = "#" * min(2 + depth, 6)
     where = f" — {child.agent_type} `{child.uid}`" if child is not None else ""
@@ -109,6 +113,9 @@ def _section(event: Event, depth: int, child: EventStream | None, number: int) -
         output = command_output(event)
         if output.strip():
             out += _fence(output, "text")
+    elif tool_call:
+        out += _fence(json.dumps(data.get("args") or {}, indent=2, ensure_ascii=False), "json")
+        out += ["", *_fence(event.content, "text")]
     elif event.type == "edit_file" and not data.get("error"):
         out += [f"`{data.get('directive') or data.get('path', '')}`", ""]
         diff = edit_diff(event)

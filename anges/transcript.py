@@ -5,6 +5,7 @@ Everything is drawn from `Event.type` and `Event.data`; colour and the spinner a
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -96,6 +97,8 @@ class Renderer:
             return [f"{s('■', 'bold', 'yellow')} {s(_stop_text(event), 'yellow')}"]
         if kind == "action" and "command" in data:
             return self._command(event)
+        if kind == "action" and "server" in data and "tool" in data:
+            return self._tool_call(event)
         if kind == "edit_file":
             return self._edit(event)
         if kind in ("new_child_agent", "resume_child_agent"):
@@ -139,6 +142,18 @@ class Renderer:
         else:
             code = data.get("exit_code")
             status = s(f"exit {code}", "green" if code == 0 else "red")
+            status += s(f" · {_seconds(data.get('duration', 0))}", "dim")
+        return lines + [s("  └ ", "dim") + status]
+
+    def _tool_call(self, event: Event) -> list[str]:
+        s, data = self.style, event.data
+        args = json.dumps(data.get("args") or {}, ensure_ascii=False)
+        lines = [f"{s('⚙', 'bold', 'cyan')} {s(data['server'] + '.' + data['tool'], 'bold')} {_one_line(args)}"]
+        lines += [s("  │ ", "dim") + line for line in _clip_lines(event.content.splitlines(), self.output_lines, s)]
+        if data.get("error"):
+            status = s(f"not done: {data['error']}", "red")
+        else:
+            status = s("tool error" if data.get("is_error") else "ok", "red" if data.get("is_error") else "green")
             status += s(f" · {_seconds(data.get('duration', 0))}", "dim")
         return lines + [s("  └ ", "dim") + status]
 
@@ -458,8 +473,6 @@ def _inline(text: str, style: Style) -> str:
 
 def _activity(reply) -> str:
     """What runs after a model reply: the first command it asks for, or generic work."""
-    import json
-
     try:
         actions = json.loads(reply).get("actions") or []
         command = next(a["command"] for a in actions if a.get("action_type", "").upper() == "RUN_SHELL_CMD")

@@ -341,10 +341,21 @@ def test_agent_type(tmp_path, agent):
 
 
 @pytest.mark.parametrize("flag", ["--mcp-config", "--mcp_config"])
-def test_mcp_config_file_is_accepted(tmp_path, flag):
-    (tmp_path / "mcp.json").write_text('{"mcpServers": {}}')
-    out = anges("-q", "x", flag, "mcp.json", "--model", scripted(tmp_path, complete()), cwd=tmp_path)
+def test_mcp_config_connects_the_servers_for_the_run(tmp_path, flag):
+    server = Path(__file__).parent / "mcp_servers" / "stdio_server.py"
+    pid_file = tmp_path / "server.pid"
+    (tmp_path / "mcp.json").write_text(json.dumps({"mcpServers": {"demo": {
+        "command": sys.executable, "args": [str(server)], "env": {"PID_FILE": str(pid_file)}}}}))
+    use = reply({"action_type": "USE_MCP_TOOL", "mcp_server_name": "demo", "tool_name": "echo",
+                 "tool_args": {"text": "hi", "times": 2}})
+    out = anges("-q", "x", flag, "mcp.json", "--model", scripted(tmp_path, use, complete()), cwd=tmp_path)
     assert out.returncode == 0, out.stderr
+    assert '⚙ demo.echo {"text": "hi", "times": 2}' in out.stderr and "│ hi hi" in out.stderr
+    stream = only_stream()
+    assert stream.events_list[1].data["tool"] == "echo" and "hi hi" in stream.events_list[1].content
+    assert stream.agent_settings["mcp_config"] == str(tmp_path / "mcp.json")
+    for pid in map(int, pid_file.read_text().split()):
+        assert not Path(f"/proc/{pid}").exists(), "the MCP server outlived the run"
 
 
 def test_record_writes_every_model_call(tmp_path):
