@@ -13,6 +13,7 @@ from pathlib import Path
 
 from anges import __version__
 from anges.config import AGENT_TYPES
+from anges.exceptions import AngesError
 
 EXIT_OK, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_HELP_NEEDED, EXIT_STOPPED = 0, 1, 2, 3, 4
 EXIT_BY_STATUS = {"completed": EXIT_OK, "answered": EXIT_OK, "help_needed": EXIT_HELP_NEEDED,
@@ -126,13 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         _silence_stdout()
         return EXIT_UNEXPECTED
-    except Exception as exc:  # noqa: BLE001  (the edge: every error becomes one line and an exit code)
-        from anges.exceptions import AngesError
-
-        print(f"anges: {exc}" if isinstance(exc, (UsageError, AngesError))
-              else f"anges: unexpected error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        if isinstance(exc, (UsageError, AngesError)):
-            return EXIT_USAGE
+    except (UsageError, AngesError) as exc:  # explained errors: the message says what to change
+        print(f"anges: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:  # noqa: BLE001  (the edge: anything else becomes one line and exit 1)
+        print(f"anges: unexpected error: {type(exc).__name__}: {exc}", file=sys.stderr)
         if verbose:
             import traceback
 
