@@ -273,11 +273,16 @@ def _kill_group(proc: subprocess.Popen, grace: float = KILL_GRACE) -> None:
     if not _signal_group(proc.pid, signal.SIGTERM):
         return
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        proc.poll()
-        if not _group_alive(proc.pid):
-            return
-        time.sleep(0.01)
+    try:
+        while time.monotonic() < deadline:
+            proc.poll()
+            if not _group_alive(proc.pid):
+                return
+            time.sleep(0.01)
+    except BaseException:
+        # A second Ctrl-C (KeyboardInterrupt) cuts the grace short: the group must still not outlive us.
+        _signal_group(proc.pid, signal.SIGKILL)
+        raise
     _signal_group(proc.pid, signal.SIGKILL)
 
 

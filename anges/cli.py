@@ -1,0 +1,427 @@
+"""The `anges` command: parse the arguments, build the agent, run it, and turn the outcome into an exit code.
+
+Heavy modules (the agent, the store, model SDKs) are imported only by the command that needs them, so
+`anges --help` starts fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from anges import __version__
+from anges.config import AGENT_TYPES
+from anges.exceptions import AngesError
+
+EXIT_OK, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_HELP_NEEDED, EXIT_STOPPED = 0, 1, 2, 3, 4
+EXIT_BY_STATUS = {"completed": EXIT_OK, "answered": EXIT_OK, "help_needed": EXIT_HELP_NEEDED,
+                  "interrupted": EXIT_STOPPED}
+
+EPILOG = """\
+examples:
+  anges -q "How many Python files are here, and which is the largest?"
+  anges -f task.md --path ~/src/project       the task from a file, commands run in ~/src/project
+  git diff | anges -f -                        the task from stdin
+  anges -i                                     interactive: each line is a follow-up on one stream
+  anges --resume ID -q "now add a test"        continue a saved stream
+  anges -q "list the TODOs" --output jsonl     one JSON object per event, for scripts
+  anges list                                   recent streams; then: anges show ID, anges export ID --format md
+  anges ui                                     the web chat
+
+exit codes:
+  0  the task was completed or the question answered
+  3  the agent asked for help (reply with: anges --resume ID -q "...")
+  4  interrupted (Ctrl-C), out of steps, timed out or over budget
+  2  usage or configuration error: bad flag, bad config file, no usable model, unknown or busy stream id
+  1  anything unexpected (a one-line message; the traceback with -v)
+"""
+
+
+class UsageError(Exception):
+    """The command line asks for something that cannot be done; the message says what to change."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser: task options at the top level, history commands as subcommands."""
+    parser = argparse.ArgumentParser(
+        prog="anges", description="anges: an LLM agent that works in your shell and keeps a replayable record.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    task = parser.add_argument_group("the task (one of -q, -f; -i may follow either)")
+    source = task.add_mutually_exclusive_group()
+    source.add_argument("-q", "--question", metavar="TEXT", help="run one task and exit")
+    source.add_argument("-f", "--input-file", metavar="FILE", help="read the task from FILE ('-' = stdin)")
+    task.add_argument("-i", "--interactive", action="store_true",
+                      help="interactive session: each line is a follow-up (exit, quit or Ctrl-D leave)")
+    task.add_argument("--resume", metavar="ID", help="continue the saved stream ID with the task as a follow-up")
+
+    agent = parser.add_argument_group("the agent")
+    agent.add_argument("--agent", choices=AGENT_TYPES, help="agent type (default: default, or the resumed stream's)")
+    agent.add_argument("--model", metavar="NAME",
+                       help="a preset (openai, gemini, claude, deepseek, ollama), PROVIDER:MODEL-ID, replay:FILE, "
+                            "scripted:FILE or auto (default: from the config)")
+    agent.add_argument("--path", metavar="DIR", help="working directory for commands and edits (default: here)")
+    agent.add_argument("--cmd-prefix", metavar="STR", help="put STR before every command (e.g. 'docker exec box')")
+    agent.add_argument("--notes", metavar="TEXT", action="append", default=[], help="a note for the agent (repeatable)")
+    agent.add_argument("--notes-file", metavar="FILE", action="append", default=[], help="a file of notes (repeatable)")
+    agent.add_argument("--config", metavar="FILE", help="a config file layered over ~/.anges/config.yaml")
+    agent.add_argument("--max-steps", metavar="N", type=_positive(int),
+                       help="stop after N steps (recorded events) since the request (exit 4)")
+    agent.add_argument("--timeout", metavar="SECONDS", type=_positive(float),
+                       help="stop the request after SECONDS (exit 4)")
+    agent.add_argument("--mcp-config", metavar="FILE", help="an mcpServers JSON file of MCP servers")
+    agent.add_argument("--record", metavar="FILE",
+                       help="record every model call to FILE (replay with --model replay:FILE)")
+
+    shown = parser.add_argument_group("output")
+    shown.add_argument("--output", choices=("text", "jsonl", "json"), default="text",
+                       help="text: live transcript on stderr, answer on stdout (default); jsonl: one JSON object per "
+                            "event on stdout; json: one object at the end")
+    shown.add_argument("-v", "--verbose", action="count", default=0,
+                       help="full outputs, token usage, log messages, tracebacks")
+    shown.add_argument("--quiet", action="store_true", help="no transcript: only the answer and errors")
+    shown.add_argument("--version", action="version", version=f"anges {__version__}")
+
+    # anges 0.1.x spellings
+    for alias, dest in (("--cmd_init_dir", "path"), ("--cmd_prefix", "cmd_prefix"), ("--existing_stream_id", "resume"),
+                        ("--mcp_config", "mcp_config")):
+        parser.add_argument(alias, dest=dest, help=argparse.SUPPRESS)
+
+    verbose = argparse.ArgumentParser(add_help=False)
+    verbose.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help="more detail")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    listing = commands.add_parser("list", parents=[verbose], help="recent streams, children under their parent")
+    listing.add_argument("-n", "--limit", type=int, default=30, metavar="N", help="top-level streams shown (0 = all)")
+    listing.add_argument("--json", action="store_true", help="as a JSON list")
+    show = commands.add_parser("show", parents=[verbose], help="the transcript of a stream")
+    show.add_argument("id", metavar="ID")
+    show.add_argument("--json", action="store_true", help="the raw stream as JSON")
+    export = commands.add_parser("export", parents=[verbose], help="a stream as JSON (0.1.x format) or Markdown")
+    export.add_argument("id", metavar="ID")
+    export.add_argument("--format", choices=("json", "md"), default="json")
+    export.add_argument("-o", "--output", dest="file", metavar="FILE", help="write to FILE instead of stdout")
+    imported = commands.add_parser("import", parents=[verbose], help="import a stream file (anges 0.1.x JSON too)")
+    imported.add_argument("file", metavar="FILE")
+    imported.add_argument("--new-id", action="store_true", help="give it a new id (when the id is taken)")
+    remove = commands.add_parser("rm", parents=[verbose], help="delete streams and their child streams")
+    remove.add_argument("ids", metavar="ID", nargs="+")
+    commands.add_parser("ui", add_help=False, help="start the web chat (see: anges ui --help)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    verbose = 0
+    try:
+        if argv[:1] == ["ui"]:
+            return run_ui(argv[1:])
+        args = build_parser().parse_args(argv)
+        verbose = args.verbose
+        _setup_logging(verbose)
+        return COMMANDS[args.command or "run"](args)
+    except KeyboardInterrupt:
+        print("anges: interrupted", file=sys.stderr)
+        return EXIT_STOPPED
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_UNEXPECTED
+    except (UsageError, AngesError) as exc:  # explained errors: the message says what to change
+        print(f"anges: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:  # noqa: BLE001  (the edge: anything else becomes one line and exit 1)
+        print(f"anges: unexpected error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        if verbose:
+            import traceback
+
+            traceback.print_exc()
+        else:
+            print("anges: run with -v for the traceback", file=sys.stderr)
+        return EXIT_UNEXPECTED
+
+
+# --- running tasks ------------------------------------------------------------------------------------------
+
+
+def run_task(args: argparse.Namespace) -> int:
+    """One-shot or interactive run."""
+    from anges.session import Session
+
+    request = _read_request(args)
+    output = _make_output(args)
+    agent = None
+    try:
+        agent = _build_agent(args, output)
+        session = Session(agent, output)
+        if not args.interactive:
+            return _report(session.run(request), output)
+        return _interact(session, request, quiet=args.quiet)
+    finally:
+        output.close()
+        if agent is not None and agent.mcp is not None:
+            agent.mcp.close()
+
+
+def _build_agent(args: argparse.Namespace, output):
+    """The agent on a new or resumed stream, with the config, model and MCP servers the arguments ask for."""
+    from anges.agents import agent_class
+    from anges.config import load_config
+    from anges.events import EventStream
+    from anges.models import get_model
+    from anges.store import EventStore
+
+    config = load_config(args.config, _overrides(args))
+    store = EventStore()
+    stream = store.load(args.resume) if args.resume else EventStream()
+    workdir = _workdir(args, stream)
+    mcp_file = _mcp_file(args, stream)
+    agent_type = args.agent or stream.agent_type or "default"
+    stream.agent_type = stream.agent_type or agent_type
+    model = get_model(args.model, config, agent_type, record=args.record)
+    prefix = args.cmd_prefix if args.cmd_prefix is not None else stream.agent_settings.get("prefix_cmd", "")
+    return agent_class(agent_type)(
+        inference_func=output.watch(model), event_stream=stream, cmd_init_dir=workdir, prefix_cmd=prefix,
+        config=config, store=store, notes=_notes(args), message_handlers=[output.on_message],
+        mcp=_mcp_servers(config, mcp_file))
+
+
+def _interact(session, first: str | None, quiet: bool) -> int:
+    from anges.config import anges_home
+    from anges.session import read_lines
+
+    if first is not None:
+        _report(session.run(first), session.output)
+    if sys.stdin.isatty() and not quiet:
+        print(f"anges {__version__}: type a task; exit, quit or Ctrl-D leaves; Ctrl-C stops the running task.",
+              file=sys.stderr)
+    for line in read_lines("anges> ", anges_home() / "history"):
+        try:
+            _report(session.run(line), session.output)
+        except KeyboardInterrupt:
+            print("anges: stopped at once", file=sys.stderr)
+    return EXIT_OK
+
+
+def _report(outcome, output) -> int:
+    code = EXIT_BY_STATUS.get(outcome.status, EXIT_UNEXPECTED)
+    output.finished(outcome, code)
+    return code
+
+
+def _read_request(args: argparse.Namespace) -> str | None:
+    """The task from -q or -f; None with -i alone."""
+    if args.interactive and args.input_file == "-":
+        raise UsageError("-i reads requests from the terminal; it cannot follow -f - (stdin)")
+    if args.question is None and args.input_file is None and not args.interactive:
+        raise UsageError("no task: give one with -q TEXT, -f FILE or -i (see anges --help)")
+    if args.question is not None:
+        text = args.question
+    elif args.input_file == "-":
+        text = sys.stdin.read()
+    elif args.input_file:
+        text = _read_file(args.input_file)
+    else:
+        return None
+    if not text.strip():
+        raise UsageError("the task is empty")
+    return text.strip()
+
+
+def _overrides(args: argparse.Namespace) -> dict:
+    limits = {}
+    if args.max_steps:
+        limits["max_number_of_events_to_exhaust"] = args.max_steps
+    if args.timeout:
+        limits["timeout"] = args.timeout
+    return {"agents": {kind: dict(limits) for kind in AGENT_TYPES}} if limits else {}
+
+
+def _mcp_file(args: argparse.Namespace, stream) -> str | None:
+    """The --mcp-config file (or the resumed stream's), checked and remembered in the stream's settings."""
+    given = args.mcp_config or stream.agent_settings.get("mcp_config")
+    if not given:
+        return None
+    path = Path(given).expanduser()
+    if not path.is_file():
+        where = "--mcp-config" if args.mcp_config else "the stream's MCP config"
+        raise UsageError(f"{where} {given}: no such file")
+    stream.update_settings({"mcp_config": str(path.resolve())})
+    return str(path.resolve())
+
+
+def _mcp_servers(config, extra: str | None):
+    """A manager of the configured MCP servers plus those of `extra`; None when there are none."""
+    if not (extra or config.mcp.config_file or config.mcp.servers):
+        return None
+    from anges.mcp import MCPManager
+
+    return MCPManager.from_config(config.mcp, extra)
+
+
+def _workdir(args: argparse.Namespace, stream) -> str:
+    saved = stream.agent_settings.get("cmd_init_dir")
+    path = os.path.abspath(os.path.expanduser(args.path or saved or os.getcwd()))
+    if not os.path.isdir(path):
+        where = "--path" if args.path else "the stream's working directory"
+        raise UsageError(f"{where} {path} is not a directory" + ("" if args.path else "; choose one with --path DIR"))
+    return path
+
+
+def _notes(args: argparse.Namespace) -> list[str]:
+    return list(args.notes) + [_read_file(path) for path in args.notes_file]
+
+
+def _read_file(path: str) -> str:
+    try:
+        return Path(path).expanduser().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _make_output(args: argparse.Namespace):
+    if args.output == "jsonl":
+        from anges.output import JsonLinesOutput
+
+        return JsonLinesOutput()
+    if args.output == "json":
+        from anges.output import JsonOutput
+
+        return JsonOutput()
+    from anges.transcript import TextOutput
+
+    return TextOutput(verbose=bool(args.verbose), quiet=args.quiet)
+
+
+# --- history ------------------------------------------------------------------------------------------------
+
+
+def list_streams(args: argparse.Namespace) -> int:
+    """anges list"""
+    import json
+
+    from anges.store import EventStore
+    from anges.transcript import Style, format_list, wants_colour
+
+    store = EventStore()
+    infos = store.list()
+    if args.json:
+        print(json.dumps([info.to_dict() for info in infos], indent=2))
+    elif not infos:
+        print(f"no streams yet in {store.root}", file=sys.stderr)
+    else:
+        print("\n".join(format_list(infos, Style(wants_colour(sys.stdout)), limit=args.limit)))
+    return EXIT_OK
+
+
+def show_stream(args: argparse.Namespace) -> int:
+    """anges show ID"""
+    from anges.store import EventStore
+    from anges.transcript import print_stream
+
+    store = EventStore()
+    if args.json:
+        _write_json(store.export(args.id), sys.stdout)
+    else:
+        print_stream(store.load(args.id), store, sys.stdout, verbose=bool(args.verbose))
+    return EXIT_OK
+
+
+def export_stream(args: argparse.Namespace) -> int:
+    """anges export ID --format {json,md} [-o FILE]"""
+    import io
+
+    from anges.store import EventStore
+
+    store = EventStore()
+    if args.format == "md":
+        from anges.export import to_markdown
+
+        text = to_markdown(store.load(args.id), store, status=store.info(args.id).status)
+    else:
+        buffer = io.StringIO()
+        _write_json(store.export(args.id), buffer)
+        text = buffer.getvalue()
+    if not args.file:
+        sys.stdout.write(text)
+        return EXIT_OK
+    try:
+        Path(args.file).expanduser().write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.file}: {exc.strerror or exc}") from None
+    print(f"wrote {args.file}", file=sys.stderr)
+    return EXIT_OK
+
+
+def import_stream(args: argparse.Namespace) -> int:
+    """anges import FILE"""
+    from anges.store import EventStore
+
+    stream = EventStore().import_file(args.file, new_id=args.new_id)
+    print(stream.uid)
+    print(f"imported {stream.title!r} ({len(stream.events_list)} events); continue it with: "
+          f"anges --resume {stream.uid} -q ...", file=sys.stderr)
+    return EXIT_OK
+
+
+def remove_streams(args: argparse.Namespace) -> int:
+    """anges rm ID..."""
+    from anges.store import EventStore
+
+    store = EventStore()
+    for uid in args.ids:
+        removed = store.delete(uid)
+        extra = f" and {len(removed) - 1} child stream{'s' if len(removed) != 2 else ''}" if len(removed) > 1 else ""
+        print(f"removed {uid}{extra}", file=sys.stderr)
+    return EXIT_OK
+
+
+def run_ui(argv: list[str]) -> int:
+    """anges ui ...: the web chat parses its own options."""
+    try:
+        from anges.web import main_ui
+    except ImportError as exc:
+        raise UsageError(f"the web chat is not available in this installation ({exc})") from None
+    return main_ui(argv) or EXIT_OK
+
+
+COMMANDS = {"run": run_task, "list": list_streams, "show": show_stream, "export": export_stream,
+            "import": import_stream, "rm": remove_streams}
+
+
+# --- helpers ------------------------------------------------------------------------------------------------
+
+
+def _positive(kind: type):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _write_json(data: dict, out) -> None:
+    import json
+
+    json.dump(data, out, indent=2, ensure_ascii=False, default=str)
+    out.write("\n")
+
+
+def _setup_logging(verbose: int) -> None:
+    if verbose:
+        import logging
+
+        logging.basicConfig(level=logging.DEBUG if verbose > 1 else logging.INFO, stream=sys.stderr,
+                            format="%(levelname)s %(name)s: %(message)s")
+
+
+def _silence_stdout() -> None:
+    """After a closed pipe, point stdout at /dev/null so the interpreter's final flush cannot fail."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())

@@ -1,0 +1,158 @@
+"""A stream as a tree of events (children in place), and as a readable Markdown report."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from anges.events import RETURN_TO_PARENT_EVENT_TYPES, child_reference
+from anges.exceptions import InvalidStreamId, StreamNotFound
+
+if TYPE_CHECKING:
+    from anges.events import Event, EventStream
+    from anges.store import EventStore
+
+_TITLES = {
+    "new_request": "Request",
+    "follow_up_request": "Follow-up request",
+    "new_request_from_parent": "Request from the parent agent",
+    "follow_up_request_from_parent": "Follow-up from the parent agent",
+    "action": "Command",
+    "edit_file": "File edit",
+    "task_completion": "Task completed",
+    "agent_requested_help": "Help needed",
+    "agent_text_response": "Answer",
+    "task_interrupted": "Stopped",
+    "new_child_agent": "Child agent started",
+    "resume_child_agent": "Child agent resumed",
+}
+
+
+def walk(stream: EventStream, store: EventStore, start: int = 0,
+         depth: int = 0) -> Iterator[tuple[int, EventStream, Event]]:
+    """(depth, stream, event) from event `start` on, each child's events right after the event that ran it."""
+    for event in stream.events_list[start:]:
+        yield depth, stream, event
+        if depth and event.type in RETURN_TO_PARENT_EVENT_TYPES:
+            return
+        if event.type == "child_agent_running":
+            child_id, child_start = child_reference(event)
+            try:
+                child = store.load(child_id) if child_id else None
+            except (StreamNotFound, InvalidStreamId):
+                child = None
+            if child is not None:
+                yield from walk(child, store, child_start, depth + 1)
+
+
+def command_output(event: Event) -> str:
+    """The output part of a RUN_SHELL_CMD event's content, from its first STDOUT:/STDERR: block ("" if none).
+
+    The command, exit code and duration are facts in `event.data`; only the output text lives solely in the
+    content the model reads, so this looks for its block labels and shows nothing rather than guess.
+    """
+    lines = event.content.splitlines()
+    start = next((i for i, line in enumerate(lines) if line in ("STDOUT:", "STDERR:")), len(lines))
+    return "\n".join(lines[start:])
+
+
+def edit_diff(event: Event) -> str:
+    """The unified diff in an EDIT_FILE event's content, from its `--- ` header ("" if there is none)."""
+    lines = event.content.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("--- ")), len(lines))
+    return "\n".join(lines[start:])
+
+
+def to_markdown(stream: EventStream, store: EventStore, status: str = "") -> str:
+    """A readable report: title, metadata, then each event as a section, child agents nested under their parent."""
+    settings = stream.agent_settings
+    lines = [f"# {stream.title or stream.uid}", ""]
+    facts = [
+        ("Stream", f"`{stream.uid}`"),
+        ("Agent", stream.agent_type or "default"),
+        ("Status", status),
+        ("Created", stream.created_at.strftime("%Y-%m-%d %H:%M:%S")),
+        ("Model", settings.get("model", "")),
+        ("Working directory", f"`{settings['cmd_init_dir']}`" if settings.get("cmd_init_dir") else ""),
+        ("Command prefix", f"`{settings['prefix_cmd']}`" if settings.get("prefix_cmd") else ""),
+        ("Parents", ", ".join(f"`{p}`" for p in stream.parent_event_stream_uids)),
+    ]
+    lines += [f"- **{name}:** {value}" for name, value in facts if value]
+    notes = [n for n in settings.get("notes") or [] if isinstance(n, str) and n.strip()]
+    if notes:
+        lines += ["", "**Notes:**", ""] + [f"- {_one_line(note)}" for note in notes]
+    counters: dict[str, int] = {}
+    for depth, owner, event in walk(stream, store):
+        if event.type in ("child_agent_running", "summary_failed"):
+            continue
+        counters[owner.uid] = counters.get(owner.uid, 0) + 1
+        lines += ["", *_section(event, depth, owner if depth else None, counters[owner.uid])]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _section(event: Event, depth: int, child: EventStream | None, number: int) -> list[str]:
+    data = event.data
+    title = _TITLES.get(event.type)
+    tool_call = event.type == "action" and "server" in data and "tool" in data
+    if tool_call:
+        title = f"MCP tool {data['server']}.{data['tool']}"
+    elif title is None and event.type.startswith("child_agent_"):
+        title = f"Child agent returned ({data.get('exit_type', event.type[len('child_agent_'):])})"
+    heading = "#" * min(2 + depth, 6)
+    where = f" — {child.agent_type} `{child.uid}`" if child is not None else ""
+    stamp = event.created_at.strftime("%H:%M:%S")
+    out = [f"{heading} {number}. {title or event.type}{where}", "", f"*{stamp}*"]
+    if event.reasoning.strip():
+        out += ["", *(f"> {line}" if line else ">" for line in event.reasoning.strip().splitlines())]
+    out.append("")
+    if event.type == "action" and "command" in data:
+        out += _fence(data["command"], "bash")
+        out += ["", _command_status(data), ""]
+        output = command_output(event)
+        if output.strip():
+            out += _fence(output, "text")
+    elif tool_call:
+        out += _fence(json.dumps(data.get("args") or {}, indent=2, ensure_ascii=False), "json")
+        out += ["", *_fence(event.content, "text")]
+    elif event.type == "edit_file" and not data.get("error"):
+        out += [f"`{data.get('directive') or data.get('path', '')}`", ""]
+        diff = edit_diff(event)
+        out += _fence(diff, "diff") if diff else ["(no change)"]
+    elif event.type == "task_interrupted":
+        reason = data.get("reason")
+        out.append(event.content + (f" (reason: `{reason}`)" if reason else ""))
+    elif event.type in ("new_child_agent", "resume_child_agent"):
+        out += [f"{data.get('agent_type', 'child')} `{data.get('agent_id', '')}`:", ""]
+        out += _fence(event.content, "text")
+    else:
+        out.append(event.content.strip() or "(empty)")
+    usage = data.get("usage")
+    if usage:
+        cost = f", ${data['cost']:.4f}" if data.get("cost") is not None else ""
+        model = f" from {data['model']}" if data.get("model") else ""
+        tokens = f"{usage.get('input_tokens', 0)} input / {usage.get('output_tokens', 0)} output tokens"
+        out += ["", f"<sub>{tokens}{model}{cost}</sub>"]
+    return out
+
+
+def _command_status(data: dict) -> str:
+    if data.get("timed_out"):
+        return f"Killed after the timeout ({data.get('duration', 0):.1f} s)."
+    if data.get("interrupted"):
+        return "Killed: the run was interrupted."
+    if data.get("exit_code") is None and data.get("pid"):
+        return f"Started in the background: pid {data['pid']}, output in `{data.get('log_path')}`."
+    return f"Exit code {data.get('exit_code')} after {data.get('duration', 0):.1f} s."
+
+
+def _fence(text: str, language: str) -> list[str]:
+    """A fenced code block whose fence is longer than any backtick run inside it."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [f"{fence}{language}", text.rstrip("\n"), fence]
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

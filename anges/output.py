@@ -1,0 +1,87 @@
+"""Machine-readable output of a run: JSON lines as events are recorded (`--output jsonl`) or one object (`json`).
+
+JSON lines, one object each:
+- `{"type": "run_started", "stream_id", "agent_type", "model", "request", "resumed", "cwd", "time"}`
+- `{"type": "event", "stream_id", "agent_type", "parent_ids", "depth", "event": {Event.to_dict()}}` for each
+  event, children's included, as it is recorded
+- `{"type": "run_finished", "stream_id", "status", "exit_code", "reason", "answer", "usage", "duration"}`
+
+`json` prints a single object: the `run_finished` fields plus `request` and `events` (the event objects).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from datetime import datetime
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from anges.agents import BaseAgent
+    from anges.session import Outcome
+
+class JsonLinesOutput:
+    """One JSON object per line on stdout, flushed at once so a parent process can follow along."""
+
+    def __init__(self, out: TextIO = sys.stdout):
+        self.out = out
+        self.lock = threading.Lock()
+
+    def watch(self, model):
+        return model
+
+    def started(self, agent: BaseAgent, request: str) -> None:
+        stream = agent.event_stream
+        self.emit({"type": "run_started", "stream_id": stream.uid, "agent_type": agent.agent_type,
+                   "model": getattr(agent.inference_func, "name", ""), "request": request,
+                   "resumed": bool(stream.events_list), "cwd": agent.cmd_init_dir,
+                   "time": datetime.now().isoformat()})
+
+    def on_message(self, message) -> None:
+        self.emit({"type": "event", "stream_id": message.agent_id, "agent_type": message.agent_type,
+                   "parent_ids": list(message.parent_ids), "depth": message.depth, "event": message.event.to_dict()})
+
+    def interrupting(self) -> None:
+        """Nothing to say: the `task_interrupted` event follows."""
+
+    def finished(self, outcome: Outcome, exit_code: int) -> None:
+        self.emit({"type": "run_finished", **summary(outcome, exit_code)})
+
+    def emit(self, record: dict) -> None:
+        line = json.dumps(record, default=str, ensure_ascii=False)
+        with self.lock:
+            self.out.write(line + "\n")
+            self.out.flush()
+
+    def close(self) -> None:
+        """Nothing is buffered."""
+
+
+class JsonOutput(JsonLinesOutput):
+    """One JSON object when the run ends."""
+
+    def started(self, agent: BaseAgent, request: str) -> None:
+        """Silent until the end."""
+
+    def on_message(self, message) -> None:
+        """The events are read from the store when the run ends."""
+
+    def finished(self, outcome: Outcome, exit_code: int) -> None:
+        events = [{"stream_id": stream.uid, "agent_type": stream.agent_type, "depth": depth, "event": event.to_dict()}
+                  for depth, stream, event in outcome.events]
+        self.emit({**summary(outcome, exit_code), "request": outcome.request, "events": events})
+
+
+def summary(outcome: Outcome, exit_code: int) -> dict:
+    """The facts of a finished run shared by both formats."""
+    final = outcome.final
+    return {
+        "stream_id": outcome.stream.uid,
+        "status": outcome.status,
+        "exit_code": exit_code,
+        "reason": final.data.get("reason") if final is not None and final.type == "task_interrupted" else None,
+        "answer": outcome.answer,
+        "usage": outcome.usage(),
+        "duration": round(outcome.duration, 3),
+    }

@@ -1,0 +1,166 @@
+"""A command-line session: one agent on one stream, request after request, stopped cleanly by Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from anges.export import walk
+
+if TYPE_CHECKING:
+    from anges.agents import BaseAgent
+    from anges.events import Event, EventStream
+
+EXIT_WORDS = ("exit", "quit")
+
+
+@dataclass
+class Outcome:
+    """How one request ended, and what it recorded (children included)."""
+
+    stream: EventStream
+    request: str
+    status: str
+    """completed, answered, help_needed or interrupted."""
+    events: list[tuple[int, EventStream, Event]]
+    """(depth, stream, event) of every event this request recorded, children in place."""
+    duration: float
+
+    @property
+    def final(self) -> Event | None:
+        """The last event of the top-level stream (the answer, help request or stop)."""
+        return self.stream.events_list[-1] if self.stream.events_list else None
+
+    @property
+    def answer(self) -> str | None:
+        """The completion report, text answer or help request; None when the run was stopped."""
+        final = self.final
+        return final.content if final is not None and self.status != "interrupted" else None
+
+    def usage(self) -> dict:
+        """Tokens, model calls and cost of the request, children included."""
+        total = {"input_tokens": 0, "output_tokens": 0, "cached_tokens": 0, "model_calls": 0, "estimated": False}
+        cost = None
+        for _, _, event in self.events:
+            usage = event.data.get("usage") or {}
+            for key in ("input_tokens", "output_tokens", "cached_tokens", "model_calls"):
+                total[key] += usage.get(key) or 0
+            total["estimated"] = total["estimated"] or bool(usage.get("estimated"))
+            if event.data.get("cost") is not None:
+                cost = (cost or 0.0) + event.data["cost"]
+        if cost is not None:
+            total["cost"] = round(cost, 6)
+        return total
+
+
+class Output(Protocol):
+    """Where a session reports: the text transcript, JSON lines or one JSON object."""
+
+    def watch(self, model): ...
+    def on_message(self, message) -> None: ...
+    def started(self, agent: BaseAgent, request: str) -> None: ...
+    def interrupting(self) -> None: ...
+    def finished(self, outcome: Outcome, exit_code: int) -> None: ...
+    def close(self) -> None: ...
+
+
+class Session:
+    """Runs requests on one agent and its stream; Ctrl-C (or SIGTERM) interrupts the request, twice quits."""
+
+    def __init__(self, agent: BaseAgent, output: Output):
+        self.agent = agent
+        self.output = output
+
+    def run(self, request: str) -> Outcome:
+        """Work on one request until the agent returns or is stopped."""
+        agent = self.agent
+        stream = agent.event_stream
+        start = len(stream.events_list)
+        if not start and stream.title == stream.uid:
+            stream.title = _title(request)
+        began = time.monotonic()
+        self.output.started(agent, request)
+        with interrupt_on_signals(agent, self.output.interrupting):
+            stream = agent.run_with_new_request(request)
+        events = list(walk(stream, agent.store, start))
+        return Outcome(stream, request, agent.status, events, time.monotonic() - began)
+
+
+@contextmanager
+def interrupt_on_signals(agent: BaseAgent, notify: Callable[[], None]) -> Iterator[None]:
+    """Inside, the first SIGINT or SIGTERM interrupts the agent (and its command); the next raises KeyboardInterrupt."""
+    received = 0
+
+    def handle(signum, frame):
+        nonlocal received
+        received += 1
+        if received > 1:
+            raise KeyboardInterrupt
+        agent.interrupt()
+        notify()
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def read_lines(prompt: str, history: Path | None) -> Iterator[str]:
+    """Requests typed by the user until exit, quit or end of input; readline editing and history on a terminal."""
+    terminal = sys.stdin.isatty()
+    if terminal:
+        import readline
+
+        if history is not None:
+            _load_history(readline, history)
+    try:
+        while True:
+            try:
+                line = input(prompt if terminal else "")
+            except EOFError:
+                if terminal:
+                    sys.stderr.write("\n")
+                return
+            except KeyboardInterrupt:  # at the prompt: drop the line, like a shell
+                sys.stderr.write("\n" if terminal else "")
+                continue
+            text = line.strip()
+            if text.lower() in EXIT_WORDS:
+                return
+            if text:
+                yield text
+    finally:
+        if terminal and history is not None:
+            _save_history(readline, history)
+
+
+def _title(request: str) -> str:
+    """A new stream's title: the request on one line, cut to 80 characters."""
+    line = " ".join(request.split())
+    return line if len(line) <= 80 else line[:79] + "…"
+
+
+def _load_history(readline, path: Path) -> None:
+    readline.set_history_length(1000)
+    try:
+        readline.read_history_file(path)
+    except OSError:
+        pass  # no history yet
+
+
+def _save_history(readline, path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        readline.write_history_file(path)
+        os.chmod(path, 0o600)
+    except OSError:
+        pass  # a read-only home must not break the session
