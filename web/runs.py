@@ -25,12 +25,11 @@ def default_model_factory(name: str | None, config: Config, agent_type: str) -> 
     return get_model(name or None, config=config, agent_type=agent_type)
 
 
-def user_notes(notes, config: Config, agent_type: str) -> list[str]:
-    """A chat's own notes: the agent records the configured notes of its type in the settings too."""
+def user_notes(notes) -> list[str]:
+    """A chat's own notes, as a list of strings (0.1.x streams may hold one string)."""
     if not isinstance(notes, list):
         notes = [notes] if notes else []
-    configured = set(config.agent(agent_type).notes) if agent_type in config.agents else set()
-    return [str(note) for note in notes if note not in configured]
+    return [str(note) for note in notes]
 
 
 class ChatBusy(AngesError):
@@ -135,7 +134,7 @@ class Runs:
             event_stream=stream,
             cmd_init_dir=cwd,
             prefix_cmd=settings.get("prefix_cmd") or "",
-            notes=user_notes(settings.get("notes"), self.config, agent_type),
+            notes=user_notes(settings.get("notes")),
             interrupt_check=interrupt_check,
             config=self.config,
             store=self.store,

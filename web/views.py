@@ -340,7 +340,7 @@ def _shown_settings(stream: EventStream) -> dict:
         "model": settings.get("model") or "",
         "cmd_init_dir": settings.get("cmd_init_dir") or "",
         "prefix_cmd": settings.get("prefix_cmd") or "",
-        "notes": user_notes(settings.get("notes"), _web().config, agent_type),
+        "notes": user_notes(settings.get("notes")),
     }
 
 

@@ -375,7 +375,7 @@ class BaseAgent:
             uid=self.uid, parent_event_stream_uids=self.parent_ids, agent_type=self.agent_type)
         stream.agent_type = stream.agent_type or self.agent_type
         stream.update_settings({"cmd_init_dir": self.cmd_init_dir, "prefix_cmd": self.prefix_cmd,
-                                "agent_type": self.agent_type, "notes": self.notes,
+                                "agent_type": self.agent_type, "notes": self.user_notes,
                                 "model": getattr(self.inference_func, "name", "")})
         self.event_stream, self.uid = stream, stream.uid
         self._render_guides()

@@ -44,10 +44,12 @@ class ScriptedModel:
         except (OSError, ValueError) as exc:
             raise ModelSetupError(f"cannot read scripted replies from {path}: {exc}") from None
         if isinstance(data, list):
-            return cls(data)
+            data = {"replies": data}
         if isinstance(data, dict) and isinstance(data.get("replies"), list):
             extra = {k: data[k] for k in ("summary", "title") if k in data}
-            return cls(data["replies"], **extra)
+            model = cls(data["replies"], **extra)
+            model.name = f"scripted:{path}"  # what get_model needs to build it again
+            return model
         raise ModelSetupError(f"{path}: expected a JSON list of replies or an object with a 'replies' list")
 
     def enqueue(self, *replies: Reply) -> None:
