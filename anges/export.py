@@ -48,18 +48,25 @@ def walk(stream: EventStream, store: EventStore, start: int = 0,
 
 
 def command_output(event: Event) -> str:
-    """The output part of a RUN_SHELL_CMD event's content, from its first STDOUT:/STDERR: block ("" if none).
+    """A command's output: stdout, then stderr under a `STDERR:` label ("" if none).
 
-    The command, exit code and duration are facts in `event.data`; only the output text lives solely in the
-    content the model reads, so this looks for its block labels and shows nothing rather than guess.
+    Streams recorded by anges 0.1.x carry no facts in `data`; for them the STDOUT:/STDERR: blocks of the
+    content are shown, and nothing rather than a guess.
     """
+    if "stdout" in event.data or "stderr" in event.data:
+        out, err = event.data.get("stdout") or "", event.data.get("stderr") or ""
+        if not err:
+            return out
+        return f"{out}{'' if not out or out.endswith(chr(10)) else chr(10)}STDERR:\n{err}"
     lines = event.content.splitlines()
     start = next((i for i, line in enumerate(lines) if line in ("STDOUT:", "STDERR:")), len(lines))
     return "\n".join(lines[start:])
 
 
 def edit_diff(event: Event) -> str:
-    """The unified diff in an EDIT_FILE event's content, from its `--- ` header ("" if there is none)."""
+    """The unified diff of an EDIT_FILE event ("" if there is none)."""
+    if "diff" in event.data:
+        return event.data["diff"]
     lines = event.content.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith("--- ")), len(lines))
     return "\n".join(lines[start:])

@@ -532,7 +532,7 @@ def test_markdown_export_includes_child_agent_steps(auth, store):
     parent.add_event(Event("child_agent_running", data={"agent_id": child.uid, "starting_from": 0}))
     store.sync(parent)
     text = client.get(f"/api/chats/{parent.uid}/export?format=md").get_data(as_text=True)
-    assert "child says done" in text and "### 2. task completion" in text
+    assert "child says done" in text and "### 2. Task completed" in text, "the child's steps are nested one level down"
 
 
 # -- the live feed -------------------------------------------------------------------------------------------

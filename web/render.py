@@ -6,8 +6,8 @@ from functools import lru_cache
 
 import nh3
 
-from anges.events import REQUEST_EVENT_TYPES, RETURN_TO_PARENT_EVENT_TYPES, Event, child_reference
-from anges.exceptions import AngesError
+from anges.events import REQUEST_EVENT_TYPES, Event, child_reference
+from anges.export import command_output, edit_diff
 
 ALLOWED_TAGS = {
     "a", "abbr", "b", "blockquote", "br", "code", "del", "em", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "i",
@@ -75,13 +75,12 @@ def step_view(event: Event, index: int, cwd: str = "") -> dict:
         view.update(command=data.get("command", ""), exit_code=data.get("exit_code"),
                     duration=data.get("duration"), timed_out=bool(data.get("timed_out")),
                     interrupted=bool(data.get("interrupted")), background=data.get("pid") is not None
-                    and data.get("exit_code") is None, output=_command_output(event.content, data.get("command", "")))
+                    and data.get("exit_code") is None, output=command_output(event))
         view["long"] = view["output"].count("\n") >= LONG_OUTPUT_LINES
     elif kind == "edit":
-        directive, _, diff = event.content.partition("\n")
         view.update(path=_shown_path(data.get("path", ""), cwd), operation=data.get("operation", ""),
-                    directive=data.get("directive", directive), error=data.get("error"),
-                    diff="" if data.get("error") else diff, text=event.content if data.get("error") else "",
+                    directive=data.get("directive", event.content.partition("\n")[0]), error=data.get("error"),
+                    diff="" if data.get("error") else edit_diff(event), text=event.content if data.get("error") else "",
                     lines_added=data.get("lines_added"), lines_removed=data.get("lines_removed"))
     elif kind == "answer":
         view["body_html"] = markdown_html(event.content)
@@ -126,21 +125,6 @@ def _kind(event: Event) -> str:
     return "other"
 
 
-def _command_output(content: str, command: str) -> str:
-    """The output part of a shell event's content, without the command and status lines (shown apart)."""
-    echoed = f"COMMAND: {command}\n"
-    if content.startswith(echoed):
-        content = content[len(echoed):]
-    first, _, rest = content.partition("\n")
-    if not first.startswith(("EXIT CODE:", "KILLED")):
-        return content
-    if rest.strip() == "(no output)":
-        return ""
-    if rest.startswith("STDOUT:\n") and "\nSTDERR:\n" not in rest:
-        return rest[len("STDOUT:\n"):]
-    return rest
-
-
 def _usage(data: dict) -> dict:
     usage = data.get("usage") or {}
     out = {
@@ -180,50 +164,3 @@ class Totals:
     def to_dict(self) -> dict:
         return {"steps": self.steps, "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
                 "cost": round(self.cost, 6) if self.priced else None, "model": self.model}
-
-
-def stream_markdown(stream, store, depth: int = 0) -> str:
-    """A readable Markdown transcript of a stream, with its child agents' steps in place."""
-    lines: list[str] = []
-    if depth == 0:
-        lines += [f"# {stream.title}", "", f"- id: `{stream.uid}`", f"- created: {stream.created_at:%Y-%m-%d %H:%M}",
-                  f"- agent: {stream.agent_type or 'default'}", ""]
-    for index, event in enumerate(stream.events_list):
-        lines += _event_markdown(event, index, store, depth)
-    return "\n".join(lines).rstrip() + "\n"
-
-
-def _event_markdown(event: Event, index: int, store, depth: int) -> list[str]:
-    heading = "#" * min(2 + depth, 6)
-    data = event.data or {}
-    kind = _kind(event)
-    out = [f"{heading} {index + 1}. {event.type.replace('_', ' ')}", ""]
-    if event.reasoning and kind not in ("child_running",):
-        out += [f"*Reasoning:* {event.reasoning}", ""]
-    if kind == "shell":
-        out += [_fence(data.get("command", ""), "bash"), "", _fence(event.content, "text"), ""]
-    elif kind == "edit":
-        out += [_fence(event.content, "diff"), ""]
-    elif kind == "child_running":
-        child_id, start = child_reference(event)
-        if child_id and depth < 5:
-            try:
-                child = store.load(child_id)
-            except AngesError:  # a missing or unreadable child must not break the export of its parent
-                out += [f"(child agent `{child_id}` is not in the store)", ""]
-            else:
-                out += [f"Child agent `{child_id}` ({child.title}):", ""]
-                for i, child_event in enumerate(child.events_list[start:], start):
-                    out += _event_markdown(child_event, i, store, depth + 1)
-                    if child_event.type in RETURN_TO_PARENT_EVENT_TYPES:
-                        break
-    elif event.content:
-        out += [event.content, ""]
-    return out
-
-
-def _fence(text: str, lang: str) -> str:
-    ticks = "```"
-    while ticks in text:
-        ticks += "`"
-    return f"{ticks}{lang}\n{text.rstrip()}\n{ticks}"

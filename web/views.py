@@ -25,8 +25,9 @@ from werkzeug.routing import BaseConverter
 from anges.config import AGENT_TYPES
 from anges.events import Event, EventStream
 from anges.exceptions import StreamBusy, StreamNotFound
+from anges.export import to_markdown
 
-from .render import Totals, step_view, stream_markdown
+from .render import Totals, step_view
 from .runs import ChatBusy, user_notes
 
 bp = Blueprint("chat", __name__)
@@ -218,7 +219,8 @@ def export_chat(uid: str):
     if fmt == "json":
         body, mimetype, suffix = json.dumps(stream.to_dict(), indent=2), "application/json", "json"
     elif fmt in ("md", "markdown"):
-        body, mimetype, suffix = stream_markdown(stream, web.store), "text/markdown; charset=utf-8", "md"
+        status = web.store.info(uid).status
+        body, mimetype, suffix = to_markdown(stream, web.store, status), "text/markdown; charset=utf-8", "md"
     else:
         abort(400, "format must be json or md")
     response = Response(body, mimetype=mimetype)

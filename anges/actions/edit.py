@@ -28,4 +28,5 @@ class EditFile(Action):
             return Event(type="edit_file", content=f"EDIT FAILED: {exc}\nThe file was not changed.",
                          message=f"could not edit: {directive}", data={"directive": directive, "error": str(exc)})
         return Event(type="edit_file", content=f"{directive}\n{result.diff or '(no change)'}",
-                     message=f"edited `{result.path}`", data={**result.to_data(), "directive": directive})
+                     message=f"edited `{result.path}`",
+                     data={**result.to_data(), "directive": directive, "diff": result.diff})

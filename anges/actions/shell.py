@@ -39,7 +39,7 @@ class RunShellCommand(Action):
             type="action",
             content=format_result(result),
             message=f"ran `{shown}`",
-            data={**result.to_data(), "action_type": self.type},
+            data={**result.to_data(), "action_type": self.type, "stdout": result.stdout, "stderr": result.stderr},
         )
 
 
