@@ -30,6 +30,12 @@ def is_valid_id(uid: object) -> bool:
     return isinstance(uid, str) and _ID_PATTERN.fullmatch(uid) is not None
 
 
+def title_from(text: str, limit: int = 80) -> str:
+    """A one-line title made from a request."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
 def strip_ansi(text: str) -> str:
     """Remove terminal escape sequences."""
     return _ANSI_ESCAPE.sub("", text)

@@ -83,8 +83,6 @@ class Session:
         agent = self.agent
         stream = agent.event_stream
         start = len(stream.events_list)
-        if not start and stream.title == stream.uid:
-            stream.title = _title(request)
         began = time.monotonic()
         self.output.started(agent, request)
         with interrupt_on_signals(agent, self.output.interrupting):
@@ -141,12 +139,6 @@ def read_lines(prompt: str, history: Path | None) -> Iterator[str]:
     finally:
         if terminal and history is not None:
             _save_history(readline, history)
-
-
-def _title(request: str) -> str:
-    """A new stream's title: the request on one line, cut to 80 characters."""
-    line = " ".join(request.split())
-    return line if len(line) <= 80 else line[:79] + "…"
 
 
 def _load_history(readline, path: Path) -> None:

@@ -71,8 +71,7 @@ class CallChildAgent(Action):
             why = " (the nesting depth limit is reached)" if child_type == "ORCHESTRATOR" else ""
             return _error(f"cannot start a child of type {child_type!r}{why}; valid types: {', '.join(allowed)}")
         parent = ctx.agent
-        stream = EventStream(parent_event_stream_uids=parent.parent_ids + [parent.uid], agent_type=child_type.lower(),
-                             title=_title(args["agent_input"]))
+        stream = EventStream(parent_event_stream_uids=parent.parent_ids + [parent.uid], agent_type=child_type.lower())
         return self._announce(ctx, "new_child_agent", parent.make_child(child_type.lower(), stream), args)
 
     def _resumed_child(self, ctx: ActionContext, child_id: str, args: dict) -> ChildRun | Event:
@@ -97,8 +96,9 @@ class CallChildAgent(Action):
                          message=f"{verb} child agent {child.agent_type} {stream.uid}",
                          data={"agent_id": stream.uid, "agent_type": child.agent_type, "directive": args["directive"]}))
 
-        ctx.record(Event("child_agent_running", reasoning=json.dumps(info),
-                         content=f"child agent {stream.uid} is running", data=info))
+        running = f"child agent {child.agent_type} {stream.uid} is running"
+        ctx.record(Event("child_agent_running", reasoning=json.dumps(info), content=running, message=running,
+                         data=info))
         return ChildRun(child, args["agent_input"])
 
 
@@ -106,7 +106,3 @@ def _error(message: str) -> Event:
     return Event("action", content=f"CALL_CHILD_AGENT FAILED: {message}", message=f"could not delegate: {message}",
                  data={"action_type": "CALL_CHILD_AGENT", "error": message})
 
-
-def _title(request: str) -> str:
-    line = " ".join(request.split())
-    return line[:77] + "..." if len(line) > 80 else line

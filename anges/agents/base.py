@@ -25,7 +25,7 @@ from anges.actions import (
 )
 from anges.budget import Budget
 from anges.config import AgentConfig, Config, default_config
-from anges.events import REQUEST_EVENT_TYPES, RETURN_TO_PARENT_EVENT_TYPES, Event, EventStream
+from anges.events import REQUEST_EVENT_TYPES, RETURN_TO_PARENT_EVENT_TYPES, Event, EventStream, title_from
 from anges.exceptions import FormatError, ModelError, ModelReplyError, RunStopped
 from anges.parsing import ParsedReply, parse_reply
 from anges.prompt import format_event_stream, render_template
@@ -133,6 +133,8 @@ class BaseAgent:
         with self.store.run_lock(stream.uid):
             self.store.clear_stop(stream.uid)
             first = not stream.events_list
+            if first and stream.title == stream.uid:
+                stream.title = title_from(task_description)
             kind = "new_request" if first else "follow_up_request"
             if self.parent_ids:
                 kind += "_from_parent"
@@ -408,10 +410,10 @@ class BaseAgent:
         except (ModelError, RunStopped, FormatError) as exc:
             if isinstance(exc, RunStopped) and exc.reason == "interrupt":
                 return False
-            self.logger.warning("summary of events %d-%d failed: %s", start, end, exc)
-            self.event_stream.add_event(Event("summary_failed", content=str(exc),
-                                              data={"start": start, "end": end, "reason": reason, "error": str(exc)}))
-            self.store.sync(self.event_stream)
+            self.logger.info("summary of events %d-%d failed: %s", start, end, exc)
+            note = f"summary of events {start} to {end} failed (the history is kept in full): {exc}"
+            self._record(Event("summary_failed", content=str(exc), message=note,
+                               data={"start": start, "end": end, "reason": reason, "error": str(exc)}))
             return False
         self.event_stream.event_summaries_list.append(summary)
         self.store.sync(self.event_stream)
