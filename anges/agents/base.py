@@ -458,7 +458,7 @@ class BaseAgent:
             self.registered_actions.append(UseMCPTool(self.mcp))
 
     def _prompt_facts(self) -> dict:
-        return {"os": f"{platform.system()} {platform.release()}",
+        return {"os": platform.system(),
                 "shell": "bash" if os.path.exists("/bin/bash") else "sh",
                 "cwd": self.cmd_init_dir, "prefix_cmd": self.prefix_cmd}
 
