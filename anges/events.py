@@ -156,6 +156,7 @@ class EventStream:
         self.agent_type = agent_type
         self.agent_settings: dict[str, Any] = {}
         self.store: EventStore | None = None  # where children are looked up; set by the store
+        self.cache: dict[str, Any] = {}  # derived data (formatted history); never serialized
 
     def __repr__(self) -> str:
         return f"EventStream(uid={self.uid!r}, title={self.title!r}, events={len(self.events_list)})"

@@ -43,15 +43,15 @@ def truncate(text: str, max_lines: int, max_chars: int) -> str:
     """Keep the head and tail of `text` within both limits; the mark says how much was cut."""
     if len(text) <= max_chars and text.count("\n") < max_lines:
         return text
-    half_chars = max(max_chars // 2, 1)
-    head, tail = text[:half_chars], text[-half_chars:] if len(text) > half_chars else ""
-    lines_head, lines_tail = head.split("\n")[: max(max_lines // 2, 1)], tail.split("\n")[-max(max_lines // 2, 1):]
-    kept_head, kept_tail = "\n".join(lines_head), "\n".join(lines_tail)
-    if len(text) <= len(kept_head) + len(kept_tail):
-        kept_tail = ""
-    cut = text[len(kept_head): len(text) - len(kept_tail)]
-    mark = f"\n... [{cut.count(chr(10)) + 1} lines, {len(cut)} characters cut] ...\n"
-    return kept_head + mark + kept_tail
+    keep_lines, keep_chars = max(max_lines // 2, 1), max(max_chars // 2, 1)
+    head = "\n".join(text[:keep_chars].split("\n")[:keep_lines])
+    tail = "\n".join(text[-keep_chars:].split("\n")[-keep_lines:])
+    cut = text[len(head): len(text) - len(tail)]
+    if cut.startswith("\n") and cut.endswith("\n") and len(cut) > 1:
+        mark = f"{cut.count(chr(10)) - 1} whole lines ({len(cut) - 2} characters) cut"
+    else:
+        mark = f"{len(cut)} characters cut"
+    return f"{head}\n... [{mark}] ...\n{tail}"
 
 
 def format_event(index: int, event: Event, config: PromptConfig | None, full: bool) -> str:
@@ -69,9 +69,24 @@ def format_event(index: int, event: Event, config: PromptConfig | None, full: bo
 
 
 def format_event_stream(stream: EventStream, config: PromptConfig) -> str:
-    """The history: summaries stand in for the ranges they cover; recent events in full, older ones cut."""
-    text = format_events(stream, 1, len(stream.events_list), config)
-    return text or "(no events yet)"
+    """The history: summaries stand in for the ranges they cover; recent events in full, older ones cut.
+
+    The part up to the last summary no longer changes, so it is formatted once and kept in `stream.cache`:
+    the cost of a step does not grow with the number of summaries.
+    """
+    events = stream.events_list
+    summaries = covering_summaries(stream)
+    settled = summaries[-1].end_event_idx if summaries else 0
+    first_full = len(events) - config.recent_events_in_full + 1
+    if settled >= first_full:
+        return format_events(stream, 1, len(events), config) or "(no events yet)"
+    key = (len(stream.event_summaries_list), settled, config.max_event_lines, config.max_event_chars)
+    cached = stream.cache.get("settled_history")
+    if cached is None or cached[0] != key:
+        cached = (key, format_events(stream, 1, settled, config))
+        stream.cache["settled_history"] = cached
+    tail = _format_range(events, settled + 1, len(events), first_full, config)
+    return "\n\n".join(part for part in (cached[1], *tail) if part) or "(no events yet)"
 
 
 def format_events(stream: EventStream, start: int, end: int, config: PromptConfig) -> str:
@@ -92,8 +107,18 @@ def format_events(stream: EventStream, start: int, end: int, config: PromptConfi
 
 def covering_summaries(stream: EventStream) -> list:
     """The summaries in effect, in order: where ranges overlap, the one starting first (and widest) wins."""
+    summaries = stream.event_summaries_list
+    key = (len(summaries), id(summaries[-1]) if summaries else None)
+    cached = stream.cache.get("covering_summaries")
+    if cached is None or cached[0] != key:
+        cached = (key, _choose_summaries(summaries))
+        stream.cache["covering_summaries"] = cached
+    return cached[1]
+
+
+def _choose_summaries(summaries: list) -> list:
     chosen: list = []
-    for summary in sorted(stream.event_summaries_list, key=lambda s: (s.start_event_idx, -s.end_event_idx)):
+    for summary in sorted(summaries, key=lambda s: (s.start_event_idx, -s.end_event_idx)):
         if not chosen or summary.start_event_idx > chosen[-1].end_event_idx:
             chosen.append(summary)
     return chosen

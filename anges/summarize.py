@@ -40,15 +40,17 @@ def _close(segments: list, start: int | None, end: int) -> None:
 
 
 def action_range_due(stream: EventStream, threshold: int, keep_recent: int) -> tuple[int, int] | None:
-    """The newest unsummarized run of actions once it reaches `threshold` events."""
+    """The newest unsummarized run of actions once it reaches `threshold` events (a backward scan)."""
     if threshold <= 0:
         return None
-    segments = unsummarized_segments(stream, keep_recent)
-    if segments and segments[-1][1] == len(stream.events_list) - keep_recent:
-        start, end = segments[-1]
-        if end - start + 1 >= threshold:
-            return segments[-1]
-    return None
+    summaries = covering_summaries(stream)
+    floor = summaries[-1].end_event_idx if summaries else 0
+    end = len(stream.events_list) - keep_recent
+    start = end
+    while start > floor and start - 1 >= 1 and stream.events_list[start - 1].type not in REQUEST_EVENT_TYPES:
+        start -= 1
+    start += 1
+    return (start, end) if end - start + 1 >= threshold else None
 
 
 def task_range(stream: EventStream) -> tuple[int, int] | None:
