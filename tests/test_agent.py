@@ -5,7 +5,7 @@ import threading
 import time
 
 import pytest
-from helpers import process_alive
+from helpers import process_alive, wait_for_pid
 
 from anges.actions import Action
 from anges.agents import DefaultAgent, TaskAnalyzer, TaskExecutor
@@ -179,9 +179,7 @@ def test_interrupt_during_sleep_kills_the_process_group(tmp_path):
     result = {}
     worker = threading.Thread(target=lambda: result.setdefault("stream", agent.run_with_new_request("sleep")))
     worker.start()
-    deadline = time.monotonic() + 10
-    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for_pid(pid_file)
     started = time.monotonic()
     agent.interrupt()
     worker.join(5)
@@ -394,9 +392,7 @@ def test_stop_requested_through_the_store_from_another_process(tmp_path):
     agent, _ = make_agent(tmp_path, [reply(shell(f"sleep 60 & echo $! > '{pid_file}'; wait"))])
     worker = threading.Thread(target=agent.run_with_new_request, args=("sleep",))
     worker.start()
-    deadline = time.monotonic() + 10
-    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for_pid(pid_file)
     subprocess.run([sys.executable, "-c", f"from anges.store import EventStore; EventStore().request_stop({agent.uid!r})"],
                    check=True)
     worker.join(5)

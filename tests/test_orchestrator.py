@@ -3,7 +3,7 @@
 import threading
 import time
 
-from helpers import process_alive
+from helpers import process_alive, wait_for_pid
 
 from anges.agents import Orchestrator
 from anges.config import load_config
@@ -198,9 +198,7 @@ def test_interrupt_during_grandchild_sleep_ends_every_stream(tmp_path):
     agent = orchestrator(tmp_path, model)
     worker = threading.Thread(target=agent.run_with_new_request, args=("go",))
     worker.start()
-    deadline = time.monotonic() + 15
-    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for_pid(pid_file)
     started = time.monotonic()
     agent.interrupt()
     worker.join(10)
