@@ -239,20 +239,33 @@ def load_config(path: str | os.PathLike | None = None, overrides: dict | None = 
         layers.append((str(explicit_path), _read_yaml(explicit_path)))
     if overrides:
         layers.append(("arguments", overrides))
-    merged: dict = {}
-    for source, raw in layers:
-        _check(Config, raw, source, "")
-        merged = _merge(merged, raw)
-    return _build_config(merged)
+    return _from_layers(layers)
 
 
 @lru_cache(maxsize=1)
 def default_config() -> Config:
     """The packaged defaults alone (for library callers that pass no config)."""
     path = resource_path("config.yaml")
-    raw = _read_yaml(path)
-    _check(Config, raw, str(path), "")
-    return _build_config(raw)
+    return _from_layers([(str(path), _read_yaml(path))])
+
+
+def _from_layers(layers: list[tuple[str, dict]]) -> Config:
+    merged: dict = {}
+    for source, raw in layers:
+        _check(Config, raw, source, "")
+        merged = _merge(merged, _expand_agents(raw))
+    return _build_config(merged)
+
+
+def _expand_agents(raw: dict) -> dict:
+    """Apply a layer's `agents.common` to each agent type of that layer, so a later layer's common block
+    overrides an earlier layer's per-type value."""
+    sections = raw.get("agents")
+    if not sections:
+        return raw
+    common = sections.get("common") or {}
+    expanded = {name: _merge(common, sections.get(name) or {}) for name in AGENT_TYPES}
+    return {**raw, "agents": {name: section for name, section in expanded.items() if section}}
 
 
 def _read_yaml(path: Path) -> dict:
@@ -373,7 +386,6 @@ def _build(cls: type, raw: dict) -> Any:
 def _build_config(raw: dict) -> Config:
     raw = dict(raw)
     sections = raw.pop("agents", None) or {}
-    common = sections.get("common") or {}
     config = _build(Config, raw)
-    config.agents = {name: _build(AgentConfig, _merge(common, sections.get(name) or {})) for name in AGENT_TYPES}
+    config.agents = {name: _build(AgentConfig, sections.get(name) or {}) for name in AGENT_TYPES}
     return config
