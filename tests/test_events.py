@@ -3,8 +3,15 @@
 import json
 import re
 
-from anges.events import (RETURN_TO_PARENT_EVENT_TYPES, Event, EventStream, EventSummary, child_reference,
-                          is_valid_id, new_id)
+from anges.events import (
+    RETURN_TO_PARENT_EVENT_TYPES,
+    Event,
+    EventStream,
+    EventSummary,
+    child_reference,
+    is_valid_id,
+    new_id,
+)
 from anges.store import EventStore
 
 
