@@ -29,6 +29,8 @@ def test_wheel_install_ships_templates_web_assets_and_config(tmp_path):
             "templates": str(resource_path("prompt_templates")),
             "web": str(resource_path("web")),
             "static": sorted(p.name for p in (resource_path("web") / "static").iterdir()),
+            "pages": sorted(p.name for p in (resource_path("web") / "templates").iterdir()),
+            "action_guides": sorted(p.name for p in (resource_path("prompt_templates") / "actions").iterdir()),
             "model": config.model,
             "rendered": render_template("invalid_reply.j2", error="E-123", attempt=1, max_attempts=3),
         }))
@@ -39,7 +41,9 @@ def test_wheel_install_ships_templates_web_assets_and_config(tmp_path):
     found = json.loads(out.stdout)
     for key in ("file", "config", "templates", "web"):
         assert found[key].startswith(str(target)), (key, found[key])
-    assert found["static"], "web assets missing from the wheel"
+    assert {"app.js", "anges.css"} <= set(found["static"]), "web assets missing from the wheel"
+    assert {"chat.html", "login.html"} <= set(found["pages"]), "web page templates missing from the wheel"
+    assert "run_shell_cmd.j2" in found["action_guides"]
     assert found["model"] == "auto"
     assert "E-123" in found["rendered"]
 
