@@ -168,6 +168,7 @@ def _build_agent(args: argparse.Namespace, output):
     from anges.agents import agent_class
     from anges.config import load_config
     from anges.events import EventStream
+    from anges.mcp import manager_for
     from anges.models import get_model
     from anges.store import EventStore
 
@@ -183,7 +184,7 @@ def _build_agent(args: argparse.Namespace, output):
     return agent_class(agent_type)(
         inference_func=output.watch(model), event_stream=stream, cmd_init_dir=workdir, prefix_cmd=prefix,
         config=config, store=store, notes=_notes(args), message_handlers=[output.on_message],
-        mcp=_mcp_servers(config, mcp_file))
+        mcp=manager_for(config, mcp_file))
 
 
 def _interact(session, first: str | None, quiet: bool) -> int:
@@ -248,15 +249,6 @@ def _mcp_file(args: argparse.Namespace, stream) -> str | None:
         raise UsageError(f"{where} {given}: no such file")
     stream.update_settings({"mcp_config": str(path.resolve())})
     return str(path.resolve())
-
-
-def _mcp_servers(config, extra: str | None):
-    """A manager of the configured MCP servers plus those of `extra`; None when there are none."""
-    if not (extra or config.mcp.config_file or config.mcp.servers):
-        return None
-    from anges.mcp import MCPManager
-
-    return MCPManager.from_config(config.mcp, extra)
 
 
 def _workdir(args: argparse.Namespace, stream) -> str:

@@ -117,6 +117,13 @@ def load_mcp_servers(source: str | os.PathLike | Mapping) -> dict[str, ServerSpe
     return specs
 
 
+def manager_for(config, extra: str | os.PathLike | Mapping | None = None) -> MCPManager | None:
+    """A manager of the configured MCP servers plus those of `extra`; None when there are none."""
+    if not (extra or config.mcp.config_file or config.mcp.servers):
+        return None
+    return MCPManager.from_config(config.mcp, extra)
+
+
 def specs_from_config(config: MCPConfig, extra: str | os.PathLike | Mapping | None = None) -> dict[str, ServerSpec]:
     """The servers of the `mcp` config section (its file, then inline servers), then `extra` (e.g. --mcp-config)."""
     specs: dict[str, ServerSpec] = {}

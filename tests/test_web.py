@@ -653,3 +653,44 @@ def test_markdown_keeps_what_people_write():
     assert "<h1>Title</h1>" in html and "<strong>bold</strong>" in html and "<code>code</code>" in html
     assert 'href="https://example.com"' in html and 'rel="noopener noreferrer nofollow"' in html
     assert '<code class="language-python">print(1)' in html and "<table>" in html
+
+
+def test_a_chat_runs_with_the_mcp_servers_of_its_settings(auth, app, model, store, tmp_path):
+    import sys
+    from pathlib import Path
+
+    server = Path(__file__).with_name("mcp_servers") / "stdio_server.py"
+    servers = tmp_path / "mcp.json"
+    servers.write_text(json.dumps({"mcpServers": {"demo": {
+        "command": sys.executable, "args": [str(server)], "env": {"PID_FILE": str(tmp_path / "pids"),
+                                                                  "DEMO_SECRET": "s3cret-token-value"}}}}))
+    model.enqueue(reply({"action_type": "USE_MCP_TOOL", "mcp_server_name": "demo", "tool_name": "echo",
+                         "tool_args": {"text": "ping", "times": 2}}), complete())
+    uid = new_chat(auth, app, "echo through mcp", settings={"mcp_config": str(servers)})
+    stream = store.load(uid)
+    assert stream.get_settings()["mcp_config"] == str(servers)
+    tool = stream.events_list[1]
+    assert tool.data["server"] == "demo" and "ping ping" in tool.content
+    assert "## USE_MCP_TOOL" in model.prompts[0] and "echo" in model.prompts[0].split("## USE_MCP_TOOL")[1]
+    assert "s3cret-token-value" not in json.dumps(stream.to_dict())
+    client, headers = auth
+    assert client.get(f"/api/chats/{uid}").json["chat"]["settings"]["mcp_config"] == str(servers)
+    from helpers import process_alive
+
+    server_pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+    deadline = time.monotonic() + 5
+    while any(process_alive(p) for p in server_pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server_pids and not any(process_alive(p) for p in server_pids), "the run shut its MCP server down"
+
+
+def test_a_broken_mcp_settings_file_is_refused_with_the_reason(auth, app, tmp_path):
+    client, headers = auth
+    uid = new_chat(auth, app, text=None)
+    missing = client.patch(f"/api/chats/{uid}", json={"settings": {"mcp_config": str(tmp_path / "none.json")}},
+                           headers=headers)
+    assert missing.status_code == 400 and "MCP config file not found" in missing.get_data(as_text=True)
+    (tmp_path / "bad.json").write_text("{not json")
+    bad = client.patch(f"/api/chats/{uid}", json={"settings": {"mcp_config": str(tmp_path / "bad.json")}},
+                       headers=headers)
+    assert bad.status_code == 400 and "bad.json" in bad.get_data(as_text=True)

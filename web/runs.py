@@ -6,11 +6,13 @@ import logging
 import os
 import threading
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from anges.config import Config
 from anges.events import Event, EventStream
 from anges.exceptions import AngesError, ModelSetupError, StreamBusy, StreamNotFound
+from anges.mcp import manager_for
 from anges.store import EventStore
 
 log = logging.getLogger("anges.web")
@@ -104,7 +106,8 @@ class Runs:
             stream = self.store.load(run.uid)
             known = len(stream.events_list)
             run.agent = self._build_agent(stream, interrupt_check=lambda: run.stop_requested)
-            run.agent.run_with_new_request(text)
+            with run.agent.mcp or nullcontext():
+                run.agent.run_with_new_request(text)
         except StreamBusy:
             pass  # another process started a run on this chat at the same instant; its events show instead
         except StreamNotFound:
@@ -129,6 +132,7 @@ class Runs:
         if not os.path.isdir(cwd):
             raise AngesError(f"the working directory {cwd!r} does not exist; change it in the chat settings")
         model = self.model_factory(settings.get("model") or None, self.config, agent_type)
+        mcp = manager_for(self.config, settings.get("mcp_config") or None)
         return agent_class(agent_type)(
             inference_func=model,
             event_stream=stream,
@@ -138,6 +142,7 @@ class Runs:
             interrupt_check=interrupt_check,
             config=self.config,
             store=self.store,
+            mcp=mcp,
         )
 
     def _record_failure(self, uid: str, known: int | None, text: str, reason: str, message: str) -> None:

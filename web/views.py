@@ -23,8 +23,8 @@ from flask import (
 from werkzeug.routing import BaseConverter
 
 from anges.config import AGENT_TYPES
-from anges.events import Event, EventStream
-from anges.exceptions import StreamBusy, StreamNotFound
+from anges.events import Event, EventStream, title_from
+from anges.exceptions import ConfigError, StreamBusy, StreamNotFound
 from anges.export import to_markdown
 
 from .render import Totals, step_view
@@ -34,7 +34,7 @@ bp = Blueprint("chat", __name__)
 
 MAX_TITLE = 200
 MAX_MESSAGE = 200_000
-SETTING_FIELDS = ("agent_type", "model", "cmd_init_dir", "prefix_cmd", "notes")
+SETTING_FIELDS = ("agent_type", "model", "cmd_init_dir", "prefix_cmd", "notes", "mcp_config")
 
 
 class ChatIdConverter(BaseConverter):
@@ -136,7 +136,7 @@ def create_chat():
     text = body.get("text", "")
     if not isinstance(text, str) or len(text) > MAX_MESSAGE:
         abort(400, "text must be a string of at most 200000 characters")
-    title = _title(body.get("title") or _title_from(text) or "New chat")
+    title = _title(body.get("title") or title_from(text, 60) or "New chat")
     agent_type = settings.get("agent_type", "default")
     stream = EventStream(title=title, agent_type=agent_type)
     stream.update_settings({"agent_type": agent_type, **settings})
@@ -343,6 +343,7 @@ def _shown_settings(stream: EventStream) -> dict:
         "cmd_init_dir": settings.get("cmd_init_dir") or "",
         "prefix_cmd": settings.get("prefix_cmd") or "",
         "notes": user_notes(settings.get("notes")),
+        "mcp_config": settings.get("mcp_config") or "",
     }
 
 
@@ -359,9 +360,16 @@ def _title(value) -> str:
     return " ".join(value.split())[:MAX_TITLE]
 
 
-def _title_from(text: str) -> str:
-    words = " ".join(text.split())
-    return words if len(words) <= 60 else words[:57].rstrip() + "..."
+def _mcp_config_path(value: str) -> str:
+    """An MCP servers file, checked now; the chat keeps its path, never the secrets inside it."""
+    from anges.mcp import load_mcp_servers
+
+    path = os.path.abspath(os.path.expanduser(value))
+    try:
+        load_mcp_servers(path)
+    except ConfigError as exc:
+        abort(400, str(exc))
+    return path
 
 
 def _settings(raw) -> dict:
@@ -389,6 +397,8 @@ def _settings(raw) -> dict:
             value = os.path.abspath(os.path.expanduser(value))
             if not os.path.isdir(value):
                 abort(400, f"the working directory {value!r} does not exist")
+        if key == "mcp_config" and value:
+            value = _mcp_config_path(value)
         settings[key] = value
     return settings
 

@@ -638,7 +638,7 @@
 
   function currentSettings() {
     if (state.chat) return state.chat.settings;
-    return Object.assign({ agent_type: "default", model: "", cmd_init_dir: "", prefix_cmd: "", notes: [] },
+    return Object.assign({ agent_type: "default", model: "", cmd_init_dir: "", prefix_cmd: "", notes: [], mcp_config: "" },
       state.draftSettings);
   }
 
@@ -648,6 +648,7 @@
     $("set-model").value = s.model || "";
     $("set-dir").value = s.cmd_init_dir || "";
     $("set-prefix").value = s.prefix_cmd || "";
+    $("set-mcp").value = s.mcp_config || "";
     $("set-notes").value = (s.notes || []).join("\n");
     $("settings-error").hidden = true;
     $("settings").showModal();
@@ -660,6 +661,7 @@
       model: $("set-model").value.trim(),
       cmd_init_dir: $("set-dir").value.trim(),
       prefix_cmd: $("set-prefix").value,
+      mcp_config: $("set-mcp").value.trim(),
       notes: $("set-notes").value.split("\n").map((n) => n.trim()).filter(Boolean),
     };
     if (!settings.cmd_init_dir) delete settings.cmd_init_dir;
