@@ -79,14 +79,30 @@ class _CappedBuffer:
         while self.tail_size - len(self.tail[0]) >= self.tail_cap:
             self.tail_size -= len(self.tail.popleft())
 
-    def render(self) -> tuple[str, int]:
-        """The kept text with a marker where bytes were dropped, and the number dropped."""
+    def render(self, secrets: Iterable[str] = ()) -> tuple[str, int]:
+        """The kept text, secrets masked, with a marker where bytes were dropped; and the number dropped."""
         tail = b"".join(self.tail)[-self.tail_cap :] if self.tail_cap else b""
         omitted = self.total - len(self.head) - len(tail)
-        text = self.head.decode("utf-8", errors="replace")
-        if omitted:
-            text += f"\n... [{omitted} bytes omitted] ...\n"
-        return text + tail.decode("utf-8", errors="replace"), omitted
+        head_text = mask_secrets(self.head.decode("utf-8", errors="replace"), secrets)
+        if not omitted:
+            return mask_secrets(head_text + tail.decode("utf-8", errors="replace"), secrets), 0
+        tail_text = mask_secrets(tail.decode("utf-8", errors="replace"), secrets)
+        head_text, tail_text = _mask_cut_edges(head_text, tail_text, secrets)
+        return f"{head_text}\n... [{omitted} bytes omitted] ...\n{tail_text}", omitted
+
+
+def _mask_cut_edges(head: str, tail: str, secrets: Iterable[str]) -> tuple[str, str]:
+    """Mask a secret's fragment left at either side of the cut (a secret can straddle it)."""
+    for secret in (s for s in secrets if len(s) >= MIN_SECRET_LENGTH):
+        for size in range(len(secret) - 1, 3, -1):
+            if head.endswith(secret[:size]):
+                head = head[:-size] + REDACTED
+                break
+        for size in range(len(secret) - 1, 3, -1):
+            if tail.startswith(secret[-size:]):
+                tail = REDACTED + tail[size:]
+                break
+    return head, tail
 
 
 def _is_credential(name: str) -> bool:
@@ -179,13 +195,13 @@ def _run_foreground(command, argv, cwd, env, timeout, output_cap, interrupt_chec
         for stream in streams:
             stream.close()
         proc.wait()
-    stdout, stdout_omitted = out.render()
-    stderr, stderr_omitted = err.render()
+    stdout, stdout_omitted = out.render(secrets)
+    stderr, stderr_omitted = err.render(secrets)
     return CommandResult(
         command=command,
         exit_code=None if stop else proc.returncode,
-        stdout=mask_secrets(stdout, secrets),
-        stderr=mask_secrets(stderr, secrets),
+        stdout=stdout,
+        stderr=stderr,
         duration=time.monotonic() - started,
         timed_out=stop == "timeout",
         interrupted=stop == "interrupt",

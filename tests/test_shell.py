@@ -383,3 +383,14 @@ def test_result_is_a_plain_dataclass():
     result = CommandResult("true", 0, "", "", 0.01)
 
     assert result.pid is None and result.log_path is None and not result.timed_out
+
+
+def test_a_secret_straddling_the_output_cut_leaves_no_fragment(tmp_path):
+    secret = "sk-live-ABCDEFGHIJKLMNOP"
+    script = f"printf '%s' \"$(printf 'a%.0s' $(seq 45)){secret}$(printf 'b%.0s' $(seq 300)){secret}$(printf 'c%.0s' $(seq 40))\""
+    result = run_command(script, cwd=tmp_path, output_cap=100, secrets=[secret])
+    head, tail = result.stdout.split(" bytes omitted] ...")
+    assert result.stdout_omitted > 0
+    assert head.startswith("a" * 45 + "[REDACTED]") and tail.endswith("[REDACTED]" + "c" * 40)
+    for size in range(4, len(secret)):
+        assert secret[:size] not in result.stdout and secret[-size:] not in result.stdout
