@@ -195,3 +195,18 @@ def test_file_types_are_sniffed_from_their_bytes():
     assert sniff(png()) == "image/png" and sniff(PDF_BYTES) == "application/pdf"
     assert sniff(b"\xff\xd8\xff\xe0rest") == "image/jpeg" and sniff(b"GIF89a...") == "image/gif"
     assert sniff(b"RIFF\x00\x00\x00\x00WEBPVP8 ") == "image/webp" and sniff(b"hello") == ""
+
+
+def test_the_readers_cost_counts_against_the_request_budget(files, gemini_server, monkeypatch):
+    for name, value in gemini_server.env.items():
+        monkeypatch.setenv(name, value)
+    gemini_server.enqueue_text("A login form.", input_tokens=1290, output_tokens=10)
+    config = load_config(overrides={"mime_reader": {"model": "gemini:gemini-2.5-flash"},
+                                    "prices": {"gemini-2.5-flash": {"input": 1000.0, "output": 1000.0}},
+                                    "agents": {"common": {"max_cost": 1.0}}})
+    agent = DefaultAgent(inference_func=ScriptedModel([reply(read("What is shown?", ["shots/login.png"])),
+                                                       complete()]), cmd_init_dir=files, config=config)
+    stream = agent.run_with_new_request("look")
+    event, stop = stream.events_list[1], stream.events_list[2]
+    assert event.data["mime_cost"] == pytest.approx(1300 * 1000.0 / 1e6)
+    assert stop.type == "task_interrupted" and stop.data["reason"] == "budget"

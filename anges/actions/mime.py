@@ -46,6 +46,9 @@ class ReadMimeFiles(Action):
         usage = getattr(answer, "usage", None)
         if usage is not None:
             facts["mime_usage"] = usage.to_dict()
+        cost = ctx.agent.charge(usage, facts["mime_model"])
+        if cost is not None:
+            facts["mime_cost"] = cost
         text = str(answer).strip()
         if output:
             try:

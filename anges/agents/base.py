@@ -331,6 +331,13 @@ class BaseAgent:
         if model_name:
             pending["model"] = model_name
 
+    def charge(self, usage, model_name: str) -> float | None:
+        """Count a model call an action made itself (e.g. reading images) against the request's budget."""
+        cost = self._cost(usage, model_name) if usage is not None else None
+        if self._state is not None:
+            self._state.budget.charge(usage, cost)
+        return cost
+
     def _cost(self, usage, model_name: str) -> float | None:
         if not self.config.prices:
             return None
