@@ -458,3 +458,37 @@ def test_a_bug_in_the_loop_still_ends_the_stream_cleanly(tmp_path):
     stream = EventStore().load(agent.uid)
     assert types(stream) == ["new_request", "task_interrupted"]
     assert stream.events_list[-1].data["reason"] == "internal_error"
+
+
+def test_interrupt_while_the_model_is_thinking_stops_at_once(tmp_path):
+    release = threading.Event()
+
+    def slow_model(prompt, temperature=0.0):
+        release.wait(30)
+        return json.dumps(complete("too late"))
+
+    agent, _ = make_agent(tmp_path, ScriptedModel([]))
+    agent.inference_func = slow_model
+    result = {}
+    worker = threading.Thread(target=lambda: result.setdefault("stream", agent.run_with_new_request("think")))
+    worker.start()
+    time.sleep(0.3)
+    started = time.monotonic()
+    agent.interrupt()
+    worker.join(5)
+    release.set()
+    assert not worker.is_alive() and time.monotonic() - started < 2
+    assert types(result["stream"]) == ["new_request", "task_interrupted"]
+    assert result["stream"].events_list[-1].data["reason"] == "interrupt"
+
+
+def test_the_time_limit_cuts_a_hanging_model_call(tmp_path):
+    release = threading.Event()
+    config = load_config(overrides={"agents": {"common": {"timeout": 0.5}}})
+    agent, _ = make_agent(tmp_path, ScriptedModel([]), config=config)
+    agent.inference_func = lambda prompt, temperature=0.0: release.wait(30) and "{}"
+    started = time.monotonic()
+    stream = agent.run_with_new_request("hang")
+    release.set()
+    assert time.monotonic() - started < 3
+    assert stream.events_list[-1].data["reason"] == "timeout"

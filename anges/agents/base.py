@@ -8,6 +8,8 @@ import os
 import platform
 import threading
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -33,6 +35,8 @@ from anges.store import EventStore
 
 if TYPE_CHECKING:
     from anges.mcp import MCPManager
+
+MODEL_POLL_SECONDS = 0.1  # how often a pending model call looks for an interrupt
 
 STATUS_BY_EVENT = {
     "task_completion": "completed",
@@ -118,6 +122,7 @@ class BaseAgent:
         self._interrupted = threading.Event()
         self._state: RunState | None = None
         self._secrets: list[str] = []
+        self._model_worker: ThreadPoolExecutor | None = None
         self._env: dict[str, str] | None = None
 
     # -- public API -------------------------------------------------------------------------------------------
@@ -143,7 +148,12 @@ class BaseAgent:
             self._state = RunState(request_index=len(stream.events_list), budget=budget)
             if first and self.auto_entitle:
                 self._entitle(task_description)
-            self._run()
+            try:
+                self._run()
+            finally:
+                if self._model_worker is not None:
+                    self._model_worker.shutdown(wait=False, cancel_futures=True)
+                    self._model_worker = None
         return stream
 
     def handle_user_visible_messages(self, message: str) -> None:
@@ -299,9 +309,10 @@ class BaseAgent:
         self._check_limits()
         state = self._state
         state.model_calls += 1
+        if temperature is None:
+            temperature = self.config.model_settings.temperature
         try:
-            reply = self.inference_func(prompt, temperature=temperature if temperature is not None
-                                        else self.config.model_settings.temperature)
+            reply = self._while_watching(lambda: self.inference_func(prompt, temperature=temperature))
         except ModelReplyError as exc:
             state.budget.charge(exc.usage, None)
             raise
@@ -309,6 +320,23 @@ class BaseAgent:
             raise RunStopped("model_error", f"the model call failed: {exc}", error=str(exc)) from None
         self._account(reply if isinstance(reply, str) else "", attach)
         return reply
+
+    def _while_watching(self, call: Callable):
+        """Run a model call on a worker thread, so an interrupt or the time limit stops the run at once.
+
+        An abandoned call finishes in the background and its reply is dropped.
+        """
+        if self._model_worker is None:
+            self._model_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="anges-model")
+        future = self._model_worker.submit(call)
+        while True:
+            try:
+                return future.result(timeout=MODEL_POLL_SECONDS)
+            except FutureTimeout:
+                if self._interrupt_requested() or self._state.budget.expired():
+                    self._model_worker.shutdown(wait=False, cancel_futures=True)
+                    self._model_worker = None
+                    self._check_limits()
 
     def _account(self, reply: str, attach: bool) -> None:
         from anges.models.base import Usage, estimate_tokens
