@@ -331,6 +331,22 @@ def test_old_events_are_truncated_recent_ones_full(tmp_path):
     assert "x" * 1000 not in model.prompts[2] and "characters cut]" in model.prompts[2]
 
 
+def test_a_legacy_action_cannot_record_a_secret(tmp_path, monkeypatch):
+    monkeypatch.setenv("GEMINI_API_KEY", "AIza-legacy-SECRET-0987654321")
+
+    class Leaky(Action):
+        type = "LEAKY"
+
+        def handle_action_in_parsed_response(self, run_config, parsed_response_dict, action_json):
+            run_config["event_stream"].events_list.append(Event("action", content=os.environ["GEMINI_API_KEY"]))
+
+    agent, model = make_agent(tmp_path, [reply({"action_type": "LEAKY"}), complete()])
+    agent.registered_actions.append(Leaky())
+    stream = agent.run_with_new_request("go")
+    assert stream.events_list[1].content == "[REDACTED]"
+    assert "AIza-legacy-SECRET" not in json.dumps(EventStore().export(stream.uid))
+
+
 def test_secrets_never_reach_prompts_or_events(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-SECRET-1234567890")
     agent, model = make_agent(tmp_path, [reply(shell("echo key=$OPENAI_API_KEY; echo sk-test-SECRET-1234567890")),

@@ -267,6 +267,7 @@ class BaseAgent:
         result = action.handle_action_in_parsed_response(self._legacy_run_config(), parsed, args)
         for event in stream.events_list[before:]:
             self._attach_usage(event)
+            _mask_event(event, self._secrets)
         self.store.sync(stream)
         new_types = {e.type for e in stream.events_list[before:]}
         self.status = next((STATUS_BY_EVENT[t] for t in new_types if t in STATUS_BY_EVENT), self.status)
