@@ -1,6 +1,7 @@
 """The agent loop, driven by a scripted model and real commands in temp dirs."""
 
 import json
+import os
 import threading
 import time
 
