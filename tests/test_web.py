@@ -457,7 +457,7 @@ def test_rename_and_settings(auth, app, store, model, tmp_path):
     settings = {"agent_type": "task_executor", "model": "scripted", "cmd_init_dir": str(work),
                 "prefix_cmd": "", "notes": "be brief\n\nuse python3"}
     saved = client.patch(f"/api/chats/{uid}", json={"settings": settings}, headers=headers).json["chat"]["settings"]
-    assert saved == {**settings, "notes": ["be brief", "use python3"]}
+    assert saved == {**settings, "notes": ["be brief", "use python3"], "mcp_config": ""}
     assert store.load(uid).agent_type == "task_executor"
     model.enqueue(shell("pwd"), complete())
     client.post(f"/api/chats/{uid}/messages", json={"text": "where am I"}, headers=headers)
