@@ -27,7 +27,7 @@ from anges.actions import (
 )
 from anges.budget import Budget
 from anges.config import AgentConfig, Config, default_config
-from anges.events import REQUEST_EVENT_TYPES, RETURN_TO_PARENT_EVENT_TYPES, Event, EventStream, title_from
+from anges.events import REQUEST_EVENT_TYPES, RETURN_TO_PARENT_EVENT_TYPES, Event, EventStream, new_id, title_from
 from anges.exceptions import FormatError, ModelError, ModelReplyError, RunStopped
 from anges.parsing import ParsedReply, parse_reply
 from anges.prompt import format_event_stream, render_template
@@ -104,7 +104,7 @@ class BaseAgent:
         self.store = store or EventStore()
         self.parent_ids = list(parent_ids or [])
         self.event_stream = event_stream
-        self.uid = event_stream.uid if event_stream else None
+        self.uid = event_stream.uid if event_stream else new_id()  # the stream's id, known before the first run
         self.cmd_init_dir = str(cmd_init_dir or os.getcwd())
         self.prefix_cmd = prefix_cmd or ""
         self.interrupt_check = interrupt_check or (lambda: False)
