@@ -27,23 +27,16 @@ from anges.actions import (
 )
 from anges.budget import Budget
 from anges.config import AgentConfig, Config, default_config
-from anges.events import REQUEST_EVENT_TYPES, RETURN_TO_PARENT_EVENT_TYPES, Event, EventStream, new_id, title_from
+from anges.events import RETURN_TO_PARENT_EVENT_TYPES, Event, EventStream, new_id, title_from
 from anges.exceptions import FormatError, ModelError, ModelReplyError, RunStopped
 from anges.parsing import ParsedReply, parse_reply
 from anges.prompt import format_event_stream, render_template
-from anges.store import EventStore
+from anges.store import EventStore, status_of
 
 if TYPE_CHECKING:
     from anges.mcp import MCPManager
 
 MODEL_POLL_SECONDS = 0.1  # how often a pending model call looks for an interrupt
-
-STATUS_BY_EVENT = {
-    "task_completion": "completed",
-    "agent_requested_help": "help_needed",
-    "agent_text_response": "answered",
-    "task_interrupted": "interrupted",
-}
 
 
 class AgentMessage(str):
@@ -123,6 +116,7 @@ class BaseAgent:
         self._state: RunState | None = None
         self._secrets: list[str] = []
         self._model_worker: ThreadPoolExecutor | None = None
+        self._facts: dict | None = None
         self._env: dict[str, str] | None = None
 
     # -- public API -------------------------------------------------------------------------------------------
@@ -265,13 +259,13 @@ class BaseAgent:
         before = len(stream.events_list)
         parsed = {"analysis": reply.analysis, "reasoning": reply.reasoning, "actions": reply.actions}
         result = action.handle_action_in_parsed_response(self._legacy_run_config(), parsed, args)
-        for event in stream.events_list[before:]:
+        added = stream.events_list[before:]
+        for event in added:
             self._attach_usage(event)
             _mask_event(event, self._secrets)
+            self.status = status_of(event.type) or self.status
         self.store.sync(stream)
-        new_types = {e.type for e in stream.events_list[before:]}
-        self.status = next((STATUS_BY_EVENT[t] for t in new_types if t in STATUS_BY_EVENT), self.status)
-        return result is not None or bool(new_types & set(RETURN_TO_PARENT_EVENT_TYPES))
+        return result is not None or any(e.type in RETURN_TO_PARENT_EVENT_TYPES for e in added)
 
     # -- limits -----------------------------------------------------------------------------------------------
 
@@ -344,8 +338,7 @@ class BaseAgent:
 
         usage = getattr(reply, "usage", None) or Usage(0, estimate_tokens(reply), estimated=True)
         model_name = getattr(reply, "model", "") or getattr(self.inference_func, "name", "")
-        cost = self._cost(usage, model_name)
-        self._state.budget.charge(usage, cost)
+        cost = self.charge(usage, model_name)
         if not attach:
             return
         pending = self._state.pending_usage
@@ -399,7 +392,7 @@ class BaseAgent:
         _mask_event(event, self._secrets)
         self.event_stream.add_event(event)
         self.store.sync(self.event_stream)
-        self.status = STATUS_BY_EVENT.get(event.type, "running" if event.type in REQUEST_EVENT_TYPES else self.status)
+        self.status = status_of(event.type) or self.status
         if event.message:
             self.handle_user_visible_messages(AgentMessage(event.message, self, event))
 
@@ -416,6 +409,7 @@ class BaseAgent:
                                 "agent_type": self.agent_type, "notes": self.user_notes,
                                 "model": getattr(self.inference_func, "name", "")})
         self.event_stream, self.uid = stream, stream.uid
+        self._facts = None
         self._render_guides()
         return stream
 
@@ -462,7 +456,7 @@ class BaseAgent:
         except (ModelError, RunStopped, FormatError) as exc:
             self.logger.info("no title: %s", exc)
             return
-        title = " ".join(str(title).split())[:80].strip("\"'. ")
+        title = title_from(str(title)).strip("\"'. …")
         if title:
             self.event_stream.title = title
             self.store.sync(self.event_stream)
@@ -494,9 +488,10 @@ class BaseAgent:
             self.registered_actions.append(UseMCPTool(self.mcp))
 
     def _prompt_facts(self) -> dict:
-        return {"os": platform.system(),
-                "shell": "bash" if os.path.exists("/bin/bash") else "sh",
-                "cwd": self.cmd_init_dir, "prefix_cmd": self.prefix_cmd}
+        if self._facts is None:  # once per run: they are part of the prompt's stable prefix
+            self._facts = {"os": platform.system(), "shell": "bash" if os.path.exists("/bin/bash") else "sh",
+                           "cwd": self.cmd_init_dir, "prefix_cmd": self.prefix_cmd}
+        return self._facts
 
     def _action_context(self, reply: ParsedReply) -> ActionContext:
         return ActionContext(agent=self, stream=self.event_stream, config=self.agent_config, cwd=self.cmd_init_dir,
