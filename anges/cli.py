@@ -329,7 +329,7 @@ def export_stream(args: argparse.Namespace) -> int:
     if args.format == "md":
         from anges.export import to_markdown
 
-        text = to_markdown(store.load(args.id), store, status=store.info(args.id).status)
+        text = to_markdown(store.load(args.id), store)
     else:
         buffer = io.StringIO()
         _write_json(store.export(args.id), buffer)

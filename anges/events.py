@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import secrets
 import string
+from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -180,27 +181,8 @@ class EventStream:
 
     def get_event_list_including_children_events(self, starting_from: int = 0) -> list[Event]:
         """This stream's events from `starting_from` with each child's events in place, up to its return."""
-        flat: list[Event] = []
-        for event in self.events_list[starting_from:]:
-            flat.append(event)
-            if event.type in RETURN_TO_PARENT_EVENT_TYPES and self.parent_event_stream_uids:
-                break
-            if event.type == "child_agent_running":
-                flat.extend(self._child_events(event))
-        return flat
-
-    def _child_events(self, running_event: Event) -> list[Event]:
-        child_id, start = child_reference(running_event)
-        if child_id is None:
-            return []
-        from anges.exceptions import InvalidStreamId, StreamNotFound
-        from anges.store import EventStore
-
-        try:
-            child = (self.store or EventStore()).load(child_id)
-        except (StreamNotFound, InvalidStreamId):
-            return []
-        return child.get_event_list_including_children_events(start)
+        until_return = bool(self.parent_event_stream_uids)
+        return [event for _, _, event in walk(self, starting_from, until_return=until_return)]
 
     def to_dict(self) -> dict:
         """The anges 0.1.x JSON form (also what `export` writes)."""
@@ -226,6 +208,33 @@ class EventStream:
         stream.event_summaries_list = [EventSummary.from_dict(s) for s in d.get("event_summaries_list") or []]
         stream.agent_settings = dict(d.get("agent_settings") or {})
         return stream
+
+
+def walk(stream: EventStream, start: int = 0, store: EventStore | None = None, depth: int = 0,
+         until_return: bool = False, _loaded: dict | None = None) -> Iterator[tuple[int, EventStream, Event]]:
+    """(depth, stream, event) from event `start` on, each child's events (up to its return) right after the
+    `child_agent_running` event that ran it. Children load from `store` (default: the stream's), once each."""
+    from anges.exceptions import InvalidStreamId, StreamNotFound
+
+    if store is None:
+        from anges.store import EventStore
+
+        store = stream.store or EventStore()
+    loaded = {} if _loaded is None else _loaded
+    for event in stream.events_list[start:]:
+        yield depth, stream, event
+        if until_return and event.type in RETURN_TO_PARENT_EVENT_TYPES:
+            return
+        child_id, child_start = child_reference(event) if event.type == "child_agent_running" else (None, 0)
+        if child_id is None:
+            continue
+        if child_id not in loaded:
+            try:
+                loaded[child_id] = store.load(child_id)
+            except (StreamNotFound, InvalidStreamId):
+                loaded[child_id] = None
+        if loaded[child_id] is not None:
+            yield from walk(loaded[child_id], child_start, store, depth + 1, True, loaded)
 
 
 def child_reference(event: Event) -> tuple[str | None, int]:

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from anges.events import RETURN_TO_PARENT_EVENT_TYPES, child_reference
-from anges.exceptions import InvalidStreamId, StreamNotFound
+from anges.events import walk
 
 if TYPE_CHECKING:
     from anges.events import Event, EventStream
@@ -28,23 +26,6 @@ _TITLES = {
     "new_child_agent": "Child agent started",
     "resume_child_agent": "Child agent resumed",
 }
-
-
-def walk(stream: EventStream, store: EventStore, start: int = 0,
-         depth: int = 0) -> Iterator[tuple[int, EventStream, Event]]:
-    """(depth, stream, event) from event `start` on, each child's events right after the event that ran it."""
-    for event in stream.events_list[start:]:
-        yield depth, stream, event
-        if depth and event.type in RETURN_TO_PARENT_EVENT_TYPES:
-            return
-        if event.type == "child_agent_running":
-            child_id, child_start = child_reference(event)
-            try:
-                child = store.load(child_id) if child_id else None
-            except (StreamNotFound, InvalidStreamId):
-                child = None
-            if child is not None:
-                yield from walk(child, store, child_start, depth + 1)
 
 
 def command_output(event: Event) -> str:
@@ -72,8 +53,11 @@ def edit_diff(event: Event) -> str:
     return "\n".join(lines[start:])
 
 
-def to_markdown(stream: EventStream, store: EventStore, status: str = "") -> str:
+def to_markdown(stream: EventStream, store: EventStore) -> str:
     """A readable report: title, metadata, then each event as a section, child agents nested under their parent."""
+    from anges.store import stream_status
+
+    status = stream_status(stream.events_list)
     settings = stream.agent_settings
     lines = [f"# {stream.title or stream.uid}", ""]
     facts = [
@@ -91,7 +75,7 @@ def to_markdown(stream: EventStream, store: EventStore, status: str = "") -> str
     if notes:
         lines += ["", "**Notes:**", ""] + [f"- {_one_line(note)}" for note in notes]
     counters: dict[str, int] = {}
-    for depth, owner, event in walk(stream, store):
+    for depth, owner, event in walk(stream, store=store):
         if event.type in ("child_agent_running", "summary_failed"):
             continue
         counters[owner.uid] = counters.get(owner.uid, 0) + 1

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from anges.export import walk
+from anges.events import walk
 
 if TYPE_CHECKING:
     from anges.agents import BaseAgent
@@ -87,7 +87,7 @@ class Session:
         self.output.started(agent, request)
         with interrupt_on_signals(agent, self.output.interrupting):
             stream = agent.run_with_new_request(request)
-        events = list(walk(stream, agent.store, start))
+        events = list(walk(stream, start, agent.store))
         return Outcome(stream, request, agent.status, events, time.monotonic() - began)
 
 

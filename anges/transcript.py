@@ -15,7 +15,8 @@ import time
 from typing import TYPE_CHECKING, TextIO
 
 from anges.events import REQUEST_EVENT_TYPES as REQUEST_TYPES
-from anges.export import command_output, edit_diff, walk
+from anges.events import walk
+from anges.export import command_output, edit_diff
 
 if TYPE_CHECKING:
     from anges.events import Event
@@ -362,7 +363,7 @@ def print_stream(stream, store, out: TextIO, verbose: bool = False) -> None:
     renderer = Renderer(style, verbose=verbose, cwd=stream.agent_settings.get("cmd_init_dir", ""))
     out.write(style(stream.title or stream.uid, "bold") + style(f"  ({stream.uid}, {stream.agent_type or 'default'})",
                                                                  "dim") + "\n")
-    for depth, owner, event in walk(stream, store):
+    for depth, owner, event in walk(stream, store=store):
         lines = renderer.event(event, depth, f"{owner.agent_type} {owner.uid}" if depth else "")
         if lines:
             out.write("\n".join(lines) + "\n")

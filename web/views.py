@@ -219,8 +219,7 @@ def export_chat(uid: str):
     if fmt == "json":
         body, mimetype, suffix = json.dumps(stream.to_dict(), indent=2), "application/json", "json"
     elif fmt in ("md", "markdown"):
-        status = web.store.info(uid).status
-        body, mimetype, suffix = to_markdown(stream, web.store, status), "text/markdown; charset=utf-8", "md"
+        body, mimetype, suffix = to_markdown(stream, web.store), "text/markdown; charset=utf-8", "md"
     else:
         abort(400, "format must be json or md")
     response = Response(body, mimetype=mimetype)
