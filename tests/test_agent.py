@@ -520,3 +520,14 @@ def test_the_public_attributes_of_an_agent(tmp_path):
     assert agent.agent_prompt_template == "agents/default.j2" and agent.agent_config.shell_cmd_timeout == 600
     stream = agent.run_with_new_request("go")
     assert stream.uid == uid == agent.uid and agent.event_stream is stream and agent.status == "completed"
+
+
+def test_a_resumed_stream_keeps_its_directory_prefix_and_notes(tmp_path):
+    first, _ = make_agent(tmp_path, [complete()], notes=["be brief"], prefix_cmd="env FOO=1")
+    stream = first.run_with_new_request("one")
+    resumed = DefaultAgent(inference_func=ScriptedModel([complete()]), event_stream=EventStore().load(stream.uid),
+                           config=load_config())
+    assert (resumed.cmd_init_dir, resumed.prefix_cmd, resumed.user_notes) == (str(tmp_path), "env FOO=1",
+                                                                              ["be brief"])
+    resumed.run_with_new_request("two")
+    assert EventStore().load(stream.uid).get_settings()["notes"] == ["be brief"]

@@ -651,3 +651,15 @@ def test_ui_dispatches_to_the_web_chat(tmp_path):
     else:
         assert out.returncode == 2
         assert out.stderr.startswith("anges: the web chat is not available in this installation")
+
+
+def test_resume_keeps_the_notes_of_the_stream(tmp_path):
+    first = scripted(tmp_path, complete(), name="first.json")
+    assert anges("-q", "one", "--notes", "Be brief.", "--model", first, cwd=tmp_path).returncode == 0
+    uid = only_stream().uid
+    second = scripted(tmp_path, complete(), name="second.json")
+    record = tmp_path / "second.jsonl"
+    assert anges("--resume", uid, "-q", "two", "--model", second, "--record", str(record),
+                 cwd=tmp_path).returncode == 0
+    assert EventStore().load(uid).get_settings()["notes"] == ["Be brief."]
+    assert "Be brief." in json.loads(record.read_text().splitlines()[0])["prompt"]

@@ -98,10 +98,12 @@ class BaseAgent:
         self.parent_ids = list(parent_ids or [])
         self.event_stream = event_stream
         self.uid = event_stream.uid if event_stream else new_id()  # the stream's id, known before the first run
-        self.cmd_init_dir = str(cmd_init_dir or os.getcwd())
-        self.prefix_cmd = prefix_cmd or ""
+        saved = event_stream.get_settings() if event_stream else {}  # a resumed stream keeps its settings
+        self.cmd_init_dir = str(cmd_init_dir or saved.get("cmd_init_dir") or os.getcwd())
+        self.prefix_cmd = prefix_cmd or saved.get("prefix_cmd") or ""
         self.interrupt_check = interrupt_check or (lambda: False)
-        self.user_notes = list(notes)
+        saved_notes = saved.get("notes") or []
+        self.user_notes = list(notes) or ([saved_notes] if isinstance(saved_notes, str) else list(saved_notes))
         self.notes = list(self.agent_config.notes) + self.user_notes
         self.message_handlers: list[Callable] = list(message_handlers)
         self.auto_entitle = auto_entitle or self.agent_config.auto_entitle
@@ -365,7 +367,7 @@ class BaseAgent:
             return None
         from anges.models.pricing import cost
 
-        return cost(usage, model_name.split(":", 1)[-1], self.config.prices)
+        return cost(usage, model_name, self.config.prices)
 
     def _attach_usage(self, event: Event) -> None:
         pending = self._state.pending_usage if self._state else {}
