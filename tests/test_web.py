@@ -278,6 +278,15 @@ def test_without_a_password_only_localhost_is_served(config, store):
     assert client.post("/api/chats", json={}).status_code == 403  # CSRF still applies
 
 
+@pytest.mark.parametrize("header", ["X-Forwarded-For", "Forwarded", "X-Real-IP", "X-Forwarded-Host"])
+def test_without_a_password_a_request_relayed_by_a_local_proxy_is_refused(config, store, header):
+    client = create_app(config, store, password="").test_client()
+    relayed = client.get("/api/chats", headers={header: "203.0.113.9"})
+    assert relayed.status_code == 403 and "password" in relayed.get_data(as_text=True)
+    assert create_app(config, store, password=PASSWORD).test_client().get(
+        "/login", headers={header: "203.0.113.9"}).status_code == 200, "with a password, proxies are fine"
+
+
 def test_the_password_can_come_from_the_environment(config, store, monkeypatch):
     monkeypatch.setenv("ANGES_UI_PASSWORD", "from-env-pw")
     client = create_app(config, store).test_client()

@@ -117,7 +117,8 @@ class Guard:
 
     def check(self):
         """Runs before every request: local-only mode, login, then CSRF on state changes."""
-        if not self.password and not (is_loopback(request.remote_addr or "") and is_loopback(_host_name())):
+        if not self.password and (_proxied() or not (is_loopback(request.remote_addr or "")
+                                                      and is_loopback(_host_name()))):
             abort(403, "this server has no password, so it only answers on localhost; set a password "
                        "(--password, ANGES_UI_PASSWORD or web.password) to use it from elsewhere")
         endpoint = request.endpoint or ""
@@ -145,3 +146,12 @@ def _host_name() -> str:
     if host.startswith("["):
         return host[1:].split("]", 1)[0]
     return host.rsplit(":", 1)[0] if ":" in host else host
+
+
+PROXY_HEADERS = ("Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Real-IP")
+
+
+def _proxied() -> bool:
+    """True when a proxy relayed the request: loopback addresses then say nothing about the real client."""
+    return any(name in request.headers for name in PROXY_HEADERS)
+
