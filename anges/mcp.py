@@ -160,9 +160,10 @@ def _spec(name: str, entry: Mapping, where: str) -> ServerSpec:
     if kind and kind not in ("stdio", *HTTP_TYPES):
         raise ConfigError(f"{at}: unknown transport type {kind!r} (use 'stdio' or 'http')")
     if url:
-        url = _expand(_string(url, at, "url"), at, "url")
-        if not url.startswith(("http://", "https://")):
-            raise ConfigError(f"{at}: 'url' must start with http:// or https://, got {url!r}")
+        written = _string(url, at, "url")
+        url = _expand(written, at, "url")
+        if not url.startswith(("http://", "https://")):  # quote what the file says: ${VAR} may hold a secret
+            raise ConfigError(f"{at}: 'url' must start with http:// or https://, got {written!r}")
         return ServerSpec(name, url=url, headers=_strings(entry.get("headers"), at, "headers"))
     args = entry.get("args") or []
     if not isinstance(args, list) or not all(isinstance(a, (str, int, float)) for a in args):

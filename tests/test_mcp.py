@@ -425,3 +425,10 @@ def test_a_third_party_server_from_a_registry(tmp_path):
     assert not converted.data["is_error"] and "Asia/Tokyo" in converted.content and "21:00" in converted.content
     assert invalid.data["error"] == "invalid_args" and "'timezone' is a required property" in invalid.content
 
+
+
+def test_a_bad_url_from_an_environment_variable_is_reported_without_its_value(monkeypatch):
+    monkeypatch.setenv("MCP_URL_SECRET", "token-abcdef123456")
+    with pytest.raises(ConfigError) as error:
+        load_mcp_servers({"mcpServers": {"remote": {"url": "${MCP_URL_SECRET}"}}})
+    assert "${MCP_URL_SECRET}" in str(error.value) and "token-abcdef123456" not in str(error.value)
