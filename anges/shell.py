@@ -22,6 +22,8 @@ CREDENTIAL_ENV_VARS = (
     "OPENROUTER_API_KEY",
     "ANGES_UI_PASSWORD",
 )
+SECRET_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD", "_ACCESS_KEY")
+"""Variables with these endings hold secrets: their values are masked in everything recorded."""
 REDACTED = "[REDACTED]"
 MIN_SECRET_LENGTH = 8
 
@@ -116,9 +118,14 @@ def scrubbed_environment(pass_through: Iterable[str] = ()) -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if name in keep or not _is_credential(name)}
 
 
+def is_secret_name(name: str) -> bool:
+    """True for a variable that holds a secret: a model credential, or a name ending in a SECRET_SUFFIXES word."""
+    return _is_credential(name) or name.upper().endswith(SECRET_SUFFIXES)
+
+
 def secret_values(environ: Mapping[str, str] = os.environ) -> list[str]:
-    """The values of the credential variables set in `environ` that are long enough to mask."""
-    return [value for name, value in environ.items() if _is_credential(name) and len(value) >= MIN_SECRET_LENGTH]
+    """The values of the secret variables set in `environ` that are long enough to mask."""
+    return [value for name, value in environ.items() if is_secret_name(name) and len(value) >= MIN_SECRET_LENGTH]
 
 
 def mask_secrets(text: str, secrets: Iterable[str]) -> str:

@@ -525,8 +525,9 @@ def _mask_event(event: Event, secrets: list[str]) -> None:
 
     for name in ("content", "message", "reasoning", "analysis"):
         setattr(event, name, mask_secrets(getattr(event, name) or "", secrets))
-    if any(secret in json.dumps(event.data) for secret in secrets):
-        event.data = json.loads(mask_secrets(json.dumps(event.data), secrets))
+    data = json.dumps(event.data)
+    if any(secret in data for secret in secrets):
+        event.data = json.loads(mask_secrets(data, secrets))
 
 
 def _jsonable(details: dict) -> dict:

@@ -16,14 +16,14 @@ from anges.models.base import Completion, Model, Usage
 
 logger = logging.getLogger(__name__)
 FORMAT_VERSION = 1
-_SECRET_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD", "_ACCESS_KEY")
-_MIN_SECRET_LENGTH = 8
 
 
 def redact(text: str) -> str:
-    """Replace the values of credential environment variables (…_API_KEY, …_TOKEN, …) with their names."""
+    """Replace the values of secret environment variables (…_API_KEY, …_TOKEN, …) with their names."""
+    from anges.shell import MIN_SECRET_LENGTH, is_secret_name
+
     for name, value in os.environ.items():
-        if name.upper().endswith(_SECRET_SUFFIXES) and len(value) >= _MIN_SECRET_LENGTH and value in text:
+        if is_secret_name(name) and len(value) >= MIN_SECRET_LENGTH and value in text:
             text = text.replace(value, f"[{name}]")
     return text
 
