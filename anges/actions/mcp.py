@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from anges.actions.base import Action, ActionContext
 from anges.events import Event
 from anges.parsing import Param
+from anges.shell import mask_secrets
 
 if TYPE_CHECKING:
     from anges.mcp import MCPManager, ToolInfo
@@ -97,11 +98,11 @@ class UseMCPTool(Action):
         cap = ctx.config.shell_output_cap
         status = "ERROR (the tool reported a failure)" if result.is_error else "OK"
         parts = [f"MCP TOOL {facts['server']}.{facts['tool']}: {status}"]
-        text = _mask(self.manager, result.text, ctx.secrets)
+        # Masked before the cap (which could split a secret); ctx.secrets holds the servers' secrets too.
+        text = mask_secrets(result.text, ctx.secrets)
         structured_json = ""
         if result.structured is not None and not _repeats(result.text, result.structured):
-            structured_json = _mask(self.manager, json.dumps(result.structured, ensure_ascii=False, indent=1),
-                                    ctx.secrets)
+            structured_json = mask_secrets(json.dumps(result.structured, ensure_ascii=False, indent=1), ctx.secrets)
         text, omitted = cap_text(text, cap)
         structured_shown, structured_omitted = cap_text(structured_json, cap)
         if text:
@@ -120,7 +121,6 @@ class UseMCPTool(Action):
         )
 
     def _error(self, ctx: ActionContext, facts: dict, kind: str, text: str) -> Event:
-        text = _mask(self.manager, text, ctx.secrets)
         status = "NOT CALLED" if kind in NOT_CALLED else "FAILED"
         content = f"MCP TOOL {facts['server']}.{facts['tool']}: {status}\n{text}"
         return Event(type="action", content=content,
@@ -201,6 +201,3 @@ def _repeats(text: str, structured: Any) -> bool:
         return False
     return value == structured or structured == {"result": value}
 
-
-def _mask(manager: MCPManager, text: str, secrets) -> str:
-    return manager.mask(text, secrets)
