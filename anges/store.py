@@ -54,7 +54,7 @@ _LOCK_PAUSE = 0.004
 
 def status_of(event_type: str) -> str | None:
     """The stream status an event of this type sets, or None when it leaves the status as it was."""
-    if event_type in REQUEST_EVENT_TYPES or str(event_type).endswith("_from_parent"):
+    if event_type in REQUEST_EVENT_TYPES:
         return "running"
     return _EXIT_STATUS.get(event_type)
 

@@ -58,7 +58,6 @@ def create_app(config: Config | None = None, store: EventStore | None = None, *,
         MAX_CONTENT_LENGTH=2 * 1024 * 1024,
         DEBUG=False,
         TESTING=False,
-        JSON_SORT_KEYS=False,
     )
     from .views import ChatIdConverter, bp
 
@@ -133,7 +132,7 @@ def main_ui(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         serve(load_config(args.config), args.host, args.port, args.password)
-    except (ConfigError, AngesError, OSError) as exc:
+    except (AngesError, OSError) as exc:
         print(f"anges ui: {exc}", file=sys.stderr)
         return 2
     return 0

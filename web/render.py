@@ -106,7 +106,7 @@ def _shown_path(path: str, cwd: str) -> str:
 
 def _kind(event: Event) -> str:
     kind = event.type
-    if kind in REQUEST_EVENT_TYPES or kind.endswith("_from_parent"):
+    if kind in REQUEST_EVENT_TYPES:
         return "request"
     if kind == "action" and "command" in (event.data or {}):
         return "shell"
@@ -151,7 +151,7 @@ class Totals:
         self.model = ""
 
     def add(self, event: Event) -> None:
-        if event.type not in REQUEST_EVENT_TYPES and not event.type.endswith("_from_parent"):
+        if event.type not in REQUEST_EVENT_TYPES:
             self.steps += 1
         usage = _usage(event.data or {})
         self.input_tokens += usage["input_tokens"]

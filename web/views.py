@@ -23,7 +23,7 @@ from flask import (
 from werkzeug.routing import BaseConverter
 
 from anges.config import AGENT_TYPES
-from anges.events import Event, EventStream, title_from
+from anges.events import SETTINGS_KEYS, Event, EventStream, title_from
 from anges.exceptions import ConfigError, StreamBusy, StreamNotFound
 from anges.export import to_markdown
 
@@ -34,7 +34,7 @@ bp = Blueprint("chat", __name__)
 
 MAX_TITLE = 200
 MAX_MESSAGE = 200_000
-SETTING_FIELDS = ("agent_type", "model", "cmd_init_dir", "prefix_cmd", "notes", "mcp_config")
+SETTING_FIELDS = SETTINGS_KEYS
 
 
 class ChatIdConverter(BaseConverter):
@@ -356,7 +356,7 @@ def _json_body() -> dict:
 def _title(value) -> str:
     if not isinstance(value, str) or not value.strip():
         abort(400, "the title must be a non-empty string")
-    return " ".join(value.split())[:MAX_TITLE]
+    return title_from(value, MAX_TITLE)
 
 
 def _mcp_config_path(value: str) -> str:

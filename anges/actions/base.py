@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from anges.config import AgentConfig
-    from anges.events import Event, EventStream
+    from anges.events import Event
     from anges.parsing import Param, ParsedReply
 
 
@@ -17,7 +17,6 @@ class ActionContext:
     """What an action may use while it runs."""
 
     agent: Any
-    stream: EventStream
     config: AgentConfig
     cwd: str
     prefix_cmd: str

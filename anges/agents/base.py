@@ -496,7 +496,7 @@ class BaseAgent:
         return self._facts
 
     def _action_context(self, reply: ParsedReply) -> ActionContext:
-        return ActionContext(agent=self, stream=self.event_stream, config=self.agent_config, cwd=self.cmd_init_dir,
+        return ActionContext(agent=self, config=self.agent_config, cwd=self.cmd_init_dir,
                              prefix_cmd=self.prefix_cmd, interrupt_check=self._stop_requested, reply=reply,
                              record=self._record, secrets=self._secrets, env=self._env)
 
