@@ -26,6 +26,7 @@ from anges.config import AGENT_TYPES
 from anges.events import SETTINGS_KEYS, Event, EventStream, title_from
 from anges.exceptions import ConfigError, StreamBusy, StreamNotFound
 from anges.export import to_markdown
+from anges.store import status_of
 
 from .render import Totals, step_view
 from .runs import ChatBusy, user_notes
@@ -231,7 +232,8 @@ def export_chat(uid: str):
 def events(uid: str):
     """Server-Sent Events: one `step` per event (id = its index), `status` on change, heartbeat comments."""
     web = _web()
-    _load(uid)
+    if not web.store.exists(uid):
+        abort(404, f"no chat {uid!r}")
     last = request.headers.get("Last-Event-ID", request.args.get("last_id", ""))
     try:
         next_index = int(last) + 1 if last != "" else int(request.args.get("from", 0))
@@ -247,7 +249,7 @@ def events(uid: str):
 
 def _feed(web, uid: str, next_index: int):
     store, settings = web.store, web.config.web
-    offset, totals, title, cwd = 0, Totals(), "", ""
+    offset, totals, title, cwd, stored = 0, Totals(), "", "", "new"
     last_status: dict | None = None
     started = last_write = time.monotonic()
     yield "retry: 2000\n\n"
@@ -261,7 +263,7 @@ def _feed(web, uid: str, next_index: int):
         for record in records:
             kind = record.get("kind")
             if kind == "header":  # the start of the file (again, if it was rewritten): count from scratch
-                totals, title = Totals(), record.get("title") or uid
+                totals, title, stored = Totals(), record.get("title") or uid, "new"
             elif kind == "title":
                 title = record.get("title") or title
             elif kind == "settings":
@@ -270,11 +272,12 @@ def _feed(web, uid: str, next_index: int):
                 event = Event.from_dict(record)
                 index = record.get("index", 0)
                 totals.add(event)
+                stored = status_of(event.type) or stored
                 if index >= next_index:
                     chunks.append(_sse("step", step_view(event, index, cwd), event_id=index))
                     next_index = index + 1
         offset = new_offset
-        status = {"uid": uid, "title": title, **_status(web, uid), **totals.to_dict()}
+        status = {"uid": uid, "title": title, **_shown_status(web, uid, stored), **totals.to_dict()}
         if status != last_status:
             chunks.append(_sse("status", status))
             last_status = status
@@ -305,32 +308,15 @@ def _load(uid: str) -> EventStream:
         abort(404, f"no chat {uid!r}")
 
 
-def _status(web, uid: str) -> dict:
-    """The status shown for a chat: a stored "running" with no live run means the run died."""
-    running = web.runs.busy(uid)
-    try:
-        stored = web.store.info(uid).status
-    except StreamNotFound:
-        stored = "new"
-    if running:
-        status = "running"
-    elif stored == "running":
-        status = "interrupted"
-    else:
-        status = stored
+def _shown_status(web, uid: str, stored: str) -> dict:
+    """The status shown for a chat: a stored "running" with no live run anywhere means the run died."""
+    running = web.runs.started_here(uid) or (stored == "running" and web.store.is_running(uid))
+    status = "running" if running else "interrupted" if stored == "running" else stored
     return {"status": status, "running": running}
 
 
 def _info(info) -> dict:
-    data = info.to_dict()
-    web = _web()
-    running = web.runs.started_here(info.uid) or (info.status == "running" and web.store.is_running(info.uid))
-    data["running"] = running
-    if running:
-        data["status"] = "running"
-    elif info.status == "running":
-        data["status"] = "interrupted"
-    return data
+    return {**info.to_dict(), **_shown_status(_web(), info.uid, info.status)}
 
 
 def _shown_settings(stream: EventStream) -> dict:
