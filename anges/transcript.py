@@ -17,12 +17,16 @@ from typing import TYPE_CHECKING, TextIO
 from anges.events import REQUEST_EVENT_TYPES as REQUEST_TYPES
 from anges.events import walk
 from anges.export import command_output, edit_diff
+from anges.store import status_of
 
 if TYPE_CHECKING:
     from anges.events import Event
 
-ANSWER_TYPES = {"task_completion": "completed", "agent_text_response": "answered",
-                "agent_requested_help": "help needed"}
+ANSWER_TYPES = ("task_completion", "agent_text_response", "agent_requested_help")
+SHOWN_STATUS = {"completed": ("completed", "green"), "answered": ("answered", "green"),
+                "help_needed": ("help needed", "yellow"), "interrupted": ("stopped", "yellow"),
+                "running": ("running", "cyan")}
+"""How each stream status (anges.store.status_of) reads and is coloured."""
 SPINNER_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 _CODES = {"bold": "1", "dim": "2", "italic": "3", "underline": "4", "red": "31", "green": "32", "yellow": "33",
           "blue": "34", "magenta": "35", "cyan": "36"}
@@ -90,8 +94,8 @@ class Renderer:
             label = "request" if kind.startswith("new") else "follow-up"
             return self._block(f"{s('▶', 'bold', 'blue')} {s(label + ':', 'bold')}", event.content, 6)
         if kind in ANSWER_TYPES:
-            colour = "yellow" if kind == "agent_requested_help" else "green"
-            head = f"{s('✓' if colour == 'green' else '?', 'bold', colour)} {s(ANSWER_TYPES[kind], 'bold', colour)}"
+            word, colour = SHOWN_STATUS[status_of(kind)]
+            head = f"{s('✓' if colour == 'green' else '?', 'bold', colour)} {s(word, 'bold', colour)}"
             limit = 12 if depth and not self.verbose else 100_000
             return [head] + _clip_lines(render_markdown(event.content, s).splitlines(), limit, s)
         if kind == "task_interrupted":
@@ -109,8 +113,7 @@ class Renderer:
             return self._block(head, event.content, 3)
         if kind.startswith("child_agent_"):
             exit_type = data.get("exit_type", kind[len("child_agent_"):])
-            status = ANSWER_TYPES.get(exit_type, "stopped" if exit_type == "task_interrupted" else exit_type)
-            colour = "green" if exit_type in ("task_completion", "agent_text_response") else "yellow"
+            status, colour = SHOWN_STATUS.get(status_of(exit_type) or "", (exit_type, "yellow"))
             who = f"{data.get('agent_type', 'child')} {data.get('agent_id', '')}"
             return [f"{s('⇠', 'bold', 'magenta')} {who} returned: {s(status, colour)}"]
         if data.get("error"):
@@ -300,11 +303,10 @@ class Transcript:
 class TextOutput:
     """The default output: the live transcript on stderr, the final answer on stdout, the stream id on stderr."""
 
-    def __init__(self, verbose: bool = False, quiet: bool = False, out: TextIO | None = None,
-                 err: TextIO | None = None):
-        self.out = out or sys.stdout
+    def __init__(self, verbose: bool = False, quiet: bool = False):
+        self.out = sys.stdout
         self.verbose = verbose
-        self.transcript = Transcript(err or sys.stderr, verbose=verbose, quiet=quiet)
+        self.transcript = Transcript(sys.stderr, verbose=verbose, quiet=quiet)
         self.style = Style(wants_colour(self.out))
 
     def watch(self, model):
@@ -341,9 +343,8 @@ class TextOutput:
 def status_line(outcome) -> str:
     """`completed in 4.2s · 3 model calls · 1,234 tokens · stream ID (resume: anges --resume ID)`."""
     usage = outcome.usage()
-    words = {"completed": "completed", "answered": "answered", "help_needed": "help needed",
-             "interrupted": "stopped"}
-    parts = [f"{words.get(outcome.status, outcome.status)} in {_seconds(outcome.duration)}"]
+    word = SHOWN_STATUS.get(outcome.status, (outcome.status, ""))[0]
+    parts = [f"{word} in {_seconds(outcome.duration)}"]
     if usage["model_calls"]:
         parts.append(f"{usage['model_calls']} model call{'s' if usage['model_calls'] != 1 else ''}")
     tokens = usage["input_tokens"] + usage["output_tokens"]
@@ -369,11 +370,11 @@ def print_stream(stream, store, out: TextIO, verbose: bool = False) -> None:
             out.write("\n".join(lines) + "\n")
 
 
-def format_list(infos, style: Style, limit: int = 0, now=None) -> list[str]:
+def format_list(infos, style: Style, limit: int = 0) -> list[str]:
     """Streams as a table, most recent first, each child indented under its parent; `limit` top-level rows."""
     from datetime import datetime
 
-    now = now or datetime.now()
+    now = datetime.now()
     known = {info.uid for info in infos}
     children: dict[str, list] = {}
     roots = []
@@ -394,12 +395,10 @@ def format_list(infos, style: Style, limit: int = 0, now=None) -> list[str]:
         add(info, "")
     width = max([len(prefix) + len(info.uid) for prefix, info in rows] + [2])
     lines = [style(f"{'ID':<{width}}  {'STATUS':<11}  {'AGE':>4}  {'AGENT':<13}  TITLE", "bold")]
-    colours = {"completed": "green", "answered": "green", "help_needed": "yellow", "interrupted": "yellow",
-               "running": "cyan"}
     for prefix, info in rows:
         status = f"{info.status:<11}"
         lines.append(f"{style(prefix, 'dim')}{info.uid:<{width - len(prefix)}}  "
-                     f"{style(status, colours.get(info.status, ''))}  {_age(now - info.updated_at):>4}  "
+                     f"{style(status, SHOWN_STATUS.get(info.status, ('', ''))[1])}  {_age(now - info.updated_at):>4}  "
                      f"{info.agent_type or 'default':<13}  {_one_line(info.title or '', 80)}")
     return lines
 
