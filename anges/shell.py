@@ -135,7 +135,8 @@ def mask_secrets(text: str, secrets: Iterable[str]) -> str:
     return text
 
 
-def _find_shell() -> str:
+def find_shell() -> str:
+    """The shell commands run in: bash, or sh where there is no bash."""
     return "/bin/bash" if os.access("/bin/bash", os.X_OK) else "/bin/sh"
 
 
@@ -160,7 +161,7 @@ def run_command(
 
     Raises OSError when `cwd` does not exist or the shell cannot be started.
     """
-    argv = [_find_shell(), "-c", _script(command, prefix_cmd)]
+    argv = [find_shell(), "-c", _script(command, prefix_cmd)]
     env = scrubbed_environment() if env is None else env
     if background:
         return _start_background(command, argv, cwd, env, log_dir)

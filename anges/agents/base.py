@@ -491,7 +491,9 @@ class BaseAgent:
 
     def _prompt_facts(self) -> dict:
         if self._facts is None:  # once per run: they are part of the prompt's stable prefix
-            self._facts = {"os": platform.system(), "shell": "bash" if os.path.exists("/bin/bash") else "sh",
+            from anges.shell import find_shell
+
+            self._facts = {"os": platform.system(), "shell": os.path.basename(find_shell()),
                            "cwd": self.cmd_init_dir, "prefix_cmd": self.prefix_cmd}
         return self._facts
 
