@@ -18,6 +18,8 @@ from anges.exceptions import AngesError
 EXIT_OK, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_HELP_NEEDED, EXIT_STOPPED = 0, 1, 2, 3, 4
 EXIT_BY_STATUS = {"completed": EXIT_OK, "answered": EXIT_OK, "help_needed": EXIT_HELP_NEEDED,
                   "interrupted": EXIT_STOPPED}
+EXIT_BY_STOP_REASON = {"model_setup": EXIT_USAGE}
+"""Stops that are configuration errors: the provider rejected the key, the model id or the request."""
 
 EPILOG = """\
 examples:
@@ -33,8 +35,10 @@ examples:
 exit codes:
   0  the task was completed or the question answered
   3  the agent asked for help (reply with: anges --resume ID -q "...")
-  4  interrupted (Ctrl-C), out of steps, timed out or over budget
-  2  usage or configuration error: bad flag, bad config file, no usable model, unknown or busy stream id
+  4  stopped: interrupted (Ctrl-C, SIGTERM, SIGHUP), out of steps, timed out, over budget, or the model
+     kept failing (provider errors after the retries, invalid replies)
+  2  usage or configuration error: bad flag, bad config file, no usable model, the provider rejects the
+     key, the model id or the request (HTTP 400-404), unknown or busy stream id
   1  anything unexpected (a one-line message; the traceback with -v)
 """
 
@@ -205,7 +209,7 @@ def _interact(session, first: str | None, quiet: bool) -> int:
 
 
 def _report(outcome, output) -> int:
-    code = EXIT_BY_STATUS.get(outcome.status, EXIT_UNEXPECTED)
+    code = EXIT_BY_STOP_REASON.get(outcome.stop_reason, EXIT_BY_STATUS.get(outcome.status, EXIT_UNEXPECTED))
     output.finished(outcome, code)
     return code
 

@@ -75,12 +75,11 @@ class JsonOutput(JsonLinesOutput):
 
 def summary(outcome: Outcome, exit_code: int) -> dict:
     """The facts of a finished run shared by both formats."""
-    final = outcome.final
     return {
         "stream_id": outcome.stream.uid,
         "status": outcome.status,
         "exit_code": exit_code,
-        "reason": final.data.get("reason") if final is not None and final.type == "task_interrupted" else None,
+        "reason": outcome.stop_reason,
         "answer": outcome.answer,
         "usage": outcome.usage(),
         "duration": round(outcome.duration, 3),

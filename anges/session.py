@@ -39,6 +39,12 @@ class Outcome:
         return self.stream.events_list[-1] if self.stream.events_list else None
 
     @property
+    def stop_reason(self) -> str | None:
+        """Why the run was stopped (interrupt, timeout, model_setup, ...); None when it was not."""
+        final = self.final
+        return final.data.get("reason") if final is not None and final.type == "task_interrupted" else None
+
+    @property
     def answer(self) -> str | None:
         """The completion report, text answer or help request; None when the run was stopped."""
         final = self.final
@@ -91,9 +97,13 @@ class Session:
         return Outcome(stream, request, agent.status, events, time.monotonic() - began)
 
 
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
 @contextmanager
 def interrupt_on_signals(agent: BaseAgent, notify: Callable[[], None]) -> Iterator[None]:
-    """Inside, the first SIGINT or SIGTERM interrupts the agent (and its command); the next raises KeyboardInterrupt."""
+    """Inside, the first SIGINT, SIGTERM or SIGHUP interrupts the agent (and its command); the next raises
+    KeyboardInterrupt. After SIGHUP (the terminal closed) nothing more is read from or written to the terminal."""
     received = 0
 
     def handle(signum, frame):
@@ -101,15 +111,29 @@ def interrupt_on_signals(agent: BaseAgent, notify: Callable[[], None]) -> Iterat
         received += 1
         if received > 1:
             raise KeyboardInterrupt
-        agent.interrupt()
+        name = signal.Signals(signum).name
+        if name == "SIGHUP":
+            _leave_terminal()
+        agent.interrupt(name)
         notify()
 
-    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, handle) for sig in STOP_SIGNALS}
     try:
         yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _leave_terminal() -> None:
+    """Point the standard streams that are a terminal at /dev/null: writes to a hung-up terminal fail."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    try:
+        for fd in (0, 1, 2):
+            if os.isatty(fd):
+                os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 def read_lines(prompt: str, history: Path | None) -> Iterator[str]:

@@ -484,6 +484,7 @@ def _activity(reply) -> str:
 STOP_REASONS = {"interrupt": "interrupted", "timeout": "out of time", "event_limit": "out of steps",
                 "model_call_limit": "out of model calls", "repetition": "stuck repeating itself",
                 "invalid_replies": "the model's replies were invalid", "model_error": "the model failed",
+                "model_setup": "the model is not usable",
                 "budget": "over budget"}
 
 

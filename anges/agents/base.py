@@ -8,8 +8,6 @@ import os
 import platform
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -28,7 +26,8 @@ from anges.actions import (
 from anges.budget import Budget
 from anges.config import AgentConfig, Config, default_config
 from anges.events import RETURN_TO_PARENT_EVENT_TYPES, Event, EventStream, new_id, title_from
-from anges.exceptions import FormatError, ModelError, ModelReplyError, RunStopped
+from anges.exceptions import FormatError, ModelError, ModelReplyError, ModelSetupError, RunStopped
+from anges.models.cancel import CancelToken, cancellable
 from anges.parsing import ParsedReply, parse_reply
 from anges.prompt import format_event_stream, render_template
 from anges.store import EventStore, status_of
@@ -115,9 +114,9 @@ class BaseAgent:
         self._add_mcp_action()
         self.agent_prompt_template = self.template
         self._interrupted = threading.Event()
+        self._interrupt_why = ""
         self._state: RunState | None = None
         self._secrets: list[str] = []
-        self._model_worker: ThreadPoolExecutor | None = None
         self._facts: dict | None = None
         self._env: dict[str, str] | None = None
 
@@ -129,6 +128,7 @@ class BaseAgent:
 
         stream = self._open_stream(event_stream)
         self._interrupted.clear()
+        self._interrupt_why = ""
         self._secrets = secret_values() + (self.mcp.secrets if self.mcp is not None else [])
         self._env = scrubbed_environment(self.agent_config.pass_env)
         with self.store.run_lock(stream.uid):
@@ -144,12 +144,7 @@ class BaseAgent:
             self._state = RunState(request_index=len(stream.events_list), budget=budget)
             if first and self.auto_entitle:
                 self._entitle(task_description)
-            try:
-                self._run()
-            finally:
-                if self._model_worker is not None:
-                    self._model_worker.shutdown(wait=False, cancel_futures=True)
-                    self._model_worker = None
+            self._run()
         return stream
 
     def handle_user_visible_messages(self, message: str) -> None:
@@ -169,8 +164,9 @@ class BaseAgent:
                    notes=self.user_notes, message_handlers=self.message_handlers,
                    budget=self._state.budget if self._state else None, mcp=self.mcp, **extra)
 
-    def interrupt(self) -> None:
-        """Ask the running request to stop (the running command is killed)."""
+    def interrupt(self, why: str = "") -> None:
+        """Ask the running request to stop (the running command is killed); `why` (e.g. "SIGTERM") is recorded."""
+        self._interrupt_why = why
         self._interrupted.set()
 
     def render_prompt(self, feedback: str = "") -> str:
@@ -273,7 +269,9 @@ class BaseAgent:
 
     def _check_limits(self) -> None:
         if self._interrupt_requested():
-            raise RunStopped("interrupt", "the run was interrupted")
+            why = self._interrupt_why
+            raise RunStopped("interrupt", f"the run was interrupted ({why})" if why else "the run was interrupted",
+                             **({"by": why} if why else {}))
         state = self._state
         state.budget.check()
         since_request = len(self.event_stream.events_list) - state.request_index
@@ -313,6 +311,8 @@ class BaseAgent:
         except ModelReplyError as exc:
             state.budget.charge(exc.usage, None)
             raise
+        except ModelSetupError as exc:  # a rejected key, an unknown model: retrying cannot help
+            raise RunStopped("model_setup", f"the model is not usable: {exc}", error=str(exc)) from None
         except ModelError as exc:
             raise RunStopped("model_error", f"the model call failed: {exc}", error=str(exc)) from None
         self._account(reply if isinstance(reply, str) else "", attach)
@@ -321,19 +321,30 @@ class BaseAgent:
     def _while_watching(self, call: Callable):
         """Run a model call on a worker thread, so an interrupt or the time limit stops the run at once.
 
-        An abandoned call finishes in the background and its reply is dropped.
+        The call runs under a cancel token: on a stop the provider drops its request and gives up retrying.
+        The thread is a daemon, so a model that ignores the token cannot keep the process alive.
         """
-        if self._model_worker is None:
-            self._model_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="anges-model")
-        future = self._model_worker.submit(call)
-        while True:
-            try:
-                return future.result(timeout=MODEL_POLL_SECONDS)
-            except FutureTimeout:
-                if self._interrupt_requested() or self._state.budget.expired():
-                    self._model_worker.shutdown(wait=False, cancel_futures=True)
-                    self._model_worker = None
-                    self._check_limits()
+        token = CancelToken()
+        outcome: dict = {}
+        done = threading.Event()
+
+        def work() -> None:
+            with cancellable(token):
+                try:
+                    outcome["reply"] = call()
+                except BaseException as exc:  # handed to the agent's thread below
+                    outcome["error"] = exc
+            done.set()
+
+        threading.Thread(target=work, name=f"anges-model-{self.uid}", daemon=True).start()
+        while not done.wait(MODEL_POLL_SECONDS):
+            if self._interrupt_requested() or self._state.budget.expired():
+                token.cancel()
+                self._check_limits()
+                raise RunStopped("interrupt", "the run was interrupted")  # a stop that `_check_limits` did not see
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["reply"]
 
     def _account(self, reply: str, attach: bool) -> None:
         from anges.models.base import Usage, estimate_tokens

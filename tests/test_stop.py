@@ -1,0 +1,127 @@
+"""Stop means stop: Ctrl-C, SIGTERM, SIGHUP, the time limit and the web's Stop end a run while the model is
+being waited on — the request in flight is closed, nothing is retried, and the stop is recorded.
+
+The model is the real OpenAI SDK talking to a loopback server that holds every request open.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from wire_servers import TEST_KEY
+
+from anges.agents import DefaultAgent
+from anges.config import ModelPreset, ModelSettings, load_config
+from anges.events import EventStream
+from anges.models.openai_model import OpenAIModel
+from anges.store import EventStore
+
+ANGES = [sys.executable, "-m", "anges"]
+STOP_BOUND = 3.0
+"""Seconds a stop may take, generously (it takes a fraction of one): the check is that it is not minutes."""
+
+
+def hangup_seen(server, timeout=5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not server.hangups and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return bool(server.hangups)
+
+
+def assert_abandoned_without_retry(server):
+    assert hangup_seen(server), "the server never saw the request's connection close"
+    time.sleep(0.5)  # a retry would come now
+    assert len(server.requests) == 1, "the model call was retried after the stop"
+
+
+@pytest.fixture
+def held(openai_server, monkeypatch):
+    """The OpenAI wire server, holding the first request open for a minute."""
+    monkeypatch.setenv("OPENAI_API_KEY", TEST_KEY)
+    openai_server.enqueue_hold(60)
+    openai_server.enqueue_text('{"reasoning": "too late", "actions": []}', times=5)
+    return openai_server
+
+
+def openai_model(server):
+    preset = ModelPreset(provider="openai", model="test-model", base_url=server.base_url, api_key_env="OPENAI_API_KEY")
+    return OpenAIModel(preset, ModelSettings(request_timeout=120), name="openai:test-model")
+
+
+@pytest.mark.parametrize("how", ["agent.interrupt", "store.request_stop"])
+def test_a_stop_during_a_model_call_closes_the_request_and_ends_the_run(held, tmp_path, how):
+    store = EventStore()
+    stream = EventStream()
+    agent = DefaultAgent(inference_func=openai_model(held), event_stream=stream, cmd_init_dir=tmp_path,
+                         config=load_config(), store=store)
+    worker = threading.Thread(target=agent.run_with_new_request, args=("think hard",), daemon=True)
+    worker.start()
+    assert held.wait_for_requests(1)
+
+    stopped = time.monotonic()
+    agent.interrupt() if how == "agent.interrupt" else store.request_stop(stream.uid)  # the web's Stop button
+    worker.join(STOP_BOUND)
+    assert not worker.is_alive() and time.monotonic() - stopped < STOP_BOUND
+    assert_abandoned_without_retry(held)
+    last = store.load(stream.uid).events_list[-1]
+    assert last.type == "task_interrupted" and last.data["reason"] == "interrupt"
+
+
+def test_the_time_limit_closes_the_request_in_flight(held, tmp_path):
+    config = load_config(overrides={"agents": {"common": {"timeout": 1}}})
+    agent = DefaultAgent(inference_func=openai_model(held), cmd_init_dir=tmp_path, config=config)
+    started = time.monotonic()
+    stream = agent.run_with_new_request("think hard")
+    assert time.monotonic() - started < 1 + STOP_BOUND
+    assert_abandoned_without_retry(held)
+    assert stream.events_list[-1].data["reason"] == "timeout"
+
+
+def cli(server, tmp_path, *extra):
+    env = {**os.environ, **server.env}
+    return subprocess.Popen([*ANGES, "-q", "think hard", "--model", "openai:test-model", *extra], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def only_stream():
+    infos = EventStore().list()
+    assert len(infos) == 1, infos
+    return EventStore().load(infos[0].uid)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_the_cli_exits_4_at_once_on_a_signal_while_the_model_thinks(held, tmp_path, signum):
+    proc = cli(held, tmp_path)
+    try:
+        assert held.wait_for_requests(1, timeout=30)
+        sent = time.monotonic()
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=30)
+        took = time.monotonic() - sent
+    finally:
+        proc.kill()
+    assert proc.returncode == 4, err
+    assert took < STOP_BOUND, f"the process lived {took:.1f}s after {signum.name}"
+    assert "Traceback" not in err
+    assert_abandoned_without_retry(held)
+    last = only_stream().events_list[-1]
+    assert last.type == "task_interrupted" and last.data["reason"] == "interrupt"
+    assert last.data["by"] == signum.name
+
+
+def test_the_cli_timeout_ends_a_model_call_and_exits_4(held, tmp_path):
+    started = time.monotonic()
+    proc = cli(held, tmp_path, "--timeout", "2")
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 4, err
+    assert time.monotonic() - started < 2 + 5, "the process outlived its --timeout"  # 5: interpreter start-up too
+    assert_abandoned_without_retry(held)
+    assert only_stream().events_list[-1].data["reason"] == "timeout"
+    assert "out of time" in err
