@@ -57,7 +57,7 @@ def to_markdown(stream: EventStream, store: EventStore) -> str:
     """A readable report: title, metadata, then each event as a section, child agents nested under their parent."""
     from anges.store import stream_status
 
-    status = stream_status(stream.events_list)
+    status = store.shown_status(stream.uid, stream_status(stream.events_list))
     settings = stream.agent_settings
     lines = [f"# {stream.title or stream.uid}", ""]
     facts = [

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TextIO
 from anges.events import REQUEST_EVENT_TYPES as REQUEST_TYPES
 from anges.events import walk
 from anges.export import command_output, edit_diff
-from anges.store import status_of
+from anges.store import status_of, stream_status
 
 if TYPE_CHECKING:
     from anges.events import Event
@@ -368,6 +368,17 @@ def print_stream(stream, store, out: TextIO, verbose: bool = False) -> None:
         lines = renderer.event(event, depth, f"{owner.agent_type} {owner.uid}" if depth else "")
         if lines:
             out.write("\n".join(lines) + "\n")
+    if stream_status(stream.events_list) == "running":
+        out.write(_still_running(stream.uid, store, style) + "\n")
+
+
+def _still_running(uid: str, store, style: Style) -> str:
+    """The last line of a stream whose last run has not recorded its end: still at work, or dead."""
+    owner = store.owner(uid)
+    if owner is not None:
+        return style(f"… running (process {owner['pid']} on {owner['host']})", "cyan")
+    return style(f"■ stopped: the run's process ended without finishing; continue with anges --resume {uid} -q ...",
+                 "yellow")
 
 
 def format_list(infos, style: Style, limit: int = 0) -> list[str]:
@@ -484,7 +495,7 @@ def _activity(reply) -> str:
 STOP_REASONS = {"interrupt": "interrupted", "timeout": "out of time", "event_limit": "out of steps",
                 "model_call_limit": "out of model calls", "repetition": "stuck repeating itself",
                 "invalid_replies": "the model's replies were invalid", "model_error": "the model failed",
-                "model_setup": "the model is not usable",
+                "model_setup": "the model is not usable", "abandoned": "its process ended without finishing",
                 "budget": "over budget"}
 
 

@@ -4,12 +4,14 @@ being waited on — the request in flight is closed, nothing is retried, and the
 The model is the real OpenAI SDK talking to a loopback server that holds every request open.
 """
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from wire_servers import TEST_KEY
@@ -125,3 +127,56 @@ def test_the_cli_timeout_ends_a_model_call_and_exits_4(held, tmp_path):
     assert_abandoned_without_retry(held)
     assert only_stream().events_list[-1].data["reason"] == "timeout"
     assert "out of time" in err
+
+
+# --- a run whose process is gone ------------------------------------------------------------------------------
+
+
+def scripted(tmp_path, *replies, name="replies.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps([{"reasoning": "step", "actions": [action]} for action in replies]))
+    return f"scripted:{path}"
+
+
+def wait_for_text(path, timeout=15):
+    deadline = time.monotonic() + timeout
+    while not (path.exists() and path.read_text().strip()):
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+    return path.read_text().strip()
+
+
+def anges(*args, cwd):
+    return subprocess.run([*ANGES, *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_a_run_killed_with_sigkill_reads_interrupted_and_resumes(tmp_path):
+    model = scripted(tmp_path, {"action_type": "RUN_SHELL_CMD", "command": "echo $$ > pid.txt; sleep 30"})
+    proc = subprocess.Popen([*ANGES, "-q", "wait", "--model", model], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    command_group = int(wait_for_text(tmp_path / "pid.txt"))
+    store = EventStore()
+    uid = only_stream().uid
+    assert store.info(uid).status == "running"
+    owner = store.owner(uid)
+    started = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    assert owner["pid"] == proc.pid and owner["started"] == int(started)
+
+    proc.kill()
+    proc.wait()
+    os.killpg(command_group, signal.SIGKILL)
+
+    assert store.info(uid).status == "interrupted" and store.owner(uid) is None
+    listed = anges("list", cwd=tmp_path)
+    assert uid in listed.stdout and "interrupted" in listed.stdout and "running" not in listed.stdout
+    assert "process ended without finishing" in anges("show", uid, cwd=tmp_path).stdout
+    assert "**Status:** interrupted" in anges("export", uid, "--format", "md", cwd=tmp_path).stdout
+
+    done = {"action_type": "TASK_COMPLETE", "content": "carried on"}
+    resumed = anges("--resume", uid, "-q", "go on", "--model", scripted(tmp_path, done, name="more.json"), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    stream = store.load(uid)
+    assert [e.type for e in stream.events_list] == ["new_request", "task_interrupted", "follow_up_request",
+                                                     "task_completion"]
+    assert stream.events_list[1].data["reason"] == "abandoned"
+    assert store.info(uid).status == "completed"

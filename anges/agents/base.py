@@ -30,7 +30,7 @@ from anges.exceptions import FormatError, ModelError, ModelReplyError, ModelSetu
 from anges.models.cancel import CancelToken, cancellable
 from anges.parsing import ParsedReply, parse_reply
 from anges.prompt import format_event_stream, render_template
-from anges.store import EventStore, status_of
+from anges.store import EventStore, status_of, stream_status
 
 if TYPE_CHECKING:
     from anges.mcp import MCPManager
@@ -133,6 +133,7 @@ class BaseAgent:
         self._env = scrubbed_environment(self.agent_config.pass_env)
         with self.store.run_lock(stream.uid):
             self.store.clear_stop(stream.uid)
+            self._close_abandoned_run()
             first = not stream.events_list
             if first and stream.title == stream.uid:
                 stream.title = title_from(task_description)
@@ -413,6 +414,14 @@ class BaseAgent:
         content = f"The run stopped: {stop}."
         self._record(Event("task_interrupted", content=content, message=content,
                            data={"reason": stop.reason, **_jsonable(stop.details)}))
+
+    def _close_abandoned_run(self) -> None:
+        """Record how the last run ended when its process died before it could (we hold the run lock now)."""
+        if stream_status(self.event_stream.events_list) != "running":
+            return
+        content = ("The previous run on this stream ended without finishing: its process exited or was killed "
+                   "before it could record how the run ended.")
+        self._record(Event("task_interrupted", content=content, message=content, data={"reason": "abandoned"}))
 
     def _open_stream(self, event_stream: EventStream | None) -> EventStream:
         stream = event_stream or self.event_stream or EventStream(
