@@ -38,14 +38,24 @@ class EditResult:
 
     def to_data(self) -> dict:
         """JSON-able facts for Event.data."""
-        lines = self.diff.splitlines()
-        return {
-            "path": self.path,
-            "operation": self.operation,
-            "created": self.created,
-            "lines_added": sum(1 for line in lines if line.startswith("+") and not line.startswith("+++")),
-            "lines_removed": sum(1 for line in lines if line.startswith("-") and not line.startswith("---")),
-        }
+        added, removed = count_changes(self.diff)
+        return {"path": self.path, "operation": self.operation, "created": self.created, "lines_added": added,
+                "lines_removed": removed}
+
+
+def count_changes(diff: str) -> tuple[int, int]:
+    """(lines added, lines removed) by a unified diff."""
+    lines = diff.splitlines()
+    added = sum(1 for line in lines if line.startswith("+") and not line.startswith("+++"))
+    removed = sum(1 for line in lines if line.startswith("-") and not line.startswith("---"))
+    return added, removed
+
+
+def summarize_diff(diff: str) -> str:
+    """What stands in for a diff too long to keep: the number of lines it changes."""
+    added, removed = count_changes(diff)
+    return (f"[{added + removed} lines changed (+{added} -{removed}); the diff, {len(diff)} characters, is too long "
+            "to keep]\n")
 
 
 @dataclass

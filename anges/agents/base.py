@@ -29,7 +29,7 @@ from anges.events import RETURN_TO_PARENT_EVENT_TYPES, Event, EventStream, new_i
 from anges.exceptions import FormatError, ModelError, ModelReplyError, ModelSetupError, RunStopped
 from anges.models.cancel import CancelToken, cancellable
 from anges.parsing import ParsedReply, parse_reply
-from anges.prompt import format_event_stream, render_template
+from anges.prompt import clip, format_event_stream, render_template
 from anges.store import EventStore, status_of, stream_status
 
 if TYPE_CHECKING:
@@ -262,6 +262,7 @@ class BaseAgent:
         for event in added:
             self._attach_usage(event)
             _mask_event(event, self._secrets)
+            _cap_event(event, self.agent_config.event_text_cap)
             self.status = status_of(event.type) or self.status
         self.store.sync(stream)
         return result is not None or any(e.type in RETURN_TO_PARENT_EVENT_TYPES for e in added)
@@ -307,6 +308,7 @@ class BaseAgent:
         state.model_calls += 1
         if temperature is None:
             temperature = self.config.model_settings.temperature
+        prompt = clip(prompt, self.config.prompt.max_prompt_chars)
         try:
             reply = self._while_watching(lambda: self.inference_func(prompt, temperature=temperature))
         except ModelReplyError as exc:
@@ -404,6 +406,7 @@ class BaseAgent:
     def _record(self, event: Event) -> None:
         self._attach_usage(event)
         _mask_event(event, self._secrets)
+        _cap_event(event, self.agent_config.event_text_cap)
         self.event_stream.add_event(event)
         self.store.sync(self.event_stream)
         self.status = status_of(event.type) or self.status
@@ -467,6 +470,7 @@ class BaseAgent:
             self._record(Event("summary_failed", content=str(exc), message=note,
                                data={"start": start, "end": end, "reason": reason, "error": str(exc)}))
             return False
+        summary.summary = clip(summary.summary, self.config.prompt.max_summary_chars)
         self.event_stream.event_summaries_list.append(summary)
         self.store.sync(self.event_stream)
         return True
@@ -550,6 +554,35 @@ def _mask_event(event: Event, secrets: list[str]) -> None:
     data = json.dumps(event.data)
     if any(secret in data for secret in secrets):
         event.data = json.loads(mask_secrets(data, secrets))
+
+
+def _cap_event(event: Event, limit: int) -> None:
+    """Cut every text of an event to `limit` characters (after masking, so no secret is split); a diff past it
+    becomes the number of lines it changes."""
+    if limit <= 0:
+        return
+    diff = event.data.get("diff")
+    if isinstance(diff, str) and len(diff) > limit:
+        from anges.fileedit import summarize_diff
+
+        summary = summarize_diff(diff)
+        event.data["diff"] = summary
+        event.content = (event.content or "").replace(diff, summary)
+    for name in ("content", "message", "reasoning", "analysis"):
+        text = getattr(event, name)
+        if isinstance(text, str) and len(text) > limit:
+            setattr(event, name, clip(text, limit))
+    event.data = _clip_texts(event.data, limit)
+
+
+def _clip_texts(value, limit: int):
+    if isinstance(value, str):
+        return clip(value, limit)
+    if isinstance(value, dict):
+        return {key: _clip_texts(item, limit) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_clip_texts(item, limit) for item in value]
+    return value
 
 
 def _jsonable(details: dict) -> dict:
