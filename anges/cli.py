@@ -14,6 +14,7 @@ from pathlib import Path
 from anges import __version__
 from anges.config import AGENT_TYPES
 from anges.exceptions import AngesError
+from anges.printable import printable, printable_json
 
 EXIT_OK, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_HELP_NEEDED, EXIT_STOPPED = 0, 1, 2, 3, 4
 EXIT_BY_STATUS = {"completed": EXIT_OK, "answered": EXIT_OK, "help_needed": EXIT_HELP_NEEDED,
@@ -132,10 +133,10 @@ def main(argv: list[str] | None = None) -> int:
         _silence_stdout()
         return EXIT_UNEXPECTED
     except (UsageError, AngesError) as exc:  # explained errors: the message says what to change
-        print(f"anges: {exc}", file=sys.stderr)
+        print(f"anges: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001  (the edge: anything else becomes one line and exit 1)
-        print(f"anges: unexpected error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"anges: unexpected error: {type(exc).__name__}: {printable(str(exc))}", file=sys.stderr)
         if verbose:
             import traceback
 
@@ -405,16 +406,20 @@ def _positive(kind: type):
 def _write_json(data: dict, out) -> None:
     import json
 
-    json.dump(data, out, indent=2, ensure_ascii=False, default=str)
-    out.write("\n")
+    out.write(printable_json(json.dumps(data, indent=2, ensure_ascii=False, default=str)) + "\n")
 
 
 def _setup_logging(verbose: int) -> None:
     if verbose:
         import logging
 
-        logging.basicConfig(level=logging.DEBUG if verbose > 1 else logging.INFO, stream=sys.stderr,
-                            format="%(levelname)s %(name)s: %(message)s")
+        class PrintableFormatter(logging.Formatter):  # log lines quote model replies and server errors
+            def format(self, record: logging.LogRecord) -> str:
+                return printable(super().format(record))
+
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(PrintableFormatter("%(levelname)s %(name)s: %(message)s"))
+        logging.basicConfig(level=logging.DEBUG if verbose > 1 else logging.INFO, handlers=[handler])
 
 
 def _silence_stdout() -> None:

@@ -17,6 +17,8 @@ import threading
 from datetime import datetime
 from typing import TYPE_CHECKING, TextIO
 
+from anges.printable import printable_json
+
 if TYPE_CHECKING:
     from anges.agents import BaseAgent
     from anges.session import Outcome
@@ -49,7 +51,7 @@ class JsonLinesOutput:
         self.emit({"type": "run_finished", **summary(outcome, exit_code)})
 
     def emit(self, record: dict) -> None:
-        line = json.dumps(record, default=str, ensure_ascii=False)
+        line = printable_json(json.dumps(record, default=str, ensure_ascii=False))
         with self.lock:
             self.out.write(line + "\n")
             self.out.flush()
