@@ -36,7 +36,7 @@ class JsonLinesOutput:
     def started(self, agent: BaseAgent, request: str) -> None:
         stream = agent.event_stream
         self.emit({"type": "run_started", "stream_id": stream.uid, "agent_type": agent.agent_type,
-                   "model": getattr(agent.inference_func, "name", ""), "request": request,
+                   "model": getattr(agent.inference_func, "name", ""), "request": _masked(request),
                    "resumed": bool(stream.events_list), "cwd": agent.cmd_init_dir,
                    "time": datetime.now().isoformat()})
 
@@ -72,7 +72,7 @@ class JsonOutput(JsonLinesOutput):
     def finished(self, outcome: Outcome, exit_code: int) -> None:
         events = [{"stream_id": stream.uid, "agent_type": stream.agent_type, "depth": depth, "event": event.to_dict()}
                   for depth, stream, event in outcome.events]
-        self.emit({**summary(outcome, exit_code), "request": outcome.request, "events": events})
+        self.emit({**summary(outcome, exit_code), "request": _masked(outcome.request), "events": events})
 
 
 def summary(outcome: Outcome, exit_code: int) -> dict:
@@ -86,3 +86,10 @@ def summary(outcome: Outcome, exit_code: int) -> dict:
         "usage": outcome.usage(),
         "duration": round(outcome.duration, 3),
     }
+
+
+def _masked(request: str) -> str:
+    """The request as the events record it: with the values of secret environment variables masked."""
+    from anges.shell import mask_secrets, secret_values
+
+    return mask_secrets(request, secret_values())

@@ -474,7 +474,7 @@ class EventStore:
         old_status = mark.status
         meta_changed = False
         if stream.title != mark.title:
-            _append_record(fd, mark, {"kind": "title", "title": stream.title})
+            _append_record(fd, mark, {"kind": "title", "title": _stored_title(stream)})
             mark.title = stream.title
             meta_changed = True
         if stream.agent_settings != mark.settings or stream.agent_type != mark.agent_type:
@@ -612,8 +612,21 @@ def _header(stream: EventStream) -> dict:
         "created_at": stream.created_at.isoformat(),
         "parent_event_stream_uids": list(stream.parent_event_stream_uids),
         "agent_type": stream.agent_type,
-        "title": stream.title,
+        "title": _stored_title(stream),
     }
+
+
+def _stored_title(stream: EventStream) -> Any:
+    """The title as written to disk: with the values of secret environment variables masked.
+
+    Titles are made from requests (by the agent, the web chat or the caller), so a secret typed into one would
+    otherwise reach the meta file, `list`, `show` and exports.
+    """
+    if not isinstance(stream.title, str):
+        return stream.title
+    from anges.shell import mask_secrets, secret_values
+
+    return mask_secrets(stream.title, secret_values())
 
 
 def _event_record(event: Event, index: int) -> dict:
@@ -636,7 +649,7 @@ def _meta(stream: EventStream, status: str) -> dict:
     return {
         "format": FORMAT,
         "uid": stream.uid,
-        "title": stream.title,
+        "title": _stored_title(stream),
         "status": status,
         "parent_event_stream_uids": list(stream.parent_event_stream_uids),
         "agent_type": stream.agent_type,

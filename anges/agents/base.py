@@ -136,7 +136,7 @@ class BaseAgent:
             self._close_abandoned_run()
             first = not stream.events_list
             if first and stream.title == stream.uid:
-                stream.title = title_from(task_description)
+                stream.title = self._masked_title(task_description)
             kind = "new_request" if first else "follow_up_request"
             if self.parent_ids:
                 kind += "_from_parent"
@@ -482,10 +482,16 @@ class BaseAgent:
         except (ModelError, RunStopped, FormatError) as exc:
             self.logger.info("no title: %s", exc)
             return
-        title = title_from(str(title)).strip("\"'. …")
+        title = self._masked_title(str(title)).strip("\"'. …")
         if title:
             self.event_stream.title = title
             self.store.sync(self.event_stream)
+
+    def _masked_title(self, text: str) -> str:
+        """A one-line title from `text`, its secrets masked before it is cut (so no fragment of one is left)."""
+        from anges.shell import mask_secrets
+
+        return title_from(mask_secrets(text, self._secrets))
 
     # -- plumbing ---------------------------------------------------------------------------------------------
 
