@@ -105,6 +105,7 @@ def interrupt_on_signals(agent: BaseAgent, notify: Callable[[], None]) -> Iterat
     """Inside, the first SIGINT, SIGTERM or SIGHUP interrupts the agent (and its command); the next raises
     KeyboardInterrupt. After SIGHUP (the terminal closed) nothing more is read from or written to the terminal."""
     received = 0
+    terminal = [fd for fd in (0, 1, 2) if os.isatty(fd)]  # asked now: a hung-up terminal no longer says it is one
 
     def handle(signum, frame):
         nonlocal received
@@ -113,7 +114,7 @@ def interrupt_on_signals(agent: BaseAgent, notify: Callable[[], None]) -> Iterat
             raise KeyboardInterrupt
         name = signal.Signals(signum).name
         if name == "SIGHUP":
-            _leave_terminal()
+            _leave_terminal(terminal)
         agent.interrupt(name)
         notify()
 
@@ -125,13 +126,12 @@ def interrupt_on_signals(agent: BaseAgent, notify: Callable[[], None]) -> Iterat
             signal.signal(sig, handler)
 
 
-def _leave_terminal() -> None:
-    """Point the standard streams that are a terminal at /dev/null: writes to a hung-up terminal fail."""
+def _leave_terminal(fds: list[int]) -> None:
+    """Point these standard streams (the terminal's) at /dev/null: writes to a hung-up terminal fail."""
     devnull = os.open(os.devnull, os.O_RDWR)
     try:
-        for fd in (0, 1, 2):
-            if os.isatty(fd):
-                os.dup2(devnull, fd)
+        for fd in fds:
+            os.dup2(devnull, fd)
     finally:
         os.close(devnull)
 

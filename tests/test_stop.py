@@ -6,6 +6,7 @@ The model is the real OpenAI SDK talking to a loopback server that holds every r
 
 import json
 import os
+import pty
 import signal
 import subprocess
 import sys
@@ -180,3 +181,21 @@ def test_a_run_killed_with_sigkill_reads_interrupted_and_resumes(tmp_path):
                                                      "task_completion"]
     assert stream.events_list[1].data["reason"] == "abandoned"
     assert store.info(uid).status == "completed"
+
+
+def test_the_terminal_closing_stops_the_run_and_exits_4_quietly(held, tmp_path):
+    main, side = pty.openpty()
+    env = {**os.environ, **held.env, "TERM": "xterm"}
+    proc = subprocess.Popen([*ANGES, "-q", "think hard", "--model", "openai:test-model"], cwd=tmp_path, env=env,
+                            stdin=side, stdout=side, stderr=side)
+    os.close(side)
+    try:
+        assert held.wait_for_requests(1, timeout=30)
+        os.close(main)  # the terminal is gone: writing to it now fails
+        proc.send_signal(signal.SIGHUP)  # what the kernel sends its session when it hangs up
+        assert proc.wait(timeout=STOP_BOUND + 5) == 4
+    finally:
+        proc.kill()
+    assert_abandoned_without_retry(held)
+    last = only_stream().events_list[-1]
+    assert last.type == "task_interrupted" and last.data["by"] == "SIGHUP"
