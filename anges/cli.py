@@ -198,15 +198,21 @@ def _interact(session, first: str | None, quiet: bool) -> int:
 
     if first is not None:
         _report(session.run(first), session.output)
+        if session.ended_by:
+            return EXIT_STOPPED
     if sys.stdin.isatty() and not quiet:
         print(f"anges {__version__}: type a task; exit, quit or Ctrl-D leaves; Ctrl-C stops the running task.",
               file=sys.stderr)
     for line in read_lines("anges> ", anges_home() / "history"):
+        if session.ended_by:
+            break
         try:
             _report(session.run(line), session.output)
         except KeyboardInterrupt:
             print("anges: stopped at once", file=sys.stderr)
-    return EXIT_OK
+        if session.ended_by:  # SIGTERM or SIGHUP: the session ends with the run
+            break
+    return EXIT_STOPPED if session.ended_by else EXIT_OK
 
 
 def _report(outcome, output) -> int:

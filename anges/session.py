@@ -78,11 +78,14 @@ class Output(Protocol):
 
 
 class Session:
-    """Runs requests on one agent and its stream; Ctrl-C (or SIGTERM) interrupts the request, twice quits."""
+    """Runs requests on one agent and its stream; Ctrl-C interrupts the request, twice quits; SIGTERM and SIGHUP
+    interrupt it and end the session."""
 
     def __init__(self, agent: BaseAgent, output: Output):
         self.agent = agent
         self.output = output
+        self.ended_by = ""
+        """The signal (SIGTERM, SIGHUP) that ended the session, if one did: no more requests should follow."""
 
     def run(self, request: str) -> Outcome:
         """Work on one request until the agent returns or is stopped."""
@@ -91,17 +94,23 @@ class Session:
         start = len(stream.events_list)
         began = time.monotonic()
         self.output.started(agent, request)
-        with interrupt_on_signals(agent, self.output.interrupting):
+        with interrupt_on_signals(agent, self._interrupting):
             stream = agent.run_with_new_request(request)
         events = list(walk(stream, start, agent.store))
         return Outcome(stream, request, agent.status, events, time.monotonic() - began)
+
+
+    def _interrupting(self, signal_name: str) -> None:
+        if signal_name != "SIGINT":
+            self.ended_by = signal_name
+        self.output.interrupting()
 
 
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 @contextmanager
-def interrupt_on_signals(agent: BaseAgent, notify: Callable[[], None]) -> Iterator[None]:
+def interrupt_on_signals(agent: BaseAgent, notify: Callable[[str], None]) -> Iterator[None]:
     """Inside, the first SIGINT, SIGTERM or SIGHUP interrupts the agent (and its command); the next raises
     KeyboardInterrupt. After SIGHUP (the terminal closed) nothing more is read from or written to the terminal."""
     received = 0
@@ -116,7 +125,7 @@ def interrupt_on_signals(agent: BaseAgent, notify: Callable[[], None]) -> Iterat
         if name == "SIGHUP":
             _leave_terminal(terminal)
         agent.interrupt(name)
-        notify()
+        notify(name)
 
     previous = {sig: signal.signal(sig, handle) for sig in STOP_SIGNALS}
     try:
