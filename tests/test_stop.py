@@ -199,3 +199,40 @@ def test_the_terminal_closing_stops_the_run_and_exits_4_quietly(held, tmp_path):
     assert_abandoned_without_retry(held)
     last = only_stream().events_list[-1]
     assert last.type == "task_interrupted" and last.data["by"] == "SIGHUP"
+
+
+IGNORES_CANCEL = """
+import sys, threading, time
+from anges.agents import DefaultAgent
+from anges.config import load_config
+
+def model(prompt, temperature=0.0):  # a plain function: it knows nothing of cancel tokens
+    time.sleep(120)
+    return "{}"
+
+agent = DefaultAgent(inference_func=model, cmd_init_dir=sys.argv[1], config=load_config())
+threading.Timer(0.5, agent.interrupt).start()
+print(agent.run_with_new_request("wait").events_list[-1].data["reason"], flush=True)
+"""
+
+
+def test_a_model_that_ignores_the_stop_cannot_keep_the_process_alive(tmp_path):
+    started = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", IGNORES_CANCEL, str(tmp_path)], capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "interrupt"
+    assert time.monotonic() - started < 0.5 + STOP_BOUND + 5  # 5: interpreter start-up
+
+
+def test_the_call_thread_ends_when_idle_and_the_next_call_starts_another(monkeypatch):
+    from anges.models import cancel
+
+    monkeypatch.setattr(cancel, "IDLE_SECONDS", 0.05)
+    calls = cancel.CallThread("test")
+    first = calls.start(threading.current_thread, cancel.CancelToken())
+    assert first.wait(5) and first.result() is not threading.current_thread()
+    deadline = time.monotonic() + 5
+    while calls.start(lambda: None, cancel.CancelToken()) is not None:
+        assert time.monotonic() < deadline, "the idle thread never ended"
+        time.sleep(0.1)

@@ -27,7 +27,7 @@ from anges.budget import Budget
 from anges.config import AgentConfig, Config, default_config
 from anges.events import RETURN_TO_PARENT_EVENT_TYPES, Event, EventStream, new_id, title_from
 from anges.exceptions import FormatError, ModelError, ModelReplyError, ModelSetupError, RunStopped
-from anges.models.cancel import CancelToken, cancellable
+from anges.models.cancel import CallThread, CancelToken
 from anges.parsing import ParsedReply, parse_reply
 from anges.prompt import clip, format_event_stream, render_template
 from anges.store import EventStore, status_of, stream_status
@@ -117,6 +117,7 @@ class BaseAgent:
         self._interrupt_why = ""
         self._state: RunState | None = None
         self._secrets: list[str] = []
+        self._calls: CallThread | None = None
         self._facts: dict | None = None
         self._env: dict[str, str] | None = None
 
@@ -322,32 +323,24 @@ class BaseAgent:
         return reply
 
     def _while_watching(self, call: Callable):
-        """Run a model call on a worker thread, so an interrupt or the time limit stops the run at once.
+        """Run a model call on the agent's call thread, so an interrupt or the time limit stops the run at once.
 
-        The call runs under a cancel token: on a stop the provider drops its request and gives up retrying.
-        The thread is a daemon, so a model that ignores the token cannot keep the process alive.
+        The call runs under a cancel token: on a stop the provider drops its request and gives up retrying,
+        and the thread is left to finish alone (a daemon: it cannot keep the process alive).
         """
         token = CancelToken()
-        outcome: dict = {}
-        done = threading.Event()
-
-        def work() -> None:
-            with cancellable(token):
-                try:
-                    outcome["reply"] = call()
-                except BaseException as exc:  # handed to the agent's thread below
-                    outcome["error"] = exc
-            done.set()
-
-        threading.Thread(target=work, name=f"anges-model-{self.uid}", daemon=True).start()
-        while not done.wait(MODEL_POLL_SECONDS):
+        pending = self._calls.start(call, token) if self._calls is not None else None
+        if pending is None:  # no thread yet, or it ended while idle
+            self._calls = CallThread(f"anges-model-{self.uid}")
+            pending = self._calls.start(call, token)
+        while not pending.wait(MODEL_POLL_SECONDS):
             if self._interrupt_requested() or self._state.budget.expired():
                 token.cancel()
+                self._calls.close()
+                self._calls = None
                 self._check_limits()
                 raise RunStopped("interrupt", "the run was interrupted")  # a stop that `_check_limits` did not see
-        if "error" in outcome:
-            raise outcome["error"]
-        return outcome["reply"]
+        return pending.result()
 
     def _account(self, reply: str, attach: bool) -> None:
         from anges.models.base import Usage, estimate_tokens

@@ -7,6 +7,7 @@ open (or a reply being streamed) ends at once instead of at the read timeout.
 
 from __future__ import annotations
 
+import queue
 import socket
 import threading
 import weakref
@@ -14,6 +15,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext, suppress
 from contextvars import ContextVar
 from typing import Any
+
+IDLE_SECONDS = 60.0
+"""A `CallThread` with no work for this long ends (the next call starts another)."""
 
 
 class CancelToken:
@@ -121,3 +125,75 @@ class Connections:
         if isinstance(sock, socket.socket):
             with self._lock:
                 self._sockets.add(sock)
+
+
+class Pending:
+    """A call handed to a `CallThread`: wait for it, then take its result (or its exception)."""
+
+    def __init__(self, call: Callable[[], Any], token: CancelToken):
+        self.call = call
+        self.token = token
+        self._done = threading.Event()
+        self._outcome: tuple[bool, Any] = (False, None)
+
+    def wait(self, seconds: float) -> bool:
+        """True once the call has ended."""
+        return self._done.wait(seconds)
+
+    def result(self) -> Any:
+        """The call's return value; its exception is raised here."""
+        ok, value = self._outcome
+        if not ok:
+            raise value
+        return value
+
+    def run(self) -> None:
+        with cancellable(self.token):
+            try:
+                self._outcome = (True, self.call())
+            except BaseException as exc:  # handed to whoever waits, in its own thread
+                self._outcome = (False, exc)
+        self._done.set()
+
+
+class CallThread:
+    """A daemon thread that runs calls one after another, each under its cancel token.
+
+    Being a daemon, a call that ignores its token cannot keep the process from exiting; the thread ends
+    when `close`d or after IDLE_SECONDS without work.
+    """
+
+    def __init__(self, name: str):
+        self._calls: queue.Queue[Pending | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._open = True
+        threading.Thread(target=self._serve, name=name, daemon=True).start()
+
+    def start(self, call: Callable[[], Any], token: CancelToken) -> Pending | None:
+        """Queue `call`; None when the thread has ended (start another)."""
+        with self._lock:
+            if not self._open:
+                return None
+            pending = Pending(call, token)
+            self._calls.put(pending)
+            return pending
+
+    def close(self) -> None:
+        """End the thread once its current call (if any) returns."""
+        with self._lock:
+            self._open = False
+            self._calls.put(None)
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                pending = self._calls.get(timeout=IDLE_SECONDS)
+            except queue.Empty:
+                with self._lock:
+                    if self._calls.empty():
+                        self._open = False
+                        return
+                continue
+            if pending is None:
+                return
+            pending.run()
