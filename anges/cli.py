@@ -204,8 +204,6 @@ def _interact(session, first: str | None, quiet: bool) -> int:
         print(f"anges {__version__}: type a task; exit, quit or Ctrl-D leaves; Ctrl-C stops the running task.",
               file=sys.stderr)
     for line in read_lines("anges> ", anges_home() / "history"):
-        if session.ended_by:
-            break
         try:
             _report(session.run(line), session.output)
         except KeyboardInterrupt:

@@ -99,7 +99,6 @@ class Session:
         events = list(walk(stream, start, agent.store))
         return Outcome(stream, request, agent.status, events, time.monotonic() - began)
 
-
     def _interrupting(self, signal_name: str) -> None:
         if signal_name != "SIGINT":
             self.ended_by = signal_name
