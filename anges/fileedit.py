@@ -250,12 +250,13 @@ def _write(target: _Target, operation: str, old: str | None, new: str) -> EditRe
 
 
 def _make_parents(target: _Target, directory: str) -> None:
-    """Create the missing directories above the file, refusing any a symlink leads to outside the working directory."""
+    """Create the missing directories above the file, refusing those a path inside the working directory would
+    reach outside it through a symlink (a dangling link must not plant directories elsewhere)."""
     if os.path.isdir(directory):
         return
-    base = os.path.realpath(target.base)
-    followed_link = directory != os.path.dirname(target.path)
-    if followed_link and os.path.commonpath([base, directory]) != base:
+    real_base = os.path.realpath(target.base)
+    written_inside = os.path.commonpath([target.base, target.path]) == target.base
+    if written_inside and os.path.commonpath([real_base, directory]) != real_base:
         raise EditError(f"Refusing to create {directory}: {target.shown} leads there through a symlink, outside the "
                         f"working directory {target.base}")
     try:

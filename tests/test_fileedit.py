@@ -525,3 +525,13 @@ def test_a_fifo_is_refused_without_blocking(tmp_path):
 
     with pytest.raises(EditError, match="not a regular file"):
         edit(tmp_path, "INSERT_LINES pipe 0", "x")
+
+
+def test_a_path_written_outside_the_working_directory_may_still_create_its_directories(tmp_path):
+    work, outside = tmp_path / "work", tmp_path / "elsewhere"
+    work.mkdir()
+    (tmp_path / "alias").symlink_to(outside.parent)  # an absolute path the model chose, through a symlink
+
+    apply_edit(f"NEW_FILE {tmp_path / 'alias' / 'elsewhere' / 'deep' / 'f.txt'}", "x", base_dir=work)
+
+    assert (outside / "deep" / "f.txt").read_text() == "x\n"
