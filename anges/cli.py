@@ -14,10 +14,13 @@ from pathlib import Path
 from anges import __version__
 from anges.config import AGENT_TYPES
 from anges.exceptions import AngesError
+from anges.printable import printable, printable_json
 
 EXIT_OK, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_HELP_NEEDED, EXIT_STOPPED = 0, 1, 2, 3, 4
 EXIT_BY_STATUS = {"completed": EXIT_OK, "answered": EXIT_OK, "help_needed": EXIT_HELP_NEEDED,
                   "interrupted": EXIT_STOPPED}
+EXIT_BY_STOP_REASON = {"model_setup": EXIT_USAGE}
+"""Stops that are configuration errors: the provider rejected the key, the model id or the request."""
 
 EPILOG = """\
 examples:
@@ -33,8 +36,10 @@ examples:
 exit codes:
   0  the task was completed or the question answered
   3  the agent asked for help (reply with: anges --resume ID -q "...")
-  4  interrupted (Ctrl-C), out of steps, timed out or over budget
-  2  usage or configuration error: bad flag, bad config file, no usable model, unknown or busy stream id
+  4  stopped: interrupted (Ctrl-C, SIGTERM, SIGHUP), out of steps, timed out, over budget, or the model
+     kept failing (provider errors after the retries, invalid replies)
+  2  usage or configuration error: bad flag, bad config file, no usable model, the provider rejects the
+     key, the model id or the request (HTTP 400-404), unknown or busy stream id
   1  anything unexpected (a one-line message; the traceback with -v)
 """
 
@@ -128,10 +133,10 @@ def main(argv: list[str] | None = None) -> int:
         _silence_stdout()
         return EXIT_UNEXPECTED
     except (UsageError, AngesError) as exc:  # explained errors: the message says what to change
-        print(f"anges: {exc}", file=sys.stderr)
+        print(f"anges: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001  (the edge: anything else becomes one line and exit 1)
-        print(f"anges: unexpected error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"anges: unexpected error: {type(exc).__name__}: {printable(str(exc))}", file=sys.stderr)
         if verbose:
             import traceback
 
@@ -193,6 +198,8 @@ def _interact(session, first: str | None, quiet: bool) -> int:
 
     if first is not None:
         _report(session.run(first), session.output)
+        if session.ended_by:
+            return EXIT_STOPPED
     if sys.stdin.isatty() and not quiet:
         print(f"anges {__version__}: type a task; exit, quit or Ctrl-D leaves; Ctrl-C stops the running task.",
               file=sys.stderr)
@@ -201,11 +208,13 @@ def _interact(session, first: str | None, quiet: bool) -> int:
             _report(session.run(line), session.output)
         except KeyboardInterrupt:
             print("anges: stopped at once", file=sys.stderr)
-    return EXIT_OK
+        if session.ended_by:  # SIGTERM or SIGHUP: the session ends with the run
+            break
+    return EXIT_STOPPED if session.ended_by else EXIT_OK
 
 
 def _report(outcome, output) -> int:
-    code = EXIT_BY_STATUS.get(outcome.status, EXIT_UNEXPECTED)
+    code = EXIT_BY_STOP_REASON.get(outcome.stop_reason, EXIT_BY_STATUS.get(outcome.status, EXIT_UNEXPECTED))
     output.finished(outcome, code)
     return code
 
@@ -401,16 +410,20 @@ def _positive(kind: type):
 def _write_json(data: dict, out) -> None:
     import json
 
-    json.dump(data, out, indent=2, ensure_ascii=False, default=str)
-    out.write("\n")
+    out.write(printable_json(json.dumps(data, indent=2, ensure_ascii=False, default=str)) + "\n")
 
 
 def _setup_logging(verbose: int) -> None:
     if verbose:
         import logging
 
-        logging.basicConfig(level=logging.DEBUG if verbose > 1 else logging.INFO, stream=sys.stderr,
-                            format="%(levelname)s %(name)s: %(message)s")
+        class PrintableFormatter(logging.Formatter):  # log lines quote model replies and server errors
+            def format(self, record: logging.LogRecord) -> str:
+                return printable(super().format(record))
+
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(PrintableFormatter("%(levelname)s %(name)s: %(message)s"))
+        logging.basicConfig(level=logging.DEBUG if verbose > 1 else logging.INFO, handlers=[handler])
 
 
 def _silence_stdout() -> None:

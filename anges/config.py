@@ -115,6 +115,9 @@ class AgentConfig:
     """A command may ask for at most this many seconds."""
     shell_output_cap: int = 50000
     """Characters of a command's output kept (head and tail)."""
+    event_text_cap: int = 120000
+    """Characters of each text of a recorded event (content, reasoning, output, diff, ...); a longer text is cut
+    (head and tail) and a longer diff becomes a count of the lines it changes. The change itself is made."""
     pass_env: list[str] = field(default_factory=list)
     """Credential environment variables that commands may see."""
     notes: list[str] = field(default_factory=list)
@@ -137,7 +140,9 @@ class PromptConfig:
     max_event_lines: int = 100
     max_event_chars: int = 5000
     max_prompt_chars: int = 400000
-    """A prompt larger than this triggers a summary."""
+    """No prompt is longer: a larger one first triggers a summary, then the middle of the history is cut."""
+    max_summary_chars: int = 8000
+    """A summary longer than this (the model is asked for about 300 words) is cut when it is recorded."""
 
 
 @dataclass

@@ -36,6 +36,10 @@ class ModelSetupError(ModelError):
     """No usable model: missing credentials, unknown preset, rejected key. The message says what to set."""
 
 
+class ModelCancelled(ModelError):
+    """A model call was abandoned: its caller cancelled it (a stop, a time limit)."""
+
+
 class ModelReplyError(ModelError):
     """The model answered, but with nothing usable: `kind` is "empty", "truncated" or "blocked"."""
 

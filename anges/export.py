@@ -7,6 +7,7 @@ import re
 from typing import TYPE_CHECKING
 
 from anges.events import walk
+from anges.printable import printable, printable_event, printable_texts
 
 if TYPE_CHECKING:
     from anges.events import Event, EventStream
@@ -57,12 +58,12 @@ def to_markdown(stream: EventStream, store: EventStore) -> str:
     """A readable report: title, metadata, then each event as a section, child agents nested under their parent."""
     from anges.store import stream_status
 
-    status = stream_status(stream.events_list)
-    settings = stream.agent_settings
-    lines = [f"# {stream.title or stream.uid}", ""]
+    status = store.shown_status(stream.uid, stream_status(stream.events_list))
+    settings = printable_texts(stream.agent_settings)
+    lines = [f"# {printable(str(stream.title or stream.uid))}", ""]
     facts = [
         ("Stream", f"`{stream.uid}`"),
-        ("Agent", stream.agent_type or "default"),
+        ("Agent", printable(stream.agent_type or "default")),
         ("Status", status),
         ("Created", stream.created_at.strftime("%Y-%m-%d %H:%M:%S")),
         ("Model", settings.get("model", "")),
@@ -79,7 +80,7 @@ def to_markdown(stream: EventStream, store: EventStore) -> str:
         if event.type in ("child_agent_running", "summary_failed"):
             continue
         counters[owner.uid] = counters.get(owner.uid, 0) + 1
-        lines += ["", *_section(event, depth, owner if depth else None, counters[owner.uid])]
+        lines += ["", *_section(printable_event(event), depth, owner if depth else None, counters[owner.uid])]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -92,7 +93,7 @@ def _section(event: Event, depth: int, child: EventStream | None, number: int) -
     elif title is None and event.type.startswith("child_agent_"):
         title = f"Child agent returned ({data.get('exit_type', event.type[len('child_agent_'):])})"
     heading = "#" * min(2 + depth, 6)
-    where = f" — {child.agent_type} `{child.uid}`" if child is not None else ""
+    where = f" — {printable(child.agent_type)} `{child.uid}`" if child is not None else ""
     stamp = event.created_at.strftime("%H:%M:%S")
     out = [f"{heading} {number}. {title or event.type}{where}", "", f"*{stamp}*"]
     if event.reasoning.strip():

@@ -1,12 +1,20 @@
-"""The file-editing engine behind EDIT_FILE: parse a directive, change the file atomically, show the diff."""
+"""The file-editing engine behind EDIT_FILE: parse a directive, change the file atomically, show the diff.
+
+An edit holds an exclusive flock on the file from the read to the replace, so concurrent edits (other
+agents, other processes) each see the previous one's result. The file keeps its owner, group and mode; a
+file with hard links is rewritten in place so every link sees the change.
+"""
 
 from __future__ import annotations
 
 import difflib
+import fcntl
 import os
 import re
 import secrets
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from anges.exceptions import AngesError
@@ -38,20 +46,31 @@ class EditResult:
 
     def to_data(self) -> dict:
         """JSON-able facts for Event.data."""
-        lines = self.diff.splitlines()
-        return {
-            "path": self.path,
-            "operation": self.operation,
-            "created": self.created,
-            "lines_added": sum(1 for line in lines if line.startswith("+") and not line.startswith("+++")),
-            "lines_removed": sum(1 for line in lines if line.startswith("-") and not line.startswith("---")),
-        }
+        added, removed = count_changes(self.diff)
+        return {"path": self.path, "operation": self.operation, "created": self.created, "lines_added": added,
+                "lines_removed": removed}
+
+
+def count_changes(diff: str) -> tuple[int, int]:
+    """(lines added, lines removed) by a unified diff."""
+    lines = diff.splitlines()
+    added = sum(1 for line in lines if line.startswith("+") and not line.startswith("+++"))
+    removed = sum(1 for line in lines if line.startswith("-") and not line.startswith("---"))
+    return added, removed
+
+
+def summarize_diff(diff: str) -> str:
+    """What stands in for a diff too long to keep: the number of lines it changes."""
+    added, removed = count_changes(diff)
+    return (f"[{added + removed} lines changed (+{added} -{removed}); the diff, {len(diff)} characters, is too long "
+            "to keep]\n")
 
 
 @dataclass
 class _Target:
     path: str
     shown: str
+    base: str
 
 
 def apply_edit(
@@ -65,16 +84,21 @@ def apply_edit(
             f"Unknown edit directive {directive_line.strip()!r}; start it with one of: {', '.join(OPERATIONS)}"
         )
     rest = words[1].strip() if len(words) > 1 else ""
-    if operation == "NEW_FILE":
-        return _new_file(_target(rest, base_dir, operation), content)
-    if operation == "REPLACE_TEXT":
-        return _replace_text(_target(rest, base_dir, operation), content, old_text)
+    if operation in ("NEW_FILE", "REPLACE_TEXT"):
+        target = _target(rest, base_dir, operation)
+        with _locked(target):
+            if operation == "NEW_FILE":
+                return _new_file(target, content)
+            return _replace_text(target, content, old_text)
     if operation == "INSERT_LINES":
         match = _argument(_LINE_ARGUMENT, rest, operation)
-        return _insert_lines(_target(match["path"], base_dir, operation), int(match["n"]), content)
+        target = _target(match["path"], base_dir, operation)
+        with _locked(target):
+            return _insert_lines(target, int(match["n"]), content)
     match = _argument(_RANGE_ARGUMENT, rest, operation)
-    first, last = int(match["x"]), int(match["y"])
-    return _replace_range(_target(match["path"], base_dir, operation), operation, first, last, content)
+    target = _target(match["path"], base_dir, operation)
+    with _locked(target):
+        return _replace_range(target, operation, int(match["x"]), int(match["y"]), content)
 
 
 def _argument(pattern: re.Pattern, rest: str, operation: str) -> re.Match:
@@ -96,7 +120,38 @@ def _target(raw: str, base_dir: str | os.PathLike, operation: str) -> _Target:
     shown = path if relative == os.pardir or relative.startswith(os.pardir + os.sep) else relative
     if os.path.isdir(path):
         raise EditError(f"{shown} is a directory, not a file")
-    return _Target(path, shown)
+    return _Target(path, shown, base)
+
+
+@contextmanager
+def _locked(target: _Target) -> Iterator[None]:
+    """Hold an exclusive flock on the file `target` names (if it exists) while it is read, changed and replaced.
+
+    A replace puts a new inode at the path: a waiter that locked the old one opens the path again.
+    """
+    path = os.path.realpath(target.path)
+    while True:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        except (FileNotFoundError, NotADirectoryError):
+            yield  # a new file: nothing to lock yet
+            return
+        except OSError as error:
+            raise EditError(f"Cannot open {target.shown}: {error.strerror}") from error
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            locked = os.fstat(fd)
+            if not stat.S_ISREG(locked.st_mode):
+                raise EditError(f"{target.shown} is not a regular file; EDIT_FILE only edits text files")
+            try:
+                current = os.stat(path)
+            except FileNotFoundError:
+                current = None
+            if current is not None and (current.st_dev, current.st_ino) == (locked.st_dev, locked.st_ino):
+                yield
+                return
+        finally:
+            os.close(fd)
 
 
 def _read(target: _Target, operation: str) -> str:
@@ -185,22 +240,45 @@ def _split_lines(text: str) -> list[str]:
 
 def _write(target: _Target, operation: str, old: str | None, new: str) -> EditResult:
     if old != new:
+        path = os.path.realpath(target.path)  # through symlinks: the link stays, its target changes
+        _make_parents(target, os.path.dirname(path))
         try:
-            _write_atomically(target.path, new.encode("utf-8"))
+            _replace_contents(path, new.encode("utf-8"))
         except OSError as error:
             raise EditError(f"Cannot write {target.shown}: {error.strerror or error}") from error
     return EditResult(target.path, operation, _diff(target, old, new), created=old is None)
 
 
-def _write_atomically(path: str, data: bytes) -> None:
-    """Write to a temporary file beside `path`, then rename it over `path`; symlinks are followed."""
-    path = os.path.realpath(path)
-    directory, name = os.path.split(path)
-    os.makedirs(directory, exist_ok=True)
+def _make_parents(target: _Target, directory: str) -> None:
+    """Create the missing directories above the file, refusing those a path inside the working directory would
+    reach outside it through a symlink (a dangling link must not plant directories elsewhere)."""
+    if os.path.isdir(directory):
+        return
+    real_base = os.path.realpath(target.base)
+    written_inside = os.path.commonpath([target.base, target.path]) == target.base
+    if written_inside and os.path.commonpath([real_base, directory]) != real_base:
+        raise EditError(f"Refusing to create {directory}: {target.shown} leads there through a symlink, outside the "
+                        f"working directory {target.base}")
     try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)
+        os.makedirs(directory, exist_ok=True)
+    except OSError as error:
+        raise EditError(f"Cannot write {target.shown}: {error.strerror or error}") from error
+
+
+def _replace_contents(path: str, data: bytes) -> None:
+    """Give the file at `path` the contents `data`, keeping its owner, group, mode and hard links.
+
+    Normally a temporary file beside it, renamed over it (a crash leaves the old or the new file). A file
+    with other hard links, or whose owner we cannot give the new inode, is rewritten in place instead.
+    """
+    try:
+        old = os.stat(path)
     except FileNotFoundError:
-        mode = None
+        old = None
+    if old is not None and old.st_nlink > 1:
+        _rewrite_in_place(path, data)
+        return
+    directory, name = os.path.split(path)
     temporary = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.tmp")
     # 0o666 lets the kernel apply the umask, as it would for a file created by any editor.
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
@@ -208,13 +286,42 @@ def _write_atomically(path: str, data: bytes) -> None:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
+            if old is not None and not _same_owner(handle.fileno(), old):
+                os.unlink(temporary)
+                _rewrite_in_place(path, data)
+                return
+            if old is not None:
+                os.fchmod(handle.fileno(), stat.S_IMODE(old.st_mode))
             os.fsync(handle.fileno())
-        if mode is not None:
-            os.chmod(temporary, mode)
         os.replace(temporary, path)
     except BaseException:
-        os.unlink(temporary)
+        if os.path.exists(temporary):
+            os.unlink(temporary)
         raise
+
+
+def _same_owner(fd: int, old: os.stat_result) -> bool:
+    """Give the new file the old one's owner and group; False when we may not."""
+    new = os.fstat(fd)
+    if (new.st_uid, new.st_gid) == (old.st_uid, old.st_gid):
+        return True
+    try:
+        os.fchown(fd, old.st_uid, old.st_gid)
+    except PermissionError:
+        return False
+    return True
+
+
+def _rewrite_in_place(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.ftruncate(fd, len(data))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _diff(target: _Target, old: str | None, new: str) -> str:

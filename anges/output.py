@@ -17,6 +17,8 @@ import threading
 from datetime import datetime
 from typing import TYPE_CHECKING, TextIO
 
+from anges.printable import printable_json
+
 if TYPE_CHECKING:
     from anges.agents import BaseAgent
     from anges.session import Outcome
@@ -34,7 +36,7 @@ class JsonLinesOutput:
     def started(self, agent: BaseAgent, request: str) -> None:
         stream = agent.event_stream
         self.emit({"type": "run_started", "stream_id": stream.uid, "agent_type": agent.agent_type,
-                   "model": getattr(agent.inference_func, "name", ""), "request": request,
+                   "model": getattr(agent.inference_func, "name", ""), "request": _masked(request),
                    "resumed": bool(stream.events_list), "cwd": agent.cmd_init_dir,
                    "time": datetime.now().isoformat()})
 
@@ -49,7 +51,7 @@ class JsonLinesOutput:
         self.emit({"type": "run_finished", **summary(outcome, exit_code)})
 
     def emit(self, record: dict) -> None:
-        line = json.dumps(record, default=str, ensure_ascii=False)
+        line = printable_json(json.dumps(record, default=str, ensure_ascii=False))
         with self.lock:
             self.out.write(line + "\n")
             self.out.flush()
@@ -70,18 +72,24 @@ class JsonOutput(JsonLinesOutput):
     def finished(self, outcome: Outcome, exit_code: int) -> None:
         events = [{"stream_id": stream.uid, "agent_type": stream.agent_type, "depth": depth, "event": event.to_dict()}
                   for depth, stream, event in outcome.events]
-        self.emit({**summary(outcome, exit_code), "request": outcome.request, "events": events})
+        self.emit({**summary(outcome, exit_code), "request": _masked(outcome.request), "events": events})
 
 
 def summary(outcome: Outcome, exit_code: int) -> dict:
     """The facts of a finished run shared by both formats."""
-    final = outcome.final
     return {
         "stream_id": outcome.stream.uid,
         "status": outcome.status,
         "exit_code": exit_code,
-        "reason": final.data.get("reason") if final is not None and final.type == "task_interrupted" else None,
+        "reason": outcome.stop_reason,
         "answer": outcome.answer,
         "usage": outcome.usage(),
         "duration": round(outcome.duration, 3),
     }
+
+
+def _masked(request: str) -> str:
+    """The request as the events record it: with the values of secret environment variables masked."""
+    from anges.shell import mask_secrets, secret_values
+
+    return mask_secrets(request, secret_values())

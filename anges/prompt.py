@@ -54,6 +54,21 @@ def truncate(text: str, max_lines: int, max_chars: int) -> str:
     return f"{head}\n... [{mark}] ...\n{tail}"
 
 
+def clip(text: str, limit: int) -> str:
+    """`text` within `limit` characters, mark included: its head and tail around `[... N characters cut ...]`."""
+    if len(text) <= limit:
+        return text
+    room = limit - len(_cut_mark(len(text)))  # the mark is never longer than with this count
+    if room < 2:
+        return text[:limit]
+    head, tail = room - room // 2, room // 2
+    return text[:head] + _cut_mark(len(text) - room) + text[len(text) - tail:]
+
+
+def _cut_mark(count: int) -> str:
+    return f"\n... [{count} characters cut] ...\n"
+
+
 def format_event(index: int, event: Event, config: PromptConfig | None, full: bool) -> str:
     """One event as `## Event N TYPE: ...` with its REASONING and CONTENT blocks."""
     content = event.content or ""

@@ -39,6 +39,12 @@ class Outcome:
         return self.stream.events_list[-1] if self.stream.events_list else None
 
     @property
+    def stop_reason(self) -> str | None:
+        """Why the run was stopped (interrupt, timeout, model_setup, ...); None when it was not."""
+        final = self.final
+        return final.data.get("reason") if final is not None and final.type == "task_interrupted" else None
+
+    @property
     def answer(self) -> str | None:
         """The completion report, text answer or help request; None when the run was stopped."""
         final = self.final
@@ -72,11 +78,14 @@ class Output(Protocol):
 
 
 class Session:
-    """Runs requests on one agent and its stream; Ctrl-C (or SIGTERM) interrupts the request, twice quits."""
+    """Runs requests on one agent and its stream; Ctrl-C interrupts the request, twice quits; SIGTERM and SIGHUP
+    interrupt it and end the session."""
 
     def __init__(self, agent: BaseAgent, output: Output):
         self.agent = agent
         self.output = output
+        self.ended_by = ""
+        """The signal (SIGTERM, SIGHUP) that ended the session, if one did: no more requests should follow."""
 
     def run(self, request: str) -> Outcome:
         """Work on one request until the agent returns or is stopped."""
@@ -85,31 +94,54 @@ class Session:
         start = len(stream.events_list)
         began = time.monotonic()
         self.output.started(agent, request)
-        with interrupt_on_signals(agent, self.output.interrupting):
+        with interrupt_on_signals(agent, self._interrupting):
             stream = agent.run_with_new_request(request)
         events = list(walk(stream, start, agent.store))
         return Outcome(stream, request, agent.status, events, time.monotonic() - began)
 
+    def _interrupting(self, signal_name: str) -> None:
+        if signal_name != "SIGINT":
+            self.ended_by = signal_name
+        self.output.interrupting()
+
+
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
 
 @contextmanager
-def interrupt_on_signals(agent: BaseAgent, notify: Callable[[], None]) -> Iterator[None]:
-    """Inside, the first SIGINT or SIGTERM interrupts the agent (and its command); the next raises KeyboardInterrupt."""
+def interrupt_on_signals(agent: BaseAgent, notify: Callable[[str], None]) -> Iterator[None]:
+    """Inside, the first SIGINT, SIGTERM or SIGHUP interrupts the agent (and its command); the next raises
+    KeyboardInterrupt. After SIGHUP (the terminal closed) nothing more is read from or written to the terminal."""
     received = 0
+    terminal = [fd for fd in (0, 1, 2) if os.isatty(fd)]  # asked now: a hung-up terminal no longer says it is one
 
     def handle(signum, frame):
         nonlocal received
         received += 1
         if received > 1:
             raise KeyboardInterrupt
-        agent.interrupt()
-        notify()
+        name = signal.Signals(signum).name
+        if name == "SIGHUP":
+            _leave_terminal(terminal)
+        agent.interrupt(name)
+        notify(name)
 
-    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, handle) for sig in STOP_SIGNALS}
     try:
         yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _leave_terminal(fds: list[int]) -> None:
+    """Point these standard streams (the terminal's) at /dev/null: writes to a hung-up terminal fail."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    try:
+        for fd in fds:
+            os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 def read_lines(prompt: str, history: Path | None) -> Iterator[str]:

@@ -8,7 +8,9 @@ On disk, under `root` (default `ANGES_HOME/data/event_streams`), each stream has
   (`agent_settings` and `agent_type`). The last `title` and `settings` records win.
 - `<uid>.meta.json`: title, status, parents, agent type and created_at, rewritten atomically only when
   one of them changes, so listing never parses events. Rebuilt from the `.jsonl` when missing or bad.
-- `<uid>.lock`: the side file `run_lock` flocks while a run is active.
+- `<uid>.lock`: the side file `run_lock` flocks while a run is active; it names the run's process
+  (`{"pid", "started", "host"}`). A stream whose last status is `running` while nobody holds the lock
+  belongs to a run that died (SIGKILL, a crash, a full disk): it reads as `interrupted`.
 
 Every record is one `os.write` on an `O_APPEND` descriptor under an exclusive `flock`, so a crash
 loses at most the line being written, and readers (shared lock) always see whole records.
@@ -21,6 +23,7 @@ import fcntl
 import json
 import logging
 import os
+import socket
 import stat
 import time
 from collections.abc import Iterable, Iterator
@@ -188,7 +191,7 @@ class EventStore:
         """The stream `uid` as last persisted (a torn last line from a crash is skipped with a warning)."""
         path = self._path(uid)
         data, ident = self._read(path, uid)
-        stream, stored_events, status = _build(_records(data, str(path)), uid, str(path))
+        stream, stored_events, status = _build(_lines(data, str(path)), uid, str(path))
         stream._store_mark = self._new_mark(stream, ident, len(data), stored_events, status)
         stream.store = self
         return stream
@@ -286,10 +289,34 @@ class EventStore:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             if not _try_lock(fd, fcntl.LOCK_EX, _LOCK_ATTEMPTS):
-                raise StreamBusy(f"stream {uid!r} is busy: a run is already active on it")
+                owner = self.owner(uid)
+                where = f" (process {owner['pid']} on {owner['host']})" if owner else ""
+                raise StreamBusy(f"stream {uid!r} is busy: a run is already active on it{where}")
+            os.ftruncate(fd, 0)
+            _write_all(fd, json.dumps(_this_process()).encode())
             yield
         finally:
             os.close(fd)
+
+    def owner(self, uid: str) -> dict | None:
+        """The process running `uid` (`pid`, `started`: its start time in clock ticks, `host`); None when none is."""
+        if not self.is_running(uid):
+            return None
+        try:
+            fd = os.open(self._path(uid, ".lock"), os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return None
+        with os.fdopen(fd, "rb") as file:
+            raw = file.read(4096)
+        try:
+            owner = json.loads(raw)
+        except ValueError:
+            return None  # the run is starting and has not written its name yet
+        return owner if isinstance(owner, dict) and isinstance(owner.get("pid"), int) else None
+
+    def shown_status(self, uid: str, stored: str) -> str:
+        """`stored`, except that a stream left `running` by a run that is no longer active reads `interrupted`."""
+        return "interrupted" if stored == "running" and not self.is_running(uid) else stored
 
     def request_stop(self, uid: str) -> None:
         """Ask the run active on `uid`, in any process, to stop: its agent polls `stop_requested`."""
@@ -447,7 +474,7 @@ class EventStore:
         old_status = mark.status
         meta_changed = False
         if stream.title != mark.title:
-            _append_record(fd, mark, {"kind": "title", "title": stream.title})
+            _append_record(fd, mark, {"kind": "title", "title": _stored_title(stream)})
             mark.title = stream.title
             meta_changed = True
         if stream.agent_settings != mark.settings or stream.agent_type != mark.agent_type:
@@ -524,7 +551,7 @@ class EventStore:
             updated_at=datetime.fromtimestamp(st.st_mtime),
             parent_ids=list(meta["parent_event_stream_uids"]),
             agent_type=meta["agent_type"] or "",
-            status=meta["status"],
+            status=self.shown_status(uid, meta["status"]),
         )
 
     def _read_meta(self, uid: str) -> dict | None:
@@ -548,7 +575,7 @@ class EventStore:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             data = _pread_all(fd, 0, os.fstat(fd).st_size)
-            stream, _, status = _build(_records(data, str(path)), uid, str(path))
+            stream, _, status = _build(_lines(data, str(path)), uid, str(path))
             meta = _meta(stream, status)
             self._replace_file(self._path(uid, ".meta.json"), _dumps(meta))
         finally:
@@ -585,8 +612,21 @@ def _header(stream: EventStream) -> dict:
         "created_at": stream.created_at.isoformat(),
         "parent_event_stream_uids": list(stream.parent_event_stream_uids),
         "agent_type": stream.agent_type,
-        "title": stream.title,
+        "title": _stored_title(stream),
     }
+
+
+def _stored_title(stream: EventStream) -> Any:
+    """The title as written to disk: with the values of secret environment variables masked.
+
+    Titles are made from requests (by the agent, the web chat or the caller), so a secret typed into one would
+    otherwise reach the meta file, `list`, `show` and exports.
+    """
+    if not isinstance(stream.title, str):
+        return stream.title
+    from anges.shell import mask_secrets, secret_values
+
+    return mask_secrets(stream.title, secret_values())
 
 
 def _event_record(event: Event, index: int) -> dict:
@@ -609,7 +649,7 @@ def _meta(stream: EventStream, status: str) -> dict:
     return {
         "format": FORMAT,
         "uid": stream.uid,
-        "title": stream.title,
+        "title": _stored_title(stream),
         "status": status,
         "parent_event_stream_uids": list(stream.parent_event_stream_uids),
         "agent_type": stream.agent_type,
@@ -630,8 +670,8 @@ def _valid_meta(meta: Any, uid: str) -> bool:
     )
 
 
-def _records(data: bytes, source: str) -> Iterator[dict]:
-    """The records of the complete lines of `data`; torn or corrupt lines are skipped with a warning."""
+def _lines(data: bytes, source: str) -> Iterator[tuple[int, dict]]:
+    """(line number, record) of the complete lines of `data`; torn or corrupt lines are skipped with a warning."""
     lines = data.split(b"\n")
     if lines[-1]:
         log.warning("%s: skipping an incomplete last line (%d bytes), likely cut by a crash", source, len(lines[-1]))
@@ -644,19 +684,58 @@ def _records(data: bytes, source: str) -> Iterator[dict]:
             log.warning("%s: skipping unreadable line %d, likely cut by a crash", source, number)
             continue
         if isinstance(record, dict) and isinstance(record.get("kind"), str):
-            yield record
+            yield number, record
         else:
             log.warning("%s: skipping line %d: not a record", source, number)
+
+
+def _records(data: bytes, source: str) -> Iterator[dict]:
+    """The usable records of the complete lines of `data` (see `_lines` and `_usable`)."""
+    return (record for number, record in _lines(data, source) if _usable(record, source, number))
+
+
+_TEXT = (str, type(None))
+_FIELD_TYPES = {
+    "event": {"reasoning": _TEXT, "content": _TEXT, "title": _TEXT, "message": _TEXT, "analysis": _TEXT,
+              "est_input_token": (int, float, type(None)), "est_output_token": (int, float, type(None)),
+              "data": (dict, type(None)), "created_at": _TEXT},
+    "summary": {"type": str, "start_event_idx": int, "end_event_idx": int, "summary": _TEXT, "data": (dict, type(None)),
+                "created_at": _TEXT},
+    "title": {"title": _TEXT},
+    "settings": {"agent_settings": dict, "agent_type": _TEXT},
+}
+"""The type each field of a record must have; a field that is left out is fine unless _REQUIRED names it."""
+_REQUIRED = {"summary": _SUMMARY_KEYS, "settings": ("agent_settings",)}
+
+
+def _usable(record: dict, source: str, number: int) -> bool:
+    """False, with a warning naming the line, for a record whose fields have the wrong type."""
+    kind = record["kind"]
+    for name in _REQUIRED.get(kind, ()):
+        if name not in record:
+            log.warning("%s: skipping line %d: a %s record without %r", source, number, kind, name)
+            return False
+    for name, types in _FIELD_TYPES.get(kind, {}).items():
+        value = record.get(name)
+        if name in record and (not isinstance(value, types) or isinstance(value, bool)):
+            log.warning("%s: skipping line %d: the %s record's %r is %s", source, number, kind, name,
+                        type(value).__name__)
+            return False
+    return True
 
 
 def _is_event(record: dict) -> bool:
     return record.get("kind") == "event" and isinstance(record.get("type"), str)
 
 
-def _build(records: Iterable[dict], uid: str, source: str) -> tuple[EventStream, int, str]:
-    """A stream from its records (header first), with its number of event records and its status."""
-    records = iter(records)
-    header = next(records, None)
+def _build(lines: Iterable[tuple[int, dict]], uid: str, source: str) -> tuple[EventStream, int, str]:
+    """A stream from its numbered records (header first), with its number of event records and its status.
+
+    A record whose fields have the wrong type is skipped with a warning; a skipped event still counts, so the
+    index of the next event written stays unique.
+    """
+    lines = iter(lines)
+    header = next(lines, (0, None))[1]
     _check_header(header, source)
     stream = EventStream(
         title=header.get("title"),
@@ -667,13 +746,18 @@ def _build(records: Iterable[dict], uid: str, source: str) -> tuple[EventStream,
     stream.title = header.get("title")
     stream.created_at = _time(header.get("created_at"))
     status = "new"
-    for record in records:
+    stored = 0
+    for number, record in lines:
+        if _is_event(record):
+            stored += 1
+        if not _usable(record, source, number):
+            continue
         if _is_event(record):
             stream.events_list.append(Event.from_dict(record))
             status = status_of(record["type"]) or status
         else:
             _apply(stream, record, source)
-    return stream, len(stream.events_list), status
+    return stream, stored, status
 
 
 def _check_header(header: dict | None, source: str) -> None:
@@ -686,11 +770,11 @@ def _check_header(header: dict | None, source: str) -> None:
 def _apply(stream: EventStream, record: dict, source: str) -> None:
     """Apply a non-event record to `stream`."""
     kind = record["kind"]
-    if kind == "summary" and all(key in record for key in _SUMMARY_KEYS):
+    if kind == "summary":
         stream.event_summaries_list.append(EventSummary.from_dict(record))
     elif kind == "title":
         stream.title = record.get("title")
-    elif kind == "settings" and isinstance(record.get("agent_settings"), dict):
+    elif kind == "settings":
         stream.agent_settings = dict(record["agent_settings"])
         stream.agent_type = record.get("agent_type", stream.agent_type) or ""
     else:
@@ -709,7 +793,7 @@ def _stream_from_jsonl(raw: bytes, source: str) -> EventStream:
     uid = header.get("uid")
     if not is_valid_id(uid):
         raise InvalidStreamId(f"{source}: invalid stream id {uid!r} in the header")
-    return _build(_records(raw, source), uid, source)[0]
+    return _build(_lines(raw, source), uid, source)[0]
 
 
 def _check_stream_dict(data: Any, source: str) -> None:
@@ -781,11 +865,29 @@ def _catch_up(fd: int, source: str, mark: _Mark) -> None:
         mark.ident, mark.offset, mark.stored_events = (st.st_dev, st.st_ino), 0, 0
     if st.st_size > mark.offset:
         new = _pread_all(fd, mark.offset, st.st_size - mark.offset)
-        mark.stored_events += sum(1 for record in _records(new, source) if _is_event(record))
+        mark.stored_events += sum(1 for _, record in _lines(new, source) if _is_event(record))
         mark.offset = st.st_size
     if st.st_size and os.pread(fd, 1, st.st_size - 1) != b"\n":
         _write_all(fd, b"\n")
         mark.offset += 1
+
+
+def _this_process() -> dict:
+    return {"pid": os.getpid(), "started": _process_start(os.getpid()), "host": socket.gethostname()}
+
+
+def _process_start(pid: int) -> int | None:
+    """When process `pid` started, in clock ticks since boot (/proc/PID/stat); None where that is unknown.
+
+    With the pid it names one process: a pid reused by a later process has another start time.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            stat_line = file.read()
+    except OSError:
+        return None
+    fields = stat_line[stat_line.rfind(b")") + 2:].split()
+    return int(fields[19]) if len(fields) > 19 else None
 
 
 def _try_lock(fd: int, operation: int, attempts: int) -> bool:

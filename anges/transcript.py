@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, TextIO
 from anges.events import REQUEST_EVENT_TYPES as REQUEST_TYPES
 from anges.events import walk
 from anges.export import command_output, edit_diff
-from anges.store import status_of
+from anges.printable import printable, printable_event
+from anges.store import status_of, stream_status
 
 if TYPE_CHECKING:
     from anges.events import Event
@@ -71,6 +72,7 @@ class Renderer:
 
     def event(self, event: Event, depth: int = 0, agent: str = "", live: bool = False) -> list[str]:
         """The lines of one event; `live` leaves out the top-level request and answer (the user has or gets those)."""
+        event, agent = printable_event(event), printable(agent)
         kind = event.type
         if kind in ("child_agent_running", "summary_failed") or (live and depth == 0 and kind in REQUEST_TYPES):
             return []
@@ -252,7 +254,7 @@ class WatchedModel:
             reply = self.model(prompt, temperature=temperature)
             return reply
         finally:
-            self.spinner.start(_activity(reply))
+            self.spinner.start(printable(_activity(reply)))
 
     def __getattr__(self, name: str):
         return getattr(self.model, name)
@@ -286,7 +288,7 @@ class Transcript:
     def note(self, text: str, *styles: str) -> None:
         """A line of our own (status, hints), unless quiet."""
         if not self.quiet:
-            self.write([self.style(text, *styles)])
+            self.write([self.style(printable(text), *styles)])
 
     def write(self, lines: list[str]) -> None:
         if not lines:
@@ -330,10 +332,10 @@ class TextOutput:
     def finished(self, outcome, exit_code: int) -> None:
         self.transcript.close()
         if outcome.answer is not None:
-            self.out.write(render_markdown(outcome.answer, self.style) + "\n")
+            self.out.write(render_markdown(printable(outcome.answer), self.style) + "\n")
             self.out.flush()
         elif self.transcript.quiet and outcome.final is not None:  # quiet, yet the user must learn why it stopped
-            self.transcript.out.write(f"anges: stopped: {_stop_text(outcome.final)}\n")
+            self.transcript.out.write(f"anges: stopped: {_stop_text(printable_event(outcome.final))}\n")
         self.transcript.note(status_line(outcome), "dim")
 
     def close(self) -> None:
@@ -362,12 +364,23 @@ def print_stream(stream, store, out: TextIO, verbose: bool = False) -> None:
     """The whole transcript of a stored stream, children in place, as the user saw it live."""
     style = Style(wants_colour(out))
     renderer = Renderer(style, verbose=verbose, cwd=stream.agent_settings.get("cmd_init_dir", ""))
-    out.write(style(stream.title or stream.uid, "bold") + style(f"  ({stream.uid}, {stream.agent_type or 'default'})",
-                                                                 "dim") + "\n")
+    title, agent_type = printable(str(stream.title or stream.uid)), printable(stream.agent_type or "default")
+    out.write(style(title, "bold") + style(f"  ({stream.uid}, {agent_type})", "dim") + "\n")
     for depth, owner, event in walk(stream, store=store):
         lines = renderer.event(event, depth, f"{owner.agent_type} {owner.uid}" if depth else "")
         if lines:
             out.write("\n".join(lines) + "\n")
+    if stream_status(stream.events_list) == "running":
+        out.write(_still_running(stream.uid, store, style) + "\n")
+
+
+def _still_running(uid: str, store, style: Style) -> str:
+    """The last line of a stream whose last run has not recorded its end: still at work, or dead."""
+    owner = store.owner(uid)
+    if owner is not None:
+        return style(printable(f"… running (process {owner['pid']} on {owner['host']})"), "cyan")
+    return style(f"■ stopped: the run's process ended without finishing; continue with anges --resume {uid} -q ...",
+                 "yellow")
 
 
 def format_list(infos, style: Style, limit: int = 0) -> list[str]:
@@ -399,7 +412,7 @@ def format_list(infos, style: Style, limit: int = 0) -> list[str]:
         status = f"{info.status:<11}"
         lines.append(f"{style(prefix, 'dim')}{info.uid:<{width - len(prefix)}}  "
                      f"{style(status, SHOWN_STATUS.get(info.status, ('', ''))[1])}  {_age(now - info.updated_at):>4}  "
-                     f"{info.agent_type or 'default':<13}  {_one_line(info.title or '', 80)}")
+                     f"{printable(info.agent_type or 'default'):<13}  {printable(_one_line(info.title or '', 80))}")
     return lines
 
 
@@ -484,6 +497,7 @@ def _activity(reply) -> str:
 STOP_REASONS = {"interrupt": "interrupted", "timeout": "out of time", "event_limit": "out of steps",
                 "model_call_limit": "out of model calls", "repetition": "stuck repeating itself",
                 "invalid_replies": "the model's replies were invalid", "model_error": "the model failed",
+                "model_setup": "the model is not usable", "abandoned": "its process ended without finishing",
                 "budget": "over budget"}
 
 

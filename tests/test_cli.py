@@ -187,7 +187,7 @@ def test_timeout_stops_a_long_command_with_exit_4(tmp_path):
     assert "out of time" in out.stderr
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_ctrl_c_during_a_long_command_interrupts_kills_it_and_exits_4(tmp_path, signum):
     model = scripted(tmp_path, shell("echo $$ > pid.txt; sleep 30"), complete())
     proc = subprocess.Popen([*ANGES, "-q", "wait", "--model", model], cwd=tmp_path, env=os.environ.copy(),

@@ -1,6 +1,8 @@
 import json
 import os
 import stat
+import subprocess
+import sys
 
 import pytest
 
@@ -445,3 +447,91 @@ def test_to_data_is_json_facts(tmp_path):
         "lines_added": 2,
         "lines_removed": 0,
     }
+
+
+# concurrent edits and the file's identity
+
+INSERTER = """
+import sys
+from anges.fileedit import apply_edit
+base, writer = sys.argv[1], sys.argv[2]
+for i in range(50):
+    apply_edit("INSERT_LINES shared.txt -1", f"{writer}-{i}", base_dir=base)
+"""
+
+
+def test_concurrent_edits_from_four_processes_lose_nothing(tmp_path):
+    shared = tmp_path / "shared.txt"
+    shared.write_text("start\n")
+    writers = [subprocess.Popen([sys.executable, "-c", INSERTER, str(tmp_path), f"w{n}"]) for n in range(4)]
+    assert [writer.wait(timeout=120) for writer in writers] == [0, 0, 0, 0]
+
+    lines = shared.read_text().splitlines()
+    assert lines[0] == "start" and len(lines) == 201
+    assert sorted(lines[1:]) == sorted(f"w{n}-{i}" for n in range(4) for i in range(50))
+    for n in range(4):  # each writer's lines in its own order
+        assert [line for line in lines if line.startswith(f"w{n}-")] == [f"w{n}-{i}" for i in range(50)]
+    assert leftovers(tmp_path) == []
+
+
+def test_an_edit_keeps_hard_links(tmp_path, seven):
+    other = tmp_path / "other-name.py"
+    os.link(seven, other)
+    inode = seven.stat().st_ino
+
+    edit(tmp_path, "REPLACE_LINES foo.py 1-1", "ONE")
+
+    assert seven.stat().st_ino == inode and seven.stat().st_nlink == 2
+    assert other.read_text() == seven.read_text() == SEVEN_LINES.replace("one", "ONE", 1)
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_an_edit_by_root_keeps_the_owner_group_and_mode(tmp_path, seven):
+    os.chown(seven, 4321, 4322)
+    seven.chmod(0o640)
+
+    edit(tmp_path, "INSERT_LINES foo.py 0", "zero")
+    edit(tmp_path, "NEW_FILE foo.py", "replaced")
+
+    info = seven.stat()
+    assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (4321, 4322, 0o640)
+    assert seven.read_text() == "replaced\n"
+
+
+def test_a_dangling_symlink_cannot_create_directories_outside_the_working_directory(tmp_path):
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    work.mkdir()
+    outside.mkdir()
+    (work / "link").symlink_to(outside / "made" / "by-link" / "file.txt")
+
+    with pytest.raises(EditError, match="through a symlink, outside the working directory"):
+        apply_edit("NEW_FILE link", "x", base_dir=work)
+
+    assert list(outside.iterdir()) == []
+
+
+def test_a_symlink_may_lead_to_new_directories_inside_the_working_directory(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "alias").symlink_to(tmp_path / "real")
+
+    edit(tmp_path, "NEW_FILE alias/sub/new.txt", "inside")
+
+    assert (tmp_path / "real" / "sub" / "new.txt").read_text() == "inside\n"
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path):
+    os.mkfifo(tmp_path / "pipe")
+
+    with pytest.raises(EditError, match="not a regular file"):
+        edit(tmp_path, "INSERT_LINES pipe 0", "x")
+
+
+def test_a_path_written_outside_the_working_directory_may_still_create_its_directories(tmp_path):
+    work, outside = tmp_path / "work", tmp_path / "elsewhere"
+    work.mkdir()
+    (tmp_path / "alias").symlink_to(outside.parent)  # an absolute path the model chose, through a symlink
+
+    apply_edit(f"NEW_FILE {tmp_path / 'alias' / 'elsewhere' / 'deep' / 'f.txt'}", "x", base_dir=work)
+
+    assert (outside / "deep" / "f.txt").read_text() == "x\n"

@@ -1,5 +1,7 @@
 """What every provider does alike, through its real SDK against a loopback server: replies, usage, retries, faults."""
 
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -9,14 +11,16 @@ from wire_servers import (
     AnthropicWireServer,
     GeminiWireServer,
     OpenAIWireServer,
+    Scripted,
     WireServer,
     sleeper,
 )
 
 from anges.config import ModelPreset, ModelSettings, RetryConfig
-from anges.exceptions import ModelError, ModelReplyError, ModelSetupError
+from anges.exceptions import ModelCancelled, ModelError, ModelReplyError, ModelSetupError
 from anges.models.anthropic_model import AnthropicModel
 from anges.models.base import Completion
+from anges.models.cancel import CancelToken, cancellable
 from anges.models.gemini_model import GeminiModel
 from anges.models.openai_model import OpenAIModel
 
@@ -38,11 +42,13 @@ class Wire:
     model_class: type
     key_env: str
 
-    def model(self, settings: ModelSettings | None = None, retry: RetryConfig = FAST, **preset: Any):
+    def model(self, settings: ModelSettings | None = None, retry: RetryConfig = FAST, real_waits: bool = False,
+              **preset: Any):
         waits, sleep = sleeper()
         options = {"model": "test-model", "base_url": self.server.base_url, "api_key_env": self.key_env, **preset}
         model = self.model_class(ModelPreset(provider=self.provider, **options),
-                                 settings or ModelSettings(request_timeout=5), retry, sleep=sleep)
+                                 settings or ModelSettings(request_timeout=5), retry,
+                                 sleep=None if real_waits else sleep)
         return model, waits
 
 
@@ -249,3 +255,92 @@ def test_a_missing_key_names_the_variable(wire, monkeypatch):
     with pytest.raises(ModelSetupError, match=f"needs an API key: set {wire.key_env}"):
         wire.model()
     assert wire.server.requests == []
+
+
+# --- cancelling a call, and replies that are not JSON ------------------------------------------------------------
+
+
+def call_in_thread(model, token):
+    """Start `model("hi")` under `token` on a thread; returns the thread and where its outcome lands."""
+    outcome = {}
+
+    def work():
+        with cancellable(token):
+            try:
+                outcome["reply"] = model("hi")
+            except BaseException as exc:
+                outcome["error"] = exc
+        outcome["ended"] = time.monotonic()
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def test_a_cancel_closes_the_request_the_server_holds_open_and_retries_nothing(wire):
+    wire.server.enqueue_hold(30)
+    wire.server.enqueue_text("a retry nobody should make")
+    model, _ = wire.model(settings=ModelSettings(request_timeout=60), real_waits=True)
+    token = CancelToken()
+    thread, outcome = call_in_thread(model, token)
+    assert wire.server.wait_for_requests(1)
+
+    cancelled = time.monotonic()
+    token.cancel()
+    thread.join(5)
+    assert not thread.is_alive(), "the call outlived its cancel"
+    assert isinstance(outcome["error"], ModelCancelled)
+    assert outcome["ended"] - cancelled < 2
+    deadline = time.monotonic() + 5
+    while not wire.server.hangups and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert wire.server.hangups and wire.server.hangups[0] - cancelled < 2, "the server never saw the connection close"
+    time.sleep(0.3)
+    assert len(wire.server.requests) == 1 and wire.server.pending == 1
+
+
+def test_a_cancel_cuts_the_wait_before_a_retry_short(wire):
+    wire.server.enqueue_error(503, headers={"Retry-After": "20"})
+    wire.server.enqueue_text("a retry nobody should make")
+    model, _ = wire.model(retry=RetryConfig(3, 60, 0.01, 30), real_waits=True)
+    token = CancelToken()
+    thread, outcome = call_in_thread(model, token)
+    assert wire.server.wait_for_requests(1)
+    time.sleep(0.2)  # now waiting out the Retry-After
+
+    cancelled = time.monotonic()
+    token.cancel()
+    thread.join(5)
+    assert not thread.is_alive() and outcome["ended"] - cancelled < 2
+    assert isinstance(outcome["error"], ModelCancelled)
+    assert len(wire.server.requests) == 1
+
+
+def test_a_call_made_after_a_cancel_uses_a_fresh_connection(wire):
+    wire.server.enqueue_hold(30)
+    wire.server.enqueue_text("fresh")
+    model, _ = wire.model(real_waits=True)
+    token = CancelToken()
+    thread, outcome = call_in_thread(model, token)
+    assert wire.server.wait_for_requests(1)
+    token.cancel()
+    thread.join(5)
+
+    assert model("again") == "fresh"
+
+
+def test_a_200_reply_that_is_not_json_is_retried_then_explained(wire):
+    # google-genai reads an empty 200 body as a reply without candidates: the empty-reply case
+    bodies = ["<html><body>502 Bad Gateway</body></html>"] + ([] if wire.provider == "gemini" else [""])
+    for body in bodies:
+        wire.server.enqueue(Scripted(200, body=body))
+        wire.server.enqueue_text("ok")
+        model, waits = wire.model()
+
+        assert model("hi") == "ok"
+        assert len(waits) == 1
+
+        wire.server.enqueue(Scripted(200, body=body), times=3)
+        with pytest.raises(ModelError, match="gave up after 3 attempts.*not JSON") as caught:
+            model("hi")
+        assert not isinstance(caught.value, ModelSetupError)

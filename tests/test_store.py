@@ -297,14 +297,16 @@ def test_a_newer_format_is_refused_with_a_clear_error(store):
 def test_status_follows_the_events(store, types, status):
     stream = EventStream()
     store.sync(stream)
-    for event_type in types:  # one sync per event, as an agent does
-        stream.add_event(Event(event_type))
-        store.sync(stream)
-    assert store.info(stream.uid).status == status
+    with store.run_lock(stream.uid):  # as during a run
+        for event_type in types:  # one sync per event, as an agent does
+            stream.add_event(Event(event_type))
+            store.sync(stream)
+        assert store.info(stream.uid).status == status
     stream_in_one_go = EventStream()
     stream_in_one_go.events_list = [Event(t) for t in types]
     store.save(stream_in_one_go)
-    assert store.info(stream_in_one_go.uid).status == status
+    with store.run_lock(stream_in_one_go.uid):
+        assert store.info(stream_in_one_go.uid).status == status
 
 
 def test_meta_is_rewritten_only_when_title_status_or_settings_change(store):
@@ -550,6 +552,38 @@ def test_unreadable_lines_in_the_middle_are_skipped(store, caplog):
     with caplog.at_level(logging.WARNING):
         assert [e.content for e in store.load("mid").events_list] == ["echo 0", "echo 1", "last"]
     assert "line 4" in caplog.text
+
+
+WRONG_TYPES = [
+    {"kind": "event", "index": 2, "type": "action", "data": [1, 2]},
+    {"kind": "event", "index": 3, "type": "action", "message": 5},
+    {"kind": "event", "index": 4, "type": "action", "est_input_token": "many"},
+    {"kind": "summary", "type": "actions", "start_event_idx": "one", "end_event_idx": 2, "summary": "s"},
+    {"kind": "title", "title": {"not": "a title"}},
+    {"kind": "settings", "agent_settings": ["x"], "agent_type": "default"},
+]
+
+
+def test_records_whose_fields_have_the_wrong_type_are_skipped_and_the_rest_loads(store, caplog):
+    stream = new_stream(2, uid="typed", title="Typed")
+    store.sync(stream)
+    path = store.root / "typed.jsonl"
+    with open(path, "ab") as file:
+        file.write(b"".join(json.dumps(record).encode() + b"\n" for record in WRONG_TYPES))
+    stream.add_event(Event("task_completion", content="still here"))
+    store.sync(stream)
+    with caplog.at_level(logging.WARNING):
+        loaded = store.load("typed")
+    assert [e.content for e in loaded.events_list] == ["echo 0", "echo 1", "still here"]
+    assert loaded.title == "Typed" and loaded.event_summaries_list == []
+    for line in range(4, 4 + len(WRONG_TYPES)):  # after the header and two events
+        assert f"line {line}:" in caplog.text
+    assert store.info("typed").status == "completed"
+    indexes = [r["index"] for r in store.read_records("typed")[0] if r["kind"] == "event"]
+    assert indexes == [0, 1, 5]  # the skipped events kept their numbers: the next event's index is unique
+    loaded.add_event(Event("action", content="more"))
+    store.sync(loaded)
+    assert [r["index"] for r in store.read_records("typed")[0] if r["kind"] == "event"][-1] == 6
 
 
 # --- tailing --------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import select
 import socket
 import threading
 import time
@@ -54,6 +55,8 @@ class Scripted:
     """Seconds to wait before answering (longer than the client's timeout: a hang)."""
     drop: bool = False
     """Close the connection without answering."""
+    hold: float = 0.0
+    """Seconds to hold the request open without answering, watching for the client to hang up."""
 
 
 class WireServer:
@@ -67,6 +70,8 @@ class WireServer:
         self.requests: list[Request] = []
         self.unscripted = 0
         """Requests that found the queue empty."""
+        self.hangups: list[float] = []
+        """`time.monotonic()` of each held request (`enqueue_hold`) whose client closed the connection."""
         self._queue: deque[Scripted] = deque()
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -147,6 +152,19 @@ class WireServer:
         """Say nothing for `seconds` (then answer with a text nobody should read)."""
         self.enqueue_text("too late", delay=seconds, times=times)
 
+    def enqueue_hold(self, seconds: float = 60, times: int = 1) -> None:
+        """Keep the request open for `seconds` without a byte of answer; a client hanging up is noted in `hangups`."""
+        self.enqueue(Scripted(hold=seconds), times)
+
+    def wait_for_requests(self, count: int, timeout: float = 10) -> bool:
+        """Wait until `count` requests have arrived; False if they did not within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while len(self.requests) < count:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
     def enqueue_drop(self, times: int = 1) -> None:
         """Close the connection without an answer."""
         self.enqueue(Scripted(drop=True), times)
@@ -205,6 +223,9 @@ class _Handler(BaseHTTPRequestHandler):
         if scripted.delay and self.wire._closing.wait(scripted.delay):
             self.close_connection = True
             return
+        if scripted.hold:
+            self._hold(scripted.hold)
+            return
         if scripted.drop:
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
@@ -225,8 +246,27 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_GET = do_POST
 
+    def _hold(self, seconds: float) -> None:
+        """Say nothing until the client hangs up (noted in `wire.hangups`), the server closes or time is up."""
+        self.close_connection = True
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not self.wire._closing.is_set():
+            readable, _, _ = select.select([self.connection], [], [], 0.02)
+            if readable and not _peek(self.connection):
+                with self.wire._lock:
+                    self.wire.hangups.append(time.monotonic())
+                return
+
     def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
         pass
+
+
+def _peek(connection: socket.socket) -> bytes:
+    """The next byte the client sent, left unread (b"" once it hung up)."""
+    try:
+        return connection.recv(1, socket.MSG_PEEK)
+    except ConnectionResetError:
+        return b""
 
 
 class OpenAIWireServer(WireServer):

@@ -8,8 +8,6 @@ import os
 import platform
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -28,10 +26,11 @@ from anges.actions import (
 from anges.budget import Budget
 from anges.config import AgentConfig, Config, default_config
 from anges.events import RETURN_TO_PARENT_EVENT_TYPES, Event, EventStream, new_id, title_from
-from anges.exceptions import FormatError, ModelError, ModelReplyError, RunStopped
+from anges.exceptions import FormatError, ModelError, ModelReplyError, ModelSetupError, RunStopped
+from anges.models.cancel import CallThread, CancelToken
 from anges.parsing import ParsedReply, parse_reply
-from anges.prompt import format_event_stream, render_template
-from anges.store import EventStore, status_of
+from anges.prompt import clip, format_event_stream, render_template
+from anges.store import EventStore, status_of, stream_status
 
 if TYPE_CHECKING:
     from anges.mcp import MCPManager
@@ -115,9 +114,10 @@ class BaseAgent:
         self._add_mcp_action()
         self.agent_prompt_template = self.template
         self._interrupted = threading.Event()
+        self._interrupt_why = ""
         self._state: RunState | None = None
         self._secrets: list[str] = []
-        self._model_worker: ThreadPoolExecutor | None = None
+        self._calls: CallThread | None = None
         self._facts: dict | None = None
         self._env: dict[str, str] | None = None
 
@@ -129,13 +129,15 @@ class BaseAgent:
 
         stream = self._open_stream(event_stream)
         self._interrupted.clear()
+        self._interrupt_why = ""
         self._secrets = secret_values() + (self.mcp.secrets if self.mcp is not None else [])
         self._env = scrubbed_environment(self.agent_config.pass_env)
         with self.store.run_lock(stream.uid):
             self.store.clear_stop(stream.uid)
+            self._close_abandoned_run()
             first = not stream.events_list
             if first and stream.title == stream.uid:
-                stream.title = title_from(task_description)
+                stream.title = self._masked_title(task_description)
             kind = "new_request" if first else "follow_up_request"
             if self.parent_ids:
                 kind += "_from_parent"
@@ -144,12 +146,7 @@ class BaseAgent:
             self._state = RunState(request_index=len(stream.events_list), budget=budget)
             if first and self.auto_entitle:
                 self._entitle(task_description)
-            try:
-                self._run()
-            finally:
-                if self._model_worker is not None:
-                    self._model_worker.shutdown(wait=False, cancel_futures=True)
-                    self._model_worker = None
+            self._run()
         return stream
 
     def handle_user_visible_messages(self, message: str) -> None:
@@ -169,8 +166,9 @@ class BaseAgent:
                    notes=self.user_notes, message_handlers=self.message_handlers,
                    budget=self._state.budget if self._state else None, mcp=self.mcp, **extra)
 
-    def interrupt(self) -> None:
-        """Ask the running request to stop (the running command is killed)."""
+    def interrupt(self, why: str = "") -> None:
+        """Ask the running request to stop (the running command is killed); `why` (e.g. "SIGTERM") is recorded."""
+        self._interrupt_why = why
         self._interrupted.set()
 
     def render_prompt(self, feedback: str = "") -> str:
@@ -265,6 +263,7 @@ class BaseAgent:
         for event in added:
             self._attach_usage(event)
             _mask_event(event, self._secrets)
+            _cap_event(event, self.agent_config.event_text_cap)
             self.status = status_of(event.type) or self.status
         self.store.sync(stream)
         return result is not None or any(e.type in RETURN_TO_PARENT_EVENT_TYPES for e in added)
@@ -273,7 +272,9 @@ class BaseAgent:
 
     def _check_limits(self) -> None:
         if self._interrupt_requested():
-            raise RunStopped("interrupt", "the run was interrupted")
+            why = self._interrupt_why
+            raise RunStopped("interrupt", f"the run was interrupted ({why})" if why else "the run was interrupted",
+                             **({"by": why} if why else {}))
         state = self._state
         state.budget.check()
         since_request = len(self.event_stream.events_list) - state.request_index
@@ -308,32 +309,38 @@ class BaseAgent:
         state.model_calls += 1
         if temperature is None:
             temperature = self.config.model_settings.temperature
+        prompt = clip(prompt, self.config.prompt.max_prompt_chars)
         try:
             reply = self._while_watching(lambda: self.inference_func(prompt, temperature=temperature))
         except ModelReplyError as exc:
             state.budget.charge(exc.usage, None)
             raise
+        except ModelSetupError as exc:  # a rejected key, an unknown model: retrying cannot help
+            raise RunStopped("model_setup", f"the model is not usable: {exc}", error=str(exc)) from None
         except ModelError as exc:
             raise RunStopped("model_error", f"the model call failed: {exc}", error=str(exc)) from None
         self._account(reply if isinstance(reply, str) else "", attach)
         return reply
 
     def _while_watching(self, call: Callable):
-        """Run a model call on a worker thread, so an interrupt or the time limit stops the run at once.
+        """Run a model call on the agent's call thread, so an interrupt or the time limit stops the run at once.
 
-        An abandoned call finishes in the background and its reply is dropped.
+        The call runs under a cancel token: on a stop the provider drops its request and gives up retrying,
+        and the thread is left to finish alone (a daemon: it cannot keep the process alive).
         """
-        if self._model_worker is None:
-            self._model_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="anges-model")
-        future = self._model_worker.submit(call)
-        while True:
-            try:
-                return future.result(timeout=MODEL_POLL_SECONDS)
-            except FutureTimeout:
-                if self._interrupt_requested() or self._state.budget.expired():
-                    self._model_worker.shutdown(wait=False, cancel_futures=True)
-                    self._model_worker = None
-                    self._check_limits()
+        token = CancelToken()
+        pending = self._calls.start(call, token) if self._calls is not None else None
+        if pending is None:  # no thread yet, or it ended while idle
+            self._calls = CallThread(f"anges-model-{self.uid}")
+            pending = self._calls.start(call, token)
+        while not pending.wait(MODEL_POLL_SECONDS):
+            if self._interrupt_requested() or self._state.budget.expired():
+                token.cancel()
+                self._calls.close()
+                self._calls = None
+                self._check_limits()
+                raise RunStopped("interrupt", "the run was interrupted")  # a stop that `_check_limits` did not see
+        return pending.result()
 
     def _account(self, reply: str, attach: bool) -> None:
         from anges.models.base import Usage, estimate_tokens
@@ -392,6 +399,7 @@ class BaseAgent:
     def _record(self, event: Event) -> None:
         self._attach_usage(event)
         _mask_event(event, self._secrets)
+        _cap_event(event, self.agent_config.event_text_cap)
         self.event_stream.add_event(event)
         self.store.sync(self.event_stream)
         self.status = status_of(event.type) or self.status
@@ -402,6 +410,14 @@ class BaseAgent:
         content = f"The run stopped: {stop}."
         self._record(Event("task_interrupted", content=content, message=content,
                            data={"reason": stop.reason, **_jsonable(stop.details)}))
+
+    def _close_abandoned_run(self) -> None:
+        """Record how the last run ended when its process died before it could (we hold the run lock now)."""
+        if stream_status(self.event_stream.events_list) != "running":
+            return
+        content = ("The previous run on this stream ended without finishing: its process exited or was killed "
+                   "before it could record how the run ended.")
+        self._record(Event("task_interrupted", content=content, message=content, data={"reason": "abandoned"}))
 
     def _open_stream(self, event_stream: EventStream | None) -> EventStream:
         stream = event_stream or self.event_stream or EventStream(
@@ -447,6 +463,7 @@ class BaseAgent:
             self._record(Event("summary_failed", content=str(exc), message=note,
                                data={"start": start, "end": end, "reason": reason, "error": str(exc)}))
             return False
+        summary.summary = clip(summary.summary, self.config.prompt.max_summary_chars)
         self.event_stream.event_summaries_list.append(summary)
         self.store.sync(self.event_stream)
         return True
@@ -458,10 +475,16 @@ class BaseAgent:
         except (ModelError, RunStopped, FormatError) as exc:
             self.logger.info("no title: %s", exc)
             return
-        title = title_from(str(title)).strip("\"'. …")
+        title = self._masked_title(str(title)).strip("\"'. …")
         if title:
             self.event_stream.title = title
             self.store.sync(self.event_stream)
+
+    def _masked_title(self, text: str) -> str:
+        """A one-line title from `text`, its secrets masked before it is cut (so no fragment of one is left)."""
+        from anges.shell import mask_secrets
+
+        return title_from(mask_secrets(text, self._secrets))
 
     # -- plumbing ---------------------------------------------------------------------------------------------
 
@@ -530,6 +553,35 @@ def _mask_event(event: Event, secrets: list[str]) -> None:
     data = json.dumps(event.data)
     if any(secret in data for secret in secrets):
         event.data = json.loads(mask_secrets(data, secrets))
+
+
+def _cap_event(event: Event, limit: int) -> None:
+    """Cut every text of an event to `limit` characters (after masking, so no secret is split); a diff past it
+    becomes the number of lines it changes."""
+    if limit <= 0:
+        return
+    diff = event.data.get("diff")
+    if isinstance(diff, str) and len(diff) > limit:
+        from anges.fileedit import summarize_diff
+
+        summary = summarize_diff(diff)
+        event.data["diff"] = summary
+        event.content = (event.content or "").replace(diff, summary)
+    for name in ("content", "message", "reasoning", "analysis"):
+        text = getattr(event, name)
+        if isinstance(text, str) and len(text) > limit:
+            setattr(event, name, clip(text, limit))
+    event.data = _clip_texts(event.data, limit)
+
+
+def _clip_texts(value, limit: int):
+    if isinstance(value, str):
+        return clip(value, limit)
+    if isinstance(value, dict):
+        return {key: _clip_texts(item, limit) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_clip_texts(item, limit) for item in value]
+    return value
 
 
 def _jsonable(details: dict) -> dict:

@@ -30,6 +30,7 @@ class AnthropicModel(Provider):
             "timeout": self.settings.request_timeout,
             "max_retries": 0,
             "default_headers": self.preset.headers or None,
+            "http_client": anthropic.DefaultHttpxClient(event_hooks=self.connections.event_hooks),
         }
         if self.preset.vertex:
             self.label = "Vertex AI"
@@ -56,12 +57,14 @@ class AnthropicModel(Provider):
             max_tokens=self.settings.max_output_tokens,
             messages=[{"role": "user", "content": prompt}],
         )
-        usage = _usage(message.usage)
-        if message.stop_reason == "refusal":
+        usage = _usage(getattr(message, "usage", None))
+        stop_reason = getattr(message, "stop_reason", None)  # getattr: a server may answer 200 with another shape
+        if stop_reason == "refusal":
             self._refuse("the model refused (stop reason refusal)", "blocked", usage)
-        text = "".join(block.text for block in message.content or [] if block.type == "text")
-        finish_reason = _FINISH.get(message.stop_reason or "end_turn", message.stop_reason)
-        return self._reply(text, usage, message.model, finish_reason)
+        blocks = getattr(message, "content", None) or []
+        text = "".join(block.text for block in blocks if getattr(block, "type", "") == "text")
+        finish_reason = _FINISH.get(stop_reason or "end_turn", stop_reason)
+        return self._reply(text, usage, getattr(message, "model", ""), finish_reason)
 
     def _classify(self, exc: BaseException) -> Failure | None:
         import anthropic

@@ -35,6 +35,7 @@ class GeminiModel(Provider):
             headers=dict(self.preset.headers) or None,
             timeout=max(1, int(self.settings.request_timeout * 1000)),
             retry_options=types.HttpRetryOptions(attempts=1),
+            client_args={"event_hooks": self.connections.event_hooks},
         )
         try:
             if self.vertex:

@@ -29,6 +29,7 @@ class OpenAIModel(Provider):
             timeout=self.settings.request_timeout,
             max_retries=0,
             default_headers=self.preset.headers or None,
+            http_client=openai.DefaultHttpxClient(event_hooks=self.connections.event_hooks),
         )
         self.base_url = str(client.base_url).rstrip("/")
         self.official = urlparse(self.base_url).hostname == "api.openai.com"

@@ -11,6 +11,7 @@ from typing import Any, ClassVar, NoReturn
 from anges.config import ModelPreset, ModelSettings, RetryConfig, anges_home
 from anges.exceptions import ModelReplyError, ModelSetupError
 from anges.models.base import Completion, Usage
+from anges.models.cancel import CancelToken, Connections, current_token, watching
 from anges.models.retry import (
     TRANSIENT_STATUSES,
     Failure,
@@ -78,7 +79,7 @@ class Provider:
     """The endpoint the client talks to (set by `_make_client`)."""
 
     def __init__(self, preset: ModelPreset, settings: ModelSettings | None = None, retry: RetryConfig | None = None,
-                 *, name: str = "", sleep: Callable[[float], object] = time.sleep,
+                 *, name: str = "", sleep: Callable[[float], object] | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self.preset = preset
         self.settings = settings or ModelSettings()
@@ -86,7 +87,10 @@ class Provider:
         self.name = name or f"{self.provider}:{preset.model}"
         """One line naming the model for events and the CLI; `get_model(name)` builds the same model again."""
         self.sleep = sleep
+        """Waits between attempts (None: a wait that a cancel cuts short)."""
         self.clock = clock
+        self.connections = Connections()
+        """The client's connections, dropped when a call is cancelled (`_make_client` hooks the client up)."""
         self.key_env = ""
         """The environment variable the API key came from (empty: no key)."""
         if not preset.model:
@@ -94,12 +98,19 @@ class Provider:
                 f"{self.name}: no model id: set `model:` in the preset or use {self.provider}:MODEL-ID")
         self.client = self._make_client()
 
-    def __call__(self, prompt: str, temperature: float | None = None) -> Completion:
-        """One reply to one prompt, retried by the policy; `temperature` None means `model_settings.temperature`."""
+    def __call__(self, prompt: str, temperature: float | None = None, *,
+                 cancel: CancelToken | None = None) -> Completion:
+        """One reply to one prompt, retried by the policy; `temperature` None means `model_settings.temperature`.
+
+        Setting `cancel` (default: the token of `anges.models.cancel.cancellable`) drops the request in flight
+        and ends the call with ModelCancelled.
+        """
         temperature = self.settings.temperature if temperature is None else temperature
+        cancel = cancel or current_token()
         start = time.monotonic()
-        completion = call_with_retry(lambda: self._complete(prompt, temperature), self._classify, self.retry,
-                                     label=self.name, sleep=self.sleep, clock=self.clock)
+        with watching(cancel, self.connections.abort):
+            completion = call_with_retry(lambda: self._complete(prompt, temperature), self._classify, self.retry,
+                                         label=self.name, sleep=self.sleep, clock=self.clock, cancel=cancel)
         completion.latency = time.monotonic() - start
         return completion
 

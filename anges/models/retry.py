@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email.utils
+import json
 import logging
 import random
 import time
@@ -11,7 +12,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from anges.config import RetryConfig
-from anges.exceptions import ModelError, ModelSetupError
+from anges.exceptions import ModelCancelled, ModelError, ModelSetupError
+from anges.models.cancel import CancelToken
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -50,10 +52,13 @@ class Failure:
 
 
 def transport_failure(exc: BaseException) -> Failure | None:
-    """Timeouts and dropped connections of the HTTP libraries the SDKs use (httpx, httpx2, requests)."""
+    """Timeouts, dropped connections and unreadable replies of the HTTP libraries the SDKs use (httpx, httpx2,
+    requests)."""
     for _ in range(5):
         if exc is None:
             return None
+        if isinstance(exc, json.JSONDecodeError):  # a 200 whose body is empty or not JSON (a proxy's error page)
+            return Failure.transient("the reply was not JSON (an empty or garbled body)")
         names = {cls.__name__ for cls in type(exc).__mro__}
         if names & _TIMEOUT_NAMES:
             return Failure.transient("timed out")
@@ -98,20 +103,26 @@ def call_with_retry(
     config: RetryConfig,
     *,
     label: str = "model call",
-    sleep: Callable[[float], object] = time.sleep,
+    sleep: Callable[[float], object] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    cancel: CancelToken | None = None,
 ) -> T:
-    """Run `attempt` until it succeeds, a failure is not retryable, or the policy's bounds are reached.
+    """Run `attempt` until it succeeds, a failure is not retryable, the policy's bounds are reached, or `cancel`
+    is set (ModelCancelled; the wait between attempts ends at once).
 
     `classify` turns an exception into a `Failure`; exceptions it returns None for propagate unchanged.
     """
+    if sleep is None:
+        sleep = cancel.wait if cancel is not None else time.sleep
     start = clock()
     number = 0
     while True:
         number += 1
+        _check_cancel(cancel, label)
         try:
             return attempt()
         except Exception as exc:
+            _check_cancel(cancel, label, exc)
             failure = classify(exc)
             if failure is None:
                 raise
@@ -133,3 +144,8 @@ def call_with_retry(
         logger.warning("%s: %s; retrying in %.1fs (attempt %d of %d)", label, failure.reason, wait, number + 1,
                        config.max_attempts)
         sleep(wait)
+
+
+def _check_cancel(cancel: CancelToken | None, label: str, error: BaseException | None = None) -> None:
+    if cancel is not None and cancel.cancelled:
+        raise ModelCancelled(f"{label}: cancelled") from error

@@ -1,0 +1,110 @@
+"""Nothing untrusted reaches a terminal raw: escape sequences in output, model text and titles are shown, not obeyed."""
+
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+
+import pytest
+
+from anges.printable import printable, printable_json
+from anges.store import EventStore
+
+ANGES = [sys.executable, "-m", "anges"]
+CLIPBOARD = "\x1b]52;c;cm0gLXJmIH4=\x07"  # OSC 52: write the clipboard
+TITLE = "\x1b]0;pwned\x07"  # set the window title
+CLEAR = "\x1b[2J\x1b[H"  # clear the screen
+HOSTILE = CLIPBOARD + TITLE + CLEAR + "\x9b31m" + "\u202e"
+RAW = ("\x1b]", "\x1b[2J", "\x07", "\x9b", "\u202e")
+
+
+def test_printable_shows_control_characters_and_keeps_layout():
+    assert printable("a\x1b[2Jb\x07c\x7f") == "a^[[2Jb^Gc^?"
+    assert printable("ok\x9b1m \u202eevil") == "ok<U+009B>1m <U+202E>evil"
+    assert printable("line\r\nnext\tcol\n") == "line\r\nnext\tcol\n"
+    assert printable("50%\r100%") == "50%^M100%"
+    assert printable("plain text, ünïcödé") == "plain text, ünïcödé"
+    assert json.loads(printable_json(json.dumps({"k": "a\x9bb\u202e"}, ensure_ascii=False))) == {"k": "a\x9bb\u202e"}
+    assert "\x9b" not in printable_json(json.dumps("a\x9b", ensure_ascii=False))
+
+
+def hostile_model(tmp_path):
+    replies = [
+        {"reasoning": "think " + HOSTILE, "actions": [{"action_type": "RUN_SHELL_CMD",
+                                                         "command": "printf 'out \\033]52;c;eA==\\007 \\033[2J done'"}]},
+        {"reasoning": "edit", "actions": [{"action_type": "EDIT_FILE", "directive_line": "NEW_FILE notes.txt",
+                                           "content": "note " + HOSTILE + "\n"}]},
+        {"reasoning": "finish", "actions": [{"action_type": "TASK_COMPLETE", "content": "# Done " + HOSTILE}]},
+    ]
+    path = tmp_path / "replies.json"
+    path.write_text(json.dumps(replies))
+    return f"scripted:{path}"
+
+
+def on_a_terminal(args, cwd, timeout=30):
+    """Run `anges` with stdout and stderr on a pseudo-terminal (colours on); everything it wrote there."""
+    main, side = pty.openpty()
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "200"}
+    env.pop("NO_COLOR", None)
+    proc = subprocess.Popen([*ANGES, *args], cwd=cwd, stdin=subprocess.DEVNULL, stdout=side, stderr=side, env=env)
+    os.close(side)
+    chunks, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([main], [], [], 0.1)
+        if ready:
+            try:
+                data = os.read(main, 65536)
+            except OSError:  # the terminal's other side closed
+                break
+            if not data:
+                break
+            chunks.append(data)
+        elif proc.poll() is not None:
+            break
+    os.close(main)
+    assert proc.wait(timeout=5) == 0
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def assert_neutralised(text):
+    for raw in RAW:
+        assert raw not in text, f"{raw!r} reached the terminal"
+    assert "^[]52;" in text
+
+
+def test_the_live_transcript_and_the_answer_show_escapes_but_keep_their_own_colours(tmp_path):
+    shown = on_a_terminal(["-q", "go " + TITLE, "--model", hostile_model(tmp_path)], tmp_path)
+    assert_neutralised(shown)
+    assert "^[]0;pwned^G" in shown and "<U+202E>" in shown
+    assert "\x1b[1;36m$\x1b[0m" in shown  # anges' own colour for a command survives
+
+
+@pytest.fixture
+def hostile_run(tmp_path):
+    out = subprocess.run([*ANGES, "-q", "title " + HOSTILE, "--model", hostile_model(tmp_path)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=30, check=False)
+    assert out.returncode == 0, out.stderr
+    assert_neutralised(out.stdout + out.stderr)
+    [info] = EventStore().list()
+    return info.uid
+
+
+def test_show_list_and_export_neutralise_what_the_run_recorded(hostile_run, tmp_path):
+    shown = on_a_terminal(["show", hostile_run], tmp_path)
+    assert_neutralised(shown)
+    assert "\x1b[1;36m$\x1b[0m" in shown
+    listed = on_a_terminal(["list"], tmp_path)
+    for raw in RAW:
+        assert raw not in listed
+    assert "title ^[]52;" in listed
+    exported = subprocess.run([*ANGES, "export", hostile_run, "--format", "md"], cwd=tmp_path, capture_output=True,
+                              text=True, check=True).stdout
+    assert_neutralised(exported)
+    assert "\x1b" not in exported
+    as_json = subprocess.run([*ANGES, "show", hostile_run, "--json"], cwd=tmp_path, capture_output=True, text=True,
+                             check=True).stdout
+    assert "\x9b" not in as_json and "\u202e" not in as_json
+    assert "\x1b]52;" in json.loads(as_json)["title"]  # the record itself is kept as it was

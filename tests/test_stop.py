@@ -1,0 +1,238 @@
+"""Stop means stop: Ctrl-C, SIGTERM, SIGHUP, the time limit and the web's Stop end a run while the model is
+being waited on — the request in flight is closed, nothing is retried, and the stop is recorded.
+
+The model is the real OpenAI SDK talking to a loopback server that holds every request open.
+"""
+
+import json
+import os
+import pty
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from wire_servers import TEST_KEY
+
+from anges.agents import DefaultAgent
+from anges.config import ModelPreset, ModelSettings, load_config
+from anges.events import EventStream
+from anges.models.openai_model import OpenAIModel
+from anges.store import EventStore
+
+ANGES = [sys.executable, "-m", "anges"]
+STOP_BOUND = 3.0
+"""Seconds a stop may take, generously (it takes a fraction of one): the check is that it is not minutes."""
+
+
+def hangup_seen(server, timeout=5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not server.hangups and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return bool(server.hangups)
+
+
+def assert_abandoned_without_retry(server):
+    assert hangup_seen(server), "the server never saw the request's connection close"
+    time.sleep(0.5)  # a retry would come now
+    assert len(server.requests) == 1, "the model call was retried after the stop"
+
+
+@pytest.fixture
+def held(openai_server, monkeypatch):
+    """The OpenAI wire server, holding the first request open for a minute."""
+    monkeypatch.setenv("OPENAI_API_KEY", TEST_KEY)
+    openai_server.enqueue_hold(60)
+    openai_server.enqueue_text('{"reasoning": "too late", "actions": []}', times=5)
+    return openai_server
+
+
+def openai_model(server):
+    preset = ModelPreset(provider="openai", model="test-model", base_url=server.base_url, api_key_env="OPENAI_API_KEY")
+    return OpenAIModel(preset, ModelSettings(request_timeout=120), name="openai:test-model")
+
+
+@pytest.mark.parametrize("how", ["agent.interrupt", "store.request_stop"])
+def test_a_stop_during_a_model_call_closes_the_request_and_ends_the_run(held, tmp_path, how):
+    store = EventStore()
+    stream = EventStream()
+    agent = DefaultAgent(inference_func=openai_model(held), event_stream=stream, cmd_init_dir=tmp_path,
+                         config=load_config(), store=store)
+    worker = threading.Thread(target=agent.run_with_new_request, args=("think hard",), daemon=True)
+    worker.start()
+    assert held.wait_for_requests(1)
+
+    stopped = time.monotonic()
+    agent.interrupt() if how == "agent.interrupt" else store.request_stop(stream.uid)  # the web's Stop button
+    worker.join(STOP_BOUND)
+    assert not worker.is_alive() and time.monotonic() - stopped < STOP_BOUND
+    assert_abandoned_without_retry(held)
+    last = store.load(stream.uid).events_list[-1]
+    assert last.type == "task_interrupted" and last.data["reason"] == "interrupt"
+
+
+def test_the_time_limit_closes_the_request_in_flight(held, tmp_path):
+    config = load_config(overrides={"agents": {"common": {"timeout": 1}}})
+    agent = DefaultAgent(inference_func=openai_model(held), cmd_init_dir=tmp_path, config=config)
+    started = time.monotonic()
+    stream = agent.run_with_new_request("think hard")
+    assert time.monotonic() - started < 1 + STOP_BOUND
+    assert_abandoned_without_retry(held)
+    assert stream.events_list[-1].data["reason"] == "timeout"
+
+
+def cli(server, tmp_path, *extra):
+    env = {**os.environ, **server.env}
+    return subprocess.Popen([*ANGES, "-q", "think hard", "--model", "openai:test-model", *extra], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def only_stream():
+    infos = EventStore().list()
+    assert len(infos) == 1, infos
+    return EventStore().load(infos[0].uid)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_the_cli_exits_4_at_once_on_a_signal_while_the_model_thinks(held, tmp_path, signum):
+    proc = cli(held, tmp_path)
+    try:
+        assert held.wait_for_requests(1, timeout=30)
+        sent = time.monotonic()
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=30)
+        took = time.monotonic() - sent
+    finally:
+        proc.kill()
+    assert proc.returncode == 4, err
+    assert took < STOP_BOUND, f"the process lived {took:.1f}s after {signum.name}"
+    assert "Traceback" not in err
+    assert_abandoned_without_retry(held)
+    last = only_stream().events_list[-1]
+    assert last.type == "task_interrupted" and last.data["reason"] == "interrupt"
+    assert last.data["by"] == signum.name
+
+
+def test_the_cli_timeout_ends_a_model_call_and_exits_4(held, tmp_path):
+    started = time.monotonic()
+    proc = cli(held, tmp_path, "--timeout", "2")
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 4, err
+    assert time.monotonic() - started < 2 + 5, "the process outlived its --timeout"  # 5: interpreter start-up too
+    assert_abandoned_without_retry(held)
+    assert only_stream().events_list[-1].data["reason"] == "timeout"
+    assert "out of time" in err
+
+
+# --- a run whose process is gone ------------------------------------------------------------------------------
+
+
+def scripted(tmp_path, *replies, name="replies.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps([{"reasoning": "step", "actions": [action]} for action in replies]))
+    return f"scripted:{path}"
+
+
+def wait_for_text(path, timeout=15):
+    deadline = time.monotonic() + timeout
+    while not (path.exists() and path.read_text().strip()):
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+    return path.read_text().strip()
+
+
+def anges(*args, cwd):
+    return subprocess.run([*ANGES, *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_a_run_killed_with_sigkill_reads_interrupted_and_resumes(tmp_path):
+    model = scripted(tmp_path, {"action_type": "RUN_SHELL_CMD", "command": "echo $$ > pid.txt; sleep 30"})
+    proc = subprocess.Popen([*ANGES, "-q", "wait", "--model", model], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    command_group = int(wait_for_text(tmp_path / "pid.txt"))
+    store = EventStore()
+    uid = only_stream().uid
+    assert store.info(uid).status == "running"
+    owner = store.owner(uid)
+    started = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    assert owner["pid"] == proc.pid and owner["started"] == int(started)
+
+    proc.kill()
+    proc.wait()
+    os.killpg(command_group, signal.SIGKILL)
+
+    assert store.info(uid).status == "interrupted" and store.owner(uid) is None
+    listed = anges("list", cwd=tmp_path)
+    assert uid in listed.stdout and "interrupted" in listed.stdout and "running" not in listed.stdout
+    assert "process ended without finishing" in anges("show", uid, cwd=tmp_path).stdout
+    assert "**Status:** interrupted" in anges("export", uid, "--format", "md", cwd=tmp_path).stdout
+
+    done = {"action_type": "TASK_COMPLETE", "content": "carried on"}
+    resumed = anges("--resume", uid, "-q", "go on", "--model", scripted(tmp_path, done, name="more.json"), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    stream = store.load(uid)
+    assert [e.type for e in stream.events_list] == ["new_request", "task_interrupted", "follow_up_request",
+                                                     "task_completion"]
+    assert stream.events_list[1].data["reason"] == "abandoned"
+    assert store.info(uid).status == "completed"
+
+
+def test_the_terminal_closing_stops_the_run_and_exits_4_quietly(held, tmp_path):
+    main, side = pty.openpty()
+    env = {**os.environ, **held.env, "TERM": "xterm"}
+    proc = subprocess.Popen([*ANGES, "-q", "think hard", "--model", "openai:test-model"], cwd=tmp_path, env=env,
+                            stdin=side, stdout=side, stderr=side)
+    os.close(side)
+    try:
+        assert held.wait_for_requests(1, timeout=30)
+        os.close(main)  # the terminal is gone: writing to it now fails
+        proc.send_signal(signal.SIGHUP)  # what the kernel sends its session when it hangs up
+        assert proc.wait(timeout=STOP_BOUND + 5) == 4
+    finally:
+        proc.kill()
+    assert_abandoned_without_retry(held)
+    last = only_stream().events_list[-1]
+    assert last.type == "task_interrupted" and last.data["by"] == "SIGHUP"
+
+
+IGNORES_CANCEL = """
+import sys, threading, time
+from anges.agents import DefaultAgent
+from anges.config import load_config
+
+def model(prompt, temperature=0.0):  # a plain function: it knows nothing of cancel tokens
+    time.sleep(120)
+    return "{}"
+
+agent = DefaultAgent(inference_func=model, cmd_init_dir=sys.argv[1], config=load_config())
+threading.Timer(0.5, agent.interrupt).start()
+print(agent.run_with_new_request("wait").events_list[-1].data["reason"], flush=True)
+"""
+
+
+def test_a_model_that_ignores_the_stop_cannot_keep_the_process_alive(tmp_path):
+    started = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", IGNORES_CANCEL, str(tmp_path)], capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "interrupt"
+    assert time.monotonic() - started < 0.5 + STOP_BOUND + 5  # 5: interpreter start-up
+
+
+def test_the_call_thread_ends_when_idle_and_the_next_call_starts_another(monkeypatch):
+    from anges.models import cancel
+
+    monkeypatch.setattr(cancel, "IDLE_SECONDS", 0.05)
+    calls = cancel.CallThread("test")
+    first = calls.start(threading.current_thread, cancel.CancelToken())
+    assert first.wait(5) and first.result() is not threading.current_thread()
+    deadline = time.monotonic() + 5
+    while calls.start(lambda: None, cancel.CancelToken()) is not None:
+        assert time.monotonic() < deadline, "the idle thread never ended"
+        time.sleep(0.1)

@@ -1,0 +1,48 @@
+"""A secret typed into a request never reaches a stream's title: not the meta file, `list`, `show` nor an export."""
+
+import json
+import os
+import subprocess
+import sys
+
+from anges.events import EventStream
+from anges.store import EventStore
+
+ANGES = [sys.executable, "-m", "anges"]
+SECRET = "tok-SECRET-0123456789"
+
+
+def test_a_secret_in_the_request_is_masked_in_the_title_everywhere(tmp_path):
+    replies = tmp_path / "replies.json"
+    replies.write_text(json.dumps([{"reasoning": "done", "actions": [{"action_type": "TASK_COMPLETE",
+                                                                      "content": "deployed"}]}]))
+    env = {**os.environ, "DEPLOY_TOKEN": SECRET}
+
+    def anges(*args):
+        out = subprocess.run([*ANGES, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30,
+                             check=False)
+        assert out.returncode == 0, out.stderr
+        return out.stdout + out.stderr
+
+    run = anges("-q", f"deploy with {SECRET} now", "--model", f"scripted:{replies}", "--output", "jsonl")
+    run += anges("-q", f"again {SECRET}", "--model", f"scripted:{replies}", "--output", "json")
+    [info] = [info for info in EventStore().list() if info.title.startswith("deploy")]
+    meta = (EventStore().root / f"{info.uid}.meta.json").read_text()
+    shown = [run, meta, anges("list"), anges("list", "--json"), anges("show", info.uid),
+             anges("export", info.uid), anges("export", info.uid, "--format", "md")]
+    for text in shown:
+        assert SECRET not in text
+    assert "deploy with [REDACTED] now" in meta and "deploy with [REDACTED] now" in shown[2]
+
+
+def test_the_store_masks_a_title_whoever_set_it(monkeypatch):
+    monkeypatch.setenv("SERVICE_API_KEY", SECRET)
+    store = EventStore()
+    stream = EventStream(title=f"chat about {SECRET}")  # as the web chat names a chat after its first message
+    store.sync(stream)
+    stream.title = f"renamed {SECRET}"
+    store.sync(stream)
+
+    assert store.info(stream.uid).title == "renamed [REDACTED]"
+    assert SECRET not in (store.root / f"{stream.uid}.jsonl").read_text()
+    assert SECRET not in (store.root / f"{stream.uid}.meta.json").read_text()
