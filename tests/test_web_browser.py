@@ -3,25 +3,26 @@
 import json
 import os
 import re
-import shutil
 import threading
 
 import pytest
+from optional_groups import chromium_path
 
 from anges.config import load_config
 from anges.exceptions import ModelSetupError
 from anges.models.scripted import ScriptedModel
 from anges.store import EventStore
 
-playwright_api = pytest.importorskip("playwright.sync_api")
+try:
+    from playwright import sync_api as playwright_api
+except ImportError:  # the `browser` mark skips every test here, saying so
+    playwright_api = None
 
-CHROMIUM = os.environ.get("ANGES_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+pytestmark = pytest.mark.browser
 LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
                "--disable-component-update", "--no-first-run"]
 PASSWORD = "browser-test-password"
 WAIT = 10_000  # ms for anything the page must show
-
-pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Chromium is not installed")
 
 # Recorded before any page script runs: a payload that executes sets __xss, a CSP refusal is counted.
 TRAP = """
@@ -91,7 +92,7 @@ class LiveServer:
 @pytest.fixture(scope="module")
 def browser():
     with playwright_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS, headless=True)
+        browser = pw.chromium.launch(executable_path=chromium_path(), args=LAUNCH_ARGS, headless=True)
         yield browser
         browser.close()
 
