@@ -156,6 +156,8 @@ class WebConfig:
     """Seconds of silence after which a live event feed sends a comment, so proxies keep it open."""
     login_attempts_per_minute: int = 5
     """Failed logins allowed per client address per minute; more are refused with 429."""
+    login_attempts_per_minute_total: int = 20
+    """Failed logins allowed per minute from all addresses together (against guessing from many addresses)."""
     poll_seconds: float = 0.25
     """How often a live event feed looks at the store for new events."""
     secure_cookies: bool = False
