@@ -404,14 +404,46 @@ def test_logout_ends_the_session_on_the_server(app, config, store):
     login(client)
     login(other)
     copied = client.get_cookie("anges_session").value
+    second_process = create_app(config, store, password=PASSWORD).test_client()  # serving the same home
+    second_process.set_cookie("anges_session", copied)
+    assert second_process.get("/api/chats").status_code == 200
     headers = {"X-CSRF-Token": csrf_from(client.get("/").get_data(as_text=True))}
     assert client.post("/logout", headers=headers).status_code == 302
     thief = app.test_client()
     thief.set_cookie("anges_session", copied)
     assert thief.get("/api/chats").status_code == 401, "a cookie copied before logout no longer works"
+    assert second_process.get("/api/chats").status_code == 401, "in any process serving the chat"
     assert create_app(config, store, password=PASSWORD).test_client().get(
         "/api/chats", headers={"Cookie": f"anges_session={copied}"}).status_code == 401, "nor after a restart"
     assert other.get("/api/chats").status_code == 200, "other sessions go on"
+
+
+def test_the_session_file_holds_no_usable_secret_and_survives_damage(app, anges_home):
+    client = app.test_client()
+    login(client)
+    with client.session_transaction() as cookie:
+        sid = cookie["sid"]
+    path = anges_home / "web_sessions.json"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert sid not in path.read_text() and len(json.loads(path.read_text())["sessions"]) == 1
+    for damage in ("{broken", '{"sessions": [1]}', '{"sessions": {"x": {"expires": "soon"}}}', "[]"):
+        path.write_text(damage)
+        assert client.get("/api/chats").status_code == 401, damage  # everybody logs in again, nothing breaks
+    assert login(client).status_code == 302 and client.get("/api/chats").status_code == 200
+
+
+def test_sessions_expire_and_their_number_is_bounded():
+    from anges.web.sessions import MAX_SESSIONS, SessionRegistry
+
+    registry = SessionRegistry("fingerprint", lifetime=60)
+    ids = [registry.create() for _ in range(MAX_SESSIONS + 5)]
+    assert [registry.valid(sid) for sid in ids].count(True) == MAX_SESSIONS
+    assert registry.valid(ids[-1]) and not registry.valid(ids[0]), "the oldest make room"
+    short = SessionRegistry("fingerprint", lifetime=0.05)
+    sid = short.create()
+    assert short.valid(sid) and not short.valid("forged") and not short.valid(None)
+    time.sleep(0.1)
+    assert not short.valid(sid)
 
 
 def test_sessions_outlive_a_restart_but_not_a_new_password(config, store):

@@ -62,14 +62,15 @@ class Reader:
     done: bool = False
     shown: dict = field(default_factory=dict)
     """The last `child` message sent for this block."""
+    totals: Totals | None = None
+    """Steps, tokens and cost so far (kept for the chat only)."""
 
 
 def feed(web, uid: str, next_index: int, open_blocks: dict[str, int]) -> Iterator[str]:
     """The feed of chat `uid` from step `next_index`, resuming the child blocks in `open_blocks`."""
     store, settings = web.store, web.config.web
-    chat = Reader(uid, "", next_index)
+    chat = Reader(uid, "", next_index, totals=Totals())
     children: list[Reader] = []
-    totals = Totals()
     last_status: dict | None = None
     started = last_write = time.monotonic()
     yield "retry: 2000\n\n"
@@ -83,11 +84,6 @@ def feed(web, uid: str, next_index: int, open_blocks: dict[str, int]) -> Iterato
         except StreamNotFound:
             yield _sse("gone", {"uid": uid})
             return
-        for record in records:
-            if record.get("kind") == "header":  # the file starts (again): count from scratch
-                totals = Totals()
-            elif record.get("kind") == "event":
-                totals.add(Event.from_dict(record))
         sent = False
         for message in _steps(chat, records, children, open_blocks):  # each batch leaves as soon as it is made
             yield message
@@ -96,7 +92,7 @@ def feed(web, uid: str, next_index: int, open_blocks: dict[str, int]) -> Iterato
             for message in _follow_child(store, child, children, open_blocks):
                 yield message
                 sent = True
-        status = {"uid": uid, "title": chat.title, **shown_status(web, uid, chat.stored), **totals.to_dict()}
+        status = {"uid": uid, "title": chat.title, **shown_status(web, uid, chat.stored), **chat.totals.to_dict()}
         if status != last_status:
             yield _sse("status", status)
             last_status, sent = status, True
@@ -144,8 +140,10 @@ def _steps(reader: Reader, records: list[dict], children: list[Reader], open_blo
     steps: list[dict] = []
     for record in records:
         kind = record.get("kind")
-        if kind == "header":
+        if kind == "header":  # the file starts (again, if it was rewritten): count from scratch
             reader.title, reader.stored = record.get("title") or reader.uid, "new"
+            if reader.totals is not None:
+                reader.totals = Totals()
         elif kind == "title":
             reader.title = record.get("title") or reader.title
         elif kind == "settings":
@@ -154,6 +152,8 @@ def _steps(reader: Reader, records: list[dict], children: list[Reader], open_blo
             event = Event.from_dict(record)
             index = record.get("index", 0)
             reader.stored = status_of(event.type) or reader.stored
+            if reader.totals is not None:
+                reader.totals.add(event)
             fresh = index >= reader.next_index
             if event.type == "child_agent_running":
                 _start_child(reader, event, index, fresh, children, open_blocks)

@@ -28,7 +28,6 @@ class SessionRegistry:
         self.lifetime = lifetime
         self.path = path
         self._sessions: dict[str, dict] = {}  # sha256 of the session id -> {"fingerprint", "expires"}
-        self._seen: tuple | None = None  # what the file looked like when last read
         self._lock = threading.Lock()
         if path is not None:
             # Sessions made under another secret end here: a new password logs everybody out.
@@ -47,7 +46,7 @@ class SessionRegistry:
         if not isinstance(sid, str) or not sid:
             return False
         with self._lock:
-            self._refresh()
+            self._read()  # another process may have ended it: the file is small, read it every time
             entry = self._sessions.get(_key(sid))
         return bool(entry) and entry.get("fingerprint") == self.fingerprint and entry.get("expires", 0) > time.time()
 
@@ -67,44 +66,31 @@ class SessionRegistry:
             lock = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX)  # other processes serving the chat update the same file
-                self._seen = None
-                self._refresh()
+                self._read()
                 self._sessions = _bounded(change(self._sessions))
                 temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
                 fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
                 with os.fdopen(fd, "w", encoding="utf-8") as file:
                     json.dump({"version": 1, "sessions": self._sessions}, file)
                 os.replace(temp, self.path)
-                self._seen = _look(self.path)
             finally:
                 os.close(lock)
 
-    def _refresh(self) -> None:
-        """Read the file again if another process (or thread) changed it since the last read."""
+    def _read(self) -> None:
+        """The sessions as the file holds them now (other processes serving the chat change it too)."""
         if self.path is None:
             return
-        seen = _look(self.path)
-        if seen == self._seen:
-            return
-        self._seen = seen
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
-            sessions = data["sessions"] if isinstance(data, dict) else {}
-        except (OSError, ValueError, KeyError):
-            sessions = {}  # missing or damaged: no session is live, everybody logs in again
-        self._sessions = {key: entry for key, entry in sessions.items() if isinstance(entry, dict)}
+        except (OSError, ValueError):
+            data = {}  # missing or damaged: no session is live, everybody logs in again
+        sessions = data.get("sessions") if isinstance(data, dict) else None
+        self._sessions = {key: entry for key, entry in (sessions if isinstance(sessions, dict) else {}).items()
+                          if isinstance(entry, dict) and isinstance(entry.get("expires"), (int, float))}
 
 
 def _key(sid: str) -> str:
     return hashlib.sha256(sid.encode()).hexdigest()
-
-
-def _look(path: Path) -> tuple | None:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _bounded(sessions: dict[str, dict]) -> dict[str, dict]:

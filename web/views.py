@@ -237,9 +237,12 @@ def events(uid: str):
     last = request.headers.get("Last-Event-ID", request.args.get("last_id", ""))
     try:
         next_index = int(last) + 1 if last != "" else int(request.args.get("from", 0))
+    except ValueError:
+        abort(400, "Last-Event-ID and from must be integers")
+    try:
         blocks = parse_blocks(request.args.get("blocks", ""))
-    except ValueError as exc:
-        abort(400, str(exc) if isinstance(exc, BadCursor) else "Last-Event-ID and from must be integers")
+    except BadCursor as exc:
+        abort(400, str(exc))
     response = Response(stream_with_context(feed(web, uid, max(next_index, 0), blocks)), mimetype="text/event-stream")
     response.headers["Cache-Control"] = "no-cache, no-store"
     response.headers["X-Accel-Buffering"] = "no"  # nginx: pass events through at once

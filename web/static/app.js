@@ -652,8 +652,7 @@
     if (step.kind === "child_start") {
       note.textContent = `${step.type === "resume_child_agent" ? "Resuming" : "Delegating to"} ${who}`;
     } else {
-      const outcome = (STATUS_LABELS[{ task_completion: "completed", agent_requested_help: "help_needed",
-        agent_text_response: "answered", task_interrupted: "interrupted" }[child.exit_type]] || "finished");
+      const outcome = STATUS_LABELS[RETURN_STATUS[child.exit_type]] || "finished";
       note.textContent = `${who.charAt(0).toUpperCase()}${who.slice(1)} returned: ${outcome.toLowerCase()}`;
       note.title = step.text;
     }
@@ -694,7 +693,7 @@
     details.appendChild(list);
     item.appendChild(details);
     // The page's feed sends this child's steps under the block's key (see web/feed.py).
-    const block = { list, pill, name, uid, last: (step.child.starting_from || 0) - 1, done: !uid };
+    const block = { list, pill, name, uid, last: ((step.child && step.child.starting_from) || 0) - 1, done: !uid };
     state.blocks.set(parentKey ? `${parentKey}/${step.index}` : String(step.index), block);
     showBlockStatus(block, "running");
     return item;
