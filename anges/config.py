@@ -151,7 +151,7 @@ class WebConfig:
     host: str = "127.0.0.1"
     port: int = 5000
     password: str = ""
-    """Or ANGES_UI_PASSWORD; required on any non-loopback address."""
+    """Or ANGES_UI_PASSWORD, 12 characters or more; required on any non-loopback address."""
     heartbeat_seconds: float = 15
     """Seconds of silence after which a live event feed sends a comment, so proxies keep it open."""
     login_attempts_per_minute: int = 5

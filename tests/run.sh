@@ -12,10 +12,17 @@ if [ ! -x .venv/bin/python ]; then
   say "making .venv"
   python3 -m venv .venv
 fi
-say "installing anges and its dev dependencies into .venv"
-.venv/bin/python -m pip install -q --upgrade pip setuptools wheel
-# pip's own lines (Collecting ..., Installing ...) show the progress; the already-installed ones are noise.
-.venv/bin/python -m pip install -e ".[dev]" 2>&1 | awk '!/^Requirement already satisfied/ { print; fflush() }' >&2
+say "installing anges and its dev dependencies into .venv (the whole output goes to .venv/install.log)"
+log=.venv/install.log
+# Progress: pip's Collecting/Downloading/Installing lines as they come; everything, if it fails.
+if ! { .venv/bin/python -m pip install --upgrade pip setuptools wheel \
+       && .venv/bin/python -m pip install -e ".[dev]"; } 2>&1 | tee "$log" \
+     | awk '/^(Collecting|Downloading|Installing collected|Successfully installed)/ { print "  " $0; fflush() }' >&2
+then
+  cat "$log" >&2
+  say "installing failed (the output is above and in $log)"
+  exit 1
+fi
 
 skipped=",${ANGES_TEST_SKIP:-},"
 skipped="${skipped// /}"

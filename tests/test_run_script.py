@@ -16,7 +16,7 @@ def checkout(tmp_path):
     (tmp_path / "tests").mkdir()
     shutil.copy(SCRIPT, tmp_path / "tests" / "run.sh")
     tool(tmp_path / ".venv" / "bin", "python", f'echo "python $*" >> {tmp_path}/calls')
-    for name in ("dirname", "awk"):
+    for name in ("dirname", "awk", "tee", "cat"):
         (tmp_path / "bin").mkdir(exist_ok=True)
         os.symlink(shutil.which(name), tmp_path / "bin" / name)
     return tmp_path
@@ -46,6 +46,23 @@ def test_without_root_the_missing_tools_are_reported_and_the_tests_still_run(che
             "skipped") in out.stderr
     assert calls[-1] == "python -m pytest -q -p no:cacheprovider -x"
     assert "installing anges and its dev dependencies into .venv" in out.stderr  # progress is shown
+
+
+def test_install_progress_is_shown_and_a_failed_install_stops_with_the_whole_output(checkout):
+    python = checkout / ".venv" / "bin"
+    tool(python, "python", f'echo "python $*" >> {checkout}/calls; echo "WARNING: noise"; '
+                           'echo "Collecting flask>=3.0"; echo "Successfully installed flask-3.1"')
+    out, calls = run(checkout, 1000)
+    assert out.returncode == 0, out.stderr
+    assert "  Collecting flask>=3.0\n  Successfully installed flask-3.1" in out.stderr and "noise" not in out.stderr
+    assert "WARNING: noise" in (checkout / ".venv" / "install.log").read_text()
+    tool(python, "python", f'echo "python $*" >> {checkout}/calls; echo "ERROR: No matching distribution" >&2; '
+                           'case "$*" in *pytest*) ;; *) exit 1;; esac')
+    (checkout / "calls").unlink()
+    out, calls = run(checkout, 1000)
+    assert out.returncode == 1
+    assert "ERROR: No matching distribution" in out.stderr and "installing failed" in out.stderr
+    assert calls == ["python -m pip install --upgrade pip setuptools wheel"], "no tests on a broken install"
 
 
 def test_as_root_apt_installs_what_is_missing_and_a_failure_does_not_stop_the_run(checkout):
