@@ -341,7 +341,9 @@ def test_anges_ui_prints_the_address_with_its_token(tmp_path):
     finally:
         server.terminate()
         server.wait(10)
+        log = server.stderr.read()
         server.stderr.close()
+    assert token not in log and "GET /?token=[hidden] HTTP/1.1" in log, "the request log leaves the token out"
 
 
 def test_no_token_is_explicit_and_says_what_it_means(tmp_path):

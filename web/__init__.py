@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import secrets
 import sys
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from datetime import timedelta
 
 from flask import Flask, jsonify, render_template, request
 from werkzeug.exceptions import HTTPException
+from werkzeug.serving import WSGIRequestHandler
 
 from anges.config import Config, anges_home, load_config
 from anges.exceptions import AngesError, ConfigError
@@ -19,6 +21,7 @@ from anges.store import EventStore
 from .auth import MIN_SECRET_LENGTH, SESSIONS_FILE, Guard, is_loopback, load_secret
 from .runs import ChatBusy, ModelFactory, Runs, default_model_factory
 
+TOKEN_IN_URL = re.compile(r"([?&])token=[^&\s]*")
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; "
        "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
 
@@ -124,7 +127,7 @@ def serve(config: Config | None = None, host: str | None = None, port: int | Non
                           "shell on this machine. Set one with --password, ANGES_UI_PASSWORD or web.password in "
                           "the config, or bind to 127.0.0.1.")
     app = create_app(config, password=password, token=token)
-    server = make_server(host, port, app, threaded=True)
+    server = make_server(host, port, app, threaded=True, request_handler=_QuietTokenHandler)
     token = app.extensions["anges"].guard.token
     shown = f"[{host}]" if ":" in host else host
     address = f"http://{shown}:{server.port}/" + (f"?token={token}" if token else "")
@@ -142,6 +145,16 @@ def serve(config: Config | None = None, host: str | None = None, port: int | Non
         pass
     finally:
         server.server_close()
+
+
+class _QuietTokenHandler(WSGIRequestHandler):
+    """werkzeug's request handler, with the token left out of the request lines it logs."""
+
+    def log_request(self, code="-", size="-") -> None:
+        # Called once the app has read the request: what is logged no longer matters to it.
+        self.path = TOKEN_IN_URL.sub(r"\1token=[hidden]", self.path)
+        self.requestline = TOKEN_IN_URL.sub(r"\1token=[hidden]", self.requestline)
+        super().log_request(code, size)
 
 
 def main_ui(argv: list[str] | None = None) -> int:
