@@ -12,7 +12,7 @@ from datetime import timedelta
 
 from flask import Flask, jsonify, render_template, request
 from werkzeug.exceptions import HTTPException
-from werkzeug.serving import WSGIRequestHandler
+from werkzeug.serving import WSGIRequestHandler, make_server
 
 from anges.config import Config, anges_home, load_config
 from anges.exceptions import AngesError, ConfigError
@@ -115,8 +115,6 @@ def serve(config: Config | None = None, host: str | None = None, port: int | Non
 
     `token` as in `create_app` (`""`: no token); the address printed at start-up carries it.
     """
-    from werkzeug.serving import make_server
-
     config = config or load_config()
     host = host or config.web.host
     port = config.web.port if port is None else port
