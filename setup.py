@@ -1,23 +1,20 @@
-"""Packaging for anges: the library, the CLI, prompt templates, web assets and the default config."""
+"""Packaging for anges: the library, the CLI, and its resources as ordinary package data.
 
-import shutil
+The checkout keeps `config.yaml`, `prompt_templates/` and `web/` at the top. `package_dir` maps the two
+folders into the `anges` package, and `anges/config.yaml` is a symlink to the top-level file, so a wheel
+holds `anges/config.yaml`, `anges/prompt_templates/` and `anges/web/`, and an editable install reads the
+checkout (`anges.config.resource_path` finds both).
+"""
+
 from pathlib import Path
 
 from setuptools import find_packages, setup
-from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).parent
-
-
-class BuildWithResources(build_py):
-    """Copy the top-level config.yaml and prompt_templates/ into the built `anges` package."""
-
-    def run(self):
-        super().run()
-        target = Path(self.build_lib) / "anges"
-        shutil.copy2(HERE / "config.yaml", target / "config.yaml")
-        shutil.copytree(HERE / "prompt_templates", target / "prompt_templates", dirs_exist_ok=True)
-
+TEMPLATE_PACKAGES = ["anges.prompt_templates"] + [
+    f"anges.prompt_templates.{folder.name}" for folder in sorted((HERE / "prompt_templates").iterdir())
+    if folder.is_dir() and not folder.name.startswith((".", "_"))
+]
 
 setup(
     name="anges",
@@ -25,13 +22,19 @@ setup(
     description="An LLM-powered engineering agent that works in your shell and keeps a replayable record.",
     long_description=(HERE / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
+    license="MIT",
     python_requires=">=3.10",
-    packages=find_packages(include=["anges", "anges.*"]) + ["anges.web"],
-    package_dir={"anges.web": "web"},
-    package_data={"anges.web": ["templates/*.html", "static/*", "static/**/*"]},
+    packages=find_packages(include=["anges", "anges.*"]) + ["anges.web", *TEMPLATE_PACKAGES],
+    package_dir={"anges.web": "web", "anges.prompt_templates": "prompt_templates"},
+    package_data={
+        "anges": ["config.yaml"],
+        "anges.web": ["templates/*.html", "static/*"],
+        **{package: ["*.j2"] for package in TEMPLATE_PACKAGES},
+    },
     install_requires=[
         "openai>=3.0",
         "google-genai>=3.0",
+        "anthropic>=2.0",
         "flask>=3.0",
         "jinja2>=3.1",
         "pyyaml>=6.0",
@@ -39,12 +42,11 @@ setup(
         "nh3>=0.2.14",
     ],
     extras_require={
-        "anthropic": ["anthropic>=2.0"],
+        "anthropic": [],  # the Anthropic SDK is a core dependency now; the extra stays for old install commands
         "mcp": ["mcp>=2.0"],
         "dev": [
             "pytest>=8",
             "pytest-timeout",
-            "anthropic>=2.0",
             "mcp>=2.0",
             "mcp-server-time",
             "playwright>=1.45",
@@ -52,5 +54,4 @@ setup(
         ],
     },
     entry_points={"console_scripts": ["anges=anges.cli:main"]},
-    cmdclass={"build_py": BuildWithResources},
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import types
 import typing
@@ -14,6 +15,9 @@ from typing import Any
 from anges.exceptions import ConfigError
 
 AGENT_TYPES = ("default", "task_executor", "task_analyzer", "orchestrator")
+AGENT_KEY_ALIASES = {"max_steps": "max_number_of_events_to_exhaust"}
+"""Other names accepted for agent keys: `max_steps` is what the --max-steps flag sets."""
+log = logging.getLogger(__name__)
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
@@ -152,11 +156,13 @@ class WebConfig:
     host: str = "127.0.0.1"
     port: int = 5000
     password: str = ""
-    """Or ANGES_UI_PASSWORD; required on any non-loopback address."""
+    """Or ANGES_UI_PASSWORD, 12 characters or more; required on any non-loopback address."""
     heartbeat_seconds: float = 15
     """Seconds of silence after which a live event feed sends a comment, so proxies keep it open."""
     login_attempts_per_minute: int = 5
     """Failed logins allowed per client address per minute; more are refused with 429."""
+    login_attempts_per_minute_total: int = 20
+    """Failed logins allowed per minute from all addresses together (against guessing from many addresses)."""
     poll_seconds: float = 0.25
     """How often a live event feed looks at the store for new events."""
     secure_cookies: bool = False
@@ -257,6 +263,7 @@ def default_config() -> Config:
 def _from_layers(layers: list[tuple[str, dict]]) -> Config:
     merged: dict = {}
     for source, raw in layers:
+        raw = _resolve_aliases(raw, source)
         _check(Config, raw, source, "")
         merged = _merge(merged, _expand_agents(raw))
     return _build_config(merged)
@@ -271,6 +278,22 @@ def _expand_agents(raw: dict) -> dict:
     common = sections.get("common") or {}
     expanded = {name: _merge(common, sections.get(name) or {}) for name in AGENT_TYPES}
     return {**raw, "agents": {name: section for name, section in expanded.items() if section}}
+
+
+def _resolve_aliases(raw: dict, source: str) -> dict:
+    """Rename the `AGENT_KEY_ALIASES` of a layer's agent sections to the keys they stand for."""
+    sections = raw.get("agents")
+    if not isinstance(sections, dict):
+        return raw
+    renamed = {}
+    for name, section in sections.items():
+        for alias, key in AGENT_KEY_ALIASES.items():
+            if isinstance(section, dict) and alias in section:
+                if key in section:
+                    raise ConfigError(f"{source}: agents.{name} sets both '{alias}' and '{key}' (the same setting)")
+                section = {(key if k == alias else k): v for k, v in section.items()}
+        renamed[name] = section
+    return {**raw, "agents": renamed}
 
 
 def _read_yaml(path: Path) -> dict:
@@ -393,4 +416,9 @@ def _build_config(raw: dict) -> Config:
     sections = raw.pop("agents", None) or {}
     config = _build(Config, raw)
     config.agents = {name: _build(AgentConfig, sections.get(name) or {}) for name in AGENT_TYPES}
+    if config.prompt.template_dir:
+        config.prompt.template_dir = os.path.expanduser(config.prompt.template_dir)
+        if not os.path.isdir(config.prompt.template_dir):
+            log.warning("prompt.template_dir %s is not a directory: the packaged templates are used instead",
+                        config.prompt.template_dir)
     return config

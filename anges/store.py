@@ -170,7 +170,8 @@ class EventStore:
         _check_stream_dict(data, source)
         uid = data.get("uid")
         if not new_id and uid is not None and not is_valid_id(uid):
-            raise InvalidStreamId(f"{source}: invalid stream id {uid!r}; import with new_id=True to assign one")
+            raise InvalidStreamId(f"{source}: invalid stream id {uid!r}; import it with a new id "
+                                  "(anges import --new-id, or new_id=True)")
         try:
             stream = EventStream.from_dict(data)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -183,6 +184,9 @@ class EventStore:
         self._path(stream.uid)
         stream.store = self
         self._write_whole(stream, replace=False)
+        last = stream.events_list[-1].created_at if stream.events_list else stream.created_at
+        if last.timestamp() < time.time():  # listings date a stream by its file: its last event, not the import
+            os.utime(self._path(stream.uid), (last.timestamp(), last.timestamp()))
         return stream
 
     # --- reading -----------------------------------------------------------------------------------
@@ -912,4 +916,5 @@ def _link_new(temp: Path, path: Path, uid: str) -> None:
     try:
         os.link(temp, path)
     except FileExistsError:
-        raise StreamExists(f"stream {uid!r} already exists; import with new_id=True to keep both") from None
+        raise StreamExists(f"stream {uid!r} already exists; import it with a new id to keep both "
+                           "(anges import --new-id, or new_id=True)") from None

@@ -14,6 +14,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 CHROMIUM = os.environ.get("ANGES_CHROMIUM", "/usr/bin/chromium")
+PASSWORD = "a demo password"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
         "--disable-component-update", "--no-first-run"]
 
@@ -104,7 +105,7 @@ def main(argv):
     _history(store, Event, EventStream)
     config = load_config(overrides={"prices": {"scripted": {"input": 3.0, "output": 15.0}}})
     model = ScriptedModel(SCRIPT)
-    app = create_app(config, store, password="demo", default_dir=str(project),
+    app = create_app(config, store, password=PASSWORD, default_dir=str(project),
                      model_factory=lambda name, cfg, agent_type: model)
     server = make_server("127.0.0.1", 0, app, threaded=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -114,7 +115,7 @@ def main(argv):
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
             page = browser.new_page(viewport={"width": 1360, "height": 940}, device_scale_factor=1)
             page.goto(url + "/login")
-            page.fill("#password", "demo")
+            page.fill("#password", PASSWORD)
             page.click("button[type=submit]")
             page.wait_for_selector("#app[data-ready=true]", state="attached")
             page.fill("#message", "Add a --json flag to report.py that prints the totals as JSON, and test it.")
@@ -134,7 +135,7 @@ def main(argv):
                 mobile = browser.new_page(viewport={"width": 390, "height": 844}, device_scale_factor=2,
                                           is_mobile=True, has_touch=True)
                 mobile.goto(page.url)
-                mobile.fill("#password", "demo")
+                mobile.fill("#password", PASSWORD)
                 mobile.click("button[type=submit]")
                 expect(mobile.locator("#status-pill")).to_have_text("Completed", timeout=30000)
                 mobile.evaluate("document.getElementById('transcript').scrollTop = 1e9")

@@ -1,10 +1,14 @@
-"""Shared fixtures: every test runs with its own ANGES_HOME and no provider credentials."""
+"""Shared fixtures: every test runs with its own ANGES_HOME and no provider credentials.
+
+Tests marked `browser` or `sandbox` are skipped, with the reason, where the machine cannot run them or
+when `ANGES_TEST_SKIP` names their group (see `optional_groups.py`).
+"""
 
 import pytest
 
-pytest_plugins = ["wire_servers"]
+pytest_plugins = ["wire_servers", "optional_groups"]
 
-OTHER_SECRETS = ("GOOGLE_APPLICATION_CREDENTIALS", "ANGES_CONFIG", "ANGES_UI_PASSWORD")
+OTHER_SECRETS = ("GOOGLE_APPLICATION_CREDENTIALS", "ANGES_CONFIG", "ANGES_UI_PASSWORD", "ANGES_UI_TOKEN")
 
 
 @pytest.fixture(autouse=True)

@@ -254,15 +254,16 @@ def test_no_model_exits_2_with_the_one_message(tmp_path):
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, out.stderr
     assert lines[0].startswith("anges: no model is configured") and "ANTHROPIC_API_KEY" in lines[0]
+    assert "offline demo" in lines[0] and "--model replay:examples/recorded/fizzbuzz.jsonl" in lines[0]
     assert EventStore().list() == []
 
 
 def test_bad_config_file_exits_2_naming_the_file_and_the_key(tmp_path):
     config = tmp_path / "mine.yaml"
-    config.write_text("agents:\n  common:\n    max_steps: 3\n")
+    config.write_text("agents:\n  common:\n    max_stepz: 3\n")
     out = anges("-q", "x", "--config", str(config), "--model", scripted(tmp_path, complete()), cwd=tmp_path)
     assert out.returncode == 2
-    assert str(config) in out.stderr and "agents.common.max_steps" in out.stderr
+    assert str(config) in out.stderr and "agents.common.max_stepz" in out.stderr
     config.write_text("model: [unclosed\n")
     out = anges("-q", "x", "--config", str(config), cwd=tmp_path)
     assert out.returncode == 2 and str(config) in out.stderr and "not valid YAML" in out.stderr

@@ -54,6 +54,35 @@ def test_unknown_key_names_file_key_and_valid_keys(tmp_path):
     assert str(path) in message and "agents.common.max_stepz" in message and "max_model_calls" in message
 
 
+def test_max_steps_is_another_name_for_the_events_limit(tmp_path):
+    config = load_config(write(tmp_path / "c.yaml", "agents:\n  common:\n    max_steps: 12\n"
+                                                    "  orchestrator:\n    max_steps: 30\n"))
+    assert config.agent("default").max_number_of_events_to_exhaust == 12
+    assert config.agent("orchestrator").max_number_of_events_to_exhaust == 30
+    assert load_config(overrides={"agents": {"default": {"max_steps": 4}}}).agent("default") \
+        .max_number_of_events_to_exhaust == 4
+    both = write(tmp_path / "both.yaml", "agents:\n  common:\n    max_steps: 3\n    max_number_of_events_to_exhaust: 4\n")
+    with pytest.raises(ConfigError, match=r"agents\.common sets both 'max_steps' and 'max_number_of_events_to_exhaust'"):
+        load_config(both)
+    with pytest.raises(ConfigError, match=r"agents\.common\.max_number_of_events_to_exhaust.*an integer"):
+        load_config(write(tmp_path / "bad.yaml", "agents:\n  common:\n    max_steps: many\n"))
+
+
+def test_a_template_dir_that_does_not_exist_is_reported(tmp_path, caplog, monkeypatch):
+    missing = tmp_path / "no-such-templates"
+    with caplog.at_level("WARNING", logger="anges.config"):
+        config = load_config(write(tmp_path / "c.yaml", f"prompt:\n  template_dir: {missing}\n"))
+    assert config.prompt.template_dir == str(missing)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"prompt.template_dir {missing} is not a directory: the packaged templates are used instead"]
+    caplog.clear()
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "mine").mkdir()
+    with caplog.at_level("WARNING", logger="anges.config"):
+        config = load_config(write(tmp_path / "ok.yaml", "prompt:\n  template_dir: ~/mine\n"))
+    assert caplog.records == [] and config.prompt.template_dir == str(tmp_path / "mine")
+
+
 def test_unknown_agent_section(tmp_path):
     with pytest.raises(ConfigError, match=r"agents\.task_excutor.*valid keys here: common, default"):
         load_config(write(tmp_path / "c.yaml", "agents:\n  task_excutor: {}\n"))

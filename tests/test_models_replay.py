@@ -2,12 +2,14 @@
 
 import json
 import logging
+import re
 
 import pytest
 from wire_servers import TEST_KEY, sleeper
 
 from anges.config import ModelPreset, RetryConfig
 from anges.exceptions import ModelError, ModelReplyError, ModelSetupError
+from anges.models import get_model
 from anges.models.openai_model import OpenAIModel
 from anges.models.replay import RecordingModel, ReplayModel, with_recording
 
@@ -110,9 +112,10 @@ def recording(tmp_path, prompts):
     return path
 
 
-def test_the_first_divergence_is_remembered_and_logged_once(tmp_path, caplog):
+def test_a_lenient_replay_remembers_the_first_divergence_and_logs_it_once(tmp_path, caplog):
     path = recording(tmp_path, ["same", "line a\nline b\nline c", "third"])
-    replay = ReplayModel(path)
+    replay = get_model(f"replay:lenient:{path}")
+    assert replay.strict is False and replay.path == path
 
     with caplog.at_level(logging.WARNING):
         assert replay("same") == "echo: same"
@@ -127,18 +130,22 @@ def test_the_first_divergence_is_remembered_and_logged_once(tmp_path, caplog):
     assert len(warnings) == 1 and "line B" in warnings[0].getMessage()
 
 
-def test_strict_replay_refuses_a_divergent_prompt(tmp_path):
+def test_a_replay_refuses_a_divergent_prompt_by_default(tmp_path, caplog):
     path = recording(tmp_path, ["one", "two"])
-    replay = ReplayModel(path, strict=True)
+    replay = get_model(f"replay:{path}")
+    assert isinstance(replay, ReplayModel) and replay.strict is True
 
     assert replay("one") == "echo: one"
-    with pytest.raises(ModelError, match=r"call 2 of 2 recorded: the prompt differs(.|\n)*-two(.|\n)*\+TWO"):
+    with caplog.at_level(logging.WARNING), pytest.raises(ModelError) as caught:
         replay("TWO")
+    assert re.search(r"call 2 of 2 recorded: the prompt differs(.|\n)*-two(.|\n)*\+TWO", str(caught.value))
+    assert f"--model replay:lenient:{path}" in str(caught.value)
+    assert "+TWO" in caplog.text, "the whole diff is logged too (a transcript may show one line of the error)"
 
 
 def test_a_long_diff_is_cut_to_an_excerpt(tmp_path):
     path = recording(tmp_path, ["\n".join(f"line {n}" for n in range(500))])
-    replay = ReplayModel(path)
+    replay = ReplayModel(path, strict=False)
     replay("\n".join(f"LINE {n}" for n in range(500)))
     assert len(replay.divergence.diff.splitlines()) <= 31
     assert "more diff lines" in replay.divergence.diff

@@ -2,19 +2,42 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import sysconfig
 import textwrap
+import venv
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+BUILD_JUNK = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache")
+
+
+def source_copy(tmp_path: Path) -> Path:
+    """The checkout as a clean source tree (no build leftovers that could leak into a wheel)."""
+    return Path(shutil.copytree(ROOT, tmp_path / "src", ignore=BUILD_JUNK))
+
+
+def build(source: Path, hook: str, out: Path) -> tuple[Path, str]:
+    """Run a PEP 517/660 build hook of setup.py as pip does; the built wheel and everything it printed."""
+    out.mkdir()
+    code = f"from setuptools import build_meta; print(build_meta.{hook}({str(out)!r}))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=source, timeout=300)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    return out / done.stdout.strip().splitlines()[-1], output
 
 
 def test_wheel_install_ships_templates_web_assets_and_config(tmp_path):
-    wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(wheels), str(ROOT)], check=True, cwd=tmp_path)
-    wheel = next(wheels.glob("anges-*.whl"))
+    wheel, output = build(source_copy(tmp_path), "build_wheel", tmp_path / "wheels")
+    assert "Traceback" not in output, output
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    assert {"anges/config.yaml", "anges/prompt_templates/agents/default.j2", "anges/web/static/app.js"} <= set(names)
+    assert not [n for n in names if n.endswith("setup.py") or "/tests/" in n]
+    assert any(n.startswith("anges-0.2.0.dist-info/") and n.endswith("LICENSE") for n in names)
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
                    check=True)
@@ -46,6 +69,31 @@ def test_wheel_install_ships_templates_web_assets_and_config(tmp_path):
     assert "run_shell_cmd.j2" in found["action_guides"]
     assert found["model"] == "auto"
     assert "E-123" in found["rendered"]
+
+
+def test_an_editable_install_builds_cleanly_and_reads_the_checkout(tmp_path):
+    source = source_copy(tmp_path)
+    wheel, output = build(source, "build_editable", tmp_path / "wheels")
+    assert "Traceback" not in output and "FileNotFoundError" not in output, output
+    # a fresh environment: the editable wheel in its site-packages, our dependencies (not our anges) on its path
+    env = tmp_path / "env"
+    venv.create(env, with_pip=False)
+    site_packages = next(env.glob("lib/python*/site-packages"))
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(site_packages)
+    (site_packages / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    probe = textwrap.dedent("""
+        import json
+        import anges.web
+        from anges.config import load_config, resource_path
+        print(json.dumps({"web": anges.web.__file__, "config": str(resource_path("config.yaml")),
+                          "templates": str(resource_path("prompt_templates")), "model": load_config().model}))
+    """)
+    out = subprocess.run([str(env / "bin" / "python"), "-c", probe], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    found = json.loads(out.stdout)
+    assert found == {"web": str(source / "web" / "__init__.py"), "config": str(source / "anges" / "config.yaml"),
+                     "templates": str(source / "prompt_templates"), "model": "auto"}
 
 
 def test_import_is_cheap_and_side_effect_free(tmp_path):

@@ -687,6 +687,14 @@ def test_a_0_1_stream_is_imported_resumed_and_exported_with_every_field(tmp_path
         assert LEGACY_REQUIRED["summary"] <= summary.keys()
 
 
+def test_an_imported_stream_is_dated_by_its_last_event_not_by_the_import(store):
+    stream = store.import_dict(LEGACY)
+    last = stream.events_list[-1].created_at
+    assert last.year == 2025
+    assert abs((store.info(stream.uid).updated_at - last).total_seconds()) < 1
+    assert [info.uid for info in store.list()] == [stream.uid]
+
+
 def test_export_load_import_round_trip_is_lossless(tmp_path, store):
     store.import_dict(LEGACY)
     first = store.export("Xk3pQ9aZ")
@@ -698,7 +706,7 @@ def test_export_load_import_round_trip_is_lossless(tmp_path, store):
 def test_import_refuses_an_existing_id_unless_asked_for_a_new_one(tmp_path, store):
     path = write_json(tmp_path / "s.json", LEGACY)
     store.import_file(path)
-    with pytest.raises(StreamExists, match="new_id=True"):
+    with pytest.raises(StreamExists, match=r"new id to keep both \(anges import --new-id, or new_id=True\)"):
         store.import_file(path)
     copy = store.import_file(path, new_id=True)
     assert copy.uid != "Xk3pQ9aZ" and store.exists(copy.uid)

@@ -138,12 +138,17 @@ def read_sse(client, url, until, headers=None, timeout=8.0):
     return events, comments
 
 
-def steps_of(events):
-    return [data for kind, _, data in events if kind == "step"]
+def steps_of(events, block=""):
+    """The steps a feed sent for the chat (block "") or one of its child blocks."""
+    return [step for kind, _, data in events if kind == "steps" and data["block"] == block for step in data["steps"]]
 
 
 def finished(events, comments):
     return any(kind == "status" and not data["running"] and data["status"] != "new" for kind, _, data in events)
+
+
+def ended(events, comments):
+    return any(kind == "end" for kind, _, _ in events)
 
 
 # -- login, sessions and the rules every request goes through ------------------------------------------------
@@ -267,20 +272,99 @@ def test_chat_ids_are_validated(auth):
     assert page.status_code == 404 and "no chat" in page.get_data(as_text=True)
 
 
-def test_without_a_password_only_localhost_is_served(config, store):
-    app = create_app(config, store, password="")
+TOKEN = "a-per-launch-token-for-tests"
+
+
+def test_without_a_password_the_token_is_exchanged_for_a_session(config, store):
+    app = create_app(config, store, password="", token=TOKEN)
     client = app.test_client()
-    assert client.get("/").status_code == 200  # no login on localhost
-    assert client.get("/api/chats").status_code == 200
-    assert client.get("/", environ_base={"REMOTE_ADDR": "192.0.2.7"}).status_code == 403
+    for url in ("/", "/chat/abc", "/login"):
+        refused = client.get(url)
+        assert refused.status_code == 403 and "secret token that `anges ui` printed" in refused.get_data(as_text=True)
+    assert client.get("/api/chats").status_code == 401 and "token" in client.get("/api/chats").json["error"]
+    assert client.get(f"/?token={TOKEN[:-1]}").status_code == 403
+    assert client.get(f"/?token={TOKEN}x").status_code == 403
+
+    entered = client.get(f"/chat/abc?tab=2&token={TOKEN}")
+    assert entered.status_code == 302 and entered.headers["Location"] == "/chat/abc?tab=2", "the token leaves the URL"
+    assert "HttpOnly" in entered.headers["Set-Cookie"]
+    assert client.get("/api/chats").status_code == 200 and client.get("/").status_code == 200
+    assert client.get("/login").status_code == 302
+    assert client.post("/api/chats", json={}).status_code == 403  # CSRF still applies
+    # another local account without the token gets nothing, nor does anything off localhost or through a proxy
+    assert app.test_client().get("/api/chats").status_code == 401
+    assert client.get("/api/chats", environ_base={"REMOTE_ADDR": "192.0.2.7"}).status_code == 403
     rebound = client.get("/", headers={"Host": "attacker.example"})
     assert rebound.status_code == 403 and "password" in rebound.get_data(as_text=True)
-    assert client.post("/api/chats", json={}).status_code == 403  # CSRF still applies
+
+
+def test_the_token_is_random_per_launch_or_from_the_environment_and_can_be_turned_off(config, store, monkeypatch):
+    first, second = (create_app(config, store, password="").extensions["anges"].guard.token for _ in range(2))
+    assert first != second and len(first) >= 32
+    monkeypatch.setenv("ANGES_UI_TOKEN", TOKEN)
+    app = create_app(config, store, password="")
+    assert app.extensions["anges"].guard.token == TOKEN
+    assert app.test_client().get(f"/?token={TOKEN}").status_code == 302
+    monkeypatch.setenv("ANGES_UI_TOKEN", "short")
+    with pytest.raises(ConfigError, match=r"ANGES_UI_TOKEN\) is too short: use at least 12 characters"):
+        create_app(config, store, password="")
+    open_app = create_app(config, store, password="", token="")  # --no-token
+    assert open_app.test_client().get("/api/chats").status_code == 200
+    assert open_app.test_client().get("/api/chats", environ_base={"REMOTE_ADDR": "192.0.2.7"}).status_code == 403
+    # with a password the token plays no part
+    assert create_app(config, store, password=PASSWORD, token=TOKEN).test_client().get(
+        f"/?token={TOKEN}").headers["Location"].startswith("/login")
+
+
+def test_anges_ui_prints_the_address_with_its_token(tmp_path):
+    import subprocess
+    import sys
+    import urllib.request
+
+    env = {**os.environ, "ANGES_HOME": str(tmp_path)}
+    server = subprocess.Popen([sys.executable, "-m", "anges", "ui", "--port", "0"], stderr=subprocess.PIPE,
+                              text=True, env=env, cwd=tmp_path)
+    try:
+        first = server.stderr.readline()
+        match = re.match(r"anges web chat on (http://127\.0\.0\.1:(\d+)/)\?token=([\w-]{32,})  \(Ctrl-C to stop\)", first)
+        assert match, first
+        base, token = match.group(1), match.group(3)
+        assert "only this machine can use it, from a browser that opens the address" in server.stderr.readline()
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
+        with opener.open(f"{base}?token={token}") as page:
+            assert page.status == 200 and page.url == base and b'id="app"' in page.read()
+        with opener.open(f"{base}api/chats") as listing:
+            assert json.loads(listing.read()) == {"chats": []}
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{base}api/chats")
+        assert refused.value.code == 401
+    finally:
+        server.terminate()
+        server.wait(10)
+        log = server.stderr.read()
+        server.stderr.close()
+    assert token not in log and "GET /?token=[hidden] HTTP/1.1" in log, "the request log leaves the token out"
+
+
+def test_no_token_is_explicit_and_says_what_it_means(tmp_path):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "ANGES_HOME": str(tmp_path)}
+    server = subprocess.Popen([sys.executable, "-m", "anges", "ui", "--port", "0", "--no-token"],
+                              stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    try:
+        assert re.match(r"anges web chat on http://127\.0\.0\.1:\d+/  \(Ctrl-C to stop\)", server.stderr.readline())
+        assert "every account on this machine can use it" in server.stderr.readline()
+    finally:
+        server.terminate()
+        server.wait(10)
+        server.stderr.close()
 
 
 @pytest.mark.parametrize("header", ["X-Forwarded-For", "Forwarded", "X-Real-IP", "X-Forwarded-Host"])
 def test_without_a_password_a_request_relayed_by_a_local_proxy_is_refused(config, store, header):
-    client = create_app(config, store, password="").test_client()
+    client = create_app(config, store, password="", token="").test_client()
     relayed = client.get("/api/chats", headers={header: "203.0.113.9"})
     assert relayed.status_code == 403 and "password" in relayed.get_data(as_text=True)
     assert create_app(config, store, password=PASSWORD).test_client().get(
@@ -288,11 +372,95 @@ def test_without_a_password_a_request_relayed_by_a_local_proxy_is_refused(config
 
 
 def test_the_password_can_come_from_the_environment(config, store, monkeypatch):
-    monkeypatch.setenv("ANGES_UI_PASSWORD", "from-env-pw")
+    monkeypatch.setenv("ANGES_UI_PASSWORD", "from-the-environment")
     client = create_app(config, store).test_client()
     assert client.get("/api/chats").status_code == 401
-    assert login(client, "from-env-pw").status_code == 302
+    assert login(client, "from-the-environment").status_code == 302
     assert client.get("/api/chats").status_code == 200
+
+
+@pytest.mark.parametrize("password", ["x", " ", "eleven-char", " " * 12, "  short one  "])
+def test_a_short_password_is_refused_at_start_up(config, store, password, capsys):
+    with pytest.raises(ConfigError, match="password .* is too short: use at least 12 characters"):
+        create_app(config, store, password=password)
+    assert main_ui(["--password", password, "--port", "0"]) == 2
+    assert "anges ui: the web chat password (--password, ANGES_UI_PASSWORD or web.password) is too short" \
+        in capsys.readouterr().err
+
+
+def test_failed_logins_are_limited_from_all_addresses_together(store):
+    config = load_config(overrides={"web": {"login_attempts_per_minute": 5, "login_attempts_per_minute_total": 8}})
+    app = create_app(config, store, password=PASSWORD)
+    for n in range(8):  # one wrong guess from each of 8 addresses: each under its own limit
+        client = app.test_client()
+        client.environ_base["REMOTE_ADDR"] = f"127.0.0.{n + 2}"
+        assert login(client, "wrong guess").status_code == 401
+    late = app.test_client()
+    late.environ_base["REMOTE_ADDR"] = "127.0.0.99"
+    blocked = login(late)
+    assert blocked.status_code == 429 and int(blocked.headers["Retry-After"]) > 0
+
+
+def test_logout_ends_the_session_on_the_server(app, config, store):
+    client, other = app.test_client(), app.test_client()
+    login(client)
+    login(other)
+    copied = client.get_cookie("anges_session").value
+    second_process = create_app(config, store, password=PASSWORD).test_client()  # serving the same home
+    second_process.set_cookie("anges_session", copied)
+    assert second_process.get("/api/chats").status_code == 200
+    headers = {"X-CSRF-Token": csrf_from(client.get("/").get_data(as_text=True))}
+    assert client.post("/logout", headers=headers).status_code == 302
+    thief = app.test_client()
+    thief.set_cookie("anges_session", copied)
+    assert thief.get("/api/chats").status_code == 401, "a cookie copied before logout no longer works"
+    assert second_process.get("/api/chats").status_code == 401, "in any process serving the chat"
+    assert create_app(config, store, password=PASSWORD).test_client().get(
+        "/api/chats", headers={"Cookie": f"anges_session={copied}"}).status_code == 401, "nor after a restart"
+    assert other.get("/api/chats").status_code == 200, "other sessions go on"
+
+
+def test_the_session_file_holds_no_usable_secret_and_survives_damage(app, anges_home):
+    client = app.test_client()
+    login(client)
+    with client.session_transaction() as cookie:
+        sid = cookie["sid"]
+    path = anges_home / "web_sessions.json"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert sid not in path.read_text() and len(json.loads(path.read_text())["sessions"]) == 1
+    for damage in ("{broken", '{"sessions": [1]}', '{"sessions": {"x": {"expires": "soon"}}}', "[]"):
+        path.write_text(damage)
+        assert client.get("/api/chats").status_code == 401, damage  # everybody logs in again, nothing breaks
+    assert login(client).status_code == 302 and client.get("/api/chats").status_code == 200
+
+
+def test_sessions_expire_and_their_number_is_bounded():
+    from anges.web.sessions import MAX_SESSIONS, SessionRegistry
+
+    registry = SessionRegistry("fingerprint", lifetime=60)
+    ids = [registry.create() for _ in range(MAX_SESSIONS + 5)]
+    assert [registry.valid(sid) for sid in ids].count(True) == MAX_SESSIONS
+    assert registry.valid(ids[-1]) and not registry.valid(ids[0]), "the oldest make room"
+    short = SessionRegistry("fingerprint", lifetime=0.05)
+    sid = short.create()
+    assert short.valid(sid) and not short.valid("forged") and not short.valid(None)
+    time.sleep(0.1)
+    assert not short.valid(sid)
+
+
+def test_sessions_outlive_a_restart_but_not_a_new_password(config, store):
+    client = create_app(config, store, password=PASSWORD).test_client()
+    login(client)
+    cookie = client.get_cookie("anges_session").value
+
+    def works(app):
+        fresh = app.test_client()
+        fresh.set_cookie("anges_session", cookie)
+        return fresh.get("/api/chats").status_code == 200
+
+    assert works(create_app(config, store, password=PASSWORD)), "a restart keeps the session"
+    assert not works(create_app(config, store, password="a different password"))
+    assert not works(create_app(config, store, password=PASSWORD)), "the password change ended it for good"
 
 
 def test_the_session_secret_is_made_once_and_private(config, store, anges_home):
@@ -463,7 +631,7 @@ def test_rename_and_settings(auth, app, store, model, tmp_path):
         assert response.json["error"]
     work = tmp_path / "work"
     work.mkdir()
-    settings = {"agent_type": "task_executor", "model": "scripted", "cmd_init_dir": str(work),
+    settings = {"agent_type": "task_executor", "model": "openai:gpt-test", "cmd_init_dir": str(work),
                 "prefix_cmd": "", "notes": "be brief\n\nuse python3"}
     saved = client.patch(f"/api/chats/{uid}", json={"settings": settings}, headers=headers).json["chat"]["settings"]
     assert saved == {**settings, "notes": ["be brief", "use python3"], "mcp_config": ""}
@@ -514,6 +682,22 @@ def test_search_by_title(auth, store):
     assert sorted(c["title"] for c in found) == ["Fix the parser", "parser benchmarks"]
 
 
+def test_an_unknown_model_name_is_refused_when_saved(auth, app, tmp_path):
+    client, headers = auth
+    uid = new_chat(auth, app, text="")
+    for bad, reason in [("gtp-4", "unknown model 'gtp-4'. Valid names: a preset (openai, gemini"),
+                        ("mistral:large", "unknown model 'mistral:large'"),
+                        ("openai:", "has no model id after the colon"),
+                        (f"replay:{tmp_path}/none.jsonl", "not found")]:
+        response = client.patch(f"/api/chats/{uid}", json={"settings": {"model": bad}}, headers=headers)
+        assert response.status_code == 400 and reason in response.json["error"], bad
+    recording = tmp_path / "run.jsonl"
+    recording.write_text('{"prompt": "p", "reply": "r"}\n')
+    for good in ("auto", "claude", "ollama:qwen2.5-coder:7b", "anthropic:claude-x", f"replay:lenient:{recording}", ""):
+        response = client.patch(f"/api/chats/{uid}", json={"settings": {"model": good}}, headers=headers)
+        assert response.status_code == 200 and response.json["chat"]["settings"]["model"] == good, good
+
+
 def test_export_json_and_markdown(auth, app, store, model):
     client, _ = auth
     model.enqueue(shell("printf 'a```b'"), complete("Exported **fine**."))
@@ -524,6 +708,7 @@ def test_export_json_and_markdown(auth, app, store, model):
     assert EventStream.from_dict(exported.json) == store.load(uid)
     markdown = client.get(f"/api/chats/{uid}/export?format=md")
     assert markdown.headers["Content-Disposition"].endswith('.md"')
+    assert markdown.headers["Content-Type"] == "text/markdown; charset=utf-8"
     text = markdown.get_data(as_text=True)
     assert text.startswith("# export me") and "Exported **fine**." in text
     assert "````bash\nprintf 'a```b'\n````" in text  # a fence longer than any backticks inside
@@ -547,32 +732,49 @@ def test_markdown_export_includes_child_agent_steps(auth, store):
 # -- the live feed -------------------------------------------------------------------------------------------
 
 
-def test_the_feed_sends_every_step_then_the_status(auth, app, store, model):
+def test_the_feed_sends_every_step_then_the_status_and_ends_when_the_run_is_over(auth, app, store, model):
     client, _ = auth
     model.enqueue(shell("echo one"), reply({"action_type": "EDIT_FILE", "directive_line": "NEW_FILE f.txt",
                                             "content": "x\n"}), complete("**Done**"))
     uid = new_chat(auth, app, text="three steps")
-    events, _ = read_sse(client, f"/api/chats/{uid}/events", finished)
+    events, _ = read_sse(client, f"/api/chats/{uid}/events", ended)
     steps = steps_of(events)
     assert [s["kind"] for s in steps] == ["request", "shell", "edit", "answer"]
-    assert [e[1] for e in events if e[0] == "step"] == ["0", "1", "2", "3"]
+    assert [s["index"] for s in steps] == [0, 1, 2, 3] and events[0][1] == "3"  # id: the last index sent
     assert steps[1]["command"] == "echo one" and steps[1]["exit_code"] == 0 and steps[1]["output"] == "one\n"
     assert steps[2]["path"] == "f.txt" and "+x" in steps[2]["diff"]
     assert steps[3]["body_html"] == "<p><strong>Done</strong></p>\n"
-    status = events[-1]
-    assert status[0] == "status" and status[2]["status"] == "completed" and status[2]["steps"] == 3
-    assert status[2]["input_tokens"] > 0 and status[2]["output_tokens"] > 0
+    assert [kind for kind, _, _ in events] == ["steps", "status", "end"]
+    status = events[1][2]
+    assert status["status"] == "completed" and status["running"] is False and status["steps"] == 3
+    assert status["input_tokens"] > 0 and status["output_tokens"] > 0
+    assert events[2][2] == {"reason": "finished"}, "a finished chat's feed closes: it holds no connection"
 
 
-def test_the_feed_resumes_after_last_event_id_without_gaps_or_duplicates(auth, app, model):
+def test_a_long_history_goes_out_in_batches(auth, store):
+    client, _ = auth
+    stream = EventStream(title="long")
+    for n in range(450):
+        stream.add_event(Event("action", content=f"step {n}", data={"command": f"echo {n}", "exit_code": 0}))
+    store.sync(stream)
+    events, _ = read_sse(client, f"/api/chats/{stream.uid}/events", ended)
+    batches = [data["steps"] for kind, _, data in events if kind == "steps"]
+    assert [len(batch) for batch in batches] == [200, 200, 50]
+    assert [step["index"] for batch in batches for step in batch] == list(range(450))
+
+
+def test_the_feed_resumes_without_gaps_or_duplicates(auth, app, model):
     client, _ = auth
     model.enqueue(shell("echo a"), shell("echo b"), complete())
     uid = new_chat(auth, app, text="resume")
-    events, _ = read_sse(client, f"/api/chats/{uid}/events", finished, headers={"Last-Event-ID": "1"})
-    assert [s["index"] for s in steps_of(events)] == [2, 3, 4][: len(steps_of(events))] == [2, 3]
-    events, _ = read_sse(client, f"/api/chats/{uid}/events?from=3", finished)
+    events, _ = read_sse(client, f"/api/chats/{uid}/events", ended, headers={"Last-Event-ID": "1"})
+    assert [s["index"] for s in steps_of(events)] == [2, 3]
+    events, _ = read_sse(client, f"/api/chats/{uid}/events?from=3", ended)
     assert [s["index"] for s in steps_of(events)] == [3]
     assert client.get(f"/api/chats/{uid}/events", headers={"Last-Event-ID": "x"}).status_code == 400
+    for bad in ("1", "a:1", "1:x", "1//2:3", "-1:2", ",".join(f"{n}:0" for n in range(501))):
+        response = client.get(f"/api/chats/{uid}/events?blocks={bad}")
+        assert response.status_code == 400 and "blocks" in response.json["error"], bad
 
 
 def test_the_feed_follows_a_live_run_and_a_reconnect_picks_up_where_it_left(auth, app, model):
@@ -580,41 +782,107 @@ def test_the_feed_follows_a_live_run_and_a_reconnect_picks_up_where_it_left(auth
     release = threading.Event()
     model.enqueue(shell("echo first"), gate(release, complete("the end")))
     uid = new_chat(auth, app, text="live", wait=False)
-    first, _ = read_sse(client, f"/api/chats/{uid}/events",
-                        lambda ev, _: any(s["kind"] == "shell" for s in steps_of(ev)))
+    first, comments = read_sse(client, f"/api/chats/{uid}/events",
+                               lambda ev, com: any(s["kind"] == "shell" for s in steps_of(ev)) and com)
     assert any(kind == "status" and data["running"] for kind, _, data in first)
-    last_id = [e[1] for e in first if e[0] == "step"][-1]
+    assert comments and not ended(first, comments), "while the run is active the feed stays open, with heartbeats"
+    last_id = [e[1] for e in first if e[0] == "steps"][-1]
     release.set()
-    rest, _ = read_sse(client, f"/api/chats/{uid}/events", finished, headers={"Last-Event-ID": last_id})
+    rest, _ = read_sse(client, f"/api/chats/{uid}/events", ended, headers={"Last-Event-ID": last_id})
     indexes = [s["index"] for s in steps_of(first)] + [s["index"] for s in steps_of(rest)]
     assert indexes == list(range(len(indexes))) and steps_of(rest)[-1]["type"] == "task_completion"
+    assert rest[-1] == ("end", None, {"reason": "finished"})
 
 
-def test_the_feed_sends_heartbeats_while_idle_and_tells_when_a_chat_is_deleted(auth, app, store):
+def test_a_run_held_elsewhere_keeps_the_feed_open_and_a_vanished_chat_is_reported(auth, app, store):
     client, _ = auth
     uid = new_chat(auth, app, text="")
-    _, comments = read_sse(client, f"/api/chats/{uid}/events", lambda ev, com: len(com) >= 2)
+    holding, done = threading.Event(), threading.Event()
+
+    def other_process():
+        with store.run_lock(uid):
+            holding.set()
+            assert done.wait(10)
+            os.unlink(store.root / f"{uid}.jsonl")  # removed behind the store's back
+
+    worker = threading.Thread(target=other_process)
+    worker.start()
+    assert holding.wait(5)
+    events, comments = read_sse(client, f"/api/chats/{uid}/events",
+                                lambda ev, com: len(com) >= 2 and done.set() is None and ev[-1][0] == "gone")
+    worker.join(5)
     assert comments[:2] == [": heartbeat", ": heartbeat"]
-    threading.Timer(0.3, lambda: store.delete(uid)).start()
-    events, _ = read_sse(client, f"/api/chats/{uid}/events", lambda ev, _: ev and ev[-1][0] == "gone")
-    assert events[-1][0] == "gone"
+    assert events[-1] == ("gone", None, {"uid": uid})
 
 
-def test_the_feed_of_a_child_agent(auth, store):
-    client, _ = auth
-    child = EventStream(title="child", parent_event_stream_uids=["parent1"])
-    child.add_event(Event("new_request_from_parent", content="task"))
+def test_the_feed_ends_when_the_session_does(auth, app, model):
+    client, headers = auth
+    release = threading.Event()
+    model.enqueue(gate(release, complete("done")))
+    uid = new_chat(auth, app, text="wait", wait=False)
+    other = app.test_client()
+    other.set_cookie("anges_session", client.get_cookie("anges_session").value)
+
+    def log_out_once(events, comments):
+        if events and not getattr(log_out_once, "done", False):
+            log_out_once.done = other.post("/logout", headers=headers).status_code == 302
+        return ended(events, comments)
+
+    events, _ = read_sse(client, f"/api/chats/{uid}/events", log_out_once)
+    assert events[-1] == ("end", None, {"reason": "login"})
+    release.set()
+    wait_idle(app, uid)
+
+
+def child_tree(store):
+    """A parent that ran one child twice; the child's first run started a grandchild."""
+    grandchild = EventStream(title="grandchild", parent_event_stream_uids=["parent1", "child1"], uid="grand1")
+    grandchild.add_event(Event("new_request_from_parent", content="tiny task"))
+    grandchild.add_event(Event("task_completion", content="tiny done"))
+    store.sync(grandchild)
+    child = EventStream(title="child", parent_event_stream_uids=["parent1"], uid="child1")
+    for kind, content in [("new_request_from_parent", "task"), ("child_agent_running", ""),
+                          ("task_completion", "first done"), ("follow_up_request_from_parent", "more"),
+                          ("task_completion", "second done")]:
+        child.add_event(Event(kind, content=content, data={"agent_id": "grand1", "starting_from": 0}
+                              if kind == "child_agent_running" else {}))
     store.sync(child)
     parent = EventStream(title="parent", uid="parent1", agent_type="orchestrator")
     parent.add_event(Event("new_request", content="big"))
-    parent.add_event(Event("child_agent_running", reasoning=json.dumps({"agent_id": child.uid, "starting_from": 0})))
+    parent.add_event(Event("child_agent_running", reasoning=json.dumps({"agent_id": "child1", "starting_from": 0})))
+    parent.add_event(Event("child_agent_task_completion", content="first done"))
+    parent.add_event(Event("child_agent_running", data={"agent_id": "child1", "starting_from": 3}))
+    parent.add_event(Event("child_agent_task_completion", content="second done"))
+    parent.add_event(Event("task_completion", content="all done"))
     store.sync(parent)
-    events, _ = read_sse(client, "/api/chats/parent1/events", lambda ev, _: any(e[0] == "status" for e in ev))
-    running = steps_of(events)[1]
-    assert running["kind"] == "child_running"
-    assert running["child"]["uid"] == child.uid and running["child"]["starting_from"] == 0
-    events, _ = read_sse(client, f"/api/chats/{child.uid}/events", lambda ev, _: any(e[0] == "status" for e in ev))
-    assert steps_of(events)[0]["from_parent"] is True
+
+
+def test_one_feed_carries_the_child_agents_each_block_up_to_its_return(auth, store):
+    client, _ = auth
+    child_tree(store)
+    events, _ = read_sse(client, "/api/chats/parent1/events", ended)
+    assert [s["index"] for s in steps_of(events)] == [0, 1, 2, 3, 4, 5]
+    assert steps_of(events)[1]["child"] == {"uid": "child1", "starting_from": 0, "agent_type": "", "exit_type": ""}
+    assert [(s["index"], s["type"]) for s in steps_of(events, "1")] == [
+        (0, "new_request_from_parent"), (1, "child_agent_running"), (2, "task_completion")]
+    assert steps_of(events, "1")[2]["body_html"] == "<p>first done</p>\n"
+    assert [s.get("text") or s.get("body_html") for s in steps_of(events, "1/1")] == ["tiny task", "<p>tiny done</p>\n"]
+    assert [s["index"] for s in steps_of(events, "3")] == [3, 4]
+    children = {data["block"]: data for kind, _, data in events if kind == "child"}
+    assert children["1"] == {"block": "1", "uid": "child1", "title": "child", "status": "completed"}
+    assert children["1/1"]["title"] == "grandchild" and children["3"]["uid"] == "child1"
+    assert events[-1] == ("end", None, {"reason": "finished"})
+
+
+def test_a_reconnecting_page_resumes_its_open_child_blocks_only(auth, store):
+    client, _ = auth
+    child_tree(store)
+    # the page has shown the chat up to step 1 and block "1" up to its step 1; it closed block "1/1" already
+    events, _ = read_sse(client, "/api/chats/parent1/events?from=2&blocks=1:2", ended)
+    assert [s["index"] for s in steps_of(events)] == [2, 3, 4, 5]
+    assert [s["index"] for s in steps_of(events, "1")] == [2]
+    assert steps_of(events, "1/1") == []
+    assert [s["index"] for s in steps_of(events, "3")] == [3, 4], "a block new to the page starts at its run"
 
 
 # -- rendering model output ---------------------------------------------------------------------------------
@@ -662,6 +930,16 @@ def test_markdown_keeps_what_people_write():
     assert "<h1>Title</h1>" in html and "<strong>bold</strong>" in html and "<code>code</code>" in html
     assert 'href="https://example.com"' in html and 'rel="noopener noreferrer nofollow"' in html
     assert '<code class="language-python">print(1)' in html and "<table>" in html
+
+
+def test_pictures_in_model_output_become_links_and_never_load():
+    html = markdown_html("![a chart](https://tracker.example/pixel.png?u=1) and ![](logo.png) and "
+                         '![x](javascript:alert(1)) <img src="https://tracker.example/raw.png">')
+    tags, attributes = parsed(html)
+    assert "img" not in tags
+    assert ("href", "https://tracker.example/pixel.png?u=1") in attributes and ">image: a chart</a>" in html
+    assert ("href", "logo.png") in attributes and ">image</a>" in html
+    assert not any(value.startswith("javascript") for _, value in attributes)
 
 
 def test_a_chat_runs_with_the_mcp_servers_of_its_settings(auth, app, model, store, tmp_path):

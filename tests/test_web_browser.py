@@ -3,25 +3,28 @@
 import json
 import os
 import re
-import shutil
 import threading
+import time
 
 import pytest
+from optional_groups import chromium_path
 
 from anges.config import load_config
+from anges.events import Event, EventStream
 from anges.exceptions import ModelSetupError
 from anges.models.scripted import ScriptedModel
 from anges.store import EventStore
 
-playwright_api = pytest.importorskip("playwright.sync_api")
+try:
+    from playwright import sync_api as playwright_api
+except ImportError:  # the `browser` mark skips every test here, saying so
+    playwright_api = None
 
-CHROMIUM = os.environ.get("ANGES_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+pytestmark = pytest.mark.browser
 LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
                "--disable-component-update", "--no-first-run"]
 PASSWORD = "browser-test-password"
 WAIT = 10_000  # ms for anything the page must show
-
-pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Chromium is not installed")
 
 # Recorded before any page script runs: a payload that executes sets __xss, a CSP refusal is counted.
 TRAP = """
@@ -68,17 +71,21 @@ class RoutedModel:
 
 
 class LiveServer:
-    """The real app served by werkzeug's threaded server on 127.0.0.1 with a free port."""
+    """The real app served by werkzeug's threaded server on 127.0.0.1 with a free (or the given) port."""
 
-    def __init__(self, model, tmp_path, model_factory=None):
+    def __init__(self, model, tmp_path, model_factory=None, password=PASSWORD, token=None, port=0):
         from anges.web import create_app
-        from werkzeug.serving import make_server
 
         config = load_config(overrides={"web": {"heartbeat_seconds": 1, "poll_seconds": 0.05}})
         self.store = EventStore()
-        self.app = create_app(config, self.store, password=PASSWORD, default_dir=str(tmp_path),
+        self.app = create_app(config, self.store, password=password, token=token, default_dir=str(tmp_path),
                               model_factory=model_factory or (lambda name, cfg, agent_type: model))
-        self.server = make_server("127.0.0.1", 0, self.app, threaded=True)
+        self.start(port)
+
+    def start(self, port=0):
+        from werkzeug.serving import make_server
+
+        self.server = make_server("127.0.0.1", port, self.app, threaded=True)
         self.url = f"http://127.0.0.1:{self.server.port}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -91,7 +98,7 @@ class LiveServer:
 @pytest.fixture(scope="module")
 def browser():
     with playwright_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS, headless=True)
+        browser = pw.chromium.launch(executable_path=chromium_path(), args=LAUNCH_ARGS, headless=True)
         yield browser
         browser.close()
 
@@ -204,6 +211,8 @@ def test_stop_a_running_command(page, server, model, tmp_path):
     expect(page.locator("#status-pill")).to_have_text("Interrupted")
     expect(page.locator("#working")).to_be_hidden()
     expect(page.locator("#stop")).to_be_hidden()
+    expect(page.locator("#notice")).to_be_hidden()  # "Stopping the run…" went with the run
+    expect(page.locator("#app")).to_have_attribute("data-feed", "idle")  # nothing runs: no connection held
     events = server.store.load(page.url.rsplit("/", 1)[1]).events_list
     assert [e.type for e in events] == ["new_request", "action", "task_interrupted"]
     assert events[1].data["interrupted"] and events[2].data["reason"] == "interrupt"
@@ -240,6 +249,20 @@ def test_open_a_child_agent(browser, tmp_path):
     context = browser.new_context(viewport={"width": 1280, "height": 820})
     context.set_default_timeout(WAIT)
     page = context.new_page()
+    feeds, open_feeds = [], []  # every feed opened; how many were open at each moment
+
+    def opened(request):
+        if "/events" in request.url:
+            feeds.append(request.url)
+            open_feeds.append((open_feeds or [0])[-1] + 1)
+
+    def closed(request):
+        if "/events" in request.url:
+            open_feeds.append(open_feeds[-1] - 1)
+
+    page.on("request", opened)
+    page.on("requestfinished", closed)
+    page.on("requestfailed", closed)
     try:
         log_in(page, live)
         page.click("#settings-open")
@@ -253,13 +276,15 @@ def test_open_a_child_agent(browser, tmp_path):
         expect(tree.locator(".answer-task_completion")).to_contain_text("Wrote notes.txt.")
         expect(tree.locator(".pill")).to_have_text("Completed")
         expect(tree.locator(".child-name")).to_have_text("Write notes.txt")
+        parent_uid = page.url.rsplit("/", 1)[1]
+        assert all(f"/api/chats/{parent_uid}/events" in url for url in feeds), feeds  # none for the child itself
+        assert max(open_feeds) == 1, "one connection at a time carries the chat and its child agent"
         # collapsible
         tree.locator("summary").click()
         expect(tree.locator(".child-steps")).to_be_hidden()
         tree.locator("summary").click()
         expect(tree.locator(".child-steps")).to_be_visible()
         # nested in the sidebar under its parent
-        parent_uid = page.url.rsplit("/", 1)[1]
         nested = page.locator(".chats.children .chat-link")
         expect(nested).to_have_count(1)
         child_uid = nested.get_attribute("data-uid")
@@ -362,7 +387,12 @@ def test_phone_sized_viewport(browser, server, model):
         sidebar = page.locator("#sidebar")
         expect(page.locator("#menu")).to_be_visible()
         assert sidebar.bounding_box()["x"] + sidebar.bounding_box()["width"] <= 1  # off screen
-        send(page, "print a long line")
+        page.fill("#message", "print a long line")
+        page.press("#message", "Enter")  # no Shift key on a phone: Enter adds a line
+        page.locator("#message").press_sequentially("and wrap it")
+        assert page.input_value("#message") == "print a long line\nand wrap it"
+        assert steps(page).count() == 0
+        page.tap("#send")
         expect(page.locator(".answer-task_completion")).to_contain_text("Done")
         assert page.evaluate("document.documentElement.scrollWidth") <= 390
         for selector in ("#send", "#menu", "#message"):
@@ -393,9 +423,170 @@ def test_phone_sized_viewport(browser, server, model):
         context.close()
 
 
-def _wait_for(condition, timeout=10.0):
-    import time
+def stored_chat(store, title, children=0):
+    """A finished chat in the store whose run delegated to `children` child agents, each of which returned."""
+    parent = EventStream(title=title, agent_type="orchestrator")
+    parent.add_event(Event("new_request", content=f"{title}, please"))
+    parent.add_event(Event("action", reasoning="Look around **first**.", data={"command": "ls", "exit_code": 0,
+                                                                                "stdout": "a.txt\nb.txt\n"}))
+    for n in range(children):
+        child = EventStream(title=f"{title} helper {n}", parent_event_stream_uids=[parent.uid])
+        child.add_event(Event("new_request_from_parent", content=f"part {n}"))
+        child.add_event(Event("action", data={"command": f"echo part-{n}", "exit_code": 0, "stdout": f"part-{n}\n"}))
+        child.add_event(Event("task_completion", content=f"Part {n} done."))
+        store.sync(child)
+        parent.add_event(Event("child_agent_running", data={"agent_id": child.uid, "starting_from": 0}))
+        parent.add_event(Event("child_agent_task_completion", content=f"Part {n} done."))
+    parent.add_event(Event("task_completion", content=f"{title}: all done."))
+    store.sync(parent)
+    return parent.uid
 
+
+def test_ten_tabs_stay_usable_and_stop_works_in_the_last(browser, server, model, tmp_path):
+    chats = [stored_chat(server.store, f"Chat {n}", children=n % 3) for n in range(9)]
+    context = browser.new_context(viewport={"width": 1000, "height": 700})
+    context.set_default_timeout(WAIT)
+    try:
+        first = context.new_page()
+        log_in(first, server)
+        tabs = [first] + [context.new_page() for _ in range(9)]
+        for tab, uid in zip(tabs, chats):
+            tab.goto(f"{server.url}/chat/{uid}")
+            expect(tab.locator(".answer-task_completion").last).to_contain_text("all done.")
+            expect(tab.locator("#app")).to_have_attribute("data-feed", "idle")  # finished: its feed closed
+        assert tabs[2].locator("details.child .step-shell pre.output").all_inner_texts() == ["part-0", "part-1"]
+
+        model.enqueue(shell("touch started && sleep 30", reasoning="This takes a while."))  # Stop ends it
+        last = tabs[9]
+        last.goto(server.url + "/")
+        expect(last.locator("#app[data-ready=true]")).to_be_attached()
+        send(last, "sleep for a long time")
+        expect(last.locator("#status-pill")).to_have_text("Running")
+        _wait_for(lambda: (tmp_path / "started").exists())
+        last.click("#stop")
+        expect(last.locator(".step-interrupted")).to_contain_text("Stopped")
+        expect(last.locator("#status-pill")).to_have_text("Interrupted")
+
+        # an idle tab picks up a new run: one sent from it, and one started from another tab
+        model.enqueue(complete("Follow-up answered."), complete("Answered from elsewhere."))
+        send(tabs[0], "one more thing")
+        expect(tabs[0].locator(".answer-task_completion").last).to_contain_text("Follow-up answered.")
+        tabs[1].goto(f"{server.url}/chat/{chats[0]}")
+        send(tabs[1], "and another")
+        expect(tabs[0].locator(".answer-task_completion").last).to_contain_text("Answered from elsewhere.",
+                                                                                 timeout=WAIT)
+    finally:
+        context.close()
+
+
+def test_a_2000_step_chat_opens_in_under_two_seconds(page, server):
+    stream = EventStream(title="A long chat")
+    stream.add_event(Event("new_request", content="Do two thousand things."))
+    for n in range(1, 2000):
+        if n % 2:
+            stream.add_event(Event("action", reasoning=f"Step **{n}**: list `dir{n}`.",
+                                   data={"command": f"ls dir{n}", "exit_code": 0, "duration": 0.1,
+                                         "stdout": "".join(f"file{k}.txt\n" for k in range(8))}))
+        else:
+            stream.add_event(Event("agent_text_response", content=f"Checked *{n}* of them; [notes](https://x.example)."))
+    server.store.sync(stream)
+    log_in(page, server)
+    started = time.monotonic()
+    page.goto(f"{server.url}/chat/{stream.uid}")
+    page.wait_for_function("() => document.querySelectorAll('#steps > li.step').length === 2000", polling="raf")
+    elapsed = time.monotonic() - started
+    assert elapsed < 2.0, f"the chat took {elapsed:.2f} s to open"
+    assert page.evaluate("(() => { const box = document.getElementById('transcript');"
+                         " return box.scrollHeight - box.scrollTop - box.clientHeight; })()") < 2, "not at the end"
+    expect(page.locator("#steps > li.step").last.locator(".command")).to_have_text("ls dir1999")
+    expect(page.locator("#steps > li.step").nth(1998)).to_contain_text("Checked 1998 of them")
+
+
+def test_without_a_password_the_printed_address_opens_the_chat_and_nothing_else_does(browser, model, tmp_path):
+    live = LiveServer(model, tmp_path, password="")
+    token = live.app.extensions["anges"].guard.token
+    context = browser.new_context()
+    context.set_default_timeout(WAIT)
+    try:
+        stranger = context.new_page()
+        stranger.goto(live.url + "/")
+        expect(stranger.locator("main")).to_contain_text("needs the secret token that `anges ui` printed")
+        page = context.new_page()
+        page.goto(f"{live.url}/?token={token}")
+        expect(page).to_have_url(live.url + "/")  # the token is gone from the address bar
+        expect(page.locator("#app[data-ready=true]")).to_be_attached()
+        model.enqueue(complete("Hello from the token session."))
+        send(page, "hello")
+        expect(page.locator(".answer-task_completion")).to_contain_text("Hello from the token session.")
+        expect(page.locator(".sidebar-foot")).to_have_count(0)  # no password, so no log-out button
+        other = browser.new_context()  # another profile (another local user) without the token
+        try:
+            elsewhere = other.new_page()
+            elsewhere.goto(page.url)
+            expect(elsewhere.locator("main")).to_contain_text("needs the secret token")
+        finally:
+            other.close()
+    finally:
+        context.close()
+        live.close()
+
+
+def test_the_page_says_when_the_server_is_gone_and_recovers(browser, model, tmp_path):
+    live = LiveServer(model, tmp_path)
+    context = browser.new_context()
+    context.set_default_timeout(WAIT)
+    page = context.new_page()
+    try:
+        log_in(page, live)
+        release = threading.Event()
+        model.enqueue(gate(release, complete("Finished after the restart.")))
+        send(page, "wait a little")
+        expect(page.locator("#status-pill")).to_have_text("Running")
+        port = live.server.port
+        live.close()
+        expect(page.locator("#offline")).to_be_visible()
+        expect(page.locator("#offline")).to_contain_text("Disconnected from the server")
+        live.start(port)
+        release.set()
+        expect(page.locator(".answer-task_completion")).to_contain_text("Finished after the restart.")
+        expect(page.locator("#offline")).to_be_hidden()
+    finally:
+        context.close()
+        live.close()
+
+
+def test_a_hidden_tab_gives_up_its_connection_and_catches_up_when_shown(page, server, model):
+    release = threading.Event()
+    model.enqueue(shell("echo before"), gate(release, complete("Done while hidden.")))
+    log_in(page, server)
+    send(page, "two steps")
+    expect(page.locator(".step-shell pre.output")).to_have_text("before")
+    expect(page.locator("#app")).to_have_attribute("data-feed", "open")
+    page.evaluate(HIDE)
+    expect(page.locator("#app")).to_have_attribute("data-feed", "paused")
+    release.set()
+    _wait_for(lambda: server.store.load(page.url.rsplit("/", 1)[1]).events_list[-1].type == "task_completion")
+    assert page.locator(".answer-task_completion").count() == 0
+    page.evaluate(SHOW)
+    expect(page.locator(".answer-task_completion")).to_contain_text("Done while hidden.")
+    expect(page.locator("#app")).to_have_attribute("data-feed", "idle")
+    assert page.eval_on_selector_all("#steps > li.step", "els => els.map(e => +e.dataset.index)") == [0, 1, 2]
+
+
+# What a browser does when a tab goes to the background, and back (headless Chromium keeps every tab visible).
+HIDE = """() => {
+    Object.defineProperty(document, 'hidden', {value: true, configurable: true});
+    Object.defineProperty(document, 'visibilityState', {value: 'hidden', configurable: true});
+    document.dispatchEvent(new Event('visibilitychange'));
+}"""
+SHOW = """() => {
+    delete document.hidden;
+    delete document.visibilityState;
+    document.dispatchEvent(new Event('visibilitychange'));
+}"""
+
+
+def _wait_for(condition, timeout=10.0):
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"

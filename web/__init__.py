@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import secrets
 import sys
 from dataclasses import dataclass
 from datetime import timedelta
 
 from flask import Flask, jsonify, render_template, request
 from werkzeug.exceptions import HTTPException
+from werkzeug.serving import WSGIRequestHandler, make_server
 
 from anges.config import Config, anges_home, load_config
 from anges.exceptions import AngesError, ConfigError
 from anges.store import EventStore
 
-from .auth import Guard, is_loopback, load_secret
+from .auth import MIN_SECRET_LENGTH, SESSIONS_FILE, Guard, is_loopback, load_secret
 from .runs import ChatBusy, ModelFactory, Runs, default_model_factory
 
+TOKEN_IN_URL = re.compile(r"([?&])token=[^&\s]*")
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; "
        "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
 
@@ -34,19 +38,25 @@ class WebState:
 
 
 def create_app(config: Config | None = None, store: EventStore | None = None, *, password: str | None = None,
-               model_factory: ModelFactory | None = None, default_dir: str | None = None,
+               token: str | None = None, model_factory: ModelFactory | None = None, default_dir: str | None = None,
                sse_lifetime: float = 600) -> Flask:
     """Build the web chat. Password: `password`, else ANGES_UI_PASSWORD, else `config.web.password`.
 
-    Without a password the app answers only requests from and addressed to localhost. `model_factory(name,
-    config, agent_type)` builds a chat's model (default: `anges.models.get_model`); `default_dir` is the
-    working directory of chats that set none (default: the current directory); an event feed ends after
+    Without a password the app answers only requests from and addressed to localhost, and only from a
+    browser that brought the token once (`/?token=...`): `token`, else ANGES_UI_TOKEN, else a random one
+    (`app.extensions["anges"].guard.token`); `token=""` turns that off. `model_factory(name, config,
+    agent_type)` builds a chat's model (default: `anges.models.get_model`); `default_dir` is the working
+    directory of chats that set none (default: the current directory); an event feed ends after
     `sse_lifetime` seconds and the browser resumes it.
     """
     config = config or load_config()
     store = store or EventStore()
     if password is None:
         password = os.environ.get("ANGES_UI_PASSWORD") or config.web.password
+    if token is None:
+        token = os.environ.get("ANGES_UI_TOKEN") or secrets.token_urlsafe(32)
+    _check_secret("the web chat password (--password, ANGES_UI_PASSWORD or web.password)", password)
+    _check_secret("the web chat token (ANGES_UI_TOKEN)", "" if password else token)
     app = Flask(__name__)
     app.secret_key = load_secret(anges_home())
     app.config.update(
@@ -62,7 +72,8 @@ def create_app(config: Config | None = None, store: EventStore | None = None, *,
     from .views import ChatIdConverter, bp
 
     app.url_map.converters["chat"] = ChatIdConverter
-    guard = Guard(app, password or "", config.web.login_attempts_per_minute)
+    limits = (config.web.login_attempts_per_minute, config.web.login_attempts_per_minute_total)
+    guard = Guard(app, password or "", token, limits, anges_home() / SESSIONS_FILE)
     runs = Runs(store, config, model_factory or default_model_factory, default_dir or os.getcwd())
     app.extensions["anges"] = WebState(config, store, runs, guard, sse_lifetime)
     app.register_blueprint(bp)
@@ -70,6 +81,12 @@ def create_app(config: Config | None = None, store: EventStore | None = None, *,
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(ChatBusy, lambda exc: _error(409, str(exc)))
     return app
+
+
+def _check_secret(what: str, value: str) -> None:
+    if value and len(value.strip()) < MIN_SECRET_LENGTH:
+        raise ConfigError(f"{what} is too short: use at least {MIN_SECRET_LENGTH} characters (a few words "
+                          "make a passphrase that is long and easy to type)")
 
 
 def _security_headers(response):
@@ -93,10 +110,11 @@ def _error(status: int, message: str):
 
 
 def serve(config: Config | None = None, host: str | None = None, port: int | None = None,
-          password: str | None = None) -> None:
-    """Run the web chat until interrupted (werkzeug's threaded server; see docs/web.md for gunicorn/waitress)."""
-    from werkzeug.serving import make_server
+          password: str | None = None, token: str | None = None) -> None:
+    """Run the web chat until interrupted (werkzeug's threaded server; see docs/web.md for gunicorn/waitress).
 
+    `token` as in `create_app` (`""`: no token); the address printed at start-up carries it.
+    """
     config = config or load_config()
     host = host or config.web.host
     port = config.web.port if port is None else port
@@ -106,12 +124,17 @@ def serve(config: Config | None = None, host: str | None = None, port: int | Non
         raise ConfigError(f"refusing to serve on {host} without a password: anyone who can reach it would get a "
                           "shell on this machine. Set one with --password, ANGES_UI_PASSWORD or web.password in "
                           "the config, or bind to 127.0.0.1.")
-    app = create_app(config, password=password)
-    server = make_server(host, port, app, threaded=True)
+    app = create_app(config, password=password, token=token)
+    server = make_server(host, port, app, threaded=True, request_handler=_QuietTokenHandler)
+    token = app.extensions["anges"].guard.token
     shown = f"[{host}]" if ":" in host else host
-    print(f"anges web chat on http://{shown}:{server.port}/  (Ctrl-C to stop)", file=sys.stderr)
-    if not password:
-        print("no password set: only this machine can use it", file=sys.stderr)
+    address = f"http://{shown}:{server.port}/" + (f"?token={token}" if token else "")
+    print(f"anges web chat on {address}  (Ctrl-C to stop)", file=sys.stderr)
+    if token:
+        print("no password set: only this machine can use it, from a browser that opens the address above",
+              file=sys.stderr)
+    elif not password:
+        print("no password and no token (--no-token): every account on this machine can use it", file=sys.stderr)
     elif not is_loopback(host):
         print("tip: put it behind an HTTPS reverse proxy and set web.secure_cookies: true", file=sys.stderr)
     try:
@@ -122,16 +145,30 @@ def serve(config: Config | None = None, host: str | None = None, port: int | Non
         server.server_close()
 
 
+class _QuietTokenHandler(WSGIRequestHandler):
+    """werkzeug's request handler, with the token left out of the request lines it logs."""
+
+    def log_request(self, code="-", size="-") -> None:
+        # Called once the app has read the request: what is logged no longer matters to it.
+        self.path = TOKEN_IN_URL.sub(r"\1token=[hidden]", self.path)
+        self.requestline = TOKEN_IN_URL.sub(r"\1token=[hidden]", self.requestline)
+        super().log_request(code, size)
+
+
 def main_ui(argv: list[str] | None = None) -> int:
-    """`anges ui [--host H] [--port P] [--password PW] [--config FILE]`; returns the exit code."""
+    """`anges ui [--host H] [--port P] [--password PW] [--no-token] [--config FILE]`; returns the exit code."""
     parser = argparse.ArgumentParser(prog="anges ui", description="Run the anges web chat.")
     parser.add_argument("--host", help="address to bind (default: web.host, 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (default: web.port, 5000)")
-    parser.add_argument("--password", help="login password (or ANGES_UI_PASSWORD); required off localhost")
+    parser.add_argument("--password", help="login password (or ANGES_UI_PASSWORD), at least 12 characters; "
+                                            "required off localhost")
+    parser.add_argument("--no-token", action="store_true",
+                        help="without a password, do not ask for the per-launch token: every account on this "
+                             "machine can then use the chat (for single-user machines)")
     parser.add_argument("--config", help="a config file layered over the defaults")
     args = parser.parse_args(argv)
     try:
-        serve(load_config(args.config), args.host, args.port, args.password)
+        serve(load_config(args.config), args.host, args.port, args.password, token="" if args.no_token else None)
     except (AngesError, OSError) as exc:
         print(f"anges ui: {exc}", file=sys.stderr)
         return 2

@@ -1,4 +1,4 @@
-"""Login, sessions, CSRF tokens and the checks every request goes through."""
+"""Login, the per-launch token, CSRF tokens and the checks every request goes through."""
 
 from __future__ import annotations
 
@@ -11,11 +11,18 @@ import threading
 import time
 from collections import OrderedDict, deque
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from flask import Flask, abort, jsonify, redirect, request, session, url_for
 
+from .sessions import SessionRegistry
+
 SECRET_FILE = "web_secret"
+SESSIONS_FILE = "web_sessions.json"
+MIN_SECRET_LENGTH = 12
+"""Characters a password (or a chosen token) needs at least."""
+TOKEN_NEEDED = ("this chat needs the secret token that `anges ui` printed when it started: open the address "
+                "it printed (http://127.0.0.1:PORT/?token=...)")
 CSRF_HEADER = "X-CSRF-Token"
 SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
 PUBLIC_ENDPOINTS = {"chat.login", "static"}
@@ -54,48 +61,73 @@ def is_loopback(host: str) -> bool:
 
 
 class LoginLimiter:
-    """Counts failed logins per client address over the last minute."""
+    """Counts failed logins over the last minute, per client address and from all addresses together."""
 
-    def __init__(self, per_minute: int, max_clients: int = 10000):
+    def __init__(self, per_minute: int, total_per_minute: int, max_clients: int = 10000):
         self.per_minute = max(int(per_minute), 1)
+        self.total_per_minute = max(int(total_per_minute), 1)
         self.max_clients = max_clients
         self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+        self._all: deque[float] = deque()
         self._lock = threading.Lock()
 
     def retry_after(self, client: str) -> int:
         """Seconds until `client` may try again; 0 when it may try now."""
         now = time.monotonic()
         with self._lock:
-            failures = self._failures.get(client)
-            if not failures:
-                return 0
-            while failures and now - failures[0] >= 60:
-                failures.popleft()
-            if len(failures) < self.per_minute:
-                return 0
-            return max(int(60 - (now - failures[0])) + 1, 1)
+            return max(_wait(self._failures.get(client), self.per_minute, now),
+                       _wait(self._all, self.total_per_minute, now))
 
     def fail(self, client: str) -> None:
+        now = time.monotonic()
         with self._lock:
-            self._failures.setdefault(client, deque()).append(time.monotonic())
+            self._failures.setdefault(client, deque()).append(now)
             self._failures.move_to_end(client)
             while len(self._failures) > self.max_clients:
                 self._failures.popitem(last=False)
+            self._all.append(now)
+            while len(self._all) > self.total_per_minute:
+                self._all.popleft()
 
     def succeed(self, client: str) -> None:
         with self._lock:
             self._failures.pop(client, None)
 
 
-class Guard:
-    """Authentication and CSRF rules for one app; `password` empty means local-only mode without login."""
+def _wait(failures: deque[float] | None, limit: int, now: float) -> int:
+    """Seconds until `failures` (times of failed logins) fall below `limit` in the last minute."""
+    if not failures:
+        return 0
+    while failures and now - failures[0] >= 60:
+        failures.popleft()
+    if len(failures) < limit:
+        return 0
+    return max(int(60 - (now - failures[-limit])) + 1, 1)
 
-    def __init__(self, app: Flask, password: str, per_minute: int):
+
+class Guard:
+    """Authentication and CSRF rules for one app.
+
+    With a password, people log in. Without one, the chat answers only on localhost, and (unless `token` is
+    empty) only to a browser that brought the per-launch `token` once: `/?token=...` is exchanged for a
+    session cookie and the token dropped from the address.
+    """
+
+    def __init__(self, app: Flask, password: str, token: str, limits: tuple[int, int], sessions_file: Path | None):
         self.password = password
-        self.limiter = LoginLimiter(per_minute)
-        # Sessions made under another password stop working when the password changes.
-        self.fingerprint = hmac.new(app.secret_key, password.encode(), hashlib.sha256).hexdigest()[:16]
+        self.token = "" if password else token
+        self.limiter = LoginLimiter(*limits)
+        secret = f"password:{password}" if password else f"token:{self.token}"
+        fingerprint = hmac.new(app.secret_key, secret.encode(), hashlib.sha256).hexdigest()[:32]
+        lifetime = app.permanent_session_lifetime.total_seconds()
+        # The token changes with every launch, so its sessions need not outlive the process.
+        self.sessions = SessionRegistry(fingerprint, lifetime, sessions_file if password else None)
         app.before_request(self.check)
+
+    @property
+    def needs_login(self) -> bool:
+        """True when requests need a session: a password or a token is set."""
+        return bool(self.password or self.token)
 
     def csrf_token(self) -> str:
         token = session.get("csrf")
@@ -104,7 +136,7 @@ class Guard:
         return token
 
     def logged_in(self) -> bool:
-        return not self.password or session.get("auth") == self.fingerprint
+        return not self.needs_login or self.sessions.valid(session.get("sid"))
 
     def check_password(self, given: str) -> bool:
         return bool(self.password) and hmac.compare_digest(given.encode(), self.password.encode())
@@ -112,19 +144,28 @@ class Guard:
     def log_in(self) -> None:
         session.clear()
         session.permanent = True
-        session["auth"] = self.fingerprint
+        session["sid"] = self.sessions.create()
         self.csrf_token()
 
+    def log_out(self) -> None:
+        """End this browser's session on the server too: a copy of its cookie stops working."""
+        self.sessions.end(session.get("sid"))
+        session.clear()
+
     def check(self):
-        """Runs before every request: local-only mode, login, then CSRF on state changes."""
+        """Runs before every request: local-only mode, the token, login, then CSRF on state changes."""
         if not self.password and (_proxied() or not (is_loopback(request.remote_addr or "")
                                                       and is_loopback(_host_name()))):
             abort(403, "this server has no password, so it only answers on localhost; set a password "
                        "(--password, ANGES_UI_PASSWORD or web.password) to use it from elsewhere")
+        if self.token and "token" in request.args and request.method in SAFE_METHODS:
+            return self._exchange_token()
         endpoint = request.endpoint or ""
         if endpoint not in PUBLIC_ENDPOINTS and not self.logged_in():
             if request.path.startswith("/api/"):
-                return jsonify(error="login required"), 401
+                return jsonify(error=TOKEN_NEEDED if self.token else "login required"), 401
+            if self.token:
+                abort(403, TOKEN_NEEDED)
             return redirect(url_for("chat.login", next=request.full_path if request.query_string else request.path))
         if request.method not in SAFE_METHODS:
             self._check_origin()
@@ -133,6 +174,20 @@ class Guard:
             if not expected or not hmac.compare_digest(given.encode(), expected.encode()):
                 abort(403, "missing or wrong CSRF token: reload the page and try again")
         return None
+
+    def _exchange_token(self):
+        """`?token=...`: start a session and show the same address without the token."""
+        client = request.remote_addr or "?"
+        wait = self.limiter.retry_after(client)
+        if wait:
+            abort(429, f"Too many wrong tokens. Try again in {wait} seconds.")
+        if not hmac.compare_digest(request.args["token"].encode(), self.token.encode()):
+            self.limiter.fail(client)
+            abort(403, f"wrong token. {TOKEN_NEEDED}")
+        self.limiter.succeed(client)
+        self.log_in()
+        rest = [(key, value) for key, value in request.args.items(multi=True) if key != "token"]
+        return redirect(request.path + (f"?{urlencode(rest)}" if rest else ""))
 
     def _check_origin(self) -> None:
         origin = request.headers.get("Origin")

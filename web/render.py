@@ -9,14 +9,15 @@ import nh3
 from anges.events import REQUEST_EVENT_TYPES, Event, child_reference
 from anges.export import command_output, edit_diff
 
+# No <img>: a picture in model output would be fetched from wherever it points (a tracking pixel); Markdown
+# images become links instead (see _image_as_link).
 ALLOWED_TAGS = {
     "a", "abbr", "b", "blockquote", "br", "code", "del", "em", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "i",
-    "img", "kbd", "li", "ol", "p", "pre", "s", "span", "strong", "sub", "sup", "table", "tbody", "td", "th",
+    "kbd", "li", "ol", "p", "pre", "s", "span", "strong", "sub", "sup", "table", "tbody", "td", "th",
     "thead", "tr", "ul",
 }
 ALLOWED_ATTRIBUTES = {
     "a": {"href", "title"},
-    "img": {"src", "alt", "title"},
     "code": {"class"},
     "ol": {"start"},
     "th": {"align"},
@@ -32,8 +33,19 @@ def _markdown():
     from markdown_it import MarkdownIt
 
     # html=False: raw HTML in the source is shown as text, never passed through; nh3 is the second wall.
-    return MarkdownIt("commonmark", {"html": False, "linkify": False, "breaks": False}).enable(
+    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "breaks": False}).enable(
         ["table", "strikethrough"])
+    md.add_render_rule("image", _image_as_link)
+    return md
+
+
+def _image_as_link(renderer, tokens, index, options, env) -> str:
+    """`![alt](url)` as a link to the picture, named by its alt text."""
+    from markdown_it.common.utils import escapeHtml
+
+    token = tokens[index]
+    alt = renderer.renderInlineAsText(token.children or [], options, env).strip()
+    return f'<a href="{escapeHtml(token.attrGet("src") or "")}">{escapeHtml(f"image: {alt}" if alt else "image")}</a>'
 
 
 def markdown_html(text: str) -> str:

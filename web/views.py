@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from urllib.parse import urlsplit
 
 from flask import (
@@ -16,19 +15,18 @@ from flask import (
     redirect,
     render_template,
     request,
-    session,
     stream_with_context,
     url_for,
 )
 from werkzeug.routing import BaseConverter
 
 from anges.config import AGENT_TYPES
-from anges.events import SETTINGS_KEYS, Event, EventStream, title_from
-from anges.exceptions import ConfigError, StreamBusy, StreamNotFound
+from anges.events import SETTINGS_KEYS, EventStream, title_from
+from anges.exceptions import ConfigError, ModelSetupError, StreamBusy, StreamNotFound
 from anges.export import to_markdown
-from anges.store import status_of
 
-from .render import Totals, step_view
+from .auth import TOKEN_NEEDED
+from .feed import BadCursor, feed, parse_blocks, shown_status
 from .runs import ChatBusy, user_notes
 
 bp = Blueprint("chat", __name__)
@@ -81,8 +79,10 @@ def _page(uid: str | None):
 def login():
     web = _web()
     target = _safe_next(request.values.get("next", ""))
-    if not web.guard.password or (web.guard.logged_in() and request.method == "GET"):
+    if not web.guard.needs_login or (web.guard.logged_in() and request.method == "GET"):
         return redirect(target)
+    if not web.guard.password:
+        abort(403, TOKEN_NEEDED)
     error, status = "", 200
     if request.method == "POST":
         client = request.remote_addr or "?"
@@ -105,7 +105,7 @@ def login():
 
 @bp.post("/logout")
 def logout():
-    session.clear()
+    _web().guard.log_out()
     return redirect(url_for("chat.login"))
 
 
@@ -220,7 +220,7 @@ def export_chat(uid: str):
     if fmt == "json":
         body, mimetype, suffix = json.dumps(stream.to_dict(), indent=2), "application/json", "json"
     elif fmt in ("md", "markdown"):
-        body, mimetype, suffix = to_markdown(stream, web.store), "text/markdown; charset=utf-8", "md"
+        body, mimetype, suffix = to_markdown(stream, web.store), "text/markdown", "md"  # Flask adds the charset
     else:
         abort(400, "format must be json or md")
     response = Response(body, mimetype=mimetype)
@@ -230,7 +230,7 @@ def export_chat(uid: str):
 
 @bp.get("/api/chats/<chat:uid>/events")
 def events(uid: str):
-    """Server-Sent Events: one `step` per event (id = its index), `status` on change, heartbeat comments."""
+    """The page's live feed (Server-Sent Events, see `feed.py`): the chat and its child agents, until idle."""
     web = _web()
     if not web.store.exists(uid):
         abort(404, f"no chat {uid!r}")
@@ -239,63 +239,14 @@ def events(uid: str):
         next_index = int(last) + 1 if last != "" else int(request.args.get("from", 0))
     except ValueError:
         abort(400, "Last-Event-ID and from must be integers")
-    next_index = max(next_index, 0)
-    feed = _feed(web, uid, next_index)
-    response = Response(stream_with_context(feed), mimetype="text/event-stream")
+    try:
+        blocks = parse_blocks(request.args.get("blocks", ""))
+    except BadCursor as exc:
+        abort(400, str(exc))
+    response = Response(stream_with_context(feed(web, uid, max(next_index, 0), blocks)), mimetype="text/event-stream")
     response.headers["Cache-Control"] = "no-cache, no-store"
     response.headers["X-Accel-Buffering"] = "no"  # nginx: pass events through at once
     return response
-
-
-def _feed(web, uid: str, next_index: int):
-    store, settings = web.store, web.config.web
-    offset, totals, title, cwd, stored = 0, Totals(), "", "", "new"
-    last_status: dict | None = None
-    started = last_write = time.monotonic()
-    yield "retry: 2000\n\n"
-    while True:
-        try:
-            records, new_offset = store.read_records(uid, offset)
-        except StreamNotFound:
-            yield _sse("gone", {"uid": uid})
-            return
-        chunks = []
-        for record in records:
-            kind = record.get("kind")
-            if kind == "header":  # the start of the file (again, if it was rewritten): count from scratch
-                totals, title, stored = Totals(), record.get("title") or uid, "new"
-            elif kind == "title":
-                title = record.get("title") or title
-            elif kind == "settings":
-                cwd = (record.get("agent_settings") or {}).get("cmd_init_dir") or cwd
-            elif kind == "event":
-                event = Event.from_dict(record)
-                index = record.get("index", 0)
-                totals.add(event)
-                stored = status_of(event.type) or stored
-                if index >= next_index:
-                    chunks.append(_sse("step", step_view(event, index, cwd), event_id=index))
-                    next_index = index + 1
-        offset = new_offset
-        status = {"uid": uid, "title": title, **_shown_status(web, uid, stored), **totals.to_dict()}
-        if status != last_status:
-            chunks.append(_sse("status", status))
-            last_status = status
-        now = time.monotonic()
-        if chunks:
-            yield "".join(chunks)
-            last_write = now
-        elif now - last_write >= settings.heartbeat_seconds:
-            yield ": heartbeat\n\n"
-            last_write = now
-        if web.sse_lifetime and now - started >= web.sse_lifetime:
-            return  # the browser reconnects with Last-Event-ID and misses nothing
-        time.sleep(settings.poll_seconds)
-
-
-def _sse(event: str, data: dict, event_id: int | None = None) -> str:
-    head = f"id: {event_id}\n" if event_id is not None else ""
-    return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
 
 
 # -- helpers ----------------------------------------------------------------------------------------------------
@@ -308,15 +259,8 @@ def _load(uid: str) -> EventStream:
         abort(404, f"no chat {uid!r}")
 
 
-def _shown_status(web, uid: str, stored: str) -> dict:
-    """The status shown for a chat: a stored "running" with no live run anywhere means the run died."""
-    running = web.runs.started_here(uid) or (stored == "running" and web.store.is_running(uid))
-    status = "running" if running else "interrupted" if stored == "running" else stored
-    return {"status": status, "running": running}
-
-
 def _info(info) -> dict:
-    return {**info.to_dict(), **_shown_status(_web(), info.uid, info.status)}
+    return {**info.to_dict(), **shown_status(_web(), info.uid, info.status)}
 
 
 def _shown_settings(stream: EventStream) -> dict:
@@ -357,6 +301,20 @@ def _mcp_config_path(value: str) -> str:
     return path
 
 
+def _check_model_name(name: str) -> None:
+    """Refuse, with the list of valid names, a model name that no run could use."""
+    from anges.models import find_preset, get_model
+
+    config = _web().config
+    try:
+        if name.partition(":")[0] in ("replay", "scripted"):
+            get_model(name, config)  # reads and checks the file
+        elif name != "auto":
+            find_preset(name, config)
+    except ModelSetupError as exc:
+        abort(400, str(exc))
+
+
 def _settings(raw) -> dict:
     """Validate chat settings from the browser; only known keys, right types, an existing working directory."""
     if not isinstance(raw, dict):
@@ -384,6 +342,8 @@ def _settings(raw) -> dict:
                 abort(400, f"the working directory {value!r} does not exist")
         if key == "mcp_config" and value:
             value = _mcp_config_path(value)
+        if key == "model" and value:
+            _check_model_name(value)
         settings[key] = value
     return settings
 

@@ -16,7 +16,7 @@ from anges.config import Config, ModelPreset, default_config
 from anges.exceptions import ModelSetupError
 from anges.models.base import Completion, Model, Usage
 from anges.models.provider import config_hint, has_credentials, key_env_names
-from anges.models.replay import RecordingModel, ReplayModel, with_recording
+from anges.models.replay import RecordingModel, ReplayModel, replay_model, with_recording
 
 PROVIDERS = {
     "openai": "anges.models.openai_model.OpenAIModel",
@@ -39,7 +39,7 @@ def get_model(name: str | None = None, config: Config | None = None, agent_type:
     name = (name or config.model_for(agent_type)).strip()
     scheme, _, rest = name.partition(":")
     if scheme == "replay" and rest:
-        model: Model = ReplayModel(rest)
+        model: Model = replay_model(rest)
     elif scheme == "scripted" and rest:
         model = import_module("anges.models.scripted").ScriptedModel.from_file(rest)
     else:
@@ -96,4 +96,5 @@ def _auto(config: Config) -> tuple[str, ModelPreset]:
             wanted.append(names)
     raise ModelSetupError(f"no model is configured and no credentials were found. Set one of "
                           f"{', '.join(wanted) or 'the API keys of your presets'}, or choose a model with "
-                          f"{config_hint()} (for example ollama:qwen2.5-coder).")
+                          f"{config_hint()} (for example ollama:qwen2.5-coder). No key at hand? The README's offline "
+                          "demo replays a recorded run: --model replay:examples/recorded/fizzbuzz.jsonl")

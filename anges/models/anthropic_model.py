@@ -23,8 +23,8 @@ class AnthropicModel(Provider):
         try:
             import anthropic
         except ImportError:
-            raise ModelSetupError(f'{self.name}: the anthropic provider needs its SDK: pip install "anges[anthropic]"'
-                                  ) from None
+            raise ModelSetupError(f"{self.name}: the anthropic provider needs its SDK, a dependency of anges that "
+                                  "is missing here: pip install anthropic") from None
         options: dict[str, Any] = {
             "base_url": self.preset.base_url or None,  # None: ANTHROPIC_BASE_URL / ANTHROPIC_VERTEX_BASE_URL
             "timeout": self.settings.request_timeout,

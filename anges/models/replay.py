@@ -16,6 +16,8 @@ from anges.models.base import Completion, Model, Usage
 
 logger = logging.getLogger(__name__)
 FORMAT_VERSION = 1
+LENIENT = "lenient:"
+"""After `replay:`, asks for a replay that goes on when a prompt differs from the recording."""
 
 
 def redact(text: str) -> str:
@@ -83,9 +85,9 @@ class Divergence:
 
 
 class ReplayModel:
-    """Answers calls in order from a recording; reports (or, strict, refuses) the first divergent prompt."""
+    """Answers calls in order from a recording; refuses a prompt that differs (or, lenient, reports the first)."""
 
-    def __init__(self, path: str | os.PathLike, strict: bool = False):
+    def __init__(self, path: str | os.PathLike, strict: bool = True):
         self.path = Path(path)
         self.strict = strict
         self.name = f"replay:{path}"
@@ -119,10 +121,18 @@ class ReplayModel:
             first = self.divergence is None
             if first:
                 self.divergence = divergence
+        hint = f"\n(to go on regardless, as in a demo: --model replay:{LENIENT}{self.path})" if self.strict else ""
+        if first:  # the log shows the whole diff excerpt; a transcript may show only a message's first line
+            logger.warning("%s: %s%s", self.name, divergence, hint)
         if self.strict:
-            raise ModelError(f"{self.name}: {divergence}")
-        if first:
-            logger.warning("%s: %s", self.name, divergence)
+            raise ModelError(f"{self.name}: {divergence}{hint}")
+
+
+def replay_model(spec: str) -> ReplayModel:
+    """The model of `replay:FILE` (a differing prompt is an error) or `replay:lenient:FILE` (only a warning)."""
+    lenient = spec.startswith(LENIENT)
+    path = spec[len(LENIENT):] if lenient else spec
+    return ReplayModel(path, strict=not lenient)
 
 
 def with_recording(model: Model, path: str | os.PathLike) -> RecordingModel:

@@ -15,16 +15,27 @@
     task_completion: "Task complete", agent_text_response: "Answer", agent_requested_help: "Needs your help",
   };
   const RETURN_TYPES = new Set(["task_completion", "agent_text_response", "agent_requested_help", "task_interrupted"]);
+  const RETURN_STATUS = { task_completion: "completed", agent_requested_help: "help_needed",
+    agent_text_response: "answered", task_interrupted: "interrupted" };
+  // On a touch screen Enter adds a line (there is no Shift key at hand); the Send button sends.
+  const ENTER_SENDS = !window.matchMedia("(pointer: coarse)").matches;
 
   const state = {
     chatId: app.dataset.chatId || null,
     chat: null,
     chats: [],
-    source: null,
+    feed: null, // the page's one live connection (EventSource), open while the chat runs
+    blocks: new Map(), // child agent blocks by key ("7", "7/3"): {list, pill, name, uid, last, done}
+    queue: [], // feed messages waiting for the next paint
+    flushing: false,
+    retryTimer: null,
+    retryDelay: 0,
     lastIndex: -1,
     status: null,
+    stopping: false,
+    stick: true, // keep the view at the newest step (until the reader scrolls up)
+    seenUpdate: null, // the chat's updated_at when its idle page last looked
     draftSettings: {},
-    childSources: new Set(),
     collapsed: new Set(),
   };
 
@@ -57,8 +68,10 @@
     try {
       response = await fetch(url, options);
     } catch (err) {
+      showDisconnected(true);
       throw new ApiError("The server cannot be reached.", 0);
     }
+    showDisconnected(false);
     let data = {};
     try { data = await response.json(); } catch (err) { data = {}; }
     if (response.status === 401) {
@@ -147,6 +160,10 @@
     $("notice").hidden = true;
   }
 
+  function showDisconnected(down) {
+    $("offline").hidden = !down;
+  }
+
   // -- the sidebar -----------------------------------------------------------------------------------------
 
   async function refreshChats() {
@@ -154,6 +171,13 @@
       const data = await api("GET", "/api/chats");
       state.chats = data.chats;
       renderChatList();
+      // A run started elsewhere (the CLI, another tab) while this page's feed was closed: follow it.
+      const current = state.chats.find((chat) => chat.uid === state.chatId);
+      if (current && !state.feed && app.dataset.feed === "idle"
+          && (current.running || current.updated_at !== state.seenUpdate)) {
+        state.seenUpdate = current.updated_at;
+        openFeed();
+      }
     } catch (err) {
       if (err.status !== 401) console.warn("chat list:", err.message);
     }
@@ -254,17 +278,16 @@
     if (uid) openChat(uid); else newChat();
   }
 
-  function closeSources() {
-    if (state.source) state.source.close();
-    state.source = null;
-    for (const source of state.childSources) source.close();
-    state.childSources.clear();
-  }
-
   function resetTranscript() {
-    closeSources();
+    closeFeed("idle");
+    clearTimeout(state.retryTimer);
+    state.blocks.clear();
+    state.queue = [];
     state.lastIndex = -1;
     state.status = null;
+    state.stopping = false;
+    state.stick = true;
+    state.seenUpdate = null;
     $("steps").replaceChildren();
     $("working").hidden = true;
     $("stop").hidden = true;
@@ -295,6 +318,7 @@
     $("export-json").href = `/api/chats/${encodeURIComponent(uid)}/export?format=json`;
     $("export-md").href = `/api/chats/${encodeURIComponent(uid)}/export?format=md`;
     renderChatList();
+    openFeed(); // at once, beside the request for the chat's details
     try {
       const data = await api("GET", `/api/chats/${encodeURIComponent(uid)}`);
       if (state.chatId !== uid) return;
@@ -305,10 +329,13 @@
       parentLink.hidden = !parents.length;
       if (parents.length) parentLink.href = "/chat/" + encodeURIComponent(parents[parents.length - 1]);
     } catch (err) {
+      if (state.chatId !== uid) return;
+      if (err.status === 404) {
+        closeFeed("idle");
+        clearTimeout(state.retryTimer);
+      }
       showNotice(err.status === 404 ? "This chat no longer exists." : err.message);
-      return;
     }
-    follow(uid);
   }
 
   function showTitle(title) {
@@ -316,33 +343,128 @@
     document.title = `${title} · anges`;
   }
 
-  function follow(uid) {
-    const source = new EventSource(`/api/chats/${encodeURIComponent(uid)}/events`);
-    state.source = source;
-    source.addEventListener("step", (event) => {
-      const step = JSON.parse(event.data);
-      if (step.index <= state.lastIndex) return; // never show a step twice
-      state.lastIndex = step.index;
-      const stick = nearBottom();
-      $("steps").appendChild(renderStep(step, 0));
-      if (stick) scrollToBottom();
+  // -- the live feed: one connection per page for the chat and its child agents, open while a run is active
+
+  function setFeedState(name) {
+    app.dataset.feed = name; // idle, open, paused (tab hidden) or retrying; for tests and scripts
+  }
+
+  function feedUrl(uid) {
+    const query = new URLSearchParams({ from: String(state.lastIndex + 1) });
+    const open = [];
+    for (const [key, block] of state.blocks) if (!block.done) open.push(`${key}:${block.last + 1}`);
+    if (open.length) query.set("blocks", open.join(","));
+    return `/api/chats/${encodeURIComponent(uid)}/events?${query}`;
+  }
+
+  function openFeed() {
+    if (!state.chatId || state.feed) return;
+    clearTimeout(state.retryTimer);
+    if (document.hidden) { setFeedState("paused"); return; } // a hidden tab holds no connection
+    const source = new EventSource(feedUrl(state.chatId));
+    let opened = false;
+    state.feed = source;
+    setFeedState("open");
+    const on = (name, handler) => source.addEventListener(name, (event) => {
+      if (state.feed === source) handler(event.data ? JSON.parse(event.data) : {});
     });
-    source.addEventListener("status", (event) => updateStatus(JSON.parse(event.data)));
-    source.addEventListener("gone", () => {
-      source.close();
+    on("open", () => { opened = true; state.retryDelay = 0; showDisconnected(false); });
+    on("steps", (data) => queue(data));
+    on("child", (data) => queue(data));
+    on("status", updateStatus);
+    on("gone", () => {
+      closeFeed("idle");
       showNotice("This chat was deleted.");
       refreshChats();
     });
-    source.addEventListener("error", () => {
-      if (source.readyState === EventSource.CLOSED) checkSession();
+    on("end", (data) => {
+      flush();
+      closeFeed("idle");
+      if (data.reason === "lifetime") openFeed();
+      else if (data.reason === "login") checkSession();
+      else endBlocks();
+    });
+    on("error", () => {
+      closeFeed("retrying");
+      if (!opened) checkSession(); // refused or unreachable: the check redirects to the login, or shows the hint
+      state.retryDelay = Math.min(Math.max(state.retryDelay * 2, 1000), 10000);
+      state.retryTimer = setTimeout(openFeed, state.retryDelay);
     });
   }
 
+  function closeFeed(next) {
+    if (state.feed) state.feed.close();
+    state.feed = null;
+    setFeedState(next);
+  }
+
   async function checkSession() {
-    try {
-      await api("GET", "/api/chats");
-      if (state.chatId) showNotice("The live view stopped. Reload the page to follow this chat again.");
-    } catch (err) { /* api() already redirects to the login page on 401 */ }
+    try { await api("GET", "/api/chats"); } catch (err) { /* api() redirects on 401 and shows the hint if down */ }
+  }
+
+  // Messages are drawn in batches, once per frame: a long chat opens with one layout, not one per step.
+  function queue(message) {
+    state.queue.push(message);
+    if (state.flushing) return;
+    state.flushing = true;
+    if (document.hidden) setTimeout(flush, 50); else requestAnimationFrame(flush);
+  }
+
+  function flush() {
+    state.flushing = false;
+    if (!state.queue.length) return;
+    const messages = state.queue;
+    state.queue = [];
+    const main = document.createDocumentFragment();
+    for (const message of messages) {
+      if (message.steps) addSteps(message.block, message.steps, main);
+      else updateChild(message);
+    }
+    $("steps").appendChild(main);
+    if (state.stick) scrollToBottom();
+  }
+
+  function addSteps(key, steps, main) {
+    if (!key) {
+      for (const step of steps) {
+        if (step.index <= state.lastIndex) continue; // never show a step twice
+        state.lastIndex = step.index;
+        main.appendChild(renderStep(step, ""));
+      }
+      return;
+    }
+    const block = state.blocks.get(key);
+    if (!block) return;
+    for (const step of steps) {
+      if (block.done || step.index <= block.last) continue; // a block shows one run of the child: up to its return
+      block.last = step.index;
+      block.list.appendChild(renderStep(step, key));
+      if (RETURN_TYPES.has(step.type)) {
+        block.done = true;
+        showBlockStatus(block, RETURN_STATUS[step.type]);
+      }
+    }
+  }
+
+  function updateChild(message) {
+    const block = state.blocks.get(message.block);
+    if (!block) return;
+    block.name.textContent = message.status === "deleted" ? `${block.uid} (deleted)` : message.title || block.uid;
+    if (message.status === "deleted") block.done = true;
+    else if (!block.done) showBlockStatus(block, message.status);
+  }
+
+  function endBlocks() {
+    // The chat's run is over; a child block that never returned was cut short with it.
+    for (const block of state.blocks.values()) {
+      if (!block.done && block.pill.dataset.status === "running") showBlockStatus(block, "interrupted");
+      block.done = true;
+    }
+  }
+
+  function showBlockStatus(block, status) {
+    block.pill.dataset.status = status;
+    block.pill.textContent = STATUS_LABELS[status] || status;
   }
 
   function nearBottom() {
@@ -353,6 +475,20 @@
   function scrollToBottom() {
     const box = $("transcript");
     box.scrollTop = box.scrollHeight;
+    state.scrollTop = box.scrollTop;
+  }
+
+  // The view follows new steps while it is at the bottom. Off-screen steps get their real height only when
+  // they come into view (see .step in the CSS), so the bottom moves after a scroll: follow it.
+  function watchScrolling() {
+    const box = $("transcript");
+    state.scrollTop = box.scrollTop;
+    box.addEventListener("scroll", () => {
+      if (nearBottom()) state.stick = true;
+      else if (box.scrollTop < state.scrollTop - 2) state.stick = false; // the reader went up
+      state.scrollTop = box.scrollTop;
+    }, { passive: true });
+    new ResizeObserver(() => { if (state.stick) scrollToBottom(); }).observe($("steps"));
   }
 
   function updateStatus(status) {
@@ -370,14 +506,18 @@
     $("working").hidden = !status.running;
     $("stop").hidden = !status.running;
     $("stop").disabled = false;
+    if (!status.running && state.stopping) {
+      state.stopping = false;
+      hideNotice(); // "Stopping the run…" has done its job: the run shows how it ended
+    }
     if (status.title && (!before || before.title !== status.title)) showTitle(status.title);
     if (!before || before.status !== status.status || before.title !== status.title) refreshChats();
-    if (status.running && nearBottom()) scrollToBottom();
+    if (status.running && state.stick) scrollToBottom();
   }
 
   // -- rendering steps -------------------------------------------------------------------------------------
 
-  function renderStep(step, depth) {
+  function renderStep(step, key) {
     const item = el("li", `step step-${step.kind}`);
     item.dataset.index = step.index;
     item.dataset.type = step.type;
@@ -386,7 +526,7 @@
       item.appendChild(el("div", "request-text", step.text));
       return item;
     }
-    if (step.kind === "child_running") return renderChild(step, item, depth);
+    if (step.kind === "child_running") return renderChild(step, item, key);
     // An answer speaks for itself; a child's exit repeats the reasoning of the call that started it.
     if (step.reasoning_html && step.kind !== "answer" && step.kind !== "child_exit") {
       const reasoning = el("div", "reasoning md");
@@ -512,8 +652,7 @@
     if (step.kind === "child_start") {
       note.textContent = `${step.type === "resume_child_agent" ? "Resuming" : "Delegating to"} ${who}`;
     } else {
-      const outcome = (STATUS_LABELS[{ task_completion: "completed", agent_requested_help: "help_needed",
-        agent_text_response: "answered", task_interrupted: "interrupted" }[child.exit_type]] || "finished");
+      const outcome = STATUS_LABELS[RETURN_STATUS[child.exit_type]] || "finished";
       note.textContent = `${who.charAt(0).toUpperCase()}${who.slice(1)} returned: ${outcome.toLowerCase()}`;
       note.title = step.text;
     }
@@ -529,7 +668,7 @@
     return card;
   }
 
-  function renderChild(step, item, depth) {
+  function renderChild(step, item, parentKey) {
     const uid = step.child && step.child.uid;
     const details = el("details", "child");
     details.open = true;
@@ -538,7 +677,6 @@
     const name = el("span", "child-name", uid || "unknown");
     summary.appendChild(name);
     const pill = el("span", "pill small", "");
-    pill.dataset.status = "running";
     summary.appendChild(pill);
     if (uid) {
       const open = el("a", "child-open", "Open");
@@ -554,46 +692,10 @@
     const list = el("ol", "steps child-steps");
     details.appendChild(list);
     item.appendChild(details);
-    if (!uid) return item;
-
-    let last = -1;
-    let ended = false;
-    let returned = false;
-    const source = new EventSource(`/api/chats/${encodeURIComponent(uid)}/events?from=${step.child.starting_from || 0}`);
-    state.childSources.add(source);
-    const finish = () => {
-      ended = true;
-      source.close();
-      state.childSources.delete(source);
-    };
-    const showStatus = (status) => {
-      pill.dataset.status = status;
-      pill.textContent = STATUS_LABELS[status] || status;
-    };
-    source.addEventListener("step", (event) => {
-      if (ended || returned) return; // this block shows one run of the child: up to its return
-      const child = JSON.parse(event.data);
-      if (child.index <= last) return;
-      last = child.index;
-      const stick = nearBottom();
-      list.appendChild(renderStep(child, depth + 1));
-      if (stick) scrollToBottom();
-      if (RETURN_TYPES.has(child.type)) {
-        returned = true;
-        showStatus({ task_completion: "completed", agent_requested_help: "help_needed",
-          agent_text_response: "answered", task_interrupted: "interrupted" }[child.type]);
-      }
-    });
-    source.addEventListener("status", (event) => {
-      if (ended) return;
-      const status = JSON.parse(event.data);
-      name.textContent = status.title || uid;
-      if (returned) { finish(); return; } // a status always follows the steps it describes
-      showStatus(status.status);
-      const parentRunning = state.status && state.status.running;
-      if (!status.running && !parentRunning) finish();
-    });
-    source.addEventListener("gone", () => { name.textContent = `${uid} (deleted)`; finish(); });
+    // The page's feed sends this child's steps under the block's key (see web/feed.py).
+    const block = { list, pill, name, uid, last: ((step.child && step.child.starting_from) || 0) - 1, done: !uid };
+    state.blocks.set(parentKey ? `${parentKey}/${step.index}` : String(step.index), block);
+    showBlockStatus(block, "running");
     return item;
   }
 
@@ -616,9 +718,10 @@
         await api("POST", `/api/chats/${encodeURIComponent(state.chatId)}/messages`, { text });
         box.value = "";
         hideNotice();
+        openFeed(); // the feed closed when the last run ended
       }
     } catch (err) {
-      showNotice(err.status === 409 ? `Not sent: ${err.message}` : `Not sent: ${err.message}`);
+      showNotice(`Not sent: ${err.message}`);
     } finally {
       button.disabled = false;
     }
@@ -629,7 +732,10 @@
     $("stop").disabled = true;
     try {
       await api("POST", `/api/chats/${encodeURIComponent(state.chatId)}/stop`);
-      showNotice("Stopping the run\u2026", "info");
+      if (state.status && state.status.running) {
+        state.stopping = true;
+        showNotice("Stopping the run\u2026", "info");
+      }
     } catch (err) {
       showNotice(err.message);
       $("stop").disabled = false;
@@ -745,11 +851,13 @@
 
   $("composer").addEventListener("submit", (event) => { event.preventDefault(); send(); });
   $("message").addEventListener("keydown", (event) => {
-    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+    if (event.key !== "Enter" || event.shiftKey || event.isComposing) return;
+    if (ENTER_SENDS || event.ctrlKey || event.metaKey) {
       event.preventDefault();
       send();
     }
   });
+  if (!ENTER_SENDS) $("message").placeholder = "Message the agent";
   $("stop").addEventListener("click", stop);
   $("new-chat").addEventListener("click", () => navigate(null));
   $("search").addEventListener("input", renderChatList);
@@ -775,9 +883,17 @@
     const match = window.location.pathname.match(/^\/chat\/([A-Za-z0-9_-]{1,64})$/);
     if (match) openChat(match[1]); else newChat();
   });
-  document.addEventListener("visibilitychange", () => { if (!document.hidden) refreshChats(); });
+  document.addEventListener("visibilitychange", () => {
+    if (document.hidden) {
+      if (state.feed) closeFeed("paused"); // browsers allow six connections per site: hidden tabs give theirs up
+    } else {
+      if (app.dataset.feed === "paused") openFeed();
+      refreshChats();
+    }
+  });
   setInterval(() => { if (!document.hidden) refreshChats(); }, 5000);
 
+  watchScrolling();
   refreshChats();
   if (state.chatId) openChat(state.chatId); else newChat();
   app.dataset.ready = "true"; // for tests and scripts: the handlers are attached

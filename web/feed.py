@@ -1,0 +1,191 @@
+"""The live event feed of a chat page: one Server-Sent Events stream carrying the chat's steps and those of
+the child agents it runs, which ends once no run is active on the chat.
+
+Messages: `steps` {block, steps} (block "" is the chat, "7" the child run started at the chat's step 7,
+"7/3" the one that child started at its step 3); `child` {block, uid, title, status} when a child's title
+or status changes; `status` (the chat's state and totals) on change; `gone` when the chat is deleted; and
+`end` {reason}: "finished" (no run is active: the page opens a new feed when one starts), "lifetime" (open
+a new one now) or "login" (the session ended). A page resumes with `from` (the chat's next step index) and
+`blocks` ("7:12,7/3:4": the next step index of each child block still open on the page).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from anges.events import RETURN_TO_PARENT_EVENT_TYPES, Event, child_reference
+from anges.exceptions import StreamNotFound
+from anges.store import status_of
+
+from .render import Totals, step_view
+
+BLOCK_KEY = re.compile(r"\d{1,9}(?:/\d{1,9}){0,15}")
+MAX_BLOCKS = 500
+"""Open child blocks a page may ask to resume."""
+STEPS_PER_MESSAGE = 200
+"""A long history goes out in messages of this many steps, so the page can show them in a few batches."""
+
+
+class BadCursor(ValueError):
+    """A `blocks` resume cursor that is not "KEY:INDEX,..."."""
+
+
+def parse_blocks(text: str) -> dict[str, int]:
+    """The `blocks` query parameter as {block key: next step index}."""
+    blocks: dict[str, int] = {}
+    for item in filter(None, text.split(",")):
+        key, _, index = item.partition(":")
+        if not BLOCK_KEY.fullmatch(key) or not index.isdigit() or len(index) > 9:
+            raise BadCursor(f"blocks must look like 7:12,7/3:4, not {item[:40]!r}")
+        blocks[key] = int(index)
+    if len(blocks) > MAX_BLOCKS:
+        raise BadCursor(f"at most {MAX_BLOCKS} blocks can be resumed")
+    return blocks
+
+
+@dataclass
+class Reader:
+    """One stream the feed reads: the chat itself (block "") or one run of a child agent."""
+
+    uid: str
+    block: str
+    next_index: int
+    """The first step index not sent yet."""
+    offset: int = 0
+    title: str = ""
+    cwd: str = ""
+    stored: str = "new"
+    done: bool = False
+    shown: dict = field(default_factory=dict)
+    """The last `child` message sent for this block."""
+    totals: Totals | None = None
+    """Steps, tokens and cost so far (kept for the chat only)."""
+
+
+def feed(web, uid: str, next_index: int, open_blocks: dict[str, int]) -> Iterator[str]:
+    """The feed of chat `uid` from step `next_index`, resuming the child blocks in `open_blocks`."""
+    store, settings = web.store, web.config.web
+    chat = Reader(uid, "", next_index, totals=Totals())
+    children: list[Reader] = []
+    last_status: dict | None = None
+    started = last_write = time.monotonic()
+    yield "retry: 2000\n\n"
+    while True:
+        if not web.guard.logged_in():
+            yield _sse("end", {"reason": "login"})
+            return
+        active = web.runs.started_here(uid) or store.is_running(uid)  # looked at before reading: see below
+        try:
+            records, chat.offset = store.read_records(uid, chat.offset)
+        except StreamNotFound:
+            yield _sse("gone", {"uid": uid})
+            return
+        sent = False
+        for message in _steps(chat, records, children, open_blocks):  # each batch leaves as soon as it is made
+            yield message
+            sent = True
+        for child in children:  # the list grows while children of children turn up
+            for message in _follow_child(store, child, children, open_blocks):
+                yield message
+                sent = True
+        status = {"uid": uid, "title": chat.title, **shown_status(web, uid, chat.stored), **chat.totals.to_dict()}
+        if status != last_status:
+            yield _sse("status", status)
+            last_status, sent = status, True
+        now = time.monotonic()
+        if sent:
+            last_write = now
+        elif now - last_write >= settings.heartbeat_seconds:
+            yield ": heartbeat\n\n"
+            last_write = now
+        # No run was active before this read, so it held every event of the last run: nothing more will come.
+        if not active and not status["running"]:
+            yield _sse("end", {"reason": "finished"})
+            return
+        if web.sse_lifetime and now - started >= web.sse_lifetime:
+            yield _sse("end", {"reason": "lifetime"})
+            return
+        time.sleep(settings.poll_seconds)
+
+
+def shown_status(web, uid: str, stored: str) -> dict:
+    """The status shown for a chat: a stored "running" with no live run anywhere means the run died."""
+    running = web.runs.started_here(uid) or (stored == "running" and web.store.is_running(uid))
+    status = "running" if running else "interrupted" if stored == "running" else stored
+    return {"status": status, "running": running}
+
+
+def _follow_child(store, reader: Reader, children: list[Reader], open_blocks: dict[str, int]) -> Iterator[str]:
+    if reader.done:
+        return
+    try:
+        records, reader.offset = store.read_records(reader.uid, reader.offset)
+    except StreamNotFound:
+        reader.done = True
+        yield _sse("child", {"block": reader.block, "uid": reader.uid, "title": reader.title, "status": "deleted"})
+        return
+    yield from _steps(reader, records, children, open_blocks)
+    shown = {"block": reader.block, "uid": reader.uid, "title": reader.title or reader.uid, "status": reader.stored}
+    if shown != reader.shown:
+        yield _sse("child", shown)
+        reader.shown = shown
+
+
+def _steps(reader: Reader, records: list[dict], children: list[Reader], open_blocks: dict[str, int]) -> Iterator[str]:
+    """The `steps` messages of new records of one stream; starts a reader for each child run they start."""
+    steps: list[dict] = []
+    for record in records:
+        kind = record.get("kind")
+        if kind == "header":  # the file starts (again, if it was rewritten): count from scratch
+            reader.title, reader.stored = record.get("title") or reader.uid, "new"
+            if reader.totals is not None:
+                reader.totals = Totals()
+        elif kind == "title":
+            reader.title = record.get("title") or reader.title
+        elif kind == "settings":
+            reader.cwd = (record.get("agent_settings") or {}).get("cmd_init_dir") or reader.cwd
+        elif kind == "event" and not reader.done:
+            event = Event.from_dict(record)
+            index = record.get("index", 0)
+            reader.stored = status_of(event.type) or reader.stored
+            if reader.totals is not None:
+                reader.totals.add(event)
+            fresh = index >= reader.next_index
+            if event.type == "child_agent_running":
+                _start_child(reader, event, index, fresh, children, open_blocks)
+            if not fresh:
+                continue
+            steps.append(step_view(event, index, reader.cwd))
+            reader.next_index = index + 1
+            if reader.block and event.type in RETURN_TO_PARENT_EVENT_TYPES:
+                reader.done = True  # a child block shows one run of the child: up to its answer
+            if len(steps) == STEPS_PER_MESSAGE:
+                yield _steps_message(reader, steps)
+                steps = []
+    if steps:
+        yield _steps_message(reader, steps)
+
+
+def _steps_message(reader: Reader, steps: list[dict]) -> str:
+    last = steps[-1]["index"] if not reader.block else None  # lets a plain EventSource resume (Last-Event-ID)
+    return _sse("steps", {"block": reader.block, "steps": steps}, event_id=last)
+
+
+def _start_child(parent: Reader, event: Event, index: int, fresh: bool, children: list[Reader],
+                 open_blocks: dict[str, int]) -> None:
+    """Follow the child run a `child_agent_running` step starts: from its start if the page has not seen the
+    step yet, from where the page is if it still shows the block open, else not at all (it ended)."""
+    child_uid, start = child_reference(event)
+    block = f"{parent.block}/{index}" if parent.block else str(index)
+    if child_uid is None or not (fresh or block in open_blocks):
+        return
+    children.append(Reader(child_uid, block, start if fresh else max(open_blocks[block], start)))
+
+
+def _sse(event: str, data: dict, event_id: int | None = None) -> str:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
