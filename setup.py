@@ -41,6 +41,8 @@ setup(
     extras_require={
         "anthropic": ["anthropic>=2.0"],
         "mcp": ["mcp>=2.0"],
+        "ray": ["ray>=2.9", "rich>=13"],
+        "rich": ["rich>=13"],
         "dev": [
             "pytest>=8",
             "pytest-timeout",
@@ -49,6 +51,8 @@ setup(
             "mcp-server-time",
             "playwright>=1.45",
             "ruff",
+            "ray>=2.9",
+            "rich>=13",
         ],
     },
     entry_points={"console_scripts": ["anges=anges.cli:main"]},
