@@ -130,6 +130,8 @@ def run_remote(job: Job, config: Config, collector, template: bytes | None) -> d
     try:
         store = EventStore(scratch / "streams")
         offsets = _import_records(store, began["records"], scratch)
+        if job.resume and job.stream_id not in offsets:
+            return result("error", error="the records of the stream to continue did not reach the worker")
         job = replace(job, resume=job.stream_id in offsets)
         if began["ended"] and job.resume:  # the run ended, but Ray lost the task's return value
             return result(_status(store.load(job.stream_id)), job.stream_id)
@@ -342,9 +344,9 @@ class _Driver:
                 self.sink.started(job)
                 self.sink.finished(job, result("error", error=str(exc)), 0.0)
                 continue
-            if job.resume:
+            if job.resume:  # before the task starts: its first call must find them
                 records = [[job.stream_id, record] for record in self.store.read_records(job.stream_id)[0]]
-                self.collector.seed.remote(job.spec.id, records)
+                self.ray.get(self.collector.seed.remote(job.spec.id, records))
             ref = self.task.remote(job, self.engine.config, self.collector, self._template(job))
             self.inflight[ref] = (job, time.monotonic(), lock)
             self.sink.started(job)

@@ -138,7 +138,7 @@ def _request(job: Job, stream, config: Config, fresh: bool) -> str:
     from anges.prompt import render_template
 
     last = stream.events_list[-1] if stream.events_list else None
-    reason = (last.data.get("reason") if last is not None else None) or "the run was cut off"
+    reason = (last.data.get("reason") if last is not None else None) or "its worker was lost"
     return render_template("batch/resume.j2", config.prompt.template_dir, reason=reason, fresh_workdir=fresh)
 
 
