@@ -461,7 +461,7 @@ def run_batch(argv: list[str]) -> int:
                    workers=args.workers, batch_id=args.batch_id, retry_failed=args.retry_failed,
                    config_file=args.config, address=args.address, retries=args.retries,
                    cpus_per_task=args.cpus_per_task, env_names=tuple(args.env))
-    print_summary(report.results, sys.stderr, fancy=sys.stderr.isatty())
+    print_summary(report.results, sys.stderr)
     _write_results(report.results, args.output)
     counts = report.counts()
     print(f"results: {_results_path(report.batch_id)}; the runs: anges list --batch {report.batch_id}", file=sys.stderr)

@@ -20,7 +20,7 @@ from helpers import process_alive, wait_for_pid
 from wire_servers import MODEL_ENV, TEST_KEY
 
 from anges.batch.progress import PlainDisplay
-from anges.batch.ray_engine import RayEngine
+from anges.batch.ray_engine import Collector, RayEngine
 from anges.batch.runner import BatchRunner
 from anges.batch.tasks import load_tasks
 from anges.config import load_config
@@ -95,25 +95,25 @@ def test_each_task_runs_in_a_fresh_folder_on_a_worker_and_its_events_land_here(r
     template = tmp_path / "template"
     template.mkdir()
     (template / "seed.txt").write_text("from the template\n")
-    model = script(tmp_path, "r.json", shell("cat seed.txt made; pwd; echo $$"), complete("Checked."))
+    model = script(tmp_path, "r.json", shell("cat seed.txt made; pwd; tr '\\0' ' ' < /proc/$PPID/cmdline"),
+                   complete("Checked."))
     path = task_file(tmp_path, *({"id": f"t{i}", "task": f"task {i}", "template": "template",
                                   "setup": "echo set > made"} for i in range(3)))
     runner, shown = runner_for(path, {"model": model})
     report = runner.run()
     assert [row["status"] for row in report.results] == ["completed"] * 3
     streams = streams_of("ray-batch")
-    folders, pids = set(), set()
+    folders = set()
     for task, stream in streams.items():
         assert types(stream) == ["new_request", "action", "task_completion"]
         assert stream.agent_settings["batch_id"] == "ray-batch" and stream.agent_settings["batch_task"] == task
         out = stream.events_list[1].data["stdout"].splitlines()
         assert out[:2] == ["from the template", "set"]
         folders.add(out[2])
-        pids.add(out[3])
+        assert out[3].startswith("ray::")  # the agent that ran the command is a Ray worker
         assert not Path(out[2]).exists()  # the worker's scratch folder is gone
         assert not out[2].startswith(str(tmp_path))
     assert len(folders) == 3
-    assert str(os.getpid()) not in pids  # the commands ran in Ray's workers, not here
     assert "[3/3]" in shown.getvalue()
 
 
@@ -215,3 +215,20 @@ def test_the_command_runs_a_batch_on_a_running_cluster(ray_address, tmp_path):
         ("a", "completed", "Said hello."), ("b", "completed", "Said hello.")]
     assert "on Ray" in out.stderr
     assert ray.is_initialized()  # the command's own driver left this cluster running
+
+
+def test_the_collector_hands_a_retry_what_earlier_attempts_sent_and_refuses_a_stale_attempt():
+    collector = Collector()  # the actor's class, used directly
+    collector.seed("t", [["s", {"kind": "header"}]])
+    first = collector.begin("t")
+    assert (first["attempt"], first["records"], first["ended"]) == (1, [["s", {"kind": "header"}]], False)
+    assert collector.append("t", 1, [["s", {"kind": "event", "type": "action"}]]) == "ok"
+    assert collector.drain() == {"t": [["s", {"kind": "event", "type": "action"}]]}  # the seed is not drained
+    second = collector.begin("t")  # Ray retried the task: the old attempt's node is gone
+    assert second["attempt"] == 2 and len(second["records"]) == 2
+    assert collector.append("t", 1, [["s", {"kind": "event", "type": "late"}]]) == "stale"
+    assert collector.drain() == {}
+    collector.end("t", 2)
+    assert collector.begin("t")["ended"]  # a retry after the end does not run the task again
+    collector.stop()
+    assert collector.append("t", 3, []) == "stop" and collector.begin("u")["stop"]

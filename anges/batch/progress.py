@@ -165,13 +165,18 @@ class RichDisplay(PlainDisplay):
 
 def make_display(progress: Progress, out: TextIO = sys.stderr) -> PlainDisplay:
     """The live panel on a terminal when rich is installed; plain lines otherwise."""
-    if out.isatty():
-        try:
-            import rich  # noqa: F401
-        except ImportError:
-            return PlainDisplay(progress, out)
-        return RichDisplay(progress, out)
-    return PlainDisplay(progress, out)
+    return RichDisplay(progress, out) if wants_rich(out) else PlainDisplay(progress, out)
+
+
+def wants_rich(out: TextIO) -> bool:
+    """True on a terminal when rich is installed (`pip install "anges[rich]"`)."""
+    if not out.isatty():
+        return False
+    try:
+        import rich  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def describe(row: dict) -> str:
@@ -201,11 +206,11 @@ def summary_table(rows: list[dict]) -> list[tuple[str, ...]]:
     return lines + [_summary_line("total", rows)]
 
 
-def print_summary(rows: list[dict], out: TextIO, fancy: bool) -> None:
+def print_summary(rows: list[dict], out: TextIO) -> None:
     """The summary table and the tasks that did not succeed (first few), with rich on a terminal."""
     table = summary_table(rows)
     failed = [row for row in rows if outcome(row) == "failed"]
-    if fancy:
+    if wants_rich(out):
         _print_rich(table, failed, out)
         return
     widths = [max(len(line[i]) for line in [SUMMARY_COLUMNS, *table]) for i in range(len(SUMMARY_COLUMNS))]

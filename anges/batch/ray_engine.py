@@ -381,6 +381,7 @@ class _Driver:
                 done = self._failed(job, exc)
         self._drain()
         self.collector.forget.remote(job.spec.id)
+        self.applier.forget(job.stream_id)
         lock.close()
         self.sink.finished(job, done, time.monotonic() - began)
 
@@ -414,6 +415,11 @@ class RecordApplier:
     def __init__(self, store: EventStore):
         self.store = store
         self.streams: dict[str, EventStream] = {}
+
+    def forget(self, uid: str) -> None:
+        """Drop a finished run's streams (and its children's) from memory."""
+        for known in [k for k, stream in self.streams.items() if k == uid or uid in stream.parent_event_stream_uids]:
+            del self.streams[known]
 
     def apply(self, records: list) -> list[tuple[str, dict]]:
         """Apply [uid, record] pairs; return the (uid, event record) pairs among them, in order."""

@@ -56,7 +56,6 @@ class Report:
 
     batch_id: str
     results: list[dict]
-    ran: int
     stopped: bool
 
     def counts(self) -> Counter:
@@ -122,7 +121,7 @@ class BatchRunner:
             records = self.state.records()
             results = [task_result(self.store, spec, records.get(spec.id)) for spec in self.specs]
             self.state.write_results(results)
-        return Report(self.batch_id, results, len(plan.jobs), self.flags.stop.is_set())
+        return Report(self.batch_id, results, self.flags.stop.is_set())
 
     def stop(self, force: bool = False) -> None:
         """Ask the running batch to stop (what Ctrl-C does): every run ends cleanly and is recorded as interrupted."""
@@ -184,7 +183,8 @@ class BatchRunner:
             return
 
         def handle(signum, frame):
-            self.stop(force=True)
+            # On a thread: the note it prints must not re-enter a print the main thread was in.
+            threading.Thread(target=self.stop, kwargs={"force": True}, daemon=True).start()
 
         previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
