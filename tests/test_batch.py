@@ -103,7 +103,7 @@ def test_a_yaml_task_file_loads_and_its_errors_name_the_line(tmp_path):
     (['{"id": "../a", "task": "x"}'], ":1: field 'id': '../a' is not a valid id"),
     (['{"id": "a", "task": "  "}'], ":1: field 'task': is empty"),
     (['{"id": "a", "task": "x", "agent": "wizard"}'], ":1: field 'agent': unknown agent type 'wizard'"),
-    (['{"id": "a", "task": "x", "template": "nowhere"}'], ":1: field 'template': nowhere is not a directory"),
+    (['{"id": "a", "task": "x", "template": "nowhere"}'], ":1: field 'template': 'nowhere' is not a directory"),
     (['{"id": "a", "task": "x", "max_steps": 2.5}'], ":1: field 'max_steps': expected a whole number"),
     (['["a", "x"]'], ":1: expected an object with at least 'id' and 'task', got a list"),
 ])

@@ -191,9 +191,10 @@ def _field(name: str, value: Any, base: Path, fault) -> Any:
     if name == "agent" and value not in AGENT_TYPES:
         raise fault(f"unknown agent type {value!r} (known: {', '.join(AGENT_TYPES)})")
     if name in ("path", "template"):
-        folder = (base / value).expanduser() if not value.startswith("~") else Path(value).expanduser()
+        folder = Path(value).expanduser() if value.startswith("~") else base / value
         if not folder.is_dir():
-            raise fault(f"{value} is not a directory" + (f" (looked for {folder})" if folder != Path(value) else ""))
+            where = f" (looked for {str(folder)!r})" if folder != Path(value) else ""
+            raise fault(f"{value!r} is not a directory{where}")
         return str(folder.resolve())
     if name == "model":
         return _model_name(value.strip(), base, fault)
@@ -207,7 +208,7 @@ def _model_name(name: str, base: Path, fault) -> str:
         return name
     file = (base / rest).expanduser()
     if not file.is_file():
-        raise fault(f"{scheme} file {rest} not found (looked for {file})")
+        raise fault(f"{scheme} file {rest!r} not found (looked for {str(file)!r})")
     return f"{scheme}:{file.resolve()}"
 
 
