@@ -428,11 +428,11 @@ def build_batch_parser() -> argparse.ArgumentParser:
     ray = parser.add_argument_group("ray")
     ray.add_argument("--address", metavar="ADDR",
                      help="auto (the running cluster) or ray://HOST:10001; default: a Ray started on this machine")
-    ray.add_argument("--retries", metavar="N", type=int, default=3,
+    ray.add_argument("--retries", metavar="N", type=int,
                      help="times Ray runs a task again when its worker or node dies (default 3)")
-    ray.add_argument("--cpus-per-task", metavar="X", type=_positive(float), default=1.0,
+    ray.add_argument("--cpus-per-task", metavar="X", type=_positive(float),
                      help="Ray CPUs each task reserves (default 1; less runs more at once)")
-    ray.add_argument("--env", metavar="NAME", action="append", default=[],
+    ray.add_argument("--env", metavar="NAME", action="append",
                      help="also pass this variable to the workers (model keys and endpoints are passed already)")
     defaults = parser.add_argument_group("defaults for the tasks")
     defaults.add_argument("--agent", choices=AGENT_TYPES)
@@ -451,7 +451,12 @@ def run_batch(argv: list[str]) -> int:
     """anges batch TASKS ..."""
     args = build_batch_parser().parse_args(argv)
     _setup_logging(args.verbose)
-    if args.retries < 0:
+    ray_only = [flag for flag, value in (("--address", args.address), ("--retries", args.retries),
+                                         ("--cpus-per-task", args.cpus_per_task), ("--env", args.env))
+                if value is not None]
+    if args.engine != "ray" and ray_only:
+        raise UsageError(f"{', '.join(ray_only)}: only with --engine ray")
+    if args.retries is not None and args.retries < 0:
         raise UsageError("--retries must be 0 or more")
     from anges.batch import run_batch as start
     from anges.batch.progress import print_summary
@@ -459,8 +464,9 @@ def run_batch(argv: list[str]) -> int:
     fields = ("agent", "model", "timeout", "max_steps", "template", "path", "setup")
     report = start(args.tasks, defaults={name: getattr(args, name) for name in fields}, engine=args.engine,
                    workers=args.workers, batch_id=args.batch_id, retry_failed=args.retry_failed,
-                   config_file=args.config, address=args.address, retries=args.retries,
-                   cpus_per_task=args.cpus_per_task, env_names=tuple(args.env))
+                   config_file=args.config, address=args.address,
+                   retries=3 if args.retries is None else args.retries, cpus_per_task=args.cpus_per_task or 1.0,
+                   env_names=tuple(args.env or ()))
     print_summary(report.results, sys.stderr)
     _write_results(report.results, args.output)
     counts = report.counts()

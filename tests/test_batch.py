@@ -124,6 +124,13 @@ def test_the_command_refuses_a_bad_task_file_before_running_anything(tmp_path):
     assert EventStore().list() == []
 
 
+def test_ray_options_without_the_ray_engine_are_refused(tmp_path):
+    path = task_file(tmp_path, {"id": "a", "task": "x"})
+    out = batch(str(path), "--address", "auto", "--cpus-per-task", "0.5", cwd=tmp_path)
+    assert out.returncode == 2
+    assert "anges: --address, --cpus-per-task: only with --engine ray" in out.stderr
+
+
 def test_a_model_without_credentials_stops_the_batch_before_it_starts(tmp_path):
     path = task_file(tmp_path, {"id": "a", "task": "x"})
     out = batch(str(path), "--model", "openai", cwd=tmp_path)
