@@ -44,6 +44,8 @@ setup(
     extras_require={
         "anthropic": [],  # the Anthropic SDK is a core dependency now; the extra stays for old install commands
         "mcp": ["mcp>=2.0"],
+        "ray": ["ray>=2.9", "rich>=13"],
+        "rich": ["rich>=13"],
         "dev": [
             "pytest>=8",
             "pytest-timeout",
@@ -51,6 +53,8 @@ setup(
             "mcp-server-time",
             "playwright>=1.45",
             "ruff",
+            "ray>=2.9",
+            "rich>=13",
         ],
     },
     entry_points={"console_scripts": ["anges=anges.cli:main"]},

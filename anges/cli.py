@@ -32,6 +32,7 @@ examples:
   anges -q "list the TODOs" --output jsonl     one JSON object per event, for scripts
   anges list                                   recent streams; then: anges show ID, anges export ID --format md
   anges ui                                     the web chat
+  anges batch tasks.jsonl --workers 4          many tasks from a file (see: anges batch --help)
 
 exit codes:
   0  the task was completed or the question answered
@@ -112,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     remove = commands.add_parser("rm", parents=[verbose], help="delete streams and their child streams")
     remove.add_argument("ids", metavar="ID", nargs="+")
     commands.add_parser("ui", add_help=False, help="start the web chat (see: anges ui --help)")
+    commands.add_parser("batch", add_help=False, help="run many tasks from a file (see: anges batch --help)")
+    listing.add_argument("--batch", metavar="ID", help="only the runs of batch ID (and their child streams)")
     return parser
 
 
@@ -122,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv[:1] == ["ui"]:
             return run_ui(argv[1:])
+        if argv[:1] == ["batch"]:
+            return run_batch(argv[1:])
         args = build_parser().parse_args(argv)
         verbose = args.verbose
         _setup_logging(verbose)
@@ -306,10 +311,13 @@ def list_streams(args: argparse.Namespace) -> int:
 
     store = EventStore()
     infos = store.list()
+    if args.batch:
+        infos = _in_batch(infos, args.batch)
     if args.json:
         print(json.dumps([info.to_dict() for info in infos], indent=2))
     elif not infos:
-        print(f"no streams yet in {store.root}", file=sys.stderr)
+        where = f"of batch {args.batch!r}" if args.batch else "yet"
+        print(f"no streams {where} in {store.root}", file=sys.stderr)
     else:
         print("\n".join(format_list(infos, Style(wants_colour(sys.stdout)), limit=args.limit)))
     return EXIT_OK
@@ -377,6 +385,12 @@ def remove_streams(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _in_batch(infos: list, batch_id: str) -> list:
+    """The streams of one batch and their descendants."""
+    runs = {info.uid for info in infos if info.batch_id == batch_id}
+    return [info for info in infos if info.uid in runs or runs.intersection(info.parent_ids)]
+
+
 def run_ui(argv: list[str]) -> int:
     """anges ui ...: the web chat parses its own options."""
     try:
@@ -384,6 +398,114 @@ def run_ui(argv: list[str]) -> int:
     except ImportError as exc:
         raise UsageError(f"the web chat is not available in this installation ({exc})") from None
     return main_ui(argv) or EXIT_OK
+
+
+# --- batches ------------------------------------------------------------------------------------------------
+
+EXIT_TASKS_FAILED = 5
+
+BATCH_EPILOG = """\
+task file: one task per line of a .jsonl file, or a YAML list (.yaml/.yml), fields:
+  id (required, 1-64 letters, digits, - or _), task (required), path (work in this folder) or template (work in
+  a fresh copy of it; neither: a fresh empty folder), agent, model, setup (a command run first in a fresh
+  folder), timeout (seconds), max_steps. Flags give the defaults; relative paths are from the task file.
+
+  {"id": "fizzbuzz", "task": "Write fizzbuzz.py and test it", "template": "repos/empty", "timeout": 600}
+
+again: the same command skips finished tasks and continues stopped ones; --retry-failed reruns failed ones.
+Ctrl-C stops every running task cleanly (a second Ctrl-C at once). Each run is a stream: anges list --batch ID.
+
+exit codes: 0 every task succeeded, 5 some failed or asked for help, 4 stopped before the end (run the same
+command to resume), 2 bad task file, flag or config.
+"""
+
+
+def build_batch_parser() -> argparse.ArgumentParser:
+    """The options of `anges batch`."""
+    parser = argparse.ArgumentParser(
+        prog="anges batch", description="Run many tasks from a file, each an ordinary run with its own stream.",
+        epilog=BATCH_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    parser.add_argument("tasks", metavar="TASKS", help="a .jsonl or .yaml file of tasks")
+    run = parser.add_argument_group("running")
+    run.add_argument("--workers", metavar="N", type=_positive(int),
+                     help="tasks run at once (default: 4 locally; with Ray, the cluster's CPUs / --cpus-per-task)")
+    run.add_argument("--batch-id", metavar="ID", help="the batch's id (default: from the task file's name and path)")
+    run.add_argument("--retry-failed", action="store_true", help="run the tasks that failed last time again")
+    run.add_argument("--output", "-o", metavar="FILE", help="also write the results (JSON lines) to FILE; - = stdout")
+    run.add_argument("--engine", choices=("local", "ray"), default="local",
+                     help="local: worker processes here (default); ray: Ray tasks (pip install 'anges[ray]')")
+    ray = parser.add_argument_group("ray")
+    ray.add_argument("--address", metavar="ADDR",
+                     help="auto (the running cluster) or ray://HOST:10001; default: a Ray started on this machine")
+    ray.add_argument("--retries", metavar="N", type=int,
+                     help="times Ray runs a task again when its worker or node dies (default 3)")
+    ray.add_argument("--cpus-per-task", metavar="X", type=_positive(float),
+                     help="Ray CPUs each task reserves (default 1; less runs more at once)")
+    ray.add_argument("--env", metavar="NAME", action="append",
+                     help="also pass this variable to the workers (model keys and endpoints are passed already)")
+    defaults = parser.add_argument_group("defaults for the tasks")
+    defaults.add_argument("--agent", choices=AGENT_TYPES)
+    defaults.add_argument("--model", metavar="NAME")
+    defaults.add_argument("--timeout", metavar="SECONDS", type=_positive(float))
+    defaults.add_argument("--max-steps", metavar="N", type=_positive(int))
+    defaults.add_argument("--template", metavar="DIR")
+    defaults.add_argument("--path", metavar="DIR")
+    defaults.add_argument("--setup", metavar="COMMAND")
+    parser.add_argument("--config", metavar="FILE", help="a config file layered over ~/.anges/config.yaml")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="log messages, tracebacks")
+    return parser
+
+
+def run_batch(argv: list[str]) -> int:
+    """anges batch TASKS ..."""
+    args = build_batch_parser().parse_args(argv)
+    _setup_logging(args.verbose)
+    ray_only = [flag for flag, value in (("--address", args.address), ("--retries", args.retries),
+                                         ("--cpus-per-task", args.cpus_per_task), ("--env", args.env))
+                if value is not None]
+    if args.engine != "ray" and ray_only:
+        raise UsageError(f"{', '.join(ray_only)}: only with --engine ray")
+    if args.retries is not None and args.retries < 0:
+        raise UsageError("--retries must be 0 or more")
+    from anges.batch import run_batch as start
+    from anges.batch.progress import print_summary
+
+    fields = ("agent", "model", "timeout", "max_steps", "template", "path", "setup")
+    report = start(args.tasks, defaults={name: getattr(args, name) for name in fields}, engine=args.engine,
+                   workers=args.workers, batch_id=args.batch_id, retry_failed=args.retry_failed,
+                   config_file=args.config, address=args.address,
+                   retries=3 if args.retries is None else args.retries, cpus_per_task=args.cpus_per_task or 1.0,
+                   env_names=tuple(args.env or ()))
+    print_summary(report.results, sys.stderr)
+    _write_results(report.results, args.output)
+    counts = report.counts()
+    print(f"results: {_results_path(report.batch_id)}; the runs: anges list --batch {report.batch_id}", file=sys.stderr)
+    if report.stopped or counts["unfinished"]:
+        print("anges batch: stopped; run the same command again to finish the batch", file=sys.stderr)
+        return EXIT_STOPPED
+    return EXIT_TASKS_FAILED if counts["failed"] else EXIT_OK
+
+
+def _write_results(rows: list[dict], target: str | None) -> None:
+    import json
+
+    if target == "-":
+        for row in rows:
+            sys.stdout.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+        sys.stdout.flush()
+    elif target:
+        from anges.batch.state import write_jsonl
+
+        try:
+            write_jsonl(Path(target).expanduser(), rows)
+        except OSError as exc:
+            raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from None
+
+
+def _results_path(batch_id: str) -> Path:
+    from anges.batch.state import BatchState
+
+    return BatchState(batch_id).results_path
 
 
 COMMANDS = {"run": run_task, "list": list_streams, "show": show_stream, "export": export_stream,

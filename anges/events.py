@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 RETURN_TO_PARENT_EVENT_TYPES = ["task_interrupted", "task_completion", "agent_requested_help", "agent_text_response"]
 REQUEST_EVENT_TYPES = ("new_request", "follow_up_request", "new_request_from_parent", "follow_up_request_from_parent")
 SETTINGS_KEYS = ("cmd_init_dir", "model", "prefix_cmd", "agent_type", "notes", "mcp_config")
+SETTINGS_KEYS += ("batch_id", "batch_task")  # a run started by `anges batch`: its batch and task ids
 
 _ID_ALPHABET = string.ascii_letters + string.digits
 _ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")

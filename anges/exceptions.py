@@ -57,6 +57,11 @@ class FormatError(AngesError):
         self.feedback = feedback
 
 
+class BatchError(AngesError):
+    """A batch cannot run as asked: a bad task file (the message names the file, line and field), a busy batch,
+    or a missing engine."""
+
+
 class RunStopped(AngesError):
     """A stop condition ended the run; `reason` is machine-readable (interrupt, event_limit, budget, ...)."""
 

@@ -8,6 +8,7 @@ On disk, under `root` (default `ANGES_HOME/data/event_streams`), each stream has
   (`agent_settings` and `agent_type`). The last `title` and `settings` records win.
 - `<uid>.meta.json`: title, status, parents, agent type and created_at, rewritten atomically only when
   one of them changes, so listing never parses events. Rebuilt from the `.jsonl` when missing or bad.
+  A run of `anges batch` also has `batch_id` and `batch_task` there (from its settings).
 - `<uid>.lock`: the side file `run_lock` flocks while a run is active; it names the run's process
   (`{"pid", "started", "host"}`). A stream whose last status is `running` while nobody holds the lock
   belongs to a run that died (SIGKILL, a crash, a full disk): it reads as `interrupted`.
@@ -82,6 +83,9 @@ class StreamInfo:
     agent_type: str
     status: str
     """new, running, completed, help_needed, answered or interrupted."""
+    batch_id: str = ""
+    """The batch that started this run (`anges batch`), and its task id; empty otherwise."""
+    batch_task: str = ""
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (times in ISO format)."""
@@ -93,6 +97,7 @@ class StreamInfo:
             "parent_ids": list(self.parent_ids),
             "agent_type": self.agent_type,
             "status": self.status,
+            **({"batch_id": self.batch_id, "batch_task": self.batch_task} if self.batch_id else {}),
         }
 
 
@@ -556,6 +561,8 @@ class EventStore:
             parent_ids=list(meta["parent_event_stream_uids"]),
             agent_type=meta["agent_type"] or "",
             status=self.shown_status(uid, meta["status"]),
+            batch_id=str(meta.get("batch_id") or ""),
+            batch_task=str(meta.get("batch_task") or ""),
         )
 
     def _read_meta(self, uid: str) -> dict | None:
@@ -658,6 +665,7 @@ def _meta(stream: EventStream, status: str) -> dict:
         "parent_event_stream_uids": list(stream.parent_event_stream_uids),
         "agent_type": stream.agent_type,
         "created_at": stream.created_at.isoformat(),
+        **{key: stream.agent_settings[key] for key in ("batch_id", "batch_task") if key in stream.agent_settings},
     }
 
 

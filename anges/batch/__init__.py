@@ -1,0 +1,63 @@
+"""`anges batch`: many tasks from a file, each an ordinary run, on this machine or on a Ray cluster.
+
+- `tasks.py`: task files (JSON Lines or YAML) and their checks
+- `runner.py`: what to run, what to skip, Ctrl-C, results; `state.py`: the batch's folder and log
+- `worker.py`: one task's run, the same in a local worker process and in a Ray task
+- `local.py`, `ray_engine.py`: where runs happen; `progress.py`: the live display and the summary
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from anges.batch.runner import Report
+    from anges.batch.tasks import TaskSpec
+    from anges.config import Config
+
+DEFAULT_LOCAL_WORKERS = 4
+
+
+def run_batch(tasks_file: str, *, defaults: dict, engine: str = "local", workers: int | None = None,
+              batch_id: str | None = None, retry_failed: bool = False, config_file: str | None = None,
+              address: str | None = None, retries: int = 3, cpus_per_task: float = 1.0,
+              env_names: tuple[str, ...] = ()) -> Report:
+    """Load and check the task file, then run the batch on the chosen engine with the live display."""
+    from anges.batch.progress import make_display
+    from anges.batch.runner import BatchRunner
+    from anges.batch.tasks import batch_id_for, load_tasks
+    from anges.config import load_config
+
+    specs = load_tasks(tasks_file, defaults)
+    config = load_config(config_file)
+    check_models(specs, config)
+    if engine == "ray":
+        from anges.batch.ray_engine import RayEngine
+
+        chosen = RayEngine(config, address=address, workers=workers, retries=retries, cpus_per_task=cpus_per_task,
+                           env_names=env_names)
+    else:
+        from anges.batch.local import LocalEngine
+
+        chosen = LocalEngine(workers or DEFAULT_LOCAL_WORKERS)
+    runner = BatchRunner(specs, batch_id or batch_id_for(tasks_file), chosen, retry_failed=retry_failed,
+                         config_file=os.path.abspath(config_file) if config_file else None,
+                         display_factory=lambda progress: make_display(progress, sys.stderr))
+    return runner.run()
+
+
+def check_models(specs: list[TaskSpec], config: Config) -> None:
+    """Fail before any task starts when a model name is unknown or its credentials are missing."""
+    from anges.exceptions import ModelSetupError
+    from anges.models import find_preset
+    from anges.models.provider import has_credentials, key_env_names
+
+    for name in sorted({spec.model or config.model_for(spec.agent) for spec in specs}):
+        if name.partition(":")[0] in ("scripted", "replay"):
+            continue
+        label, preset = find_preset(name, config)
+        if not has_credentials(preset):
+            wanted = " or ".join(key_env_names(preset)) or "its credentials"
+            raise ModelSetupError(f"model {name!r} needs {wanted} set in this shell (workers get it from here)")

@@ -1,0 +1,81 @@
+"""A task's result, read from the store (the single source of truth) and the batch log."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from anges.events import REQUEST_EVENT_TYPES, RETURN_TO_PARENT_EVENT_TYPES, Event, walk
+from anges.exceptions import InvalidStreamId, StreamNotFound
+from anges.store import stream_status
+
+if TYPE_CHECKING:
+    from anges.batch.state import TaskRecord
+    from anges.batch.tasks import TaskSpec
+    from anges.events import EventStream
+    from anges.store import EventStore
+
+MAX_ANSWER_CHARS = 20_000
+SUCCEEDED = ("completed", "answered")
+STOP_REASON = "interrupt"
+"""The `task_interrupted` reason of Ctrl-C and Stop: such a task is unfinished, not failed."""
+
+
+def outcome(row: dict) -> str:
+    """succeeded, failed or unfinished (stopped, cut off or never run: a later run of the batch does it)."""
+    status = row["status"]
+    if status in SUCCEEDED:
+        return "succeeded"
+    if status in ("not_run", "running") or (status == "interrupted" and row.get("reason") == STOP_REASON):
+        return "unfinished"
+    return "failed"
+
+
+def task_result(store: EventStore, spec: TaskSpec, record: TaskRecord | None) -> dict:
+    """One line of results.jsonl: the facts of the task's latest stream (children included)."""
+    row = {"id": spec.id, "status": "not_run", "reason": None, "steps": 0, "model_calls": 0,
+           "tokens": {"input": 0, "output": 0, "cached": 0}, "cost": None,
+           "wall_time": round(record.wall_time, 3) if record else 0.0,
+           "stream_id": record.stream_id if record else None, "answer": None, "error": None}
+    stream = _load(store, record.stream_id) if record and record.stream_id else None
+    if stream is not None:
+        _add_stream_facts(row, stream, store)
+    if record is not None and record.status == "error":
+        row["status"], row["error"] = "error", record.error
+    return row
+
+
+def final_event(stream: EventStream) -> Event | None:
+    """The event that ended the stream's latest request, or None while it is unfinished."""
+    last = stream.events_list[-1] if stream.events_list else None
+    return last if last is not None and last.type in RETURN_TO_PARENT_EVENT_TYPES else None
+
+
+def _add_stream_facts(row: dict, stream: EventStream, store: EventStore) -> None:
+    from anges.session import Outcome
+
+    status = stream_status(stream.events_list)
+    final = final_event(stream)
+    usage = Outcome(stream, "", status, list(walk(stream, 0, store)), 0.0).usage()
+    row.update(
+        status=status,
+        reason=final.data.get("reason") if final is not None and final.type == "task_interrupted" else None,
+        steps=sum(1 for event in stream.events_list if event.type not in REQUEST_EVENT_TYPES),
+        model_calls=usage["model_calls"],
+        tokens={"input": usage["input_tokens"], "output": usage["output_tokens"], "cached": usage["cached_tokens"]},
+        cost=usage.get("cost"),
+        answer=_clip(final.content) if final is not None and final.type != "task_interrupted" else None,
+    )
+
+
+def _load(store: EventStore, uid: str) -> EventStream | None:
+    try:
+        return store.load(uid)
+    except (StreamNotFound, InvalidStreamId):
+        return None
+
+
+def _clip(text: str) -> str:
+    if len(text) <= MAX_ANSWER_CHARS:
+        return text
+    cut = len(text) - MAX_ANSWER_CHARS
+    return text[:MAX_ANSWER_CHARS] + f"\n... [{cut} characters cut; the whole answer is in the stream]"

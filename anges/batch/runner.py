@@ -1,0 +1,207 @@
+"""The batch runner: turn task specs into runs, hand them to an engine, record how each ended, report.
+
+The store is the single source of truth: each run is an ordinary stream tagged with the batch and task ids,
+and a task's result is read back from its stream. The batch log (`state.py`) only remembers which stream
+is each task's, so running the same batch again skips what is finished and continues what is not.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from anges.batch.progress import PlainDisplay, Progress
+from anges.batch.results import outcome, task_result
+from anges.batch.state import BatchState
+from anges.batch.tasks import TaskSpec
+from anges.batch.worker import Job
+from anges.events import Event, new_id
+from anges.exceptions import StreamBusy
+from anges.store import EventStore, stream_status
+
+
+@dataclass
+class StopFlags:
+    """Set by Ctrl-C (or the caller): `stop` asks every run to stop cleanly, `force` to stop now."""
+
+    stop: threading.Event = field(default_factory=threading.Event)
+    force: threading.Event = field(default_factory=threading.Event)
+
+
+class Engine(Protocol):
+    """Decides where each run happens; reports to the sink as runs start, record events and end."""
+
+    name: str
+
+    def run(self, jobs: list[Job], sink: Sink, flags: StopFlags) -> None: ...
+
+
+class Sink(Protocol):
+    store: EventStore
+
+    def started(self, job: Job) -> None: ...
+    def event(self, job: Job, item: dict) -> None: ...
+    def finished(self, job: Job, done: dict, wall_time: float) -> None: ...
+
+
+@dataclass
+class Report:
+    """How a run of a batch went: every task's result row (finished earlier ones included)."""
+
+    batch_id: str
+    results: list[dict]
+    stopped: bool
+
+    def counts(self) -> Counter:
+        return Counter(outcome(row) for row in self.results)
+
+
+@dataclass
+class Plan:
+    jobs: list[Job]
+    earlier: Counter
+    """Outcomes of the tasks skipped because an earlier run of the batch finished them."""
+    resumed: int
+
+
+class BatchRunner:
+    """Runs the tasks of one batch on an engine; safe to run again (it skips what is finished)."""
+
+    def __init__(self, specs: list[TaskSpec], batch_id: str, engine: Engine, *, store: EventStore | None = None,
+                 retry_failed: bool = False, config_file: str | None = None, display_factory=None):
+        self.specs = specs
+        self.engine = engine
+        self.store = store or EventStore()
+        self.state = BatchState(batch_id)
+        self.retry_failed = retry_failed
+        self.config_file = config_file
+        self.display_factory = display_factory or (lambda progress: PlainDisplay(progress, sys.stderr))
+        self.flags = StopFlags()
+        self._lock = threading.Lock()
+        self._display: PlainDisplay | None = None
+        self._progress: Progress | None = None
+
+    @property
+    def batch_id(self) -> str:
+        return self.state.batch_id
+
+    def plan(self) -> Plan:
+        """The runs to do: tasks never run or cut off, failed ones with retry_failed; the rest is skipped."""
+        records = self.state.records()
+        jobs, earlier, resumed = [], Counter(), 0
+        for spec in self.specs:
+            record = records.get(spec.id)
+            row = task_result(self.store, spec, record)
+            kind = outcome(row)
+            if kind == "succeeded" or (kind == "failed" and not self.retry_failed):
+                earlier[kind] += 1
+                continue
+            resume = kind == "unfinished" and row["status"] not in ("not_run", "new")
+            resumed += resume
+            jobs.append(Job(spec, self.batch_id, row["stream_id"] if resume else new_id(), resume=resume,
+                            workdir=str(self.state.work_dir(spec.id)), config_file=self.config_file))
+        return Plan(jobs, earlier, resumed)
+
+    def run(self) -> Report:
+        """Run what the plan says, Ctrl-C stopping every run cleanly; write results.jsonl; return the report."""
+        with self.state.lock():
+            plan = self.plan()
+            self._progress = Progress(self.batch_id, len(self.specs), len(plan.jobs))
+            with self.display_factory(self._progress) as display, self._signals_stop():
+                self._display = display
+                display.note(_plan_text(self, plan))
+                if plan.jobs:
+                    self.engine.run(plan.jobs, self, self.flags)
+            records = self.state.records()
+            results = [task_result(self.store, spec, records.get(spec.id)) for spec in self.specs]
+            self.state.write_results(results)
+        return Report(self.batch_id, results, self.flags.stop.is_set())
+
+    def stop(self, force: bool = False) -> None:
+        """Ask the running batch to stop (what Ctrl-C does): every run ends cleanly and is recorded as interrupted."""
+        if not self.flags.stop.is_set():
+            self.flags.stop.set()
+            if self._progress is not None:
+                self._progress.stopping = True
+            if self._display is not None:
+                self._display.note("stopping every running task (Ctrl-C again to stop at once); "
+                                   "run the same command again to resume")
+        elif force:
+            self.flags.force.set()
+
+    # --- the sink the engine reports to ------------------------------------------------------------------
+
+    def started(self, job: Job) -> None:
+        with self._lock:
+            self.state.started(job.spec.id, job.stream_id)
+            self._progress.started(job.spec.id)
+
+    def event(self, job: Job, item: dict) -> None:
+        self._progress.event(job.spec.id, item)
+
+    def finished(self, job: Job, done: dict, wall_time: float) -> None:
+        if done["status"] == "not_started":
+            with self._lock:
+                self._progress.running.pop(job.spec.id, None)
+            return
+        if done.get("cut_off"):
+            self._close_stream(job.stream_id, done["cut_off"], done.get("error") or "the worker was lost")
+        stream_id = job.stream_id if self.store.exists(job.stream_id) else None
+        with self._lock:
+            self.state.ended(job.spec.id, stream_id, done["status"], done.get("error"), wall_time)
+            row = task_result(self.store, job.spec, self.state.records()[job.spec.id])
+            self._progress.finished(job.spec.id, row)
+            self._display.finished(row)
+
+    def _close_stream(self, uid: str, reason: str, why: str) -> None:
+        """End a stream whose worker was killed or lost before it could record the end itself."""
+        if not self.store.exists(uid):
+            return
+        try:
+            with self.store.run_lock(uid):
+                stream = self.store.load(uid)
+                if stream_status(stream.events_list) != "running":
+                    return
+                content = f"The run stopped: {why}."
+                stream.add_event(Event("task_interrupted", content=content, message=content,
+                                       data={"reason": reason, "batch_id": self.batch_id}))
+                self.store.sync(stream)
+        except StreamBusy:
+            return  # its worker is still alive after all and will record the end itself
+
+    @contextmanager
+    def _signals_stop(self) -> Iterator[None]:
+        """Inside, Ctrl-C (or SIGTERM) stops the batch cleanly; a second one stops it at once."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handle(signum, frame):
+            # On a thread: the note it prints must not re-enter a print the main thread was in.
+            threading.Thread(target=self.stop, kwargs={"force": True}, daemon=True).start()
+
+        previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def _plan_text(runner: BatchRunner, plan: Plan) -> str:
+    total = len(runner.specs)
+    text = f"batch {runner.batch_id}: {total} task{'s' if total != 1 else ''}, {len(plan.jobs)} to run"
+    if plan.resumed:
+        text += f" ({plan.resumed} continued where they stopped)"
+    if plan.earlier:
+        text += f"; {sum(plan.earlier.values())} finished earlier"
+        if plan.earlier["failed"]:
+            text += f" ({plan.earlier['failed']} failed: --retry-failed runs them again)"
+    return text + f" on {runner.engine.name}"
+

@@ -1,0 +1,142 @@
+"""A batch's folder, `ANGES_HOME/data/batches/<batch id>/`: its lock, its append-only log and its results.
+
+`log.jsonl` has one line when a task's run starts (`{"kind": "start", "task", "stream_id", "time"}`) and one
+when it ends (`{"kind": "end", "task", "stream_id", "status", "error", "wall_time", "time"}`), so a later
+`anges batch` of the same batch knows each task's stream. `results.jsonl` is rewritten at the end of each run
+of the batch; `work/<task id>/` are the work directories of the local engine.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from anges.config import anges_home
+from anges.events import is_valid_id
+from anges.exceptions import BatchError
+
+MAX_ERROR_CHARS = 2000
+
+
+@dataclass
+class TaskRecord:
+    """What the log says of one task: its latest stream and how its latest run ended."""
+
+    stream_id: str | None = None
+    status: str | None = None
+    """The end status of the latest run ("error" = it never got to run the agent); None while unknown."""
+    error: str | None = None
+    wall_time: float = 0.0
+    """Seconds spent on the latest stream, over every run of the batch that worked on it."""
+
+
+class BatchState:
+    """The folder of one batch."""
+
+    def __init__(self, batch_id: str, root: Path | None = None):
+        if not is_valid_id(batch_id):
+            raise BatchError(f"invalid batch id {batch_id[:80]!r}: use 1-64 letters, digits, '-' or '_'")
+        self.batch_id = batch_id
+        self.root = (root or anges_home() / "data" / "batches") / batch_id
+        self.log_path = self.root / "log.jsonl"
+        self.results_path = self.root / "results.jsonl"
+        self._records: dict[str, TaskRecord] | None = None
+
+    def work_dir(self, task_id: str) -> Path:
+        return self.root / "work" / task_id
+
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the batch while it runs: a second `anges batch` of the same batch is refused."""
+        make_private_dir(self.root)
+        fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise BatchError(f"batch {self.batch_id} is already running in another process") from None
+            yield
+        finally:
+            os.close(fd)
+
+    def started(self, task_id: str, stream_id: str) -> None:
+        self._append({"kind": "start", "task": task_id, "stream_id": stream_id})
+
+    def ended(self, task_id: str, stream_id: str | None, status: str, error: str | None, wall_time: float) -> None:
+        self._append({"kind": "end", "task": task_id, "stream_id": stream_id, "status": status,
+                      "error": (error or "")[:MAX_ERROR_CHARS] or None, "wall_time": round(wall_time, 3)})
+
+    def records(self) -> dict[str, TaskRecord]:
+        """Each task's record, folded from the log once (a torn last line is ignored), then kept up to date."""
+        if self._records is None:
+            self._records = {}
+            try:
+                lines = self.log_path.read_bytes().split(b"\n")
+            except FileNotFoundError:
+                lines = []
+            for line in lines:
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(entry, dict) and isinstance(entry.get("task"), str):
+                    self._fold(entry)
+        return self._records
+
+    def write_results(self, results: list[dict]) -> None:
+        """Replace results.jsonl at once (temp file and rename)."""
+        write_jsonl(self.results_path, results)
+
+    def _fold(self, entry: dict) -> None:
+        _fold(self._records.setdefault(entry["task"], TaskRecord()), entry)
+
+    def _append(self, entry: dict) -> None:
+        self.records()
+        self._fold(entry)
+        make_private_dir(self.root)
+        line = json.dumps({**entry, "time": round(time.time(), 3)}, ensure_ascii=True) + "\n"
+        fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+
+def make_private_dir(path: Path) -> None:
+    """Create `path` and its missing parents, each readable by this user only (results hold answers)."""
+    missing = []
+    while not path.is_dir():
+        missing.append(path)
+        path = path.parent
+    for folder in reversed(missing):
+        folder.mkdir(mode=0o700, exist_ok=True)
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    """Write rows as JSON lines through a temp file and a rename, so readers never see half a file."""
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(temp, "w", encoding="utf-8") as out:
+        for row in rows:
+            out.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+    os.replace(temp, path)
+
+
+def _fold(record: TaskRecord, entry: dict) -> None:
+    stream_id = entry.get("stream_id")
+    if entry.get("kind") == "start":
+        if stream_id != record.stream_id:
+            record.wall_time = 0.0
+        record.stream_id, record.status, record.error = stream_id, None, None
+    elif entry.get("kind") == "end":
+        if stream_id != record.stream_id:
+            record.wall_time = 0.0
+        record.stream_id = stream_id
+        record.status, record.error = entry.get("status"), entry.get("error")
+        wall = entry.get("wall_time")
+        record.wall_time += wall if isinstance(wall, (int, float)) else 0.0

@@ -1,0 +1,220 @@
+"""One task of a batch: its work directory, its setup command, and the agent on its stream.
+
+The same `run_task` runs in a local worker process (`python -m anges.batch.worker`: a job as JSON on stdin,
+JSON lines on stdout) and inside a Ray task (`anges.batch.ray_engine`); the agent does not know which.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from anges.batch.state import make_private_dir
+from anges.batch.tasks import TaskSpec
+from anges.exceptions import AngesError
+
+if TYPE_CHECKING:
+    from anges.config import Config
+    from anges.store import EventStore
+
+MAX_ERROR_TAIL = 1000
+PARENT_POLL_SECONDS = 0.5
+
+
+@dataclass
+class Job:
+    """One run of one task, as the driver asks for it."""
+
+    spec: TaskSpec
+    batch_id: str
+    stream_id: str
+    """The stream the run records to (chosen by the driver, so it knows it before the run starts)."""
+    resume: bool = False
+    """Continue this stream, which an earlier run of the batch left unfinished, instead of starting it."""
+    workdir: str = ""
+    """Local engine: the folder to work in, made afresh unless a resumed run finds it."""
+    config_file: str | None = None
+    """Local engine: the `--config` file the worker loads (the Ray engine ships the loaded config instead)."""
+
+    def to_dict(self) -> dict:
+        return {"spec": self.spec.to_dict(), "batch_id": self.batch_id, "stream_id": self.stream_id,
+                "resume": self.resume, "workdir": self.workdir, "config_file": self.config_file}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Job:
+        return cls(**{**data, "spec": TaskSpec.from_dict(data["spec"])})
+
+
+def result(status: str, stream_id: str | None = None, error: str | None = None, **extra) -> dict:
+    """What a worker reports when a task's run ends: status is the stream's, "error" or "not_started"."""
+    return {"status": status, "stream_id": stream_id, "error": error, "host": socket.gethostname(), **extra}
+
+
+def prepare_workdir(workdir: Path, template: str | None, keep: bool) -> bool:
+    """Make `workdir` a fresh copy of `template` (or a fresh empty folder) unless `keep` and it exists.
+
+    Returns True when the folder is fresh (so the setup command must run).
+    """
+    if keep and workdir.is_dir():
+        return False
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    make_private_dir(workdir.parent)
+    if template:
+        shutil.copytree(template, workdir, symlinks=True)
+    else:
+        workdir.mkdir()
+    return True
+
+
+def run_task(job: Job, config: Config, store: EventStore, workdir: Path, fresh: bool, stop: threading.Event,
+             on_message: Callable | None = None) -> dict:
+    """Run the setup command (in a fresh folder) and then the agent; return the worker's result."""
+    from anges.events import EventStream
+
+    spec = job.spec
+    try:
+        if fresh and spec.setup:
+            setup_error = _run_setup(spec, workdir, config, stop)
+            if setup_error:
+                return result("error", error=setup_error)
+        if stop.is_set():
+            return result("not_started")
+        stream = store.load(job.stream_id) if job.resume else EventStream(uid=job.stream_id, agent_type=spec.agent)
+        stream.update_settings({"batch_id": job.batch_id, "batch_task": spec.id})
+        agent = _build_agent(spec, config, store, stream, workdir, stop, on_message)
+        agent.run_with_new_request(_request(job, stream, config, fresh))
+    except (AngesError, ValueError, OSError) as exc:
+        return result("error", job.stream_id if store.exists(job.stream_id) else None, _describe(exc))
+    return result(agent.status, job.stream_id)
+
+
+def _run_setup(spec: TaskSpec, workdir: Path, config: Config, stop: threading.Event) -> str | None:
+    """Run the task's setup command; the error text when it fails."""
+    from anges.shell import run_command, secret_values
+
+    agent_config = config.agent(spec.agent)
+    done = run_command(spec.setup, cwd=workdir, timeout=spec.timeout or agent_config.shell_cmd_timeout,
+                       interrupt_check=stop.is_set, output_cap=2 * MAX_ERROR_TAIL, secrets=secret_values())
+    if done.interrupted:
+        return None
+    if done.timed_out:
+        return f"setup command timed out after {done.duration:.0f} s"
+    if done.exit_code:
+        tail = (done.stderr or done.stdout).strip()[-MAX_ERROR_TAIL:]
+        return f"setup command failed with exit code {done.exit_code}" + (f": {tail}" if tail else "")
+    return None
+
+
+def _build_agent(spec: TaskSpec, config: Config, store: EventStore, stream, workdir: Path, stop: threading.Event,
+                 on_message: Callable | None):
+    from anges.agents import agent_class
+    from anges.models import get_model
+
+    agent_config = replace(config.agent(spec.agent))
+    if spec.timeout:
+        agent_config.timeout = spec.timeout
+    if spec.max_steps:
+        agent_config.max_number_of_events_to_exhaust = spec.max_steps
+    model = get_model(spec.model, config, spec.agent)
+    return agent_class(spec.agent)(
+        inference_func=model, event_stream=stream, cmd_init_dir=str(workdir), interrupt_check=stop.is_set,
+        config=config, store=store, agent_config=agent_config, message_handlers=[on_message] if on_message else [])
+
+
+def _request(job: Job, stream, config: Config, fresh: bool) -> str:
+    """The task itself, or for a resumed stream the request to continue it."""
+    if not job.resume:
+        return job.spec.task
+    from anges.prompt import render_template
+
+    last = stream.events_list[-1] if stream.events_list else None
+    reason = (last.data.get("reason") if last is not None else None) or "its worker was lost"
+    return render_template("batch/resume.j2", config.prompt.template_dir, reason=reason, fresh_workdir=fresh)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if isinstance(exc, AngesError) else f"{type(exc).__name__}: {text}"
+
+
+# --- the local worker process -------------------------------------------------------------------------------
+
+
+def main() -> int:
+    """`python -m anges.batch.worker`: one job from stdin; progress and the result as JSON lines on stdout."""
+    from anges.config import load_config
+    from anges.output import JsonLinesOutput
+    from anges.store import EventStore
+
+    out = JsonLinesOutput(sys.stdout)
+    job = Job.from_dict(json.load(sys.stdin))
+    stop = threading.Event()
+    _stop_on_signals(stop)
+    _stop_when_orphaned(stop)
+
+    def report(line: dict) -> None:
+        try:
+            out.emit(line)
+        except OSError:  # the driver is gone (a broken pipe): stop the run; the store has every event
+            stop.set()
+    try:
+        config = load_config(job.config_file)
+        workdir = Path(job.spec.path or job.workdir)
+        fresh = not job.resume if job.spec.path else prepare_workdir(workdir, job.spec.template, keep=job.resume)
+        done = run_task(job, config, EventStore(), workdir, fresh, stop, lambda m: report(progress_line(m)))
+    except KeyboardInterrupt:  # a second signal: the agent recorded the stop and killed its command on the way out
+        done = result("interrupted", job.stream_id)
+    except (AngesError, OSError) as exc:
+        done = result("error", error=_describe(exc))
+    report({"type": "result", **done})
+    return 0
+
+
+def progress_line(message) -> dict:
+    """What the driver's progress display needs of one recorded event (from an AgentMessage)."""
+    return progress_item(message.event.to_dict(), message.depth)
+
+
+def progress_item(event: dict, depth: int) -> dict:
+    """The small part of an event the progress display reads: its type, depth, a short message and its usage."""
+    data = event.get("data") or {}
+    return {"type": "event", "depth": depth, "event_type": event.get("type"),
+            "message": (event.get("message") or "")[:200], "usage": data.get("usage"), "cost": data.get("cost")}
+
+
+def _stop_on_signals(stop: threading.Event) -> None:
+    """The first SIGTERM or SIGINT stops the run cleanly; the next one raises KeyboardInterrupt."""
+
+    def handle(signum, frame):
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, handle)
+
+
+def _stop_when_orphaned(stop: threading.Event) -> None:
+    """Stop the run if the driver dies (the worker then belongs to init, a new parent)."""
+    parent = os.getppid()
+
+    def watch():
+        while not stop.wait(PARENT_POLL_SECONDS):
+            if os.getppid() != parent:
+                stop.set()
+
+    threading.Thread(target=watch, name="anges-batch-parent", daemon=True).start()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

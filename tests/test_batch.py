@@ -1,0 +1,372 @@
+"""`anges batch` on this machine: task files, worker processes, results, resuming, Ctrl-C and a killed driver.
+
+Each test runs the real `anges batch` command (or the task-file loader) with scripted models and real
+commands in temp directories.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import process_alive, wait_for_pid
+
+from anges.batch.state import BatchState
+from anges.batch.tasks import TaskSpec, batch_id_for, load_tasks
+from anges.exceptions import BatchError
+from anges.store import EventStore
+
+ANGES = [sys.executable, "-m", "anges"]
+
+
+def reply(*actions):
+    return {"analysis": "", "reasoning": "next", "actions": list(actions)}
+
+
+def shell(command):
+    return reply({"action_type": "RUN_SHELL_CMD", "command": command})
+
+
+def complete(text="Done."):
+    return reply({"action_type": "TASK_COMPLETE", "content": text})
+
+
+def help_needed(text="I am stuck."):
+    return reply({"action_type": "HELP_NEEDED", "content": text})
+
+
+def script(folder: Path, name: str, *replies) -> str:
+    path = folder / name
+    path.write_text(json.dumps(list(replies)))
+    return f"scripted:{path}"
+
+
+def task_file(folder: Path, *tasks, name="tasks.jsonl") -> Path:
+    path = folder / name
+    path.write_text("".join(json.dumps(task) + "\n" for task in tasks))
+    return path
+
+
+def batch(*args, cwd, timeout=120):
+    return subprocess.run([*ANGES, "batch", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          check=False)
+
+
+def results_of(path: Path) -> dict:
+    return {row["id"]: row for row in map(json.loads, path.read_text().splitlines())}
+
+
+def batch_streams(batch_id):
+    store = EventStore()
+    return {info.batch_task: store.load(info.uid) for info in store.list() if info.batch_id == batch_id}
+
+
+def types(stream):
+    return [event.type for event in stream.events_list]
+
+
+# --- task files ----------------------------------------------------------------------------------------------
+
+
+def test_a_task_file_fills_in_defaults_and_resolves_paths_from_its_folder(tmp_path):
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "other").mkdir()
+    model = script(tmp_path, "r.json", complete())
+    path = task_file(tmp_path, {"id": "a", "task": "one", "template": "repo"},
+                     {"id": "b", "task": "two", "agent": "task_executor", "timeout": 5, "model": "scripted:r.json"})
+    specs = load_tasks(path, {"model": model, "timeout": 60.0, "path": str(tmp_path / "other")})
+    assert specs[0] == TaskSpec("a", "one", template=str(tmp_path / "repo"), model=model, timeout=60.0)
+    assert specs[1] == TaskSpec("b", "two", path=str(tmp_path / "other"), agent="task_executor",
+                                model=f"scripted:{tmp_path / 'r.json'}", timeout=5.0)
+
+
+def test_a_yaml_task_file_loads_and_its_errors_name_the_line(tmp_path):
+    path = tmp_path / "tasks.yaml"
+    path.write_text("tasks:\n  - id: a\n    task: first\n\n  - id: b\n    task: second\n    timeout: soon\n")
+    with pytest.raises(BatchError) as caught:
+        load_tasks(path)
+    assert str(caught.value) == f"{path}:5: field 'timeout': expected a number of seconds more than 0, got \"soon\""
+    path.write_text("- id: a\n  task: first\n- id: b\n  task: second\n")
+    assert [spec.id for spec in load_tasks(path)] == ["a", "b"]
+
+
+@pytest.mark.parametrize("lines, message", [
+    (['{"id": "a", "task": "x"}', '{"id": "b", "task": "y",}'], ":2: not valid JSON"),
+    (['{"id": "a", "task": "x", "secret": "k"}'], ":1: unknown field 'secret' (known: id, task, path,"),
+    (['{"task": "x"}'], ":1: field 'id': missing"),
+    (['{"id": "a", "task": "x"}', "", '{"id": "a", "task": "y"}'],
+     ":3: field 'id': 'a' is already the id of the task on line 1"),
+    (['{"id": "../a", "task": "x"}'], ":1: field 'id': '../a' is not a valid id"),
+    (['{"id": "a", "task": "  "}'], ":1: field 'task': is empty"),
+    (['{"id": "a", "task": "x", "agent": "wizard"}'], ":1: field 'agent': unknown agent type 'wizard'"),
+    (['{"id": "a", "task": "x", "template": "nowhere"}'], ":1: field 'template': 'nowhere' is not a directory"),
+    (['{"id": "a", "task": "x", "max_steps": 2.5}'], ":1: field 'max_steps': expected a whole number"),
+    (['["a", "x"]'], ":1: expected an object with at least 'id' and 'task', got a list"),
+])
+def test_a_bad_task_file_gets_file_line_and_field(tmp_path, lines, message):
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(BatchError) as caught:
+        load_tasks(path)
+    assert str(caught.value).startswith(str(path) + message), str(caught.value)
+
+
+def test_the_command_refuses_a_bad_task_file_before_running_anything(tmp_path):
+    path = task_file(tmp_path, {"id": "a", "task": "x", "timeout": -1})
+    out = batch(str(path), "--model", script(tmp_path, "r.json", complete()), cwd=tmp_path)
+    assert out.returncode == 2
+    assert f"anges: {path}:1: field 'timeout': expected a number of seconds more than 0, got -1" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert EventStore().list() == []
+
+
+def test_ray_options_without_the_ray_engine_are_refused(tmp_path):
+    path = task_file(tmp_path, {"id": "a", "task": "x"})
+    out = batch(str(path), "--address", "auto", "--cpus-per-task", "0.5", cwd=tmp_path)
+    assert out.returncode == 2
+    assert "anges: --address, --cpus-per-task: only with --engine ray" in out.stderr
+
+
+def test_a_model_without_credentials_stops_the_batch_before_it_starts(tmp_path):
+    path = task_file(tmp_path, {"id": "a", "task": "x"})
+    out = batch(str(path), "--model", "openai", cwd=tmp_path)
+    assert out.returncode == 2
+    assert "model 'openai' needs OPENAI_API_KEY set" in out.stderr
+    assert EventStore().list() == []
+
+
+def test_the_batch_id_comes_from_the_task_files_name_and_place(tmp_path):
+    (tmp_path / "x").mkdir()
+    first, second = tmp_path / "evals.jsonl", tmp_path / "x" / "evals.jsonl"
+    assert batch_id_for(first).startswith("evals-")
+    assert batch_id_for(first) == batch_id_for(first)
+    assert batch_id_for(first) != batch_id_for(second)
+
+
+# --- running -------------------------------------------------------------------------------------------------
+
+
+def test_workers_run_tasks_in_fresh_copies_and_results_say_how_each_ended(tmp_path):
+    template = tmp_path / "template"
+    template.mkdir()
+    (template / "seed.txt").write_text("from the template\n")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    # Each run marks itself running in `shared`, counts the runs marked there, waits a little, then unmarks.
+    work = (f"touch {shared}/run.$$; sleep 0.6; ls {shared} | grep -c '^run' >> {shared}/counts; "
+            f"rm {shared}/run.$$; cat seed.txt made-by-setup >> out.txt; pwd >> out.txt")
+    ok = script(tmp_path, "ok.json", shell(work), complete("All done."))
+    stuck = script(tmp_path, "stuck.json", help_needed("Which database?"))
+    path = task_file(
+        tmp_path,
+        *({"id": f"ok{i}", "task": f"task {i}", "template": "template", "setup": "echo set > made-by-setup"}
+          for i in range(4)),
+        {"id": "stuck", "task": "needs a person", "model": stuck},
+        {"id": "broken", "task": "bad setup", "setup": "echo no such thing >&2; exit 3"},
+    )
+    out = batch(str(path), "--model", ok, "--workers", "2", "-o", str(tmp_path / "results.jsonl"), cwd=tmp_path)
+    assert out.returncode == 5, out.stderr  # some tasks did not succeed
+    batch_id = batch_id_for(path)
+
+    results = results_of(tmp_path / "results.jsonl")
+    assert results == results_of(BatchState(batch_id).results_path)
+    streams = batch_streams(batch_id)
+    for i in range(4):
+        row = results[f"ok{i}"]
+        assert row["status"] == "completed" and row["answer"] == "All done."
+        assert row["steps"] == 2 and row["model_calls"] == 2 and row["tokens"]["input"] > 0
+        assert row["wall_time"] > 0.6 and row["stream_id"] == streams[f"ok{i}"].uid
+        workdir = BatchState(batch_id).work_dir(f"ok{i}")
+        assert (workdir / "out.txt").read_text() == f"from the template\nset\n{workdir}\n"
+        assert streams[f"ok{i}"].agent_settings["cmd_init_dir"] == str(workdir)
+    assert results["stuck"]["status"] == "help_needed" and results["stuck"]["answer"] == "Which database?"
+    assert results["broken"]["status"] == "error" and results["broken"]["stream_id"] is None
+    assert results["broken"]["error"] == "setup command failed with exit code 3: no such thing"
+    assert "broken" not in streams
+    # Never more than two at once, and two did overlap.
+    assert max(map(int, (shared / "counts").read_text().split())) == 2
+    assert "failed: broken error: setup command failed with exit code 3" in out.stderr
+    summary = [line.split() for line in out.stderr.splitlines() if line.startswith(("succeeded ", "failed ", "total "))]
+    assert [line[:2] for line in summary] == [["succeeded", "4"], ["failed", "2"], ["total", "6"]]
+
+
+def test_running_the_batch_again_skips_finished_tasks_and_retry_failed_reruns_failed_ones(tmp_path):
+    flaky = tmp_path / "flaky"
+    flaky.write_text("fail")
+    # The task fails while the file says so (the agent gives up), else completes.
+    model = script(tmp_path, "r.json", shell(f"cat {flaky}"), complete())
+    path = task_file(tmp_path, {"id": "good", "task": "fine", "max_steps": 5},
+                     {"id": "bad", "task": "flaky", "setup": f"! grep -q fail {flaky}"})
+    first = batch(str(path), "--model", model, cwd=tmp_path)
+    assert first.returncode == 5
+    batch_id = batch_id_for(path)
+    good = batch_streams(batch_id)["good"].uid
+
+    again = batch(str(path), "--model", model, cwd=tmp_path)
+    assert again.returncode == 5
+    assert "0 to run; 2 finished earlier (1 failed: --retry-failed runs them again)" in again.stderr
+    assert [info.uid for info in EventStore().list()] == [good]
+
+    flaky.write_text("ok now")
+    retried = batch(str(path), "--model", model, "--retry-failed", cwd=tmp_path)
+    assert retried.returncode == 0, retried.stderr
+    assert "1 to run; 1 finished earlier" in retried.stderr
+    streams = batch_streams(batch_id)
+    assert streams["good"].uid == good and types(streams["bad"])[-1] == "task_completion"
+    rows = results_of(BatchState(batch_id).results_path)
+    assert {row["id"]: row["status"] for row in rows.values()} == {"good": "completed", "bad": "completed"}
+
+
+def test_a_task_timeout_stops_its_run(tmp_path):
+    model = script(tmp_path, "r.json", shell("sleep 30"), complete())
+    path = task_file(tmp_path, {"id": "slow", "task": "wait", "timeout": 1})
+    began = time.monotonic()
+    out = batch(str(path), "--model", model, "-o", "-", cwd=tmp_path)
+    assert time.monotonic() - began < 20
+    row = json.loads(out.stdout)
+    assert (row["status"], row["reason"]) == ("interrupted", "timeout")
+    assert out.returncode == 5
+
+
+def test_list_batch_shows_the_runs_of_one_batch(tmp_path):
+    model = script(tmp_path, "r.json", complete())
+    subprocess.run([*ANGES, "-q", "not in a batch", "--model", model], cwd=tmp_path, capture_output=True, check=True)
+    path = task_file(tmp_path, {"id": "a", "task": "first of the batch"}, {"id": "b", "task": "second of the batch"})
+    assert batch(str(path), "--model", model, "--batch-id", "nightly-1", cwd=tmp_path).returncode == 0
+    listed = subprocess.run([*ANGES, "list", "--batch", "nightly-1", "--json"], cwd=tmp_path, capture_output=True,
+                            text=True, check=True)
+    infos = json.loads(listed.stdout)
+    assert sorted((info["batch_task"], info["title"]) for info in infos) == [
+        ("a", "first of the batch"), ("b", "second of the batch")]
+    assert {info["batch_id"] for info in infos} == {"nightly-1"}
+    shown = subprocess.run([*ANGES, "list", "--batch", "nightly-1"], cwd=tmp_path, capture_output=True, text=True)
+    assert "first of the batch" in shown.stdout and "not in a batch" not in shown.stdout
+    none = subprocess.run([*ANGES, "list", "--batch", "other"], cwd=tmp_path, capture_output=True, text=True)
+    assert "no streams of batch 'other'" in none.stderr
+
+
+def test_on_a_terminal_the_progress_and_summary_use_rich(tmp_path):
+    import pty
+
+    model = script(tmp_path, "r.json", shell("sleep 0.5"), complete())
+    path = task_file(tmp_path, {"id": "a", "task": "x"}, {"id": "b", "task": "y"})
+    main, side = pty.openpty()
+    proc = subprocess.Popen([*ANGES, "batch", str(path), "--model", model], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=side, env={**os.environ, "COLUMNS": "120", "TERM": "xterm"})
+    os.close(side)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        shown += chunk
+    assert proc.wait(timeout=60) == 0
+    os.close(main)
+    text = shown.decode()
+    assert "1/2 done" in text or "0/2 done" in text  # the live headline
+    assert "batch summary" in text and "┃" in text  # rich's table
+
+
+# --- stopping and resuming -----------------------------------------------------------------------------------
+
+
+def stoppable_tasks(tmp_path, count):
+    """Tasks that wait (pid in pids/ID) until `go` exists; then they finish at once."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    go = tmp_path / "go"
+    command = f"test -f {go} || {{ echo $$ > {pids}/$(basename $PWD); sleep 300; }}"
+    model = script(tmp_path, "r.json", shell(command), complete())
+    path = task_file(tmp_path, *({"id": f"t{i}", "task": f"wait {i}"} for i in range(count)))
+    return path, model, pids, go
+
+
+def wait_for_running_pids(pids: Path, count: int) -> list[int]:
+    deadline = time.monotonic() + 30
+    while len(list(pids.iterdir())) < count:
+        assert time.monotonic() < deadline, "the tasks never started"
+        time.sleep(0.05)
+    return [wait_for_pid(file) for file in pids.iterdir()]
+
+
+def wait_gone(pids: list[int], timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while any(process_alive(pid) for pid in pids):
+        assert time.monotonic() < deadline, "a task's command outlived the stop"
+        time.sleep(0.05)
+
+
+def test_ctrl_c_stops_every_running_task_and_the_same_command_resumes_the_batch(tmp_path):
+    path, model, pids, go = stoppable_tasks(tmp_path, 4)
+    proc = subprocess.Popen([*ANGES, "batch", str(path), "--model", model, "--workers", "2"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    commands = wait_for_running_pids(pids, 2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=20)  # within seconds, not the 300 s the commands wait
+    assert proc.returncode == 4, err
+    wait_gone(commands)
+    assert "stopping every running task" in err and "run the same command again" in err
+    batch_id = batch_id_for(path)
+    stopped = batch_streams(batch_id)
+    assert len(stopped) == 2  # the other two never started
+    for stream in stopped.values():
+        assert types(stream)[-1] == "task_interrupted" and stream.events_list[-1].data["reason"] == "interrupt"
+    rows = results_of(BatchState(batch_id).results_path)
+    assert sorted(row["status"] for row in rows.values()) == ["interrupted", "interrupted", "not_run", "not_run"]
+
+    go.write_text("go")
+    resumed = batch(str(path), "--model", model, "--workers", "2", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "4 to run (2 continued where they stopped)" in resumed.stderr
+    finished = batch_streams(batch_id)
+    assert len(finished) == 4
+    for task, stream in stopped.items():  # the same streams went on: stop, continue request, completion
+        assert finished[task].uid == stream.uid
+        kinds = types(finished[task])
+        assert kinds[: len(stream.events_list)] == types(stream)
+        assert kinds[len(stream.events_list)] == "follow_up_request"
+        assert "stopped before it was finished (interrupt)" in finished[task].events_list[len(kinds) - 3].content
+        assert kinds[-1] == "task_completion"
+    assert all(types(stream)[-1] == "task_completion" for stream in finished.values())
+    assert batch(str(path), "--model", model, cwd=tmp_path).returncode == 0  # nothing left to do
+
+
+def test_a_killed_driver_stops_its_workers_and_the_batch_resumes(tmp_path):
+    path, model, pids, go = stoppable_tasks(tmp_path, 2)
+    proc = subprocess.Popen([*ANGES, "batch", str(path), "--model", model, "--workers", "2"], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    commands = wait_for_running_pids(pids, 2)
+    proc.kill()
+    proc.wait()
+    wait_gone(commands)  # each worker noticed it was orphaned and stopped its run
+    batch_id = batch_id_for(path)
+    deadline = time.monotonic() + 15
+    while not all(types(s)[-1] == "task_interrupted" for s in batch_streams(batch_id).values()):
+        assert time.monotonic() < deadline, "the workers did not record the stop"
+        time.sleep(0.05)
+    go.write_text("go")
+    resumed = batch(str(path), "--model", model, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "2 to run (2 continued where they stopped)" in resumed.stderr
+    assert all(types(s)[-1] == "task_completion" for s in batch_streams(batch_id).values())
+
+
+def test_a_second_batch_of_the_same_id_is_refused_while_the_first_runs(tmp_path):
+    path, model, pids, go = stoppable_tasks(tmp_path, 1)
+    proc = subprocess.Popen([*ANGES, "batch", str(path), "--model", model], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_running_pids(pids, 1)
+        second = batch(str(path), "--model", model, cwd=tmp_path)
+        assert second.returncode == 2
+        assert f"batch {batch_id_for(path)} is already running in another process" in second.stderr
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=20)

@@ -1,0 +1,234 @@
+"""`anges batch --engine ray` on a local Ray (one shared `ray.init(num_cpus=2)` for the module).
+
+The workers are real Ray worker processes: they run the agent against a scratch store on their node and
+send its records back through the collector actor into this process's store.
+"""
+
+import io
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import ray
+from helpers import process_alive, wait_for_pid
+from wire_servers import MODEL_ENV, TEST_KEY
+
+from anges.batch.progress import PlainDisplay
+from anges.batch.ray_engine import Collector, RayEngine
+from anges.batch.runner import BatchRunner
+from anges.batch.tasks import load_tasks
+from anges.config import load_config
+from anges.store import EventStore
+
+ANGES = [sys.executable, "-m", "anges"]
+
+
+@pytest.fixture(scope="module")
+def ray_address(tmp_path_factory):
+    """A local Ray with two CPUs; its workers get a throwaway ANGES_HOME and no model credentials."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("ANGES_HOME", str(tmp_path_factory.mktemp("ray_workers_home")))
+        for name in MODEL_ENV:
+            env.delenv(name, raising=False)
+        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
+def reply(*actions):
+    return {"analysis": "", "reasoning": "next", "actions": list(actions)}
+
+
+def shell(command):
+    return reply({"action_type": "RUN_SHELL_CMD", "command": command})
+
+
+def complete(text="Done."):
+    return reply({"action_type": "TASK_COMPLETE", "content": text})
+
+
+def script(folder: Path, name: str, *replies) -> str:
+    path = folder / name
+    path.write_text(json.dumps(list(replies)))
+    return f"scripted:{path}"
+
+
+def task_file(folder: Path, *tasks) -> Path:
+    path = folder / "tasks.jsonl"
+    path.write_text("".join(json.dumps(task) + "\n" for task in tasks))
+    return path
+
+
+def runner_for(path: Path, defaults=None, config=None, **engine):
+    config = config or load_config()
+    shown = io.StringIO()
+    runner = BatchRunner(load_tasks(path, defaults), "ray-batch", RayEngine(config, **engine),
+                         display_factory=lambda progress: PlainDisplay(progress, shown))
+    return runner, shown
+
+
+def streams_of(batch_id):
+    store = EventStore()
+    return {info.batch_task: store.load(info.uid) for info in store.list() if info.batch_id == batch_id}
+
+
+def types(stream):
+    return [event.type for event in stream.events_list]
+
+
+def in_background(runner):
+    box = {}
+    thread = threading.Thread(target=lambda: box.setdefault("report", runner.run()), daemon=True)
+    thread.start()
+    return thread, box
+
+
+def test_each_task_runs_in_a_fresh_folder_on_a_worker_and_its_events_land_here(ray_address, tmp_path):
+    template = tmp_path / "template"
+    template.mkdir()
+    (template / "seed.txt").write_text("from the template\n")
+    model = script(tmp_path, "r.json", shell("cat seed.txt made; pwd; tr '\\0' ' ' < /proc/$PPID/cmdline"),
+                   complete("Checked."))
+    path = task_file(tmp_path, *({"id": f"t{i}", "task": f"task {i}", "template": "template",
+                                  "setup": "echo set > made"} for i in range(3)))
+    runner, shown = runner_for(path, {"model": model})
+    report = runner.run()
+    assert [row["status"] for row in report.results] == ["completed"] * 3
+    streams = streams_of("ray-batch")
+    folders = set()
+    for task, stream in streams.items():
+        assert types(stream) == ["new_request", "action", "task_completion"]
+        assert stream.agent_settings["batch_id"] == "ray-batch" and stream.agent_settings["batch_task"] == task
+        out = stream.events_list[1].data["stdout"].splitlines()
+        assert out[:2] == ["from the template", "set"]
+        folders.add(out[2])
+        assert out[3].startswith("ray::")  # the agent that ran the command is a Ray worker
+        assert not Path(out[2]).exists()  # the worker's scratch folder is gone
+        assert not out[2].startswith(str(tmp_path))
+    assert len(folders) == 3
+    assert "[3/3]" in shown.getvalue()
+
+
+def test_events_arrive_while_the_run_goes_and_stop_in_this_store_stops_the_remote_run(ray_address, tmp_path):
+    model = script(tmp_path, "r.json", *(shell(f"sleep 0.4; echo step {i}") for i in range(40)), complete())
+    path = task_file(tmp_path, {"id": "long", "task": "many steps", "model": model})
+    runner, _ = runner_for(path)
+    thread, box = in_background(runner)
+    store = EventStore()
+    deadline = time.monotonic() + 60
+    while True:
+        assert time.monotonic() < deadline, "no events reached this store while the run went"
+        streams = streams_of("ray-batch")
+        if streams and len(streams["long"].events_list) >= 3:
+            break
+        time.sleep(0.1)
+    uid = streams["long"].uid
+    assert store.info(uid).status == "running" and store.is_running(uid)  # shown live, held while it runs
+    store.request_stop(uid)  # what the web chat's Stop button does
+    thread.join(30)
+    assert not thread.is_alive()
+    stream = store.load(uid)
+    assert types(stream)[-1] == "task_interrupted" and stream.events_list[-1].data["reason"] == "interrupt"
+    assert len(stream.events_list) < 20  # it stopped, rather than running its 40 steps
+    assert box["report"].results[0]["status"] == "interrupted"
+    assert not store.is_running(uid)
+
+
+def test_model_credentials_reach_workers_only_through_the_runtime_env(ray_address, tmp_path, openai_server,
+                                                                      monkeypatch):
+    # The cluster started before these were set, so its workers can only get them through runtime_env.
+    monkeypatch.setenv("OPENAI_API_KEY", TEST_KEY)
+    monkeypatch.setenv("OPENAI_BASE_URL", openai_server.base_url)
+    openai_server.enqueue_text(json.dumps(shell("echo key=[$OPENAI_API_KEY]")), input_tokens=100, output_tokens=10)
+    openai_server.enqueue_text(json.dumps(complete("Finished.")), input_tokens=100, output_tokens=10)
+    path = task_file(tmp_path, {"id": "real", "task": "use the provider", "model": "openai:gpt-test"})
+    config = load_config(overrides={"prices": {"gpt-test": {"input": 1.0, "output": 2.0}}})
+    runner, _ = runner_for(path, config=config)
+    row = runner.run().results[0]
+    assert row["status"] == "completed" and row["answer"] == "Finished."
+    assert [request.headers["authorization"] for request in openai_server.requests] == [f"Bearer {TEST_KEY}"] * 2
+    assert row["tokens"] == {"input": 200, "output": 20, "cached": 0}
+    assert row["cost"] == pytest.approx((200 * 1.0 + 20 * 2.0) / 1e6)  # the driver's config reached the worker
+    stream = streams_of("ray-batch")["real"]
+    assert stream.events_list[1].data["stdout"] == "key=[]\n"  # commands never see the key
+    for file in Path(os.environ["ANGES_HOME"]).rglob("*"):
+        if file.is_file():
+            assert TEST_KEY not in file.read_text(errors="replace"), file
+
+
+def test_stopping_a_ray_batch_ends_every_run_and_running_it_again_continues_them(ray_address, tmp_path):
+    pids, go = tmp_path / "pids", tmp_path / "go"
+    pids.mkdir()
+    tasks = []
+    for i in range(3):
+        command = f"test -f {go} || {{ echo $$ > {pids}/t{i}; sleep 300; }}"
+        tasks.append({"id": f"t{i}", "task": f"wait {i}", "model": script(tmp_path, f"r{i}.json", shell(command),
+                                                                          complete())})
+    path = task_file(tmp_path, *tasks)
+    runner, _ = runner_for(path, workers=2, cpus_per_task=1.0)
+    thread, box = in_background(runner)
+    deadline = time.monotonic() + 60
+    while len(list(pids.iterdir())) < 2:
+        assert time.monotonic() < deadline, "the tasks never started"
+        time.sleep(0.05)
+    commands = [wait_for_pid(file) for file in pids.iterdir()]
+    runner.stop()  # what Ctrl-C does
+    thread.join(30)
+    assert not thread.is_alive() and box["report"].stopped
+    deadline = time.monotonic() + 10
+    while any(process_alive(pid) for pid in commands):
+        assert time.monotonic() < deadline, "a command outlived the stop"
+        time.sleep(0.05)
+    stopped = streams_of("ray-batch")
+    assert len(stopped) == 2
+    assert all(stream.events_list[-1].data.get("reason") == "interrupt" for stream in stopped.values())
+
+    go.write_text("go")
+    again, _ = runner_for(path, workers=2)
+    report = again.run()
+    assert [row["status"] for row in report.results] == ["completed"] * 3
+    finished = streams_of("ray-batch")
+    for task, stream in stopped.items():
+        kinds = types(finished[task])
+        assert finished[task].uid == stream.uid
+        assert kinds[: len(stream.events_list)] == types(stream)  # what was received before is kept
+        assert kinds[len(stream.events_list):] == ["follow_up_request", "action", "task_completion"]
+
+
+def test_the_command_runs_a_batch_on_a_running_cluster(ray_address, tmp_path):
+    model = script(tmp_path, "r.json", shell("echo hello"), complete("Said hello."))
+    path = task_file(tmp_path, {"id": "a", "task": "greet"}, {"id": "b", "task": "greet again"})
+    out = subprocess.run([*ANGES, "batch", str(path), "--engine", "ray", "--address", ray_address, "--model", model,
+                          "--cpus-per-task", "0.5", "-o", "-"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [(row["id"], row["status"], row["answer"]) for row in rows] == [
+        ("a", "completed", "Said hello."), ("b", "completed", "Said hello.")]
+    assert "on Ray" in out.stderr
+    assert ray.is_initialized()  # the command's own driver left this cluster running
+
+
+def test_the_collector_hands_a_retry_what_earlier_attempts_sent_and_refuses_a_stale_attempt():
+    collector = Collector()  # the actor's class, used directly
+    collector.seed("t", [["s", {"kind": "header"}]])
+    first = collector.begin("t")
+    assert (first["attempt"], first["records"], first["ended"]) == (1, [["s", {"kind": "header"}]], False)
+    assert collector.append("t", 1, [["s", {"kind": "event", "type": "action"}]]) == "ok"
+    assert collector.drain() == {"t": [["s", {"kind": "event", "type": "action"}]]}  # the seed is not drained
+    second = collector.begin("t")  # Ray retried the task: the old attempt's node is gone
+    assert second["attempt"] == 2 and len(second["records"]) == 2
+    assert collector.append("t", 1, [["s", {"kind": "event", "type": "late"}]]) == "stale"
+    assert collector.drain() == {}
+    collector.end("t", 2)
+    assert collector.begin("t")["ended"]  # a retry after the end does not run the task again
+    collector.stop()
+    assert collector.append("t", 3, []) == "stop" and collector.begin("u")["stop"]
