@@ -302,6 +302,7 @@ class TerminalPrompt:
         self.input_fd = input_fd
         self.pause = pause
         self._lock = threading.Lock()
+        self._pending = b""
 
     def __call__(self, request: ApprovalRequest) -> Decision:
         with self._lock, (self.pause() if self.pause else nullcontext()):
@@ -342,8 +343,7 @@ class TerminalPrompt:
     def _read(self, prompt: str, request: ApprovalRequest) -> str | None:
         """A line typed by the person; None when the request is cancelled or input ends."""
         self._write(prompt)
-        data = b""
-        while not data.endswith(b"\n"):
+        while b"\n" not in self._pending:
             if request.cancelled.is_set():
                 self._write("\n")
                 return None
@@ -356,8 +356,9 @@ class TerminalPrompt:
                 if not chunk:
                     self._write("\n")
                     return None
-                data += chunk
-        return data.decode("utf-8", errors="replace").splitlines()[0] if data.strip() else ""
+                self._pending += chunk
+        line, self._pending = self._pending.split(b"\n", 1)
+        return line.decode("utf-8", errors="replace")
 
     def _no_answer(self, request: ApprovalRequest) -> Decision:
         if request.cancelled.is_set():

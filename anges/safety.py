@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 
 from anges.approval import MODES, Gate, Permit
@@ -15,7 +16,8 @@ from anges.sandbox import CommandRunner, Job, SandboxSettings, availability
 def approval_mode(configured: str, approval: Callable | str | None) -> tuple[str, Callable | None]:
     """The approval mode and channel: `approval` may be a mode or a channel; the configured mode wins when set.
 
-    With no mode configured: ask when there is a channel to ask on, deny when there is none (never a hang).
+    With no mode configured it is `ask`: a channel answers, or, without one, every request is declined at once
+    ("no one can answer here"), never left hanging.
     """
     if isinstance(approval, str):
         if approval not in MODES:
@@ -23,7 +25,7 @@ def approval_mode(configured: str, approval: Callable | str | None) -> tuple[str
         return configured or approval, None
     if approval is not None and not callable(approval):
         raise ConfigError(f"approval must be one of {', '.join(MODES)} or a callable, got {type(approval).__name__}")
-    return configured or ("ask" if approval is not None else "deny"), approval
+    return configured or "ask", approval
 
 
 class Runners:
@@ -36,8 +38,10 @@ class Runners:
         self.log_cap = log_cap
         self._runners: dict[bool, CommandRunner] = {}
 
-    def get(self, sandboxed: bool) -> CommandRunner:
-        """The runner for sandboxed or unsandboxed commands."""
+    def get(self, sandboxed: bool) -> CommandRunner | None:
+        """The runner for sandboxed or unsandboxed commands; None off Linux, where this process runs them itself."""
+        if not sys.platform.startswith("linux"):
+            return None
         if sandboxed not in self._runners:
             settings = self.settings if sandboxed else None
             self._runners[sandboxed] = CommandRunner(self.cwd, settings, self.bwrap, self.log_cap)
@@ -81,7 +85,7 @@ class RunSafety:
         self.gate = Gate(self.policy, mode, channel)
         self.runners = runners or Runners(cwd, self.settings, found.bwrap if found else "", safety.background_log_cap)
 
-    def runner_for(self, permit: Permit) -> CommandRunner:
+    def runner_for(self, permit: Permit) -> CommandRunner | None:
         """The runner a permitted command runs with: the sandbox's, or the unsandboxed one when it escalated."""
         return self.runners.get(sandboxed=self.sandboxed and not permit.escalate)
 

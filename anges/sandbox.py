@@ -137,12 +137,15 @@ def bwrap_argv(bwrap: str, settings: SandboxSettings, cwd: str, visible: list[st
     """The bwrap arguments for one run: read-only root, writable dirs, private /tmp, hidden credentials."""
     argv = [bwrap, *_isolation(settings.network), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
             "--tmpfs", "/tmp"]
+    real_cwd = _resolve(cwd)
+    if not any(_inside(real_cwd, root) for root in settings.writable):
+        visible = [real_cwd, *visible]  # read-only mode: the working directory is still there to read
     for path in settings.writable:
         argv += ["--bind", path, path]
     for path in visible:
         argv += ["--ro-bind", path, path]
     for path in settings.hidden:
-        if any(_inside(root, path) for root in (*settings.writable, _resolve(cwd), *visible)):
+        if any(_inside(root, path) for root in (*settings.writable, *visible)):
             continue  # the user works inside it: hiding it would hide the work
         if os.path.isdir(path):
             argv += ["--tmpfs", path, "--remount-ro", path]

@@ -276,6 +276,7 @@ class CappedLog:
         self.file = open(path, "r+b", buffering=0)  # noqa: SIM115  (closed by __exit__)
         self.cap = max(cap, 2 * READ_SIZE)
         self.size = 0
+        self.marker = 0
         self.dropped = 0
 
     def write(self, chunk: bytes) -> None:
@@ -287,14 +288,14 @@ class CappedLog:
         if len(chunk) >= keep:
             tail = chunk[-keep:]
         else:
-            self.file.seek(self.size - (keep - len(chunk)))
+            self.file.seek(max(self.size - (keep - len(chunk)), self.marker))
             tail = self.file.read() + chunk
-        self.dropped += self.size + len(chunk) - len(tail)
+        self.dropped += self.size - self.marker + len(chunk) - len(tail)
         marker = f"[anges: the oldest {self.dropped} bytes of this log were dropped]\n".encode()
         self.file.seek(0)
         self.file.write(marker + tail)
         self.file.truncate()
-        self.size = len(marker) + len(tail)
+        self.size, self.marker = len(marker) + len(tail), len(marker)
 
     def __enter__(self) -> CappedLog:
         return self
