@@ -182,10 +182,14 @@ class Gate:
         return Event("approval_decided", content=content, message=_decided_text(facts), data=facts)
 
     def _request(self, agent, action_type: str, args: dict, verdict: Verdict) -> ApprovalRequest:
+        from anges.shell import mask_secrets
+
+        secrets = getattr(agent, "_secrets", [])
         return ApprovalRequest(
-            action_type=action_type, subject=verdict.subject, detail=_detail(action_type, args, self.policy.cwd),
-            rule=verdict.rule, reason=verdict.reason, scope=verdict.scope, escalate=verdict.escalate,
-            justification=str(args.get("escalate") or "") if verdict.escalate else "",
+            action_type=action_type, subject=mask_secrets(verdict.subject, secrets),
+            detail=mask_secrets(_detail(action_type, args, self.policy.cwd), secrets), rule=verdict.rule,
+            reason=verdict.reason, scope=mask_secrets(verdict.scope, secrets), escalate=verdict.escalate,
+            justification=mask_secrets(str(args.get("escalate") or ""), secrets) if verdict.escalate else "",
             agent_id=agent.uid, agent_type=agent.agent_type)
 
     def _wait(self, agent, request: ApprovalRequest, verdict: Verdict) -> Decision:
@@ -308,6 +312,7 @@ class TerminalPrompt:
         with self._lock, (self.pause() if self.pause else nullcontext()):
             if request.cancelled.is_set():
                 return Decision("cancelled", by="interrupt")
+            self._discard_typed_ahead()
             self._show(request)
             while True:
                 answer = self._read("  allow? [y]es, [n]o, [a]lways, [t]ell the agent why: ", request)
@@ -359,6 +364,14 @@ class TerminalPrompt:
                 self._pending += chunk
         line, self._pending = self._pending.split(b"\n", 1)
         return line.decode("utf-8", errors="replace")
+
+    def _discard_typed_ahead(self) -> None:
+        """Drop what was typed before the question, so a stray `y` cannot answer it."""
+        self._pending = b""
+        if os.isatty(self.input_fd):
+            import termios
+
+            termios.tcflush(self.input_fd, termios.TCIFLUSH)
 
     def _no_answer(self, request: ApprovalRequest) -> Decision:
         if request.cancelled.is_set():

@@ -14,15 +14,16 @@ from anges.sandbox import CommandRunner, Job, SandboxSettings, availability
 
 
 def approval_mode(configured: str, approval: Callable | str | None) -> tuple[str, Callable | None]:
-    """The approval mode and channel: `approval` may be a mode or a channel; the configured mode wins when set.
+    """The approval mode and channel. `approval` (from code) is a mode, or a channel used unless the configured
+    mode (`safety.approval`, --approval) is auto or deny.
 
     With no mode configured it is `ask`: a channel answers, or, without one, every request is declined at once
     ("no one can answer here"), never left hanging.
     """
-    if isinstance(approval, str):
+    if isinstance(approval, str):  # given in code: it wins over the config
         if approval not in MODES:
             raise ConfigError(f"approval must be one of {', '.join(MODES)} or a callable, got {approval!r}")
-        return configured or approval, None
+        return approval, None
     if approval is not None and not callable(approval):
         raise ConfigError(f"approval must be one of {', '.join(MODES)} or a callable, got {type(approval).__name__}")
     return configured or "ask", approval

@@ -353,11 +353,12 @@ def _pump(proc, streams: dict, deadline: float, interrupt_check) -> str | None:
     selector = selectors.DefaultSelector()
     for stream, buffer in streams.items():
         selector.register(stream, selectors.EVENT_READ, buffer)
-    exit_fd = proc.exit_fd()
+    # The exit may already be known (a runner's reply can carry it along with the pid): then there is nothing to watch.
+    exited_at = None if proc.poll() is None else time.monotonic()
+    exit_fd = proc.exit_fd() if exited_at is None else None
     if exit_fd is not None:
         selector.register(exit_fd, selectors.EVENT_READ, None)
-    # The exit may already be known (a runner's reply can carry it along with the pid).
-    next_check, exited_at = 0.0, None if proc.poll() is None else time.monotonic()
+    next_check = 0.0
     try:
         while True:
             now = time.monotonic()

@@ -413,3 +413,26 @@ def test_the_terminal_prompt_reads_an_answer_and_feedback(tmp_path):
     shown = out.getvalue()
     assert "please answer y, n, a or t" in shown and "git push origin main^[]52;c;aGk=^G" in shown
     assert "\x1b" not in shown
+
+
+def test_decisions_show_in_the_transcript_and_the_markdown_export(tmp_path):
+    from io import StringIO
+
+    from anges.export import to_markdown
+    from anges.store import EventStore
+    from anges.transcript import print_stream
+
+    channel = Recorder(Decision("deny", feedback="not today"))
+    steps = [reply(shell("echo asked > a.txt")), reply(shell("echo denied > b.txt")), complete()]
+    stream, _ = run(tmp_path, steps, approval=channel)
+    out = StringIO()
+    print_stream(stream, EventStore(), out)
+    markdown = to_markdown(stream, EventStore())
+
+    shown = out.getvalue()
+    assert "? needs approval: RUN_SHELL_CMD echo asked > a.txt — a test rule asks [safety.rules[1]]" in shown
+    assert "✗ declined by recorder: RUN_SHELL_CMD echo asked > a.txt" in shown and "│ not today" in shown
+    assert "✗ declined by rule safety.rules[2] (a test rule denies): RUN_SHELL_CMD echo denied > b.txt" in shown
+    assert "## 2. Approval requested" in markdown and "needs approval: a test rule asks (`safety.rules[1]`)" in markdown
+    assert "**deny** by `recorder`: DECLINED by the user: RUN_SHELL_CMD `echo asked > a.txt` was not run." in markdown
+    assert "**deny** by `rule`: DECLINED by rule safety.rules[2]" in markdown

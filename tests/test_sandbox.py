@@ -268,3 +268,29 @@ def test_hidden_paths_cover_the_credential_places_that_exist(tmp_path, monkeypat
     expected = {str(home / n) for n in (".ssh", ".kube", ".config/gcloud", ".netrc", "private")}
     assert expected | {os.path.realpath(anges_home)} <= set(hidden)
     assert str(home / ".aws") not in hidden  # absent: nothing to hide
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize("sandbox", ["workspace", "off"])
+def test_killing_the_anges_process_ends_the_runs_processes(work, sandbox):
+    import json
+    import signal
+    import subprocess
+
+    first, second = sleep_token(), sleep_token()
+    step = reply(shell(f"setsid sleep {first} & nohup sleep {second} >/dev/null 2>&1 & wait"))
+    (work / "model.json").write_text(json.dumps([step, complete()]))
+    proc = subprocess.Popen([PYTHON, "-m", "anges", "-q", "wait", "--sandbox", sandbox, "--approval", "auto",
+                             "--model", f"scripted:{work / 'model.json'}"], cwd=work, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while not (pids_running(first) and pids_running(second)):
+        assert time.monotonic() < deadline, "the commands never started"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+    deadline = time.monotonic() + 5
+    while (pids_running(first) or pids_running(second)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pids_running(first) and not pids_running(second), "the run's processes outlived a kill -9"
