@@ -197,7 +197,7 @@ class Renderer:
         if by == "rule":
             who = f"by rule {data.get('rule', '')} ({data.get('reason', '')})"
         always = " (and for the rest of the run)" if data.get("always") else ""
-        lines = [f"{s(mark, 'bold', colour)} {s(verb, colour)} {who}{always}: {what}{outside}"]
+        lines = [f"{s(mark, 'bold', colour)} {s(verb, colour)}{' ' + who if who else ''}{always}: {what}{outside}"]
         if data.get("feedback"):
             lines.append(s("  │ ", "dim") + _one_line(str(data["feedback"])))
         return lines
