@@ -35,6 +35,7 @@ CREDENTIAL_PATHS = ("~/.ssh", "~/.aws", "~/.config/gcloud", "~/.azure", "~/.netr
 START_TIMEOUT = 10.0
 REPLY_TIMEOUT = 10.0
 RUNNER_SCRIPT = str(Path(__file__).with_name("runner.py"))
+SCRATCH_PREFIX = "anges-run-"
 
 _READ_ONLY_MARKS = ("Read-only file system",)
 _NETWORK_MARKS = ("Network is unreachable", "Temporary failure in name resolution", "Could not resolve host",
@@ -283,7 +284,8 @@ class CommandRunner:
         """The run's scratch directory (background logs), made on first use and removed by close()."""
         with self._lock:
             if self._scratch is None:
-                self._scratch = tempfile.mkdtemp(prefix="anges-run-")
+                _remove_stale_scratch()
+                self._scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
                 self._finalizer.detach()
                 self._finalizer = weakref.finalize(self, _cleanup, self._scratch, None, None)
             return self._scratch
@@ -386,6 +388,29 @@ def _cleanup(scratch: str | None, control: socket.socket | None, process: subpro
             process.wait()
     if scratch is not None:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _remove_stale_scratch() -> None:
+    """Remove the scratch directories of anges processes that died without cleaning up (kill -9)."""
+    root = tempfile.gettempdir()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(SCRATCH_PREFIX):].split("-", 1)[0]
+        if name.startswith(SCRATCH_PREFIX) and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's
+    return True
 
 
 _keeper: ThreadPoolExecutor | None = None

@@ -294,3 +294,8 @@ def test_killing_the_anges_process_ends_the_runs_processes(work, sandbox):
     while (pids_running(first) or pids_running(second)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not pids_running(first) and not pids_running(second), "the run's processes outlived a kill -9"
+    stale = list(Path(tempfile.gettempdir()).glob(f"anges-run-{proc.pid}-*"))
+    assert stale  # its scratch directory is left behind, until the next run of any anges process
+    run_command("true", cwd=work, background=True, runner=(runner := CommandRunner(str(work))))
+    runner.close()
+    assert not any(path.exists() for path in stale)
