@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable
 
 from anges.approval import MODES, Gate, Permit
@@ -38,15 +39,17 @@ class Runners:
         self.bwrap = bwrap
         self.log_cap = log_cap
         self._runners: dict[bool, CommandRunner] = {}
+        self._lock = threading.Lock()
 
     def get(self, sandboxed: bool) -> CommandRunner | None:
         """The runner for sandboxed or unsandboxed commands; None off Linux, where this process runs them itself."""
         if not sys.platform.startswith("linux"):
             return None
-        if sandboxed not in self._runners:
-            settings = self.settings if sandboxed else None
-            self._runners[sandboxed] = CommandRunner(self.cwd, settings, self.bwrap, self.log_cap)
-        return self._runners[sandboxed]
+        with self._lock:  # child agents may ask at the same moment
+            if sandboxed not in self._runners:
+                settings = self.settings if sandboxed else None
+                self._runners[sandboxed] = CommandRunner(self.cwd, settings, self.bwrap, self.log_cap)
+            return self._runners[sandboxed]
 
     def jobs(self) -> list[Job]:
         """Every background job of the run."""
@@ -63,7 +66,8 @@ class Runners:
 
     def close(self) -> None:
         """End every process of the run and the runners; remove their scratch files."""
-        runners, self._runners = list(self._runners.values()), {}
+        with self._lock:
+            runners, self._runners = list(self._runners.values()), {}
         for runner in runners:
             runner.close()
 
@@ -100,7 +104,8 @@ class RunSafety:
         short = [("~" + p[len(home):]) if p.startswith(home + os.sep) else p for p in self.settings.hidden]
         return {"mode": self.settings.mode, "sandboxed": self.sandboxed, "writable": list(self.settings.writable),
                 "network": self.settings.network, "hidden": short, "reason": self.unsandboxed_reason,
-                "approval": self.gate.mode if self.gate.mode != "ask" or self.gate.channel else "deny"}
+                "approval": self.gate.mode if self.gate.mode != "ask" or self.gate.channel else "deny",
+                "keep_background": self.config.keep_background}
 
     def job_lines(self) -> list[dict]:
         """The background jobs, as the prompt lists them on every step."""

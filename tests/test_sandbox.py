@@ -62,7 +62,8 @@ def outside():
 
 @pytest.mark.sandbox
 def test_a_workspace_write_is_kept_and_a_write_outside_fails_and_says_why(work, outside):
-    stream, _ = run_agent(work, [reply(shell(f"echo kept > inside.txt && echo x > '{outside}/f.txt'")), complete()])
+    stream, model = run_agent(work, [reply(shell(f"echo kept > inside.txt && echo x > '{outside}/f.txt'")),
+                                     complete()], approval="auto")
 
     event = actions(stream)[0]
     assert (work / "inside.txt").read_text() == "kept\n"
@@ -71,6 +72,10 @@ def test_a_workspace_write_is_kept_and_a_write_outside_fails_and_says_why(work, 
     assert "Read-only file system" in event.data["stderr"]
     assert "SANDBOX: read-only file system — outside the sandbox's writable paths" in event.content
     assert str(work) in event.data["blocked"] and "escalate" in event.content
+    environment = model.prompts[0].split("# Environment")[1].split("# History")[0]
+    assert f"- Sandbox: commands see the file system read-only, except {work} and a private /tmp" in environment
+    assert "The network is off." in environment and "may ask to run outside it" in environment
+    assert "- `escalate` (string, optional)" in model.prompts[0]
 
 
 @pytest.mark.sandbox
