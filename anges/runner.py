@@ -209,29 +209,33 @@ class Server:
         self.children: dict[int, _Op] = {}
         self.groups: set[int] = set()
         self.spawned = threading.Event()
+        self._wake_read, self._wake_write = os.pipe()
 
     def serve(self) -> None:
         """Answer requests until the control socket closes, then end every process of the run."""
         threading.Thread(target=self._reap, name="reaper", daemon=True).start()
         self.selector.register(self.control, selectors.EVENT_READ, None)
+        self.selector.register(self._wake_read, selectors.EVENT_READ, "stop")
         self.control.send(b"ready")
         try:
             while True:
                 for key, _ in self.selector.select():
-                    if key.data is None:
-                        if not self._control_message():
-                            return
-                    else:
+                    if key.data == "stop" or (key.data is None and not self._control_message()):
+                        return
+                    if isinstance(key.data, _Op):
                         self._op_message(key.data)
         finally:
             self.end_processes(keep=())
+
+    def stop(self, signum=None, frame=None) -> None:
+        """End the run (a signal handler: it only wakes the loop, so it cannot cut the cleanup short)."""
+        os.write(self._wake_write, b"x")
 
     def _control_message(self) -> bool:
         message, fds = receive_fds(self.control)
         if message is None:
             return False
         channel = Channel(socket.socket(fileno=fds[0]))
-        channel.sock.setblocking(False)
         op = _Op(channel, fds[1:])
         if message.get("op") == "end":
             keep = set(message.get("keep") or ())
@@ -256,7 +260,7 @@ class Server:
                 threading.Thread(target=self._kill_and_reply, args=(op, float(message["kill"])), daemon=True).start()
 
     def _spawn(self, op: _Op, request: dict) -> None:
-        out, err = (op.fds + op.fds)[:2]
+        out, err = op.fds
         try:
             with self.lock:
                 op.proc = subprocess.Popen(request["argv"], cwd=request["cwd"], env=request["env"],
@@ -272,10 +276,7 @@ class Server:
 
     def _close_fds(self, op: _Op) -> None:
         for fd in op.fds:
-            try:
-                os.close(fd)
-            except OSError:
-                pass  # the same descriptor may be both stdout and stderr
+            os.close(fd)
         op.fds = []
 
     def _reap(self) -> None:
@@ -360,12 +361,10 @@ def main(argv: list[str]) -> int:
         if "--parent" in argv and os.getppid() != int(argv[argv.index("--parent") + 1]):
             return 0  # the agent died before we could watch it
 
-    def stop(signum, frame):
-        raise SystemExit(0)
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGHUP, stop)
-    Server(control, namespace).serve()
+    server = Server(control, namespace)
+    signal.signal(signal.SIGTERM, server.stop)
+    signal.signal(signal.SIGHUP, server.stop)
+    server.serve()
     return 0
 
 
