@@ -103,7 +103,8 @@ class Channel:
         self.sock = sock
         self.buffer = b""
         self.messages: list[dict] = []
-        self.closed = False
+        self.ended = False
+        """The peer closed its end (or this end was closed): nothing more will arrive."""
         self.lock = threading.Lock()
 
     def fileno(self) -> int:
@@ -128,7 +129,7 @@ class Channel:
         except OSError:
             chunk = b""
         if not chunk:
-            self.closed = True
+            self.ended = True
             return False
         self.buffer += chunk
         *lines, self.buffer = self.buffer.split(b"\n")
@@ -138,7 +139,7 @@ class Channel:
     def fill(self, timeout: float | None) -> bool:
         """Wait up to `timeout` seconds (None = forever) until a message is queued; False on timeout or at the end."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while not self.messages and not self.closed:
+        while not self.messages and not self.ended:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return False
@@ -152,7 +153,7 @@ class Channel:
         return self.messages.pop(0) if self.fill(timeout) else None
 
     def close(self) -> None:
-        self.closed = True
+        self.ended = True
         self.sock.close()
 
 

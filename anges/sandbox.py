@@ -194,7 +194,7 @@ class RemoteProcess:
 
     def poll(self) -> int | None:
         """The exit code if the shell has ended, without waiting."""
-        if self.returncode is None and not self.channel.closed:
+        if self.returncode is None and not self.channel.ended:
             readable, _, _ = select_read([self.channel.sock], 0)
             if readable:
                 self.channel.pump()
@@ -204,7 +204,7 @@ class RemoteProcess:
     def wait(self, timeout: float | None) -> bool:
         """Wait up to `timeout` seconds for the shell to end; True when it has (or the runner is gone)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None and not self.channel.closed:
+        while self.poll() is None and not self.channel.ended:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return False
@@ -228,8 +228,7 @@ class RemoteProcess:
             raise
 
     def close(self) -> None:
-        if not self.channel.closed:
-            self.channel.close()
+        self.channel.close()
 
     def _absorb(self) -> None:
         for message in self.channel.messages:
