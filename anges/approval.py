@@ -110,6 +110,8 @@ def as_decision(answer: Any, by: str) -> Decision:
     """A channel's answer as a Decision: a Decision, True/False, or one of allow, deny, always."""
     if isinstance(answer, Decision):
         answer.by = answer.by or by
+        if answer.verdict not in ("allow", "deny"):
+            answer.verdict, answer.always = "deny", False
         return answer
     if isinstance(answer, bool):
         return Decision("allow" if answer else "deny", by=by)
@@ -177,8 +179,7 @@ class Gate:
                  "decision": decision.verdict, "always": decision.always, "by": decision.by, "rule": verdict.rule,
                  "reason": verdict.reason, "feedback": decision.feedback, "escalate": verdict.escalate,
                  "skipped": skipped}
-        content = render_template("approval_decided.j2", agent.config.prompt.template_dir, **facts,
-                                  mode=self.mode).strip()
+        content = render_template("approval_decided.j2", agent.config.prompt.template_dir, **facts).strip()
         return Event("approval_decided", content=content, message=_decided_text(facts), data=facts)
 
     def _request(self, agent, action_type: str, args: dict, verdict: Verdict) -> ApprovalRequest:

@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from anges.config import SafetyConfig, SafetyRule
 from anges.sandbox import SandboxSettings
 
-DECISIONS = ("allow", "ask", "deny")
-
 
 @dataclass(frozen=True)
 class Verdict:

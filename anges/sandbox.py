@@ -18,7 +18,7 @@ import threading
 import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -27,7 +27,6 @@ from anges.runner import KILL_GRACE, Channel, select_read, send_fds
 
 log = logging.getLogger("anges.sandbox")
 
-MODES = ("workspace", "read-only", "off")
 CREDENTIAL_PATHS = ("~/.ssh", "~/.aws", "~/.config/gcloud", "~/.azure", "~/.netrc", "~/.docker", "~/.kube",
                     "~/.gnupg", "~/.git-credentials", "~/.config/gh", "~/.pypirc", "~/.npmrc",
                     "/run/docker.sock", "/var/run/docker.sock")
@@ -186,7 +185,6 @@ class RemoteProcess:
         self.channel = channel
         self.pid = pid
         self.returncode: int | None = None
-        self.lost = False
 
     def exit_fd(self) -> int | None:
         """A descriptor that becomes readable when the command's shell ends."""
@@ -244,7 +242,6 @@ class Job:
     command: str
     process: object
     log_path: str
-    started: float = field(default_factory=time.time)
 
     @property
     def pid(self) -> int:
@@ -273,10 +270,6 @@ class CommandRunner:
         self.process: subprocess.Popen | None = None
         self._lock = threading.RLock()
         self._finalizer = weakref.finalize(self, _cleanup, None, None, None)
-
-    @property
-    def sandboxed(self) -> bool:
-        return self.settings is not None
 
     @property
     def scratch(self) -> str:
