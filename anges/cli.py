@@ -80,6 +80,16 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--record", metavar="FILE",
                        help="record every model call to FILE (replay with --model replay:FILE)")
 
+    safety = parser.add_argument_group("safety (see docs/safety.md)")
+    safety.add_argument("--sandbox", choices=("workspace", "read-only", "off"),
+                        help="where commands may write: the working directory (default), nowhere but a private "
+                             "/tmp, or anywhere (no sandbox)")
+    safety.add_argument("--network", action="store_true", default=None,
+                        help="let sandboxed commands reach the network")
+    safety.add_argument("--approval", choices=("ask", "auto", "deny"),
+                        help="what an action that needs approval gets: ask you (default on a terminal), approved, "
+                             "or declined (default without a terminal)")
+
     shown = parser.add_argument_group("output")
     shown.add_argument("--output", choices=("text", "jsonl", "json"), default="text",
                        help="text: live transcript on stderr, answer on stdout (default); jsonl: one JSON object per "
@@ -169,8 +179,10 @@ def run_task(args: argparse.Namespace) -> int:
         return _interact(session, request, quiet=args.quiet)
     finally:
         output.close()
-        if agent is not None and agent.mcp is not None:
-            agent.mcp.close()
+        if agent is not None:
+            agent.close()
+            if agent.mcp is not None:
+                agent.mcp.close()
 
 
 def _build_agent(args: argparse.Namespace, output):
@@ -191,10 +203,12 @@ def _build_agent(args: argparse.Namespace, output):
     stream.agent_type = stream.agent_type or agent_type
     model = get_model(args.model, config, agent_type, record=args.record)
     prefix = args.cmd_prefix if args.cmd_prefix is not None else stream.agent_settings.get("prefix_cmd", "")
+    channel = _approval_channel(config, output)
+    _warn_unsandboxed(config, channel)
     return agent_class(agent_type)(
         inference_func=output.watch(model), event_stream=stream, cmd_init_dir=workdir, prefix_cmd=prefix,
         config=config, store=store, notes=_notes(args), message_handlers=[output.on_message],
-        mcp=manager_for(config, mcp_file))
+        mcp=manager_for(config, mcp_file), approval=channel)
 
 
 def _interact(session, first: str | None, quiet: bool) -> int:
@@ -249,7 +263,39 @@ def _overrides(args: argparse.Namespace) -> dict:
         limits["max_number_of_events_to_exhaust"] = args.max_steps
     if args.timeout:
         limits["timeout"] = args.timeout
-    return {"agents": {kind: dict(limits) for kind in AGENT_TYPES}} if limits else {}
+    overrides = {"agents": {kind: dict(limits) for kind in AGENT_TYPES}} if limits else {}
+    safety = {key: value for key, value in (("sandbox", args.sandbox), ("network", args.network),
+                                            ("approval", args.approval)) if value is not None}
+    if safety:
+        overrides["safety"] = safety
+    return overrides
+
+
+def _approval_channel(config, output):
+    """The terminal prompt when a person can answer there; None (requests are declined) otherwise."""
+    from anges.approval import TerminalPrompt
+
+    mode = config.safety.approval
+    if mode not in ("", "ask"):
+        return None
+    if sys.stdin.isatty() and sys.stderr.isatty():
+        return TerminalPrompt(sys.stderr, sys.stdin.fileno(), pause=getattr(output, "paused", None))
+    if mode == "ask":
+        print("anges: --approval ask needs a terminal to ask on; actions that need approval will be declined",
+              file=sys.stderr)
+    return None
+
+
+def _warn_unsandboxed(config, channel) -> None:
+    """Say up front when every command needs an approval that no one can give."""
+    from anges.sandbox import availability
+
+    safety = config.safety
+    if safety.approval == "auto" or (channel is not None and safety.approval != "deny"):
+        return
+    if safety.sandbox == "off" or not availability().ok:
+        print("anges: commands run without a sandbox need approval, and none can be given here: "
+              "add --approval auto to run them", file=sys.stderr)
 
 
 def _mcp_file(args: argparse.Namespace, stream) -> str | None:

@@ -191,6 +191,61 @@ class MimeReaderConfig:
     max_file_bytes: int = 20_000_000
 
 
+@dataclass
+class SafetyRule:
+    """One policy rule; the first rule that matches an action decides it."""
+
+    action: str = "*"
+    """An action type (RUN_SHELL_CMD, EDIT_FILE, USE_MCP_TOOL, READ_MIME_FILES, CALL_CHILD_AGENT, ...) or *."""
+    match: str = "*"
+    """A glob on the command, path, server.tool or directive; `re:PATTERN` for a regular expression (searched)."""
+    decision: str = "ask"
+    """allow, ask or deny."""
+    reason: str = ""
+    """Why: shown to the person asked, and to the model when the action is declined."""
+
+
+def _default_rules() -> list[SafetyRule]:
+    deny, ask = "deny", "ask"
+    return [
+        SafetyRule("RUN_SHELL_CMD",
+                   r"re:\brm\s+(-\S+\s+)*(--no-preserve-root\b|(/|/\*|~/?|\$HOME/?|\$\{HOME\}/?)(\s|;|&|\||\)|$))",
+                   deny, "deletes the root or home directory"),
+        SafetyRule("RUN_SHELL_CMD", r"re:\bmkfs(\.\w+)?\b", deny, "formats a file system"),
+        SafetyRule("RUN_SHELL_CMD", r"re:(>|\bof=)\s*/dev/(sd|hd|vd|xvd|nvme|mmcblk|dm-|md|disk|loop)", deny,
+                   "writes to a block device"),
+        SafetyRule("RUN_SHELL_CMD", r"re:(\w+|:)\s*\(\)\s*\{[^}]*\1\s*\|\s*\1\s*&", deny, "a fork bomb"),
+        SafetyRule("RUN_SHELL_CMD", r"re:(^|[;&|(`]|\$\(|\b(then|do|else|xargs|exec|env|nohup|time))\s*sudo\b", ask,
+                   "runs as another user"),
+        SafetyRule("RUN_SHELL_CMD", r"re:\bgit\b[^;&|]*\bpush\b", ask, "publishes to a remote repository"),
+        SafetyRule("USE_MCP_TOOL", "*", ask, "MCP tools may act outside the sandbox; allow trusted ones by rule"),
+    ]
+
+
+@dataclass
+class SafetyConfig:
+    """The sandbox commands run in, and the policy that decides which actions need approval."""
+
+    sandbox: str = "workspace"
+    """workspace (read-only but the working directory), read-only, or off."""
+    network: bool = False
+    """Let sandboxed commands reach the network."""
+    writable_paths: list[str] = field(default_factory=list)
+    """More directories sandboxed commands may write (workspace mode)."""
+    hidden_paths: list[str] = field(default_factory=list)
+    """More paths hidden from commands, beside the built-in credential places and ANGES_HOME."""
+    approval: str = ""
+    """What an `ask` becomes: ask (a person), auto (approved) or deny; empty = ask where someone can answer."""
+    keep_background: bool = False
+    """Keep background jobs running after the run ends (until the agent is closed or anges exits)."""
+    background_log_cap: int = 10_000_000
+    """Bytes kept of each background job's log (the oldest are dropped)."""
+    rules: list[SafetyRule] = field(default_factory=list)
+    """Your rules, checked first."""
+    default_rules: list[SafetyRule] = field(default_factory=_default_rules)
+    """The built-in rules, checked after yours."""
+
+
 def _default_presets() -> dict[str, ModelPreset]:
     return {
         "openai": ModelPreset("openai", "gpt-4.1", api_key_env="OPENAI_API_KEY"),
@@ -223,6 +278,7 @@ class Config:
     web: WebConfig = field(default_factory=WebConfig)
     mcp: MCPConfig = field(default_factory=MCPConfig)
     mime_reader: MimeReaderConfig = field(default_factory=MimeReaderConfig)
+    safety: SafetyConfig = field(default_factory=SafetyConfig)
 
     def agent(self, agent_type: str) -> AgentConfig:
         """The settings of one agent type."""
@@ -266,7 +322,9 @@ def _from_layers(layers: list[tuple[str, dict]]) -> Config:
         raw = _resolve_aliases(raw, source)
         _check(Config, raw, source, "")
         merged = _merge(merged, _expand_agents(raw))
-    return _build_config(merged)
+    config = _build_config(merged)
+    _check_safety(config.safety)
+    return config
 
 
 def _expand_agents(raw: dict) -> dict:
@@ -403,6 +461,8 @@ def _build(cls: type, raw: dict) -> Any:
         tp = hints[key]
         if dataclasses.is_dataclass(tp):
             value = _build(tp, value)
+        elif typing.get_origin(tp) is list and dataclasses.is_dataclass(typing.get_args(tp)[0]):
+            value = [_build(typing.get_args(tp)[0], item or {}) for item in value]
         elif typing.get_origin(tp) is dict and dataclasses.is_dataclass(typing.get_args(tp)[1]):
             value = {k: _build(typing.get_args(tp)[1], v or {}) for k, v in value.items()}
         elif tp is float:
@@ -422,3 +482,27 @@ def _build_config(raw: dict) -> Config:
             log.warning("prompt.template_dir %s is not a directory: the packaged templates are used instead",
                         config.prompt.template_dir)
     return config
+
+
+SAFETY_CHOICES = {"sandbox": ("workspace", "read-only", "off"), "approval": ("", "ask", "auto", "deny")}
+DECISIONS = ("allow", "ask", "deny")
+
+
+def _check_safety(safety: SafetyConfig) -> None:
+    """The values of the safety section that the type check cannot judge: modes, decisions, patterns."""
+    import re
+
+    for key, choices in SAFETY_CHOICES.items():
+        if getattr(safety, key) not in choices:
+            valid = ", ".join(c for c in choices if c)
+            raise ConfigError(f"key 'safety.{key}': expected one of {valid}, got {getattr(safety, key)!r}")
+    for name in ("rules", "default_rules"):
+        for index, rule in enumerate(getattr(safety, name)):
+            where = f"safety.{name}[{index}]"
+            if rule.decision not in DECISIONS:
+                raise ConfigError(f"key '{where}.decision': expected allow, ask or deny, got {rule.decision!r}")
+            if rule.match.startswith("re:"):
+                try:
+                    re.compile(rule.match[3:])
+                except re.error as exc:
+                    raise ConfigError(f"key '{where}.match': not a valid regular expression: {exc}") from None

@@ -69,3 +69,7 @@ class RunStopped(AngesError):
         super().__init__(message)
         self.reason = reason
         self.details = details
+
+
+class SandboxError(AngesError):
+    """The run's command runner (or its sandbox) could not start or stopped answering."""

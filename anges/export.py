@@ -24,6 +24,8 @@ _TITLES = {
     "agent_requested_help": "Help needed",
     "agent_text_response": "Answer",
     "task_interrupted": "Stopped",
+    "approval_requested": "Approval requested",
+    "approval_decided": "Approval decision",
     "new_child_agent": "Child agent started",
     "resume_child_agent": "Child agent resumed",
 }
@@ -112,6 +114,15 @@ def _section(event: Event, depth: int, child: EventStream | None, number: int) -
         out += [f"`{data.get('directive') or data.get('path', '')}`", ""]
         diff = edit_diff(event)
         out += _fence(diff, "diff") if diff else ["(no change)"]
+    elif event.type == "approval_requested":
+        outside = " It would run outside the sandbox" + (f": {data['justification']}" if data.get("justification")
+                                                          else ".")
+        out += [f"{data.get('action_type', '')} needs approval: {data.get('reason', '')} (`{data.get('rule', '')}`)."
+                + (outside if data.get("escalate") else ""), ""]
+        out += _fence(str(data.get("detail", "")), "diff" if data.get("action_type") == "EDIT_FILE" else "text")
+    elif event.type == "approval_decided":
+        out.append(f"**{data.get('decision', '')}** by `{data.get('by', '')}`"
+                   + (" (for the rest of the run)" if data.get("always") else "") + f": {event.content.strip()}")
     elif event.type == "task_interrupted":
         reason = data.get("reason")
         out.append(event.content + (f" (reason: `{reason}`)" if reason else ""))

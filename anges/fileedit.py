@@ -330,3 +330,19 @@ def _diff(target: _Target, old: str | None, new: str) -> str:
     after = label or f"b/{target.shown}"
     lines = difflib.unified_diff(_split_lines(old or ""), _split_lines(new), before, after)
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+
+
+def edit_target(directive_line: str, base_dir: str | os.PathLike) -> tuple[str, str, str]:
+    """(operation, absolute path, the arguments after the path) of a directive; EditError when it is malformed."""
+    words = directive_line.strip().split(None, 1)
+    operation = words[0].upper() if words else ""
+    if operation not in OPERATIONS:
+        raise EditError(f"Unknown edit directive {directive_line.strip()!r}")
+    rest, arguments = (words[1].strip() if len(words) > 1 else ""), ""
+    if operation == "INSERT_LINES":
+        match = _argument(_LINE_ARGUMENT, rest, operation)
+        rest, arguments = match["path"], match["n"]
+    elif operation in ("REMOVE_LINES", "REPLACE_LINES"):
+        match = _argument(_RANGE_ARGUMENT, rest, operation)
+        rest, arguments = match["path"], f"{match['x']}-{match['y']}"
+    return operation, _target(rest, base_dir, operation).path, arguments

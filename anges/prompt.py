@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
     from anges.events import Event, EventStream
 
-HIDDEN_EVENT_TYPES = ("summary_failed",)
+HIDDEN_EVENT_TYPES = ("summary_failed", "approval_requested")  # the decision that follows says it all
 
 
 @lru_cache(maxsize=8)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import selectors
-import signal
 import subprocess
 import tempfile
 import threading
@@ -12,6 +11,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+from anges.exceptions import SandboxError
+from anges.runner import KILL_GRACE, kill_group
+
+if TYPE_CHECKING:
+    from anges.sandbox import CommandRunner
 
 CREDENTIAL_ENV_VARS = (
     "OPENAI_API_KEY",
@@ -28,7 +34,7 @@ REDACTED = "[REDACTED]"
 MIN_SECRET_LENGTH = 8
 
 POLL_INTERVAL = 0.05
-KILL_GRACE = 0.5
+BACKGROUND_LOG_CAP = 10_000_000
 # Seconds we keep reading after the shell exits while a backgrounded descendant still holds the pipes open.
 DRAIN_AFTER_EXIT = 0.25
 READ_SIZE = 65536
@@ -156,53 +162,177 @@ def run_command(
     interrupt_check: Callable[[], bool] | None = None,
     secrets: Iterable[str] = (),
     log_dir: str | None = None,
+    runner: CommandRunner | None = None,
+    log_cap: int = BACKGROUND_LOG_CAP,
 ) -> CommandResult:
     """Run `command` with bash in `cwd`; `prefix_cmd` is a shell fragment put before it; env defaults to scrubbed.
 
-    Raises OSError when `cwd` does not exist or the shell cannot be started.
+    With a `runner` (anges.sandbox.CommandRunner) the run's runner process starts the command (in the
+    sandbox when it has one) and owns it; without, this process does. A background command's output goes
+    to a log capped at `log_cap` bytes (the oldest part dropped). Raises OSError when `cwd` does not exist
+    or the shell cannot be started.
     """
     argv = [find_shell(), "-c", _script(command, prefix_cmd)]
     env = scrubbed_environment() if env is None else env
     if background:
-        return _start_background(command, argv, cwd, env, log_dir)
-    return _run_foreground(command, argv, cwd, env, timeout, output_cap, interrupt_check, list(secrets))
+        return _start_background(command, argv, cwd, env, log_dir or (runner.scratch if runner else None), runner,
+                                 log_cap)
+    return _run_foreground(command, argv, cwd, env, timeout, output_cap, interrupt_check, list(secrets), runner)
 
 
-def _spawn(argv: list[str], cwd, env: dict[str, str], stdout, stderr) -> subprocess.Popen:
+class _LocalProcess:
+    """A command this process started itself."""
+
+    def __init__(self, popen: subprocess.Popen):
+        self.popen = popen
+        self.pid = popen.pid
+        self._exit_fd: int | None = None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.returncode
+
+    def exit_fd(self) -> int | None:
+        """A pidfd that becomes readable when the shell exits, so no one polls; None where unsupported."""
+        if self._exit_fd is None:
+            try:
+                self._exit_fd = os.pidfd_open(self.pid)
+            except (AttributeError, OSError):
+                return None
+        return self._exit_fd
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def wait(self, timeout: float | None) -> bool:
+        try:
+            self.popen.wait(None if timeout is None else max(timeout, 0))
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def kill(self, grace: float = KILL_GRACE) -> None:
+        kill_group(self.pid, grace, poll=self.popen.poll)
+
+    def close(self) -> None:
+        if self._exit_fd is not None:
+            os.close(self._exit_fd)
+            self._exit_fd = None
+
+
+def _start(argv: list[str], cwd, env: dict[str, str], stdout: int, stderr: int, runner):
+    if runner is not None:
+        return runner.spawn(argv, os.fspath(cwd), env, stdout, stderr)
     # start_new_session (not a preexec_fn, which forces the slow fork path) gives the command its own group to kill.
-    return subprocess.Popen(
-        argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, start_new_session=True
-    )
+    return _LocalProcess(subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout,
+                                          stderr=stderr, start_new_session=True))
 
 
-def _start_background(command: str, argv: list[str], cwd, env: dict[str, str], log_dir: str | None) -> CommandResult:
+def _start_background(command: str, argv: list[str], cwd, env: dict[str, str], log_dir: str | None, runner,
+                      log_cap: int) -> CommandResult:
     started = time.monotonic()
     fd, log_path = tempfile.mkstemp(prefix="anges-bg-", suffix=".log", dir=log_dir)
+    os.close(fd)
+    read_end, write_end = os.pipe()
     try:
-        proc = _spawn(argv, cwd, env, stdout=fd, stderr=subprocess.STDOUT)
+        proc = _start(argv, cwd, env, write_end, write_end, runner)
+    except BaseException:
+        os.close(read_end)
+        os.unlink(log_path)
+        raise
     finally:
-        os.close(fd)
-    # Reap the job when it ends so it never lingers as a zombie of ours.
-    threading.Thread(target=proc.wait, name=f"anges-bg-{proc.pid}", daemon=True).start()
+        os.close(write_end)
+    threading.Thread(target=_copy_to_log, args=(read_end, log_path, log_cap), name=f"anges-log-{proc.pid}",
+                     daemon=True).start()
+    if runner is None:
+        # Reap the job when it ends so it never lingers as a zombie of ours.
+        threading.Thread(target=proc.wait, args=(None,), name=f"anges-bg-{proc.pid}", daemon=True).start()
+    else:
+        from anges.sandbox import Job
+
+        runner.jobs.append(Job(command, proc, log_path))
     return CommandResult(command, None, "", "", time.monotonic() - started, pid=proc.pid, log_path=log_path)
 
 
-def _run_foreground(command, argv, cwd, env, timeout, output_cap, interrupt_check, secrets) -> CommandResult:
+def _copy_to_log(read_end: int, path: str, cap: int) -> None:
+    """Copy a job's output to its log until the job and its children close it; keep at most `cap` bytes."""
+    with open(read_end, "rb", buffering=0) as source:
+        try:
+            log = CappedLog(path, cap)
+        except OSError:
+            return
+        with log:
+            while chunk := source.read(READ_SIZE):
+                try:
+                    log.write(chunk)
+                except OSError:
+                    return  # the log was removed with the run's scratch files
+
+
+class CappedLog:
+    """A log file that keeps its newest bytes: past `cap`, the oldest half is dropped and a marker line says so."""
+
+    def __init__(self, path: str, cap: int):
+        self.file = open(path, "r+b", buffering=0)  # noqa: SIM115  (closed by __exit__)
+        self.cap = max(cap, 2 * READ_SIZE)
+        self.size = 0
+        self.marker = 0
+        self.dropped = 0
+
+    def write(self, chunk: bytes) -> None:
+        if self.size + len(chunk) <= self.cap:
+            self.file.write(chunk)
+            self.size += len(chunk)
+            return
+        keep = self.cap // 2
+        if len(chunk) >= keep:
+            tail = chunk[-keep:]
+        else:
+            self.file.seek(max(self.size - (keep - len(chunk)), self.marker))
+            tail = self.file.read() + chunk
+        self.dropped += self.size - self.marker + len(chunk) - len(tail)
+        marker = f"[anges: the oldest {self.dropped} bytes of this log were dropped]\n".encode()
+        self.file.seek(0)
+        self.file.write(marker + tail)
+        self.file.truncate()
+        self.size, self.marker = len(marker) + len(tail), len(marker)
+
+    def __enter__(self) -> CappedLog:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.file.close()
+
+
+def _run_foreground(command, argv, cwd, env, timeout, output_cap, interrupt_check, secrets, runner) -> CommandResult:
     started = time.monotonic()
-    proc = _spawn(argv, cwd, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out_read, out_write = os.pipe()
+    err_read, err_write = os.pipe()
+    try:
+        proc = _start(argv, cwd, env, out_write, err_write, runner)
+    except BaseException:
+        os.close(out_read)
+        os.close(err_read)
+        raise
+    finally:
+        os.close(out_write)
+        os.close(err_write)
     out, err = _CappedBuffer(output_cap), _CappedBuffer(output_cap)
-    streams = {proc.stdout: out, proc.stderr: err}
+    streams = {open(out_read, "rb", buffering=0): out, open(err_read, "rb", buffering=0): err}  # noqa: SIM115
     stop, finished = None, False
     try:
         stop = _pump(proc, streams, started + timeout, interrupt_check)
         finished = True
     finally:
         if stop or not finished:
-            _kill_group(proc)
+            proc.kill()
             _drain(streams, time.monotonic() + DRAIN_AFTER_EXIT)
         for stream in streams:
             stream.close()
-        proc.wait()
+        proc.wait(None)
+        proc.close()
+    if proc.returncode is None and not stop:
+        raise SandboxError("the command runner stopped before the command ended")
     stdout, stdout_omitted = out.render(secrets)
     stderr, stderr_omitted = err.render(secrets)
     return CommandResult(
@@ -218,13 +348,17 @@ def _run_foreground(command, argv, cwd, env, timeout, output_cap, interrupt_chec
     )
 
 
-def _pump(proc: subprocess.Popen, streams: dict, deadline: float, interrupt_check) -> str | None:
+def _pump(proc, streams: dict, deadline: float, interrupt_check) -> str | None:
     """Read output until the command ends; return "timeout" or "interrupt" if it must be stopped."""
     selector = selectors.DefaultSelector()
     for stream, buffer in streams.items():
         selector.register(stream, selectors.EVENT_READ, buffer)
-    exit_fd = _watch_exit(proc, selector)
-    next_check, exited_at = 0.0, None
+    # The exit may already be known (a runner's reply can carry it along with the pid): then there is nothing to watch.
+    exited_at = None if proc.poll() is None else time.monotonic()
+    exit_fd = proc.exit_fd() if exited_at is None else None
+    if exit_fd is not None:
+        selector.register(exit_fd, selectors.EVENT_READ, None)
+    next_check = 0.0
     try:
         while True:
             now = time.monotonic()
@@ -237,23 +371,11 @@ def _pump(proc: subprocess.Popen, streams: dict, deadline: float, interrupt_chec
             if exited_at is not None and (not selector.get_map() or now - exited_at >= DRAIN_AFTER_EXIT):
                 return None
             wait = min(POLL_INTERVAL, deadline - now)
-            exited = _read_ready(selector, wait) if selector.get_map() else _wait(proc, wait)
+            exited = _read_ready(selector, wait) if selector.get_map() else proc.wait(wait)
             if exited_at is None and (exited or (exit_fd is None and proc.poll() is not None)):
                 exited_at = time.monotonic()
     finally:
         selector.close()
-        if exit_fd is not None:
-            os.close(exit_fd)
-
-
-def _watch_exit(proc: subprocess.Popen, selector: selectors.BaseSelector) -> int | None:
-    """Register a pidfd that becomes readable when the shell exits, so no one polls; None where unsupported."""
-    try:
-        exit_fd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):
-        return None
-    selector.register(exit_fd, selectors.EVENT_READ, None)
-    return exit_fd
 
 
 def _read_ready(selector: selectors.BaseSelector, timeout: float) -> bool:
@@ -282,58 +404,3 @@ def _drain(streams: dict, deadline: float) -> None:
     while selector.get_map() and time.monotonic() < deadline:
         _read_ready(selector, deadline - time.monotonic())
     selector.close()
-
-
-def _wait(proc: subprocess.Popen, timeout: float) -> bool:
-    try:
-        proc.wait(max(timeout, 0))
-    except subprocess.TimeoutExpired:
-        return False
-    return True
-
-
-def _kill_group(proc: subprocess.Popen, grace: float = KILL_GRACE) -> None:
-    """SIGTERM the command's process group, give it `grace` seconds, then SIGKILL what is left."""
-    if not _signal_group(proc.pid, signal.SIGTERM):
-        return
-    deadline = time.monotonic() + grace
-    try:
-        while time.monotonic() < deadline:
-            proc.poll()
-            if not _group_alive(proc.pid):
-                return
-            time.sleep(0.01)
-    except BaseException:
-        # A second Ctrl-C (KeyboardInterrupt) cuts the grace short: the group must still not outlive us.
-        _signal_group(proc.pid, signal.SIGKILL)
-        raise
-    _signal_group(proc.pid, signal.SIGKILL)
-
-
-def _signal_group(pgid: int, signum: int) -> bool:
-    try:
-        os.killpg(pgid, signum)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        # A prefix such as `sudo -u bob` leaves processes we may not signal.
-        return False
-    return True
-
-
-def _group_alive(pgid: int) -> bool:
-    """True while a member of the group is running; zombies do not count, since init may never reap them."""
-    if not os.path.isdir("/proc/self"):
-        return _signal_group(pgid, 0)
-    with os.scandir("/proc") as entries:
-        return any(entry.name.isdigit() and _is_running_member(entry.name, pgid) for entry in entries)
-
-
-def _is_running_member(pid: str, pgid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return False
-    state, _ppid, group = stat[stat.rfind(b")") + 2 :].split()[:3]
-    return int(group) == pgid and state not in (b"Z", b"X")

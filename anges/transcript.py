@@ -12,6 +12,8 @@ import shutil
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, TextIO
 
 from anges.events import REQUEST_EVENT_TYPES as REQUEST_TYPES
@@ -28,6 +30,10 @@ SHOWN_STATUS = {"completed": ("completed", "green"), "answered": ("answered", "g
                 "help_needed": ("help needed", "yellow"), "interrupted": ("stopped", "yellow"),
                 "running": ("running", "cyan")}
 """How each stream status (anges.store.status_of) reads and is coloured."""
+APPROVERS = {"auto": "automatically (--approval auto)", "approval=deny": "(--approval deny)",
+             "no_one": "(no one can approve here)", "always": "(approved earlier for the whole run)",
+             "terminal": "by you", "interrupt": ""}
+"""How `approval_decided` says who decided (the `by` fact); a channel's own name reads "by NAME"."""
 SPINNER_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 _CODES = {"bold": "1", "dim": "2", "italic": "3", "underline": "4", "red": "31", "green": "32", "yellow": "33",
           "blue": "34", "magenta": "35", "cyan": "36"}
@@ -108,6 +114,8 @@ class Renderer:
             return self._tool_call(event)
         if kind == "edit_file":
             return self._edit(event)
+        if kind in ("approval_requested", "approval_decided"):
+            return self._approval(event)
         if kind in ("new_child_agent", "resume_child_agent"):
             verb = "starts" if kind == "new_child_agent" else "resumes"
             who = f"{s(data.get('agent_type', 'child'), 'bold')} {data.get('agent_id', '')}"
@@ -177,6 +185,25 @@ class Renderer:
             lines.append("  " + (s(line, colour) if colour else line))
         return lines
 
+    def _approval(self, event: Event) -> list[str]:
+        s, data = self.style, event.data
+        what = f"{data.get('action_type', '')} {_one_line(str(data.get('subject', '')), 120)}"
+        outside = " outside the sandbox" if data.get("escalate") else ""
+        if event.type == "approval_requested":
+            return [f"{s('?', 'bold', 'yellow')} {s('needs approval:', 'yellow')} {what}{outside} — "
+                    f"{data.get('reason', '')} {s('[' + str(data.get('rule', '')) + ']', 'dim')}"]
+        decision, by = data.get("decision"), data.get("by", "")
+        mark, colour, verb = {"allow": ("✓", "green", "approved"), "deny": ("✗", "red", "declined")}.get(
+            decision, ("■", "yellow", "not decided (interrupted)"))
+        who = APPROVERS.get(by, f"by {by}")
+        if by == "rule":
+            who = f"by rule {data.get('rule', '')} ({data.get('reason', '')})"
+        always = " (and for the rest of the run)" if data.get("always") else ""
+        lines = [f"{s(mark, 'bold', colour)} {s(verb, colour)}{' ' + who if who else ''}{always}: {what}{outside}"]
+        if data.get("feedback"):
+            lines.append(s("  │ ", "dim") + _one_line(str(data["feedback"])))
+        return lines
+
     def _block(self, head: str, text: str, limit: int) -> list[str]:
         body = (text or "").strip().splitlines()
         if len(body) == 1:
@@ -215,6 +242,19 @@ class Spinner:
         if thread is not None:
             thread.join()
         self.clear()
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Stop and erase the spinner while something else uses the terminal (a question); it resumes after."""
+        with self.lock:
+            label, since, running = self._label, self._since, self._thread is not None
+        self.stop()
+        try:
+            yield
+        finally:
+            if running:
+                self.start(label)
+                self._since = since
 
     def clear(self) -> None:
         """Erase the spinner line so other output can take its place (it comes back on the next tick)."""
@@ -313,6 +353,10 @@ class TextOutput:
 
     def watch(self, model):
         return self.transcript.watch(model)
+
+    def paused(self):
+        """A context in which the spinner does not draw (the approval prompt asks meanwhile)."""
+        return self.transcript.spinner.paused()
 
     def on_message(self, message) -> None:
         self.transcript.on_message(message)

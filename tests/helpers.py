@@ -21,3 +21,26 @@ def wait_for_pid(pid_file: Path, timeout: float = 15) -> int:
             return int(pid_file.read_text())
         time.sleep(0.05)
     raise AssertionError(f"no pid in {pid_file} after {timeout} s")
+
+
+def sleep_token() -> str:
+    """A `sleep` duration unique to one test, so its processes can be found by command line from outside a sandbox
+    (inside one, `$!` and `$$` are pids of the sandbox's own PID namespace)."""
+    import random
+
+    return f"{random.randint(5000, 9999)}.{random.randint(0, 999999):06d}"
+
+
+def pids_running(token: str) -> list[int]:
+    """Live (not zombie) processes whose command line contains `token`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if token in cmdline and process_alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found

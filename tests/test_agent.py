@@ -6,7 +6,7 @@ import threading
 import time
 
 import pytest
-from helpers import process_alive, wait_for_pid
+from helpers import pids_running, sleep_token, wait_for_pid
 
 from anges.actions import Action
 from anges.agents import DefaultAgent, TaskAnalyzer, TaskExecutor
@@ -175,8 +175,8 @@ def test_wall_clock_timeout_kills_the_running_command(tmp_path):
 
 
 def test_interrupt_during_sleep_kills_the_process_group(tmp_path):
-    pid_file = tmp_path / "pid"
-    agent, _ = make_agent(tmp_path, [reply(shell(f"sleep 60 & echo $! > '{pid_file}'; wait"))])
+    pid_file, token = tmp_path / "pid", sleep_token()
+    agent, _ = make_agent(tmp_path, [reply(shell(f"sleep {token} & echo $! > '{pid_file}'; wait"))])
     result = {}
     worker = threading.Thread(target=lambda: result.setdefault("stream", agent.run_with_new_request("sleep")))
     worker.start()
@@ -187,9 +187,7 @@ def test_interrupt_during_sleep_kills_the_process_group(tmp_path):
     assert not worker.is_alive() and time.monotonic() - started < 2
     stream = result["stream"]
     assert stream.events_list[-1].type == "task_interrupted" and stream.events_list[-1].data["reason"] == "interrupt"
-    pid = int(pid_file.read_text())
-    time.sleep(0.2)
-    assert not process_alive(pid)
+    assert not pids_running(token)
 
 
 def test_interrupt_check_callable_is_polled_every_step(tmp_path):
@@ -405,8 +403,8 @@ def test_stop_requested_through_the_store_from_another_process(tmp_path):
     import subprocess
     import sys
 
-    pid_file = tmp_path / "pid"
-    agent, _ = make_agent(tmp_path, [reply(shell(f"sleep 60 & echo $! > '{pid_file}'; wait"))])
+    pid_file, token = tmp_path / "pid", sleep_token()
+    agent, _ = make_agent(tmp_path, [reply(shell(f"sleep {token} & echo $! > '{pid_file}'; wait"))])
     worker = threading.Thread(target=agent.run_with_new_request, args=("sleep",))
     worker.start()
     wait_for_pid(pid_file)
@@ -416,7 +414,7 @@ def test_stop_requested_through_the_store_from_another_process(tmp_path):
     assert not worker.is_alive()
     stream = EventStore().load(agent.uid)
     assert stream.events_list[-1].data["reason"] == "interrupt"
-    assert not process_alive(int(pid_file.read_text()))
+    assert not pids_running(token)
     follow, _ = make_agent(tmp_path, [complete("again")], event_stream=stream)
     assert follow.run_with_new_request("continue").events_list[-1].type == "task_completion", "a new run clears the stop"
 

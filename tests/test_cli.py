@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import pids_running, sleep_token
 
 from anges.store import EventStore
 
@@ -55,19 +56,6 @@ def only_stream():
     infos = EventStore().list()
     assert len(infos) == 1, infos
     return EventStore().load(infos[0].uid)
-
-
-def group_alive(pgid):
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rfind(")") + 2:].split()
-            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-                return True
-    return False
 
 
 def wait_for(path, timeout=15):
@@ -189,18 +177,19 @@ def test_timeout_stops_a_long_command_with_exit_4(tmp_path):
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_ctrl_c_during_a_long_command_interrupts_kills_it_and_exits_4(tmp_path, signum):
-    model = scripted(tmp_path, shell("echo $$ > pid.txt; sleep 30"), complete())
+    token = sleep_token()
+    model = scripted(tmp_path, shell(f"echo $$ > pid.txt; sleep {token}"), complete())
     proc = subprocess.Popen([*ANGES, "-q", "wait", "--model", model], cwd=tmp_path, env=os.environ.copy(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    pgid = int(wait_for(tmp_path / "pid.txt"))
-    assert group_alive(pgid)
+    wait_for(tmp_path / "pid.txt")
+    assert pids_running(token)
     sent = time.monotonic()
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=15)
     assert proc.returncode == 4, err
     assert time.monotonic() - sent < 5
     assert "Traceback" not in err and "interrupting" in err
-    assert not group_alive(pgid), "the command's process group outlived the interrupt"
+    assert not pids_running(token), "the command's processes outlived the interrupt"
     stream = only_stream()
     assert types(stream) == ["new_request", "action", "task_interrupted"]
     assert stream.events_list[-1].data["reason"] == "interrupt"
@@ -209,17 +198,18 @@ def test_ctrl_c_during_a_long_command_interrupts_kills_it_and_exits_4(tmp_path, 
 
 def test_a_second_ctrl_c_exits_at_once_and_still_kills_the_command(tmp_path):
     # The command ignores SIGTERM, so the first Ctrl-C waits out the kill grace; the second cuts it short.
-    model = scripted(tmp_path, shell("trap '' TERM; echo $$ > pid.txt; sleep 30"), complete())
+    token = sleep_token()
+    model = scripted(tmp_path, shell(f"trap '' TERM; echo $$ > pid.txt; sleep {token}"), complete())
     proc = subprocess.Popen([*ANGES, "-q", "wait", "--model", model], cwd=tmp_path, env=os.environ.copy(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    pgid = int(wait_for(tmp_path / "pid.txt"))
+    wait_for(tmp_path / "pid.txt")
     proc.send_signal(signal.SIGINT)
     time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=15)
     assert proc.returncode == 4, err
     assert "Traceback" not in err
-    assert not group_alive(pgid)
+    assert not pids_running(token)
 
 
 def test_no_task_is_a_usage_error(tmp_path):
@@ -349,7 +339,8 @@ def test_mcp_config_connects_the_servers_for_the_run(tmp_path, flag):
         "command": sys.executable, "args": [str(server)], "env": {"PID_FILE": str(pid_file)}}}}))
     use = reply({"action_type": "USE_MCP_TOOL", "mcp_server_name": "demo", "tool_name": "echo",
                  "tool_args": {"text": "hi", "times": 2}})
-    out = anges("-q", "x", flag, "mcp.json", "--model", scripted(tmp_path, use, complete()), cwd=tmp_path)
+    out = anges("-q", "x", flag, "mcp.json", "--approval", "auto", "--model", scripted(tmp_path, use, complete()),
+                cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert '⚙ demo.echo {"text": "hi", "times": 2}' in out.stderr and "│ hi hi" in out.stderr
     stream = only_stream()

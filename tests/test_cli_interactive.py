@@ -12,10 +12,10 @@ import sys
 import termios
 import time
 
+from helpers import pids_running, sleep_token
 from test_cli import (
     ANGES,
     complete,
-    group_alive,
     only_stream,
     scripted,
     shell,
@@ -83,7 +83,8 @@ class Terminal:
 
 
 def test_interactive_session_follow_ups_ctrl_c_and_ctrl_d(tmp_path, anges_home):
-    model = scripted(tmp_path, complete("first answer"), shell("echo $$ > pid.txt; sleep 30"),
+    token = sleep_token()
+    model = scripted(tmp_path, complete("first answer"), shell(f"echo $$ > pid.txt; sleep {token}"),
                      complete("third answer"))
     term = Terminal(["-i", "--model", model], cwd=tmp_path)
     banner = term.expect("anges> ")
@@ -91,11 +92,11 @@ def test_interactive_session_follow_ups_ctrl_c_and_ctrl_d(tmp_path, anges_home):
     term.send("first task\r")
     assert "first answer" in term.expect("anges> ")
     term.send("a long task\r")
-    pgid = int(wait_for(tmp_path / "pid.txt"))
+    wait_for(tmp_path / "pid.txt")
     term.send("\x03")  # Ctrl-C while the command runs: stops the task, not the session
     stopped = term.expect("anges> ")
     assert "interrupted" in stopped and "Traceback" not in stopped
-    assert not group_alive(pgid)
+    assert not pids_running(token)
     term.send("third\r")
     assert "third answer" in term.expect("anges> ")
     term.send("\x04")  # Ctrl-D leaves

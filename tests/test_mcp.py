@@ -97,9 +97,14 @@ def http_url():
     proc.wait()
 
 
+TRUST_MCP = {"safety": {"rules": [{"action": "USE_MCP_TOOL", "match": "*", "decision": "allow"}]}}
+"""The test servers are trusted (by default an MCP tool needs approval)."""
+
+
 def make_agent(tmp_path, replies, manager, agent_class=DefaultAgent, **kwargs):
     model = ScriptedModel(replies)
-    agent = agent_class(inference_func=model, cmd_init_dir=tmp_path, config=load_config(), mcp=manager, **kwargs)
+    agent = agent_class(inference_func=model, cmd_init_dir=tmp_path, config=load_config(overrides=TRUST_MCP),
+                        mcp=manager, **kwargs)
     return agent, model
 
 
@@ -383,7 +388,7 @@ DRIVER = textwrap.dedent("""
     manager = MCPManager(load_mcp_servers(sys.argv[1]))  # no `with`: atexit must clean up
     nap = {"action_type": "USE_MCP_TOOL", "mcp_server_name": "demo", "tool_name": "nap", "tool_args": {"seconds": 60}}
     model = ScriptedModel([{"analysis": "", "reasoning": "", "actions": [nap]}])
-    agent = DefaultAgent(inference_func=model, config=load_config(), mcp=manager)
+    agent = DefaultAgent(inference_func=model, config=load_config(), mcp=manager, approval="auto")
     print("running", flush=True)
     agent.run_with_new_request("nap")
 """)

@@ -3,7 +3,7 @@
 import threading
 import time
 
-from helpers import process_alive, wait_for_pid
+from helpers import pids_running, sleep_token, wait_for_pid
 
 from anges.agents import Orchestrator
 from anges.config import load_config
@@ -189,11 +189,11 @@ def test_two_children_run_concurrently(tmp_path):
 
 
 def test_interrupt_during_grandchild_sleep_ends_every_stream(tmp_path):
-    pid_file = tmp_path / "pid"
+    pid_file, token = tmp_path / "pid", sleep_token()
     model = RoutedModel(
         orchestrator=[reply(child("NEW_CHILD_AGENT ORCHESTRATOR", "nested")),
                       reply(child("NEW_CHILD_AGENT TASK_EXECUTOR", "sleep"))],
-        task_executor=[shell(f"sleep 60 & echo $! > '{pid_file}'; wait")],
+        task_executor=[shell(f"sleep {token} & echo $! > '{pid_file}'; wait")],
     )
     agent = orchestrator(tmp_path, model)
     worker = threading.Thread(target=agent.run_with_new_request, args=("go",))
@@ -209,8 +209,7 @@ def test_interrupt_during_grandchild_sleep_ends_every_stream(tmp_path):
     grandchild = store.load(nested.events_list[2].data["agent_id"])
     for stream in (top, nested, grandchild):
         assert stream.events_list[-1].type == "task_interrupted", types(stream)
-    time.sleep(0.2)
-    assert not process_alive(int(pid_file.read_text()))
+    assert not pids_running(token)
 
 
 def test_tree_budget_stops_a_child(tmp_path):

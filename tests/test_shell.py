@@ -25,7 +25,7 @@ def is_running(pid: int) -> bool:
     """True if `pid` is a live process; zombies count as gone because PID 1 may never reap them."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except OSError:  # gone, or exiting as we read
         return False
     return stat[stat.rfind(")") + 2] not in "ZX"
 

@@ -942,9 +942,13 @@ def test_pictures_in_model_output_become_links_and_never_load():
     assert not any(value.startswith("javascript") for _, value in attributes)
 
 
-def test_a_chat_runs_with_the_mcp_servers_of_its_settings(auth, app, model, store, tmp_path):
+def test_a_chat_runs_with_the_mcp_servers_of_its_settings(auth, app, config, model, store, tmp_path):
     import sys
     from pathlib import Path
+
+    from anges.config import SafetyRule
+
+    config.safety.rules.append(SafetyRule("USE_MCP_TOOL", "demo.*", "allow"))  # trusted (MCP tools ask by default)
 
     server = Path(__file__).with_name("mcp_servers") / "stdio_server.py"
     servers = tmp_path / "mcp.json"

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from anges.config import AgentConfig
     from anges.events import Event
     from anges.parsing import Param, ParsedReply
+    from anges.sandbox import CommandRunner, SandboxSettings
 
 
 @dataclass
@@ -27,6 +28,12 @@ class ActionContext:
     secrets: list[str] = field(default_factory=list)
     env: dict[str, str] | None = None
     """The environment commands run with (model credentials removed unless passed through)."""
+    runner: CommandRunner | None = None
+    """The run's command runner this action's commands go through (None: this process starts them)."""
+    sandbox: SandboxSettings | None = None
+    """What the runner's sandbox allows; None when the command runs without one."""
+    escalated: bool = False
+    """The command was approved to run outside the sandbox."""
 
 
 class Action:

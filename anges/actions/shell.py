@@ -16,9 +16,11 @@ class RunShellCommand(Action):
         "command": Param(str, non_empty=True),
         "shell_cmd_timeout": Param(int, required=False),
         "run_in_background": Param(bool, required=False),
+        "escalate": Param(str, required=False, description="why the command must run outside the sandbox"),
     }
 
     def run(self, ctx: ActionContext, args: dict) -> Event:
+        from anges.sandbox import explain_block
         from anges.shell import run_command
 
         command = args["command"]
@@ -33,18 +35,25 @@ class RunShellCommand(Action):
             output_cap=ctx.config.shell_output_cap,
             interrupt_check=ctx.interrupt_check,
             secrets=ctx.secrets,
+            runner=ctx.runner,
+            log_cap=ctx.agent.config.safety.background_log_cap,
         )
         shown = command if len(command) <= 200 else command[:200] + "..."
+        blocked = explain_block(result, ctx.sandbox) if ctx.sandbox is not None else ""
+        facts = {"sandbox": ctx.sandbox.mode if ctx.sandbox is not None else "none", "escalated": ctx.escalated}
+        if blocked:
+            facts["blocked"] = blocked
         return Event(
             type="action",
-            content=format_result(result),
-            message=f"ran `{shown}`",
-            data={**result.to_data(), "action_type": self.type, "stdout": result.stdout, "stderr": result.stderr},
+            content=format_result(result, blocked),
+            message=f"ran `{shown}`" + (" outside the sandbox" if ctx.escalated else ""),
+            data={**result.to_data(), "action_type": self.type, "stdout": result.stdout, "stderr": result.stderr,
+                  **facts},
         )
 
 
-def format_result(result) -> str:
-    """The command's result as the model reads it."""
+def format_result(result, blocked: str = "") -> str:
+    """The command's result as the model reads it; `blocked` says how the sandbox likely caused a failure."""
     if result.pid is not None and result.exit_code is None and not (result.timed_out or result.interrupted):
         return (f"COMMAND: {result.command}\nStarted in the background: pid {result.pid}, "
                 f"output in {result.log_path}")
@@ -61,4 +70,7 @@ def format_result(result) -> str:
         parts.append(f"STDERR:\n{result.stderr}")
     if not result.stdout and not result.stderr:
         parts.append("(no output)")
+    if blocked:
+        parts.append(f"SANDBOX: {blocked}. If the task needs this, run the command again with `escalate` set to "
+                     "a one-line reason (a person decides); do not retry it unchanged.")
     return "\n".join(parts)

@@ -33,7 +33,9 @@ from anges.prompt import clip, format_event_stream, render_template
 from anges.store import EventStore, status_of, stream_status
 
 if TYPE_CHECKING:
+    from anges.approval import Permit
     from anges.mcp import MCPManager
+    from anges.safety import Runners, RunSafety
 
 MODEL_POLL_SECONDS = 0.1  # how often a pending model call looks for an interrupt
 
@@ -80,7 +82,7 @@ class BaseAgent:
                  auto_entitle: bool = False, *, config: Config | None = None, store: EventStore | None = None,
                  notes: Iterable[str] = (), message_handlers: Iterable[Callable] = (), budget: Budget | None = None,
                  agent_config: AgentConfig | None = None, actions: Iterable[Action] | None = None,
-                 mcp: MCPManager | None = None):
+                 mcp: MCPManager | None = None, approval: Callable | str | None = None):
         self.config = config or default_config()
         self.agent_config = agent_config or replace(self.config.agent(self.agent_type))
         if max_consecutive_actions_to_summarize is not None:
@@ -120,6 +122,11 @@ class BaseAgent:
         self._calls: CallThread | None = None
         self._facts: dict | None = None
         self._env: dict[str, str] | None = None
+        self.approval = approval
+        """Who answers an `ask`: a channel `f(ApprovalRequest) -> Decision`, or a mode: ask, auto, deny."""
+        self._safety: RunSafety | None = None
+        self._parent_safety: RunSafety | None = None
+        self._kept_runners: Runners | None = None
 
     # -- public API -------------------------------------------------------------------------------------------
 
@@ -127,6 +134,8 @@ class BaseAgent:
         """Record the request (new or follow-up) and work on it until the run ends; returns the stream."""
         from anges.shell import scrubbed_environment, secret_values
 
+        owns_safety = self._parent_safety is None
+        self._safety = self._parent_safety or self._new_safety()
         stream = self._open_stream(event_stream)
         self._interrupted.clear()
         self._interrupt_why = ""
@@ -146,8 +155,18 @@ class BaseAgent:
             self._state = RunState(request_index=len(stream.events_list), budget=budget)
             if first and self.auto_entitle:
                 self._entitle(task_description)
-            self._run()
+            try:
+                self._run()
+            finally:
+                if owns_safety:
+                    self._kept_runners = self._safety.end()  # every process of the run ends here
         return stream
+
+    def close(self) -> None:
+        """End the background jobs kept running after a run (`safety.keep_background`)."""
+        kept, self._kept_runners = self._kept_runners, None
+        if kept is not None:
+            kept.close()
 
     def handle_user_visible_messages(self, message: str) -> None:
         """Pass a user-visible message to every handler."""
@@ -160,11 +179,14 @@ class BaseAgent:
 
         cls = agent_class(agent_type)
         extra = {"remaining_depth": self.remaining_depth - 1} if agent_type == "orchestrator" else {}
-        return cls(parent_ids=self.parent_ids + [self.uid], inference_func=self.inference_func,
-                   event_stream=event_stream, cmd_init_dir=self.cmd_init_dir, prefix_cmd=self.prefix_cmd,
-                   interrupt_check=self._stop_requested, config=self.config, store=self.store,
-                   notes=self.user_notes, message_handlers=self.message_handlers,
-                   budget=self._state.budget if self._state else None, mcp=self.mcp, **extra)
+        child = cls(parent_ids=self.parent_ids + [self.uid], inference_func=self.inference_func,
+                    event_stream=event_stream, cmd_init_dir=self.cmd_init_dir, prefix_cmd=self.prefix_cmd,
+                    interrupt_check=self._stop_requested, config=self.config, store=self.store,
+                    notes=self.user_notes, message_handlers=self.message_handlers,
+                    budget=self._state.budget if self._state else None, mcp=self.mcp, approval=self.approval,
+                    **extra)
+        child._parent_safety = self._safety  # one sandbox, policy and approval channel for the whole tree
+        return child
 
     def interrupt(self, why: str = "") -> None:
         """Ask the running request to stop (the running command is killed); `why` (e.g. "SIGTERM") is recorded."""
@@ -182,6 +204,7 @@ class BaseAgent:
             platform=facts,
             notes=self.notes,
             history=format_event_stream(self.event_stream, self.config.prompt),
+            background_jobs=self._safety.job_lines() if self._safety else [],
             after_edit=bool(self.event_stream.events_list) and self.event_stream.events_list[-1].type == "edit_file",
             feedback=feedback,
             agent=self,
@@ -226,19 +249,32 @@ class BaseAgent:
 
     def _act(self, reply: ParsedReply) -> bool:
         actions = self._actions_by_type()
-        for args in reply.actions:
+        for index, args in enumerate(reply.actions):
             self._check_limits()
             self._count_repeats(args)
             action = actions[args["action_type"]]
-            if self._dispatch(action, reply, args):
+            permit = self._permit(action, args, reply, remaining=len(reply.actions) - index - 1)
+            if permit is None:
+                return False  # declined: the model reads why and plans again
+            if self._dispatch(action, reply, args, permit):
                 return True
         return False
 
-    def _dispatch(self, action: Action, reply: ParsedReply, args: dict) -> bool:
+    def _permit(self, action: Action, args: dict, reply: ParsedReply, remaining: int = 0) -> Permit | None:
+        """The gate's answer for one action; a declined action is recorded (with the reason) and None returned."""
+        gate = self._safety.gate
+        permit = gate.check(self, action.type, args)
+        if not permit.allowed or permit.request_id is not None:  # other approvals are facts on the action's event
+            event = gate.decided_event(self, action.type, permit, skipped=0 if permit.allowed else remaining)
+            event.reasoning = "" if permit.allowed else reply.reasoning
+            self._record(event)
+        return permit if permit.allowed else None
+
+    def _dispatch(self, action: Action, reply: ParsedReply, args: dict, permit: Permit | None = None) -> bool:
         try:
             if not is_builtin_style(action):
                 return self._dispatch_legacy(action, reply, args)
-            event = action.run(self._action_context(reply), args)
+            event = action.run(self._action_context(reply, permit), args)
         except (RunStopped, KeyboardInterrupt):
             raise
         except Exception as exc:  # an action's failure is a result the model sees, not the end of the run
@@ -249,6 +285,8 @@ class BaseAgent:
             return False
         event.reasoning = event.reasoning or reply.reasoning
         event.analysis = event.analysis or reply.analysis
+        if permit is not None and permit.facts():
+            event.data.setdefault("approval", permit.facts())
         if event.type == "task_completion":
             self._summarize_task()
         self._record(event)
@@ -500,7 +538,7 @@ class BaseAgent:
         """The guide of one built-in action, rendered from its `guide_template`."""
         return render_template(
             action.guide_template, self.config.prompt.template_dir, shell=self._prompt_facts()["shell"],
-            default_timeout=int(self.agent_config.shell_cmd_timeout),
+            sandbox=self._prompt_facts()["sandbox"], default_timeout=int(self.agent_config.shell_cmd_timeout),
             max_timeout=int(self.agent_config.max_shell_cmd_timeout), agent=self, action=action)
 
     def _add_mcp_action(self) -> None:
@@ -517,13 +555,22 @@ class BaseAgent:
             from anges.shell import find_shell
 
             self._facts = {"os": platform.system(), "shell": os.path.basename(find_shell()),
-                           "cwd": self.cmd_init_dir, "prefix_cmd": self.prefix_cmd}
+                           "cwd": self.cmd_init_dir, "prefix_cmd": self.prefix_cmd,
+                           "sandbox": self._safety.facts() if self._safety else None}
         return self._facts
 
-    def _action_context(self, reply: ParsedReply) -> ActionContext:
+    def _new_safety(self) -> RunSafety:
+        from anges.safety import RunSafety
+
+        return RunSafety(self.config.safety, self.cmd_init_dir, self.approval, runners=self._kept_runners)
+
+    def _action_context(self, reply: ParsedReply, permit: Permit | None = None) -> ActionContext:
+        runner = self._safety.runner_for(permit) if self._safety and permit else None
         return ActionContext(agent=self, config=self.agent_config, cwd=self.cmd_init_dir,
                              prefix_cmd=self.prefix_cmd, interrupt_check=self._stop_requested, reply=reply,
-                             record=self._record, secrets=self._secrets, env=self._env)
+                             record=self._record, secrets=self._secrets, env=self._env, runner=runner,
+                             sandbox=runner.settings if runner is not None else None,
+                             escalated=permit is not None and permit.escalate)
 
     def _legacy_run_config(self) -> dict:
         return {

@@ -38,7 +38,8 @@ class Orchestrator(BaseAgent):
             self._count_repeats(args)
         action = self._actions_by_type()[CallChildAgent.type]
         ctx = self._action_context(reply)
-        prepared = [action.prepare(ctx, args) for args in calls]
+        permitted = [args for args in calls if self._permit(action, args, reply) is not None]
+        prepared = [action.prepare(ctx, args) for args in permitted]
         runs = [p for p in prepared if isinstance(p, ChildRun)]
         workers = max(1, min(self.agent_config.max_concurrent_children, len(runs)))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="anges-child") as pool:

@@ -1,0 +1,122 @@
+"""A run's safety: the sandbox its commands run in, the policy, the approval gate; shared with its child agents."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable
+
+from anges.approval import MODES, Gate, Permit
+from anges.config import SafetyConfig
+from anges.exceptions import ConfigError
+from anges.policy import Policy
+from anges.sandbox import CommandRunner, Job, SandboxSettings, availability
+
+
+def approval_mode(configured: str, approval: Callable | str | None) -> tuple[str, Callable | None]:
+    """The approval mode and channel. `approval` (from code) is a mode, or a channel used unless the configured
+    mode (`safety.approval`, --approval) is auto or deny.
+
+    With no mode configured it is `ask`: a channel answers, or, without one, every request is declined at once
+    ("no one can answer here"), never left hanging.
+    """
+    if isinstance(approval, str):  # given in code: it wins over the config
+        if approval not in MODES:
+            raise ConfigError(f"approval must be one of {', '.join(MODES)} or a callable, got {approval!r}")
+        return approval, None
+    if approval is not None and not callable(approval):
+        raise ConfigError(f"approval must be one of {', '.join(MODES)} or a callable, got {type(approval).__name__}")
+    return configured or "ask", approval
+
+
+class Runners:
+    """The run's runner processes, started on first use: one in the sandbox, one for commands let out of it."""
+
+    def __init__(self, cwd: str, settings: SandboxSettings, bwrap: str, log_cap: int):
+        self.cwd = cwd
+        self.settings = settings
+        self.bwrap = bwrap
+        self.log_cap = log_cap
+        self._runners: dict[bool, CommandRunner] = {}
+        self._lock = threading.Lock()
+
+    def get(self, sandboxed: bool) -> CommandRunner | None:
+        """The runner for sandboxed or unsandboxed commands; None off Linux, where this process runs them itself."""
+        if not sys.platform.startswith("linux"):
+            return None
+        with self._lock:  # child agents may ask at the same moment
+            if sandboxed not in self._runners:
+                settings = self.settings if sandboxed else None
+                self._runners[sandboxed] = CommandRunner(self.cwd, settings, self.bwrap, self.log_cap)
+            return self._runners[sandboxed]
+
+    def jobs(self) -> list[Job]:
+        """Every background job of the run."""
+        return [job for runner in self._runners.values() for job in runner.jobs]
+
+    def end(self, keep_jobs: bool) -> bool:
+        """End the run's processes; with `keep_jobs`, running background jobs stay (True when some did)."""
+        if keep_jobs and any(job.status() == "running" for job in self.jobs()):
+            for runner in self._runners.values():
+                runner.end_processes(keep_jobs=True)
+            return True
+        self.close()
+        return False
+
+    def close(self) -> None:
+        """End every process of the run and the runners; remove their scratch files."""
+        with self._lock:
+            runners, self._runners = list(self._runners.values()), {}
+        for runner in runners:
+            runner.close()
+
+
+class RunSafety:
+    """The sandbox, policy and approval gate of one run (its child agents use the same)."""
+
+    def __init__(self, safety: SafetyConfig, cwd: str, approval: Callable | str | None = None,
+                 runners: Runners | None = None):
+        self.config = safety
+        self.settings = SandboxSettings.for_run(safety, cwd)
+        found = availability() if self.settings.enabled else None
+        self.sandboxed = found is not None and found.ok
+        if found is None:
+            self.unsandboxed_reason = "the sandbox is off (safety.sandbox: off)"
+        else:
+            self.unsandboxed_reason = "" if found.ok else f"the sandbox is not available: {found.reason}"
+        self.policy = Policy(safety, self.settings, cwd, self.sandboxed, self.unsandboxed_reason)
+        mode, channel = approval_mode(safety.approval, approval)
+        self.gate = Gate(self.policy, mode, channel)
+        self.runners = runners or Runners(cwd, self.settings, found.bwrap if found else "", safety.background_log_cap)
+
+    def runner_for(self, permit: Permit) -> CommandRunner | None:
+        """The runner a permitted command runs with: the sandbox's, or the unsandboxed one when it escalated."""
+        return self.runners.get(sandboxed=self.sandboxed and not permit.escalate)
+
+    def end(self) -> Runners | None:
+        """End the run's processes; returns the runners when background jobs are kept running."""
+        return self.runners if self.runners.end(keep_jobs=self.config.keep_background) else None
+
+    def facts(self) -> dict:
+        """What the prompt's Environment section says about the sandbox."""
+        home = os.path.expanduser("~")
+        short = [("~" + p[len(home):]) if p.startswith(home + os.sep) else p for p in self.settings.hidden]
+        return {"mode": self.settings.mode, "sandboxed": self.sandboxed, "writable": list(self.settings.writable),
+                "network": self.settings.network, "hidden": short, "reason": self.unsandboxed_reason,
+                "approval": self.gate.mode if self.gate.mode != "ask" or self.gate.channel else "deny",
+                "keep_background": self.config.keep_background}
+
+    def job_lines(self) -> list[dict]:
+        """The background jobs, as the prompt lists them on every step."""
+        lines = []
+        for job in self.runners.jobs():
+            try:
+                size = os.path.getsize(job.log_path)
+            except OSError:
+                size = 0
+            command = " ".join(job.command.split())
+            lines.append({"pid": job.pid, "command": command if len(command) <= 120 else command[:119] + "…",
+                          "status": job.status(), "log_path": job.log_path, "log_bytes": size})
+        return lines
+

@@ -1,0 +1,93 @@
+"""The approval prompt of `anges` on a real pseudo-terminal: y, n, a, t, Ctrl-C, and the spinner held back."""
+
+import json
+
+from test_cli import complete, edit, only_stream, scripted, shell, types
+from test_cli_interactive import SGR, Terminal
+
+from anges.transcript import SPINNER_FRAMES
+
+RULES = "safety:\n  rules:\n    - {action: RUN_SHELL_CMD, match: 'echo ask-*', decision: ask, reason: the test asks}\n"
+PROMPT = "allow? [y]es, [n]o, [a]lways, [t]ell the agent why: "
+
+
+def start(tmp_path, *replies):
+    (tmp_path / "rules.yaml").write_text(RULES)
+    return Terminal(["-q", "task", "--config", "rules.yaml", "--model", scripted(tmp_path, *replies)], cwd=tmp_path)
+
+
+def test_the_prompt_answers_yes_no_always_and_tell(tmp_path):
+    term = start(tmp_path, shell("echo ask-yes > y.txt"), shell("echo ask-no > n.txt"), shell("echo ask-tell > t.txt"),
+                 shell("echo ask-always-1 > a1.txt"), shell("echo ask-always-2 > a2.txt"), complete("finished"))
+
+    shown = term.expect(PROMPT)
+    assert "RUN_SHELL_CMD needs your approval — the test asks [safety.rules[0]]" in shown
+    assert "│ echo ask-yes > y.txt" in shown and "always = for the rest of this run" in shown
+    term._read(0.5)  # the spinner would redraw every 0.1 s if it were not held back
+    assert not any(frame in term.output[term.position:] for frame in SPINNER_FRAMES)
+    term.send("y\r")
+    assert "echo ask-no" in term.expect(PROMPT)
+    term.send("n\r")
+    assert "echo ask-tell" in term.expect(PROMPT)
+    term.send("t\r")
+    term.expect("tell the agent: ")
+    term.send("use the Makefile\r")
+    assert "echo ask-always-1" in term.expect(PROMPT)
+    term.send("a\r")
+    assert PROMPT not in term.expect("finished")  # ask-always-2 matches the same rule: not asked again
+    assert term.wait() == 0
+
+    assert sorted(p.name for p in tmp_path.glob("*.txt")) == ["a1.txt", "a2.txt", "y.txt"]
+    decided = [e.data for e in only_stream().events_list if e.type == "approval_decided"]
+    assert [(d["subject"].split()[1], d["decision"], d["always"], d["by"]) for d in decided] == [
+        ("ask-yes", "allow", False, "terminal"), ("ask-no", "deny", False, "terminal"),
+        ("ask-tell", "deny", False, "terminal"), ("ask-always-1", "allow", True, "terminal")]
+    assert decided[2]["feedback"] == "use the Makefile"
+    assert "✗ declined by you: RUN_SHELL_CMD echo ask-no > n.txt" in SGR.sub("", term.output)
+
+
+def test_an_edit_outside_the_workspace_shows_its_diff(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "settings.ini").write_text("debug = false\n")
+    term = start(work, edit(f"REPLACE_LINES {tmp_path}/settings.ini 1-1", "debug = true"), complete("edited"))
+
+    shown = term.expect(PROMPT)
+    assert "EDIT_FILE needs your approval — outside the writable paths" in shown
+    assert "│ -debug = false" in shown and "│ +debug = true" in shown
+    assert (tmp_path / "settings.ini").read_text() == "debug = false\n"
+    term.send("y\r")
+    term.expect("edited")
+    assert term.wait() == 0
+    assert (tmp_path / "settings.ini").read_text() == "debug = true\n"
+
+
+def test_ctrl_c_at_the_prompt_interrupts_the_run(tmp_path):
+    term = start(tmp_path, shell("echo ask-me > x.txt"), complete())
+    term.expect(PROMPT)
+    term.send("\x03")
+    assert term.wait() == 4
+    stream = only_stream()
+    assert types(stream) == ["new_request", "approval_requested", "approval_decided", "task_interrupted"]
+    assert stream.events_list[2].data["decision"] == "cancelled" and not (tmp_path / "x.txt").exists()
+    assert json.dumps(stream.events_list[-1].data["reason"]) == '"interrupt"'
+
+
+def test_without_bwrap_the_cli_says_so_once_and_every_command_needs_approval(tmp_path):
+    import os
+
+    from test_cli import anges
+
+    env = {**os.environ, "PATH": str(tmp_path / "empty-bin")}
+    steps = (shell("echo one > 1.txt"), shell("echo two > 2.txt"), complete())
+    declined = anges("-q", "task", "--model", scripted(tmp_path, *steps), cwd=tmp_path, env=env)
+    assert not list(tmp_path.glob("*.txt"))
+    allowed = anges("-q", "task", "--approval", "auto", "--model", scripted(tmp_path, *steps, name="b.json"),
+                    cwd=tmp_path, env=env)
+
+    assert declined.returncode == 0, declined.stderr
+    assert declined.stderr.count("the sandbox is not available: bwrap was not found on PATH") == 1
+    assert "add --approval auto" in declined.stderr
+    assert "declined (no one can approve here): RUN_SHELL_CMD echo one > 1.txt" in declined.stderr
+    assert allowed.returncode == 0 and (tmp_path / "1.txt").exists() and (tmp_path / "2.txt").exists()
+    assert "not available" in allowed.stderr and "add --approval auto" not in allowed.stderr
