@@ -174,14 +174,16 @@ def test_terminal_gets_colour_and_a_spinner_unless_no_color(tmp_path):
 
 
 def test_sigterm_during_an_interactive_task_stops_it_and_ends_the_session(tmp_path):
-    model = scripted(tmp_path, shell("echo $$ > pid.txt; sleep 30"), complete("never"))
+    token = sleep_token()
+    model = scripted(tmp_path, shell(f"echo $$ > pid.txt; sleep {token}"), complete("never"))
     term = Terminal(["-i", "--model", model], cwd=tmp_path)
     term.expect("anges> ")
     term.send("a long task\r")
-    pgid = int(wait_for(tmp_path / "pid.txt"))
+    wait_for(tmp_path / "pid.txt")
+    assert pids_running(token)
     os.kill(term.pid, 15)  # SIGTERM: a service manager stopping us, not a person pressing Ctrl-C
     assert term.wait() == 4
     assert "anges> " not in term.output[term.position:]
-    assert not group_alive(pgid)
+    assert not pids_running(token)
     last = only_stream().events_list[-1]
     assert last.type == "task_interrupted" and last.data["by"] == "SIGTERM"
