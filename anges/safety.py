@@ -100,10 +100,8 @@ class RunSafety:
 
     def facts(self) -> dict:
         """What the prompt's Environment section says about the sandbox."""
-        home = os.path.expanduser("~")
-        short = [("~" + p[len(home):]) if p.startswith(home + os.sep) else p for p in self.settings.hidden]
         return {"mode": self.settings.mode, "sandboxed": self.sandboxed, "writable": list(self.settings.writable),
-                "network": self.settings.network, "hidden": short, "reason": self.unsandboxed_reason,
+                "network": self.settings.network, "reason": self.unsandboxed_reason,
                 "approval": self.gate.mode if self.gate.mode != "ask" or self.gate.channel else "deny",
                 "keep_background": self.config.keep_background}
 

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import pids_running, sleep_token
 from wire_servers import TEST_KEY
 
 from anges.agents import DefaultAgent
@@ -152,10 +153,11 @@ def anges(*args, cwd):
 
 
 def test_a_run_killed_with_sigkill_reads_interrupted_and_resumes(tmp_path):
-    model = scripted(tmp_path, {"action_type": "RUN_SHELL_CMD", "command": "echo $$ > pid.txt; sleep 30"})
+    token = sleep_token()
+    model = scripted(tmp_path, {"action_type": "RUN_SHELL_CMD", "command": f"echo $$ > pid.txt; sleep {token}"})
     proc = subprocess.Popen([*ANGES, "-q", "wait", "--model", model], cwd=tmp_path, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    command_group = int(wait_for_text(tmp_path / "pid.txt"))
+    wait_for_text(tmp_path / "pid.txt")
     store = EventStore()
     uid = only_stream().uid
     assert store.info(uid).status == "running"
@@ -165,7 +167,8 @@ def test_a_run_killed_with_sigkill_reads_interrupted_and_resumes(tmp_path):
 
     proc.kill()
     proc.wait()
-    os.killpg(command_group, signal.SIGKILL)
+    for pid in pids_running(token):  # the run's own processes end with it (issue 12); never leave one behind
+        os.kill(pid, signal.SIGKILL)
 
     assert store.info(uid).status == "interrupted" and store.owner(uid) is None
     listed = anges("list", cwd=tmp_path)
