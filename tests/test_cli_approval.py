@@ -5,7 +5,7 @@ import json
 from test_cli import complete, edit, only_stream, scripted, shell, types
 from test_cli_interactive import SGR, Terminal
 
-from anges.transcript import SPINNER_FRAMES
+from anges.terminal import SPINNER_FRAMES
 
 RULES = "safety:\n  rules:\n    - {action: RUN_SHELL_CMD, match: 'echo ask-*', decision: ask, reason: the test asks}\n"
 PROMPT = "allow? [y]es, [n]o, [a]lways, [t]ell the agent why: "

@@ -24,20 +24,21 @@ from anges.actions import (
     is_builtin_style,
 )
 from anges.budget import Budget
+from anges.clipping import cap_event, clip
 from anges.config import AgentConfig, Config, default_config
 from anges.events import RETURN_TO_PARENT_EVENT_TYPES, Event, EventStream, new_id, title_from
 from anges.exceptions import FormatError, ModelError, ModelReplyError, ModelSetupError, RunStopped
+from anges.masking import mask_event, mask_secrets
 from anges.models.cancel import CallThread, CancelToken
-from anges.parsing import ParsedReply, parse_reply
-from anges.prompt import clip, format_event_stream, render_template
+from anges.parsing import ParsedReply, parse_reply, strip_thinking
+from anges.prompt import format_event_stream, render_template
 from anges.store import EventStore, status_of, stream_status
+from anges.waiting import wait_for
 
 if TYPE_CHECKING:
     from anges.approval import Permit
     from anges.mcp import MCPManager
     from anges.safety import Runners, RunSafety
-
-MODEL_POLL_SECONDS = 0.1  # how often a pending model call looks for an interrupt
 
 
 class AgentMessage(str):
@@ -132,7 +133,8 @@ class BaseAgent:
 
     def run_with_new_request(self, task_description: str, event_stream: EventStream | None = None) -> EventStream:
         """Record the request (new or follow-up) and work on it until the run ends; returns the stream."""
-        from anges.shell import scrubbed_environment, secret_values
+        from anges.masking import secret_values
+        from anges.shell import scrubbed_environment
 
         owns_safety = self._parent_safety is None
         self._safety = self._parent_safety or self._new_safety()
@@ -300,8 +302,8 @@ class BaseAgent:
         added = stream.events_list[before:]
         for event in added:
             self._attach_usage(event)
-            _mask_event(event, self._secrets)
-            _cap_event(event, self.agent_config.event_text_cap)
+            mask_event(event, self._secrets)
+            cap_event(event, self.agent_config.event_text_cap)
             self.status = status_of(event.type) or self.status
         self.store.sync(stream)
         return result is not None or any(e.type in RETURN_TO_PARENT_EVENT_TYPES for e in added)
@@ -371,13 +373,12 @@ class BaseAgent:
         if pending is None:  # no thread yet, or it ended while idle
             self._calls = CallThread(f"anges-model-{self.uid}")
             pending = self._calls.start(call, token)
-        while not pending.wait(MODEL_POLL_SECONDS):
-            if self._interrupt_requested() or self._state.budget.expired():
-                token.cancel()
-                self._calls.close()
-                self._calls = None
-                self._check_limits()
-                raise RunStopped("interrupt", "the run was interrupted")  # a stop that `_check_limits` did not see
+        if wait_for(pending.wait, lambda: self._interrupt_requested() or self._state.budget.expired()) == "stopped":
+            token.cancel()
+            self._calls.close()
+            self._calls = None
+            self._check_limits()
+            raise RunStopped("interrupt", "the run was interrupted")  # a stop that `_check_limits` did not see
         return pending.result()
 
     def _account(self, reply: str, attach: bool) -> None:
@@ -436,8 +437,8 @@ class BaseAgent:
 
     def _record(self, event: Event) -> None:
         self._attach_usage(event)
-        _mask_event(event, self._secrets)
-        _cap_event(event, self.agent_config.event_text_cap)
+        mask_event(event, self._secrets)
+        cap_event(event, self.agent_config.event_text_cap)
         self.event_stream.add_event(event)
         self.store.sync(self.event_stream)
         self.status = status_of(event.type) or self.status
@@ -509,7 +510,7 @@ class BaseAgent:
     def _entitle(self, request: str) -> None:
         prompt = render_template("title.j2", self.config.prompt.template_dir, request=request[:2000])
         try:
-            title = self._call_model(prompt)
+            title = strip_thinking(str(self._call_model(prompt)).strip())
         except (ModelError, RunStopped, FormatError) as exc:
             self.logger.info("no title: %s", exc)
             return
@@ -520,8 +521,6 @@ class BaseAgent:
 
     def _masked_title(self, text: str) -> str:
         """A one-line title from `text`, its secrets masked before it is cut (so no fragment of one is left)."""
-        from anges.shell import mask_secrets
-
         return title_from(mask_secrets(text, self._secrets))
 
     # -- plumbing ---------------------------------------------------------------------------------------------
@@ -587,48 +586,6 @@ class BaseAgent:
             "store": self.store,
             "agent": self,
         }
-
-
-def _mask_event(event: Event, secrets: list[str]) -> None:
-    """Replace known secret values in every text field of an event, structured data included."""
-    if not secrets:
-        return
-    from anges.shell import mask_secrets
-
-    for name in ("content", "message", "reasoning", "analysis"):
-        setattr(event, name, mask_secrets(getattr(event, name) or "", secrets))
-    data = json.dumps(event.data)
-    if any(secret in data for secret in secrets):
-        event.data = json.loads(mask_secrets(data, secrets))
-
-
-def _cap_event(event: Event, limit: int) -> None:
-    """Cut every text of an event to `limit` characters (after masking, so no secret is split); a diff past it
-    becomes the number of lines it changes."""
-    if limit <= 0:
-        return
-    diff = event.data.get("diff")
-    if isinstance(diff, str) and len(diff) > limit:
-        from anges.fileedit import summarize_diff
-
-        summary = summarize_diff(diff)
-        event.data["diff"] = summary
-        event.content = (event.content or "").replace(diff, summary)
-    for name in ("content", "message", "reasoning", "analysis"):
-        text = getattr(event, name)
-        if isinstance(text, str) and len(text) > limit:
-            setattr(event, name, clip(text, limit))
-    event.data = _clip_texts(event.data, limit)
-
-
-def _clip_texts(value, limit: int):
-    if isinstance(value, str):
-        return clip(value, limit)
-    if isinstance(value, dict):
-        return {key: _clip_texts(item, limit) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_clip_texts(item, limit) for item in value]
-    return value
 
 
 def _jsonable(details: dict) -> dict:
