@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import anges.records
-from anges.events import Event, EventStream, EventSummary
+from anges.events import Event, EventStream, EventSummary, ShellRun
 from anges.exceptions import AngesError, InvalidStreamId, StreamBusy, StreamExists, StreamNotFound
 from anges.store import FORMAT, EventStore, StreamInfo
 
@@ -758,3 +758,71 @@ def test_a_loaded_stream_finds_its_children_with_its_stores_loader(tmp_path):
     store.sync(parent)
     flat = store.load("mom").get_event_list_including_children_events(load=store.load)
     assert [e.content for e in flat] == ["echo 0", "", "echo 1", "child done"]
+
+
+# --- format 2: a command's output stored once; format-1 files ---------------------------------------------------
+
+
+def command_event(output: str) -> Event:
+    event = Event("action", reasoning="list them", data={"command": "ls -l", "exit_code": 0, "stdout": output,
+                                                         "stderr": "", "duration": 0.01, "timed_out": False,
+                                                         "interrupted": False, "pid": None, "log_path": None})
+    event.content = ShellRun.of(event).text()
+    return event
+
+
+def test_a_commands_output_is_stored_once_and_every_reader_gets_the_text_the_model_read(store):
+    output = "".join(f"line {n:04d}\n" for n in range(200))
+    stream = EventStream(uid="cmds")
+    stream.add_event(command_event(output))
+    store.sync(stream)
+    record = lines(store, "cmds")[-1]
+    assert "content" not in record and record["data"]["stdout"] == output
+    assert (store.root / "cmds.jsonl").read_bytes().count(b"line 0042") == 1
+    expected = stream.events_list[0].content
+    assert expected.startswith("COMMAND: ls -l\nEXIT CODE: 0\nSTDOUT:\nline 0000")
+    assert store.load("cmds").events_list[0].content == expected
+    assert store.export("cmds")["events_list"][0]["content"] == expected  # the 0.1.x form stays readable
+    assert Event.from_dict(store.read_records("cmds")[0][-1]).content == expected
+
+
+def test_a_content_that_is_not_its_facts_rendered_is_kept(store):
+    stream = EventStream(uid="kept")
+    stream.add_event(command_event("out\n"))
+    stream.events_list[0].content += "\n(noted by a 0.1.x action)"
+    store.sync(stream)
+    assert lines(store, "kept")[-1]["content"].endswith("(noted by a 0.1.x action)")
+    assert store.load("kept").to_dict() == stream.to_dict()
+
+
+def test_a_format_1_file_is_read_as_it_is_and_rewritten_in_the_current_format_at_its_next_write(store):
+    old = command_event("hello\n")
+    header = {"kind": "header", "format": 1, "uid": "old1", "created_at": "2026-01-02T03:04:05",
+              "parent_event_stream_uids": [], "agent_type": "default", "title": "From 0.2.0"}
+    body = [header, {"kind": "event", "index": 0, **Event("new_request", content="hi").to_dict()},
+            {"kind": "event", "index": 1, **old.to_dict()}]
+    store.root.mkdir(parents=True)
+    path = store.root / "old1.jsonl"
+    path.write_text("".join(json.dumps(record) + "\n" for record in body))
+    before = path.read_bytes()
+    loaded = store.load("old1")
+    assert [e.content for e in loaded.events_list] == ["hi", old.content]
+    assert store.info("old1").title == "From 0.2.0" and path.read_bytes() == before  # reading writes nothing
+    loaded.add_event(Event("task_completion", content="done"))
+    store.sync(loaded)
+    written = lines(store, "old1")
+    assert written[0]["format"] == FORMAT == 2 and [r["index"] for r in written[1:]] == [0, 1, 2]
+    assert "content" not in written[2]
+    assert store.load("old1").to_dict() == loaded.to_dict()
+
+
+def test_a_format_1_meta_file_still_serves_listings(store, monkeypatch):
+    store.sync(new_stream(1, uid="meta1", title="Listed"))
+    meta = store.root / "meta1.meta.json"
+    meta.write_text(meta.read_text().replace(f'"format":{FORMAT}', '"format":1'))
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the meta file was rebuilt")
+
+    monkeypatch.setattr(anges.records, "build", forbidden)
+    assert [info.title for info in store.list()] == ["Listed"]
