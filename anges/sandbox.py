@@ -72,9 +72,11 @@ class SandboxSettings:
         return any(_inside(real, root) for root in self.writable)
 
     def is_hidden(self, path: str) -> bool:
-        """True when `path` (resolved) is or lies under a hidden path."""
+        """True when `path` (resolved) is or lies under a hidden path, and not in a writable directory inside it."""
         real = _resolve(path)
-        return any(_inside(real, hidden) for hidden in self.hidden)
+        return any(_inside(real, hidden) and not any(_inside(real, root) and _inside(root, hidden)
+                                                     for root in self.writable)
+                   for hidden in self.hidden)
 
 
 @dataclass(frozen=True)
@@ -140,13 +142,24 @@ def bwrap_argv(bwrap: str, settings: SandboxSettings, cwd: str, visible: list[st
     real_cwd = _resolve(cwd)
     if not any(_inside(real_cwd, root) for root in settings.writable):
         visible = [real_cwd, *visible]  # read-only mode: the working directory is still there to read
+    shown = (*settings.writable, *visible)
+    # A hidden directory that holds the work (a batch's work dirs are in ANGES_HOME) stays hidden but for the
+    # work: an empty tmpfs, the work bound into it, then made read-only (parents first, so children nest in it).
+    around = sorted((path for path in settings.hidden if os.path.isdir(path)
+                     and any(_inside(root, path) and root != path for root in shown)), key=len)
+    for path in around:
+        argv += ["--tmpfs", path]
     for path in settings.writable:
         argv += ["--bind", path, path]
     for path in visible:
         argv += ["--ro-bind", path, path]
+    for path in around:
+        argv += ["--remount-ro", path]
     for path in settings.hidden:
-        if any(_inside(root, path) for root in (*settings.writable, *visible)):
-            continue  # the user works inside it: hiding it would hide the work
+        if path in around or path in shown:
+            continue  # the work itself is never hidden
+        if any(_inside(path, outer) for outer in around) and not any(_inside(path, root) for root in shown):
+            continue  # already hidden with the directory around it
         if os.path.isdir(path):
             argv += ["--tmpfs", path, "--remount-ro", path]
         else:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import process_alive, wait_for_pid
+from helpers import pids_running, sleep_token
 
 from anges.batch.state import BatchState
 from anges.batch.tasks import TaskSpec, batch_id_for, load_tasks
@@ -51,9 +51,20 @@ def task_file(folder: Path, *tasks, name="tasks.jsonl") -> Path:
     return path
 
 
-def batch(*args, cwd, timeout=120):
+def batch(*args, cwd, timeout=120, env=None):
     return subprocess.run([*ANGES, "batch", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          check=False)
+                          check=False, env=env)
+
+
+def config_file(folder: Path, text: str, name="batch-config.yaml") -> str:
+    path = folder / name
+    path.write_text(text)
+    return str(path)
+
+
+def writable(folder: Path, *paths: Path) -> str:
+    """A config file for the batch that lets its sandboxed commands write `paths` (and see them: /tmp is private)."""
+    return config_file(folder, "safety:\n  writable_paths: [" + ", ".join(json.dumps(str(p)) for p in paths) + "]\n")
 
 
 def results_of(path: Path) -> dict:
@@ -150,15 +161,17 @@ def test_the_batch_id_comes_from_the_task_files_name_and_place(tmp_path):
 # --- running -------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.sandbox
 def test_workers_run_tasks_in_fresh_copies_and_results_say_how_each_ended(tmp_path):
     template = tmp_path / "template"
     template.mkdir()
     (template / "seed.txt").write_text("from the template\n")
     shared = tmp_path / "shared"
     shared.mkdir()
-    # Each run marks itself running in `shared`, counts the runs marked there, waits a little, then unmarks.
-    work = (f"touch {shared}/run.$$; sleep 0.6; ls {shared} | grep -c '^run' >> {shared}/counts; "
-            f"rm {shared}/run.$$; cat seed.txt made-by-setup >> out.txt; pwd >> out.txt")
+    # Each run marks itself running in `shared` (writable through the batch's config), counts the runs marked
+    # there, waits a little, then unmarks. A run is named by its folder ($$ is the sandbox's own pid).
+    work = (f"touch {shared}/run.$(basename $PWD); sleep 0.6; ls {shared} | grep -c '^run' >> {shared}/counts; "
+            f"rm {shared}/run.$(basename $PWD); cat seed.txt made-by-setup >> out.txt; pwd >> out.txt")
     ok = script(tmp_path, "ok.json", shell(work), complete("All done."))
     stuck = script(tmp_path, "stuck.json", help_needed("Which database?"))
     path = task_file(
@@ -168,7 +181,8 @@ def test_workers_run_tasks_in_fresh_copies_and_results_say_how_each_ended(tmp_pa
         {"id": "stuck", "task": "needs a person", "model": stuck},
         {"id": "broken", "task": "bad setup", "setup": "echo no such thing >&2; exit 3"},
     )
-    out = batch(str(path), "--model", ok, "--workers", "2", "-o", str(tmp_path / "results.jsonl"), cwd=tmp_path)
+    out = batch(str(path), "--model", ok, "--workers", "2", "-o", str(tmp_path / "results.jsonl"),
+                "--config", writable(tmp_path, shared), cwd=tmp_path)
     assert out.returncode == 5, out.stderr  # some tasks did not succeed
     batch_id = batch_id_for(path)
 
@@ -194,11 +208,12 @@ def test_workers_run_tasks_in_fresh_copies_and_results_say_how_each_ended(tmp_pa
     assert [line[:2] for line in summary] == [["succeeded", "4"], ["failed", "2"], ["total", "6"]]
 
 
+@pytest.mark.sandbox
 def test_running_the_batch_again_skips_finished_tasks_and_retry_failed_reruns_failed_ones(tmp_path):
     flaky = tmp_path / "flaky"
     flaky.write_text("fail")
-    # The task fails while the file says so (the agent gives up), else completes.
-    model = script(tmp_path, "r.json", shell(f"cat {flaky}"), complete())
+    # The task fails while the file says so (its setup command, which is not sandboxed, reads it), else completes.
+    model = script(tmp_path, "r.json", shell("ls"), complete())
     path = task_file(tmp_path, {"id": "good", "task": "fine", "max_steps": 5},
                      {"id": "bad", "task": "flaky", "setup": f"! grep -q fail {flaky}"})
     first = batch(str(path), "--model", model, cwd=tmp_path)
@@ -221,6 +236,7 @@ def test_running_the_batch_again_skips_finished_tasks_and_retry_failed_reruns_fa
     assert {row["id"]: row["status"] for row in rows.values()} == {"good": "completed", "bad": "completed"}
 
 
+@pytest.mark.sandbox
 def test_a_task_timeout_stops_its_run(tmp_path):
     model = script(tmp_path, "r.json", shell("sleep 30"), complete())
     path = task_file(tmp_path, {"id": "slow", "task": "wait", "timeout": 1})
@@ -232,6 +248,7 @@ def test_a_task_timeout_stops_its_run(tmp_path):
     assert out.returncode == 5
 
 
+@pytest.mark.sandbox
 def test_list_batch_shows_the_runs_of_one_batch(tmp_path):
     model = script(tmp_path, "r.json", complete())
     subprocess.run([*ANGES, "-q", "not in a batch", "--model", model], cwd=tmp_path, capture_output=True, check=True)
@@ -249,6 +266,7 @@ def test_list_batch_shows_the_runs_of_one_batch(tmp_path):
     assert "no streams of batch 'other'" in none.stderr
 
 
+@pytest.mark.sandbox
 def test_on_a_terminal_the_progress_and_summary_use_rich(tmp_path):
     import pty
 
@@ -277,43 +295,51 @@ def test_on_a_terminal_the_progress_and_summary_use_rich(tmp_path):
 # --- stopping and resuming -----------------------------------------------------------------------------------
 
 
-def stoppable_tasks(tmp_path, count):
-    """Tasks that wait (pid in pids/ID) until `go` exists; then they finish at once."""
-    pids = tmp_path / "pids"
-    pids.mkdir()
-    go = tmp_path / "go"
-    command = f"test -f {go} || {{ echo $$ > {pids}/$(basename $PWD); sleep 300; }}"
-    model = script(tmp_path, "r.json", shell(command), complete())
-    path = task_file(tmp_path, *({"id": f"t{i}", "task": f"wait {i}"} for i in range(count)))
-    return path, model, pids, go
+class Stoppable:
+    """Tasks whose command waits (a `sleep` found by its token) until `go` exists, then finishes at once.
+
+    The signals folder is outside the work dirs, so the batch's config makes it writable for the sandbox.
+    """
+
+    def __init__(self, tmp_path: Path, count: int):
+        self.signals = tmp_path / "signals"
+        self.signals.mkdir()
+        self.token = sleep_token()
+        go, started = self.signals / "go", self.signals / "started-$(basename $PWD)"
+        command = f"test -f {go} || {{ touch {started}; sleep {self.token}; }}"
+        model = script(tmp_path, "r.json", shell(command), complete())
+        self.path = task_file(tmp_path, *({"id": f"t{i}", "task": f"wait {i}"} for i in range(count)))
+        self.args = [str(self.path), "--model", model, "--config", writable(tmp_path, self.signals)]
+
+    def wait_started(self, count: int) -> None:
+        """Wait until `count` tasks wait in their command (seen from the host, so the stop has something to end)."""
+        deadline = time.monotonic() + 30
+        while len(list(self.signals.glob("started-*"))) < count or not pids_running(self.token):
+            assert time.monotonic() < deadline, "the tasks never started"
+            time.sleep(0.05)
+
+    def wait_gone(self, timeout: float = 15) -> None:
+        deadline = time.monotonic() + timeout
+        while pids_running(self.token):
+            assert time.monotonic() < deadline, "a task's command outlived the stop"
+            time.sleep(0.05)
+
+    def go(self) -> None:
+        (self.signals / "go").write_text("go")
 
 
-def wait_for_running_pids(pids: Path, count: int) -> list[int]:
-    deadline = time.monotonic() + 30
-    while len(list(pids.iterdir())) < count:
-        assert time.monotonic() < deadline, "the tasks never started"
-        time.sleep(0.05)
-    return [wait_for_pid(file) for file in pids.iterdir()]
-
-
-def wait_gone(pids: list[int], timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while any(process_alive(pid) for pid in pids):
-        assert time.monotonic() < deadline, "a task's command outlived the stop"
-        time.sleep(0.05)
-
-
+@pytest.mark.sandbox
 def test_ctrl_c_stops_every_running_task_and_the_same_command_resumes_the_batch(tmp_path):
-    path, model, pids, go = stoppable_tasks(tmp_path, 4)
-    proc = subprocess.Popen([*ANGES, "batch", str(path), "--model", model, "--workers", "2"], cwd=tmp_path,
+    tasks = Stoppable(tmp_path, 4)
+    proc = subprocess.Popen([*ANGES, "batch", *tasks.args, "--workers", "2"], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    commands = wait_for_running_pids(pids, 2)
+    tasks.wait_started(2)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=20)  # within seconds, not the 300 s the commands wait
+    _, err = proc.communicate(timeout=20)  # within seconds, not the hours the commands wait
     assert proc.returncode == 4, err
-    wait_gone(commands)
+    tasks.wait_gone()
     assert "stopping every running task" in err and "run the same command again" in err
-    batch_id = batch_id_for(path)
+    batch_id = batch_id_for(tasks.path)
     stopped = batch_streams(batch_id)
     assert len(stopped) == 2  # the other two never started
     for stream in stopped.values():
@@ -321,8 +347,8 @@ def test_ctrl_c_stops_every_running_task_and_the_same_command_resumes_the_batch(
     rows = results_of(BatchState(batch_id).results_path)
     assert sorted(row["status"] for row in rows.values()) == ["interrupted", "interrupted", "not_run", "not_run"]
 
-    go.write_text("go")
-    resumed = batch(str(path), "--model", model, "--workers", "2", cwd=tmp_path)
+    tasks.go()
+    resumed = batch(*tasks.args, "--workers", "2", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert "4 to run (2 continued where they stopped)" in resumed.stderr
     finished = batch_streams(batch_id)
@@ -335,38 +361,41 @@ def test_ctrl_c_stops_every_running_task_and_the_same_command_resumes_the_batch(
         assert "stopped before it was finished (interrupt)" in finished[task].events_list[len(kinds) - 3].content
         assert kinds[-1] == "task_completion"
     assert all(types(stream)[-1] == "task_completion" for stream in finished.values())
-    assert batch(str(path), "--model", model, cwd=tmp_path).returncode == 0  # nothing left to do
+    assert batch(*tasks.args, cwd=tmp_path).returncode == 0  # nothing left to do
 
 
+@pytest.mark.sandbox
 def test_a_killed_driver_stops_its_workers_and_the_batch_resumes(tmp_path):
-    path, model, pids, go = stoppable_tasks(tmp_path, 2)
-    proc = subprocess.Popen([*ANGES, "batch", str(path), "--model", model, "--workers", "2"], cwd=tmp_path,
+    tasks = Stoppable(tmp_path, 2)
+    proc = subprocess.Popen([*ANGES, "batch", *tasks.args, "--workers", "2"], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    commands = wait_for_running_pids(pids, 2)
+    tasks.wait_started(2)
     proc.kill()
     proc.wait()
-    wait_gone(commands)  # each worker noticed it was orphaned and stopped its run
-    batch_id = batch_id_for(path)
+    tasks.wait_gone()  # each worker noticed it was orphaned and stopped its run
+    batch_id = batch_id_for(tasks.path)
     deadline = time.monotonic() + 15
     while not all(types(s)[-1] == "task_interrupted" for s in batch_streams(batch_id).values()):
         assert time.monotonic() < deadline, "the workers did not record the stop"
         time.sleep(0.05)
-    go.write_text("go")
-    resumed = batch(str(path), "--model", model, cwd=tmp_path)
+    tasks.go()
+    resumed = batch(*tasks.args, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert "2 to run (2 continued where they stopped)" in resumed.stderr
     assert all(types(s)[-1] == "task_completion" for s in batch_streams(batch_id).values())
 
 
+@pytest.mark.sandbox
 def test_a_second_batch_of_the_same_id_is_refused_while_the_first_runs(tmp_path):
-    path, model, pids, go = stoppable_tasks(tmp_path, 1)
-    proc = subprocess.Popen([*ANGES, "batch", str(path), "--model", model], cwd=tmp_path,
+    tasks = Stoppable(tmp_path, 1)
+    proc = subprocess.Popen([*ANGES, "batch", *tasks.args], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_for_running_pids(pids, 1)
-        second = batch(str(path), "--model", model, cwd=tmp_path)
+        tasks.wait_started(1)
+        second = batch(*tasks.args, cwd=tmp_path)
         assert second.returncode == 2
-        assert f"batch {batch_id_for(path)} is already running in another process" in second.stderr
+        assert f"batch {batch_id_for(tasks.path)} is already running in another process" in second.stderr
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=20)
+    tasks.wait_gone()
