@@ -6,9 +6,13 @@ commands in temp directories.
 
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -17,6 +21,8 @@ from helpers import pids_running, sleep_token
 
 from anges.batch.state import BatchState
 from anges.batch.tasks import TaskSpec, batch_id_for, load_tasks
+from anges.batch.worker import APPROVAL, Job, batch_safety, run_task
+from anges.config import load_config
 from anges.exceptions import BatchError
 from anges.store import EventStore
 
@@ -290,6 +296,167 @@ def test_on_a_terminal_the_progress_and_summary_use_rich(tmp_path):
     text = shown.decode()
     assert "1/2 done" in text or "0/2 done" in text  # the live headline
     assert "batch summary" in text and "┃" in text  # rich's table
+
+
+# --- safety: the sandbox and approvals ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def outside():
+    """A folder outside the work dirs that sandboxed commands can see (pytest's own tmp is under /tmp, which a
+    sandbox replaces with a private one)."""
+    folder = Path(tempfile.mkdtemp(prefix="anges-batch-test-", dir="/var/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def action_data(stream):
+    return [event.data for event in stream.events_list if event.type == "action"]
+
+
+@pytest.mark.sandbox
+def test_a_task_writes_only_its_own_folder_unless_the_batch_allows_more(tmp_path, outside):
+    # Each batch's task writes in its folder and tries a file named after its batch in `outside`.
+    command = f"echo kept > kept.txt; echo written > {outside}/$(basename $(dirname $(dirname $PWD)))"
+    model = script(tmp_path, "r.json", shell(command), complete())
+    path = task_file(tmp_path, {"id": "t", "task": "write"})
+    runs = {"default": batch(str(path), "--model", model, "--batch-id", "default", cwd=tmp_path),
+            "widened": batch(str(path), "--model", model, "--batch-id", "widened", "--config",
+                             writable(tmp_path, outside), cwd=tmp_path),
+            "off": batch(str(path), "--model", model, "--batch-id", "off", "--sandbox", "off", cwd=tmp_path)}
+    for name, run in runs.items():
+        assert run.returncode == 0, run.stderr
+        assert (BatchState(name).work_dir("t") / "kept.txt").read_text() == "kept\n"
+    assert sorted(file.name for file in outside.iterdir()) == ["off", "widened"]
+
+    blocked = action_data(batch_streams("default")["t"])[0]
+    assert blocked["exit_code"] != 0 and blocked["sandbox"] == "workspace"
+    assert blocked["blocked"].startswith("read-only file system")  # what the model is told
+    assert "sandbox: each task writes only its own folder, network off" in runs["default"].stderr
+    assert "each task writes only its own folder and safety.writable_paths" in runs["widened"].stderr
+    assert "no sandbox: commands run with your rights" in runs["off"].stderr
+    assert action_data(batch_streams("off")["t"])[0]["sandbox"] == "none"
+
+
+@pytest.mark.sandbox
+def test_a_task_cannot_see_the_rest_of_anges_home(tmp_path, monkeypatch, outside):
+    # ANGES_HOME holds the work dirs, but commands see only their own folder of it, not conversations or config.
+    home = outside / "home"
+    monkeypatch.setenv("ANGES_HOME", str(home))
+    subprocess.run([*ANGES, "-q", "a private conversation", "--model", script(tmp_path, "c.json", complete())],
+                   cwd=tmp_path, capture_output=True, check=True)
+    (home / "config.yaml").write_text("# private\n")
+    model = script(tmp_path, "r.json", shell(f"ls -A {home} {home}/data; cat {home}/config.yaml; echo x > mine"),
+                   complete())
+    assert batch(str(task_file(tmp_path, {"id": "t", "task": "look"})), "--model", model, "--batch-id", "b",
+                 cwd=tmp_path).returncode == 0
+    seen = action_data(batch_streams("b")["t"])[0]
+    assert seen["stdout"].split() == [f"{home}:", "data", f"{home}/data:", "batches"]
+    assert "private" not in seen["stdout"] and (BatchState("b").work_dir("t") / "mine").is_file()
+
+
+@pytest.mark.sandbox
+def test_the_network_is_off_for_batch_tasks_unless_the_batch_turns_it_on(tmp_path):
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Hello(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"hello from the host")
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        fetch = (f"{sys.executable} -c \"import urllib.request as u; "
+                 f"print(u.urlopen('http://127.0.0.1:{server.server_port}/', timeout=10).read().decode())\"")
+        model = script(tmp_path, "r.json", shell(fetch), complete())
+        path = task_file(tmp_path, {"id": "t", "task": "fetch"})
+        off = batch(str(path), "--model", model, "--batch-id", "off", cwd=tmp_path)
+        on = batch(str(path), "--model", model, "--batch-id", "on", "--network", cwd=tmp_path)
+    finally:
+        server.shutdown()
+    assert off.returncode == 0 and on.returncode == 0, off.stderr + on.stderr
+    refused = action_data(batch_streams("off")["t"])[0]
+    assert refused["exit_code"] != 0 and "hello from the host" not in refused["stdout"]
+    assert action_data(batch_streams("on")["t"])[0]["stdout"] == "hello from the host\n"
+    assert "network on" in on.stderr
+
+
+@pytest.mark.sandbox
+def test_an_action_that_needs_approval_is_declined_with_feedback_whatever_the_config_says(tmp_path):
+    # The batch's config grants approvals; a batch declines them anyway (nobody is there to decide).
+    config = config_file(tmp_path, "safety:\n  approval: auto\n")
+    model = script(
+        tmp_path, "r.json",
+        reply({"action_type": "RUN_SHELL_CMD", "command": f"echo escaped > {tmp_path}/escaped.txt",
+               "escalate": "it writes outside the sandbox"}),
+        reply({"action_type": "EDIT_FILE", "directive_line": f"NEW_FILE {tmp_path}/edited.txt", "content": "x"}),
+        shell("sudo true"),
+        reply({"action_type": "EDIT_FILE", "directive_line": "NEW_FILE notes.txt", "content": "in my folder"}),
+        complete("Worked around it."))
+    path = task_file(tmp_path, {"id": "t", "task": "try things"})
+    began = time.monotonic()
+    out = batch(str(path), "--model", model, "--config", config, "-o", "-", cwd=tmp_path)
+    assert time.monotonic() - began < 60  # declined at once, not left waiting for an answer
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["answer"] == "Worked around it."
+    assert "safety.approval: auto does not apply to a batch" in out.stderr
+    stream = batch_streams(batch_id_for(path))["t"]
+    assert types(stream) == ["new_request", "approval_decided", "approval_decided", "approval_decided", "edit_file",
+                             "task_completion"]
+    decided = [event for event in stream.events_list if event.type == "approval_decided"]
+    assert [(e.data["decision"], e.data["by"], e.data["rule"].split("[")[0]) for e in decided] == [
+        ("deny", "approval=deny", "escalation"), ("deny", "approval=deny", "writable_paths"),
+        ("deny", "approval=deny", "safety.default_rules")]
+    assert all(e.content.startswith("DECLINED") and "It was not run" in e.content for e in decided)  # the model reads it
+    assert not (tmp_path / "escaped.txt").exists() and not (tmp_path / "edited.txt").exists()
+    assert (BatchState(batch_id_for(path)).work_dir("t") / "notes.txt").read_text() == "in my folder\n"
+
+
+def test_with_the_sandbox_off_a_batch_tells_the_model_its_commands_run(tmp_path):
+    from dataclasses import replace
+
+    from anges.agents import DefaultAgent
+    from anges.models.scripted import ScriptedModel
+
+    config = load_config(overrides={"safety": {"sandbox": "off"}})
+    model = ScriptedModel([shell("echo ran > ran.txt"), shell("sudo true"), complete()])
+    agent = DefaultAgent(inference_func=model, cmd_init_dir=str(tmp_path), approval=APPROVAL,
+                         config=replace(config, safety=batch_safety(config.safety)))
+    stream = agent.run_with_new_request("run")
+    assert "- No sandbox: the sandbox is off (safety.sandbox: off). Commands run with the user's rights." in (
+        model.prompts[0])
+    assert (tmp_path / "ran.txt").is_file()
+    assert [e.data["rule"].split("[")[0] for e in stream.events_list if e.type == "approval_decided"] == [
+        "safety.default_rules"]  # sudo still asks, and is declined
+
+
+def test_without_a_sandbox_the_batch_is_refused_unless_it_runs_with_the_sandbox_off(tmp_path):
+    env = {**os.environ, "PATH": str(tmp_path / "empty-bin")}  # no bwrap
+    model = script(tmp_path, "r.json", shell("echo ran > ran.txt"), complete())
+    path = task_file(tmp_path, {"id": "t", "task": "run"})
+    refused = batch(str(path), "--model", model, cwd=tmp_path, env=env)
+    assert refused.returncode == 2
+    assert "anges: the sandbox is not available here: bwrap was not found on PATH" in refused.stderr
+    assert "run the batch with --sandbox off" in refused.stderr and "Traceback" not in refused.stderr
+    assert EventStore().list() == []
+    allowed = batch(str(path), "--model", model, "--sandbox", "off", cwd=tmp_path, env=env)
+    assert allowed.returncode == 0, allowed.stderr
+    assert (BatchState(batch_id_for(path)).work_dir("t") / "ran.txt").read_text() == "ran\n"
+
+
+def test_a_worker_without_a_sandbox_fails_its_task_with_the_reason(tmp_path, monkeypatch):
+    # What a Ray worker on a node without bwrap does (the local engine refuses the whole batch first).
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    job = Job(TaskSpec("t", "run", model=script(tmp_path, "r.json", complete())), "b", "stream1")
+    done = run_task(job, load_config(), EventStore(), tmp_path, True, threading.Event())
+    assert done["status"] == "error" and done["stream_id"] is None
+    assert done["error"].startswith(f"the sandbox is not available on {socket.gethostname()}: bwrap was not found")
+    assert not EventStore().exists("stream1")
 
 
 # --- stopping and resuming -----------------------------------------------------------------------------------
