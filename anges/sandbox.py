@@ -53,6 +53,8 @@ class SandboxSettings:
     """Absolute, resolved directories commands may write (besides a private /tmp)."""
     hidden: tuple[str, ...] = ()
     """Absolute, resolved paths commands cannot see."""
+    workdir: str = ""
+    """The resolved working directory: visible (read-only mode) or writable, even inside a hidden path."""
 
     @classmethod
     def for_run(cls, safety, cwd: str) -> SandboxSettings:
@@ -60,7 +62,8 @@ class SandboxSettings:
         writable: tuple[str, ...] = ()
         if safety.sandbox != "read-only":  # with the sandbox off, in-process edits keep the workspace's limits
             writable = _unique(_resolve(p) for p in [cwd, *(_expand(p, cwd) for p in safety.writable_paths)])
-        return cls(mode=safety.sandbox, network=safety.network, writable=writable, hidden=hidden_paths(safety))
+        return cls(mode=safety.sandbox, network=safety.network, writable=writable, hidden=hidden_paths(safety),
+                   workdir=_resolve(cwd))
 
     @property
     def enabled(self) -> bool:
@@ -72,10 +75,10 @@ class SandboxSettings:
         return any(_inside(real, root) for root in self.writable)
 
     def is_hidden(self, path: str) -> bool:
-        """True when `path` (resolved) is or lies under a hidden path, and not in a writable directory inside it."""
+        """True when `path` (resolved) lies under a hidden path, outside the work and writable folders inside it."""
         real = _resolve(path)
-        return any(_inside(real, hidden) and not any(_inside(real, root) and _inside(root, hidden)
-                                                     for root in self.writable)
+        shown = [root for root in (*self.writable, self.workdir) if root]
+        return any(_inside(real, hidden) and not any(_inside(real, root) and _inside(root, hidden) for root in shown)
                    for hidden in self.hidden)
 
 

@@ -131,6 +131,16 @@ def test_a_hidden_place_that_holds_the_working_directory_shows_only_it(outside):
     assert actions(stream)[0].data["stdout"] == "VAULT-SECRET\n"  # a hidden place you work in is not hidden
 
 
+def test_the_policy_hides_what_the_sandbox_hides_in_every_mode(outside):
+    vault = outside / "vault"
+    (vault / "project").mkdir(parents=True)
+    for mode in ("workspace", "read-only", "off"):
+        safety = load_config(overrides={"safety": {"sandbox": mode, "hidden_paths": [str(vault)]}}).safety
+        settings = SandboxSettings.for_run(safety, str(vault / "project"))
+        assert not settings.is_hidden(str(vault / "project" / "notes.txt")), mode
+        assert settings.is_hidden(str(vault / "secret.txt")), mode
+
+
 @pytest.mark.sandbox
 def test_no_network_unless_allowed(work):
     server = socket.create_server(("127.0.0.1", 0))
