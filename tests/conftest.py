@@ -7,7 +7,6 @@ the other tests run their commands without it (`optional_groups.home_config`).
 
 import pytest
 import yaml
-from optional_groups import home_config
 
 pytest_plugins = ["wire_servers", "optional_groups"]
 
@@ -17,13 +16,14 @@ OTHER_SECRETS = ("GOOGLE_APPLICATION_CREDENTIALS", "ANGES_CONFIG", "ANGES_UI_PAS
 @pytest.fixture(autouse=True)
 def anges_home(tmp_path_factory, monkeypatch, request):
     """Point ANGES_HOME at a fresh temp dir (with the config this machine needs) and hide any real credentials."""
+    from optional_groups import home_config  # plugins, loaded by now
+    from wire_servers import MODEL_ENV
+
     home = tmp_path_factory.mktemp("anges_home")
     monkeypatch.setenv("ANGES_HOME", str(home))
     config = home_config(request.node)
     if config:
         (home / "config.yaml").write_text(yaml.safe_dump(config))
-    from wire_servers import MODEL_ENV
-
     for name in (*MODEL_ENV, *OTHER_SECRETS):
         monkeypatch.delenv(name, raising=False)
     return home

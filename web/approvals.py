@@ -53,10 +53,6 @@ class AnswerBox:
             waiter.set()
         return True
 
-    def answered(self, uid: str, request_id: str) -> bool:
-        """True when request `request_id` of stream `uid` has an answer on file."""
-        return self._path(uid, request_id).exists()
-
     def wait(self, request: ApprovalRequest) -> Decision:
         """The answer to `request` once one is given; `cancelled` when the run stops waiting first."""
         waiter = threading.Event()

@@ -60,7 +60,7 @@ def sandbox_summary(config: Config) -> dict:
 
 
 def unsandboxed_problem(config: Config) -> str:
-    """Why commands would run unsandboxed and unasked, which only this machine may allow; "" when they would not."""
+    """Why only this machine may use the chat (its commands would run outside a sandbox); "" when others may."""
     if config.web.allow_unsandboxed:
         return ""
     summary = sandbox_summary(config)

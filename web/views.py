@@ -144,12 +144,13 @@ def create_chat():
     agent_type = settings.get("agent_type", "default")
     stream = EventStream(title=title, agent_type=agent_type)
     stream.update_settings({"agent_type": agent_type, **settings})
-    if text.strip():
+    starts = bool(text.strip())
+    if starts:
         _check_may_run()
     web.store.sync(stream)
-    if text.strip():
+    if starts:
         web.runs.start(stream.uid, text)
-    return jsonify(chat=_info(web.store.info(stream.uid)), started=bool(text.strip())), 201
+    return jsonify(chat=_info(web.store.info(stream.uid)), started=starts), 201
 
 
 @bp.get("/api/chats/<chat:uid>")
@@ -296,15 +297,11 @@ def _load(uid: str) -> EventStream:
 
 def _approval_events(stream: EventStream, request_id: str) -> tuple[Event | None, Event | None]:
     """The `approval_requested` event of `request_id` in `stream`, and its `approval_decided` if there is one."""
-    asked = decided = None
+    found: dict[str, Event] = {}
     for event in stream.events_list:
-        if event.type in ("approval_requested", "approval_decided") and (event.data or {}).get("request_id") == \
-                request_id:
-            if event.type == "approval_requested":
-                asked = event
-            else:
-                decided = event
-    return asked, decided
+        if event.type.startswith("approval_") and (event.data or {}).get("request_id") == request_id:
+            found[event.type] = event
+    return found.get("approval_requested"), found.get("approval_decided")
 
 
 def _check_may_run() -> None:

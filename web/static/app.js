@@ -330,6 +330,7 @@
     clearTimeout(state.retryTimer);
     state.blocks.clear();
     state.approvals.clear();
+    updateWorking();
     state.queue = [];
     state.lastIndex = -1;
     state.status = null;
