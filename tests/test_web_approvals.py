@@ -188,6 +188,8 @@ def test_the_answer_api_refuses_what_it_cannot_take(auth, app, store, model):
     cross = answer(auth, uid, rid, "allow", headers={**headers, "Origin": "https://evil.example"})
     assert cross.status_code == 403
     assert client.get(f"/api/chats/{uid}/approvals/{rid}").status_code == 405
+    stranger = app.test_client().post(f"/api/chats/{uid}/approvals/{rid}", json={"decision": "allow"})
+    assert stranger.status_code == 401 and stranger.json == {"error": "login required"}
     assert answer(auth, uid, "NoSuchRequest", "allow").status_code == 404
     assert answer(auth, "nochat", rid, "allow").status_code == 404
     assert answer(auth, uid, "../../etc", "allow").status_code == 404
