@@ -3,6 +3,7 @@
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -227,7 +228,8 @@ def test_cancelling_the_session_while_permission_is_pending_declines_and_ends_ca
     assert not (work / "out.txt").exists()
     events = EventStore().load(session).events_list
     assert events[-1].type == "task_interrupted" and events[-1].data["reason"] == "interrupt"
-    assert [e.data["decision"] for e in events if e.type == "approval_decided"] in (["cancelled"], ["deny"])
+    assert [(e.data["decision"], e.data["by"]) for e in events if e.type == "approval_decided"] == [
+        ("cancelled", "interrupt")]
     [call] = editor.calls().values()
     assert call["status"] == "failed"
 
@@ -259,6 +261,30 @@ def test_cancel_mid_command_kills_the_command_and_ends_the_turn_cancelled(tmp_pa
     events = EventStore().load(session).events_list
     assert [e.type for e in events] == ["new_request", "action", "task_interrupted"]
     assert events[1].data["interrupted"] is True and events[2].data["reason"] == "interrupt"
+
+
+@pytest.mark.parametrize("how", ["stdin closed", "SIGTERM"])
+def test_the_editor_going_away_mid_command_stops_the_run_and_ends_its_processes(tmp_path, work, how):
+    token = sleep_token()
+    model = scripted(tmp_path, shell(f"sleep {token}"), complete("never"))
+    editor = Editor()
+
+    async def main():
+        async with anges_acp(editor, "--model", model, cwd=work) as agent:
+            await agent.start()
+            session = await new_session(agent, work)
+            turn = asyncio.ensure_future(prompt(agent, session, "wait a long time"))
+            await editor.wait_until(lambda: bool(pids_running(token)))
+            if how == "SIGTERM":
+                agent.process.send_signal(signal.SIGTERM)
+                await asyncio.wait_for(agent.process.wait(), 20)
+        await asyncio.gather(turn, return_exceptions=True)  # the connection is gone: no answer comes
+        return session
+
+    session = run(main())  # leaving `anges_acp` asserts that the process exited
+    assert not pids_running(token), "the command outlived anges acp"
+    events = EventStore().load(session).events_list
+    assert events[-1].type == "task_interrupted" and events[-1].data["reason"] == "interrupt"
 
 
 def test_a_step_limit_ends_the_turn_with_max_turn_requests(tmp_path, work):
@@ -334,6 +360,27 @@ def test_mcp_servers_the_editor_passes_are_started_and_ended(tmp_path, work):
     assert call["title"] == "demo.echo" and call["status"] == "completed" and "hi hi" in content_text(call)
     for pid in map(int, pid_file.read_text().split()):
         assert not Path(f"/proc/{pid}").exists(), "the MCP server outlived anges acp"
+
+
+def test_secrets_in_replies_and_outputs_never_reach_the_editor(tmp_path, work):
+    secret = "s3cret-value-0123456789"
+    model = scripted(tmp_path, reply({"action_type": "RUN_SHELL_CMD", "command": f"echo {secret}"},
+                                     analysis=f"the key is {secret}", reasoning=f"print {secret}"),
+                     complete(f"done with {secret}"))
+    editor = Editor()
+
+    async def main():
+        async with anges_acp(editor, "--model", model, cwd=work, env={**os.environ, "DEMO_API_KEY": secret}) as agent:
+            await agent.start()
+            return agent, await prompt(agent, await new_session(agent, work), "use the key")
+
+    agent, stop = run(main())
+    assert stop == "end_turn"
+    sent = b"".join(agent.lines)
+    assert secret.encode() not in sent
+    assert editor.thoughts()[0] == "the key is [REDACTED]\n\nprint [REDACTED]"
+    [call] = editor.calls().values()
+    assert call["title"] == "echo [REDACTED]" and "[REDACTED]" in content_text(call)
 
 
 # --- the protocol stream and bad requests ------------------------------------------------------------------------

@@ -31,6 +31,8 @@ log = logging.getLogger("anges.acp")
 SEND_TIMEOUT = 60.0
 """Seconds one update may wait for the connection before the client counts as gone."""
 POLL_SECONDS = 0.1
+STOP_WAIT = 5.0
+"""Seconds a cancelled permission request waits for the run to notice the stop."""
 LIMIT_REASONS = ("event_limit", "model_call_limit", "timeout", "budget")
 """Stops that end a turn with `max_turn_requests`."""
 PERMISSION_OPTIONS = [
@@ -239,15 +241,20 @@ class EditorApproval:
             except concurrent.futures.TimeoutError:
                 if request.cancelled.is_set() or turn.cancelled.is_set():
                     pending.cancel()
-                    return Decision("deny", by=self.name)
+                    return self._stopped(request)
             except (ConnectionError, RequestError, concurrent.futures.CancelledError) as exc:
                 log.warning("permission request %s failed: %s", request.id, exc)
                 return Decision("deny", feedback=f"the editor did not answer ({exc})", by=self.name)
         outcome = response.outcome
         if outcome.outcome != "selected":  # cancelled
-            return Decision("deny", by=self.name)
+            return self._stopped(request) if turn.cancelled.is_set() else Decision("deny", by=self.name)
         answer = ANSWERS.get(outcome.option_id)
         if answer is None:
             return Decision("deny", feedback=f"the editor answered with an unknown option {outcome.option_id!r}",
                             by=self.name)
         return Decision(answer.verdict, always=answer.always, by=self.name)
+
+    def _stopped(self, request) -> Decision:
+        """The turn was cancelled: let the run record the request as cancelled (it stops waiting within a poll)."""
+        request.cancelled.wait(STOP_WAIT)
+        return Decision("deny", by=self.name)
