@@ -287,17 +287,18 @@ def test_the_editor_going_away_mid_command_stops_the_run_and_ends_its_processes(
     assert events[-1].type == "task_interrupted" and events[-1].data["reason"] == "interrupt"
 
 
-def test_a_step_limit_ends_the_turn_with_max_turn_requests(tmp_path, work):
-    model = scripted(tmp_path, shell("true"), shell("true"), shell("true"), complete())
+@pytest.mark.parametrize("limit, says", [(("--max-steps", "2"), "2 events"), (("--timeout", "1"), "out of time")])
+def test_a_step_or_time_limit_ends_the_turn_with_max_turn_requests(tmp_path, work, limit, says):
+    model = scripted(tmp_path, shell("sleep 0.6"), shell("sleep 0.6"), shell("sleep 0.6"), complete())
     editor = Editor()
 
     async def main():
-        async with anges_acp(editor, "--model", model, "--max-steps", "2", cwd=work) as agent:
+        async with anges_acp(editor, "--model", model, *limit, cwd=work) as agent:
             await agent.start()
             return await prompt(agent, await new_session(agent, work), "loop")
 
     assert run(main()) == "max_turn_requests"
-    assert "2 events" in editor.messages()[-1]
+    assert says in editor.messages()[-1]
 
 
 def test_a_reply_the_provider_blocked_ends_the_turn_with_refusal(openai_server, tmp_path, work):

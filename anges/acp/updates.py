@@ -112,6 +112,7 @@ class UpdateMapper:
             except FormatError:
                 return  # the agent asks again; nothing of this reply runs
             self._close(speaker.id, "Not run: the run went on without it.")
+            self._thought.pop(speaker.id, None)  # a new reply: its thoughts show even when they repeat the last
             self._think(speaker, reply.analysis, reply.reasoning)
             calls = [self._open(speaker, args["action_type"], args, "pending",
                                 raw_input={k: v for k, v in args.items() if k != "action_type"})
@@ -152,10 +153,10 @@ class UpdateMapper:
                 self._finished(speaker, event)
 
     def finish(self) -> None:
-        """The turn is over: a tool call still open did not run."""
+        """The turn is over: a tool call still open did not run (or its child never returned)."""
         with self._lock:
             for agent in list(self._calls):
-                self._close(agent, "Not run: the run ended first.")
+                self._close(agent, "Not run: the run ended first.", children=True)
 
     def permission_call(self, request) -> ToolCallUpdate:
         """The tool call a permission request is about (`request`: an anges ApprovalRequest), with what to show."""
@@ -216,8 +217,9 @@ class UpdateMapper:
                    [tool_content(text_block(event.content))])
 
     def _finished(self, speaker: Speaker, event) -> None:
-        action_type = facts.action_type(event)
-        call = self._waiting(speaker.id, action_type, started=True)
+        action_type = facts.action_type(event)  # "" from a custom action that records no type: its first call
+        call = self._waiting(speaker.id, action_type or None, started=True)
+        action_type = action_type or (call.action_type if call is not None else event.type)
         status = "failed" if facts.failed(event) else "completed"
         self._done(speaker, call, action_type, facts.action_args(event), status, self._result(event, action_type))
         following = self._waiting(speaker.id)
@@ -299,9 +301,9 @@ class UpdateMapper:
             calls.remove(call)
         self.send(update_tool_call(call.id, status=status, content=content, locations=call.locations))
 
-    def _close(self, agent: str, why: str) -> None:
-        """Fail the agent's open calls (those running a child go on until the child returns)."""
-        for call in [c for c in self._calls.get(agent, []) if not c.child]:
+    def _close(self, agent: str, why: str, children: bool = False) -> None:
+        """Fail the agent's open calls (those running a child go on until the child returns, unless `children`)."""
+        for call in [c for c in self._calls.get(agent, []) if children or not c.child]:
             self._done(self._speakers.get(agent, Speaker(agent)), call, call.action_type, {}, "failed",
                        [tool_content(text_block(why))])
 
