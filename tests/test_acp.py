@@ -263,6 +263,31 @@ def test_cancel_mid_command_kills_the_command_and_ends_the_turn_cancelled(tmp_pa
     assert events[1].data["interrupted"] is True and events[2].data["reason"] == "interrupt"
 
 
+def test_cancel_while_the_model_thinks_abandons_the_call(openai_server, tmp_path, work):
+    openai_server.enqueue_hold(60)
+    editor = Editor()
+
+    async def main():
+        async with anges_acp(editor, "--model", "openai:test-model", cwd=work,
+                             env={**os.environ, **openai_server.env}) as agent:
+            await agent.start()
+            session = await new_session(agent, work)
+            turn = asyncio.ensure_future(prompt(agent, session, "think hard"))
+            assert await asyncio.to_thread(openai_server.wait_for_requests, 1)
+            await agent.conn.cancel(session_id=session)
+            stop = await asyncio.wait_for(turn, 10)
+            for _ in range(50):  # the provider's connection is closed, not left to the server's timeout
+                if openai_server.hangups:
+                    break
+                await asyncio.sleep(0.1)
+            return session, stop
+
+    session, stop = run(main())
+    assert stop == "cancelled"
+    assert openai_server.hangups, "the model call was not abandoned"
+    assert EventStore().load(session).events_list[-1].data["reason"] == "interrupt"
+
+
 @pytest.mark.parametrize("how", ["stdin closed", "SIGTERM"])
 def test_the_editor_going_away_mid_command_stops_the_run_and_ends_its_processes(tmp_path, work, how):
     token = sleep_token()
