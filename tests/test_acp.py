@@ -460,6 +460,24 @@ def test_bad_requests_get_clear_errors_and_the_agent_goes_on(tmp_path, work):
     assert stop == "end_turn" and editor.messages() == ["still here"]
 
 
+def test_a_stream_another_process_is_running_refuses_the_prompt_until_it_ends(tmp_path, work):
+    editor = Editor()
+
+    async def main():
+        async with anges_acp(editor, "--model", scripted(tmp_path, answer("one"), answer("two")), cwd=work) as agent:
+            await agent.start()
+            session = await new_session(agent, work)
+            assert await prompt(agent, session, "first") == "end_turn"
+            with EventStore().run_lock(session):  # as the CLI or the web chat holds it while they run
+                with pytest.raises(RequestError) as busy:
+                    await prompt(agent, session, "second")
+            return str(busy.value), await prompt(agent, session, "second again")
+
+    refused, stop = run(main())
+    assert "busy" in refused and f"process {os.getpid()}" in refused
+    assert stop == "end_turn" and editor.messages() == ["one", "two"]
+
+
 def test_without_the_sdk_anges_acp_says_how_to_install_it(tmp_path):
     code = "import sys; sys.modules['acp'] = None; from anges.cli import main; sys.exit(main(['acp']))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=False)

@@ -109,7 +109,7 @@ class AngesAgent:
     def _session(self, session_id: str) -> Session:
         session = self.sessions.get(session_id)
         if session is None:
-            raise RequestError(-32602, f"no session {session_id!r} here: start one with session/new, or "
+            raise RequestError(-32602, f"no session {repr(session_id)[:80]} here: start one with session/new, or "
                                        "session/load a stored stream")
         return session
 
@@ -117,7 +117,7 @@ class AngesAgent:
         try:
             stream = self.store.load(uid)
         except (StreamNotFound, InvalidStreamId) as exc:
-            raise RequestError(-32602, f"cannot load session {uid!r}: {exc}") from None
+            raise RequestError(-32602, f"cannot load session {repr(uid)[:80]}: {exc}") from None
         if stream.parent_event_stream_uids:
             top = stream.parent_event_stream_uids[0]
             raise RequestError(-32602, f"{uid} is a child agent's stream; load its top-level stream {top}")

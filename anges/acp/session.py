@@ -112,7 +112,7 @@ class Session:
         try:
             self.agent.run_with_new_request(request)
         except StreamBusy as exc:
-            raise RequestError(-32600, f"{exc}; another anges process is working on this stream") from None
+            raise RequestError(-32600, f"{exc}; send the prompt again when that run has ended") from None
         except Exception as exc:  # noqa: BLE001  (the edge: the agent recorded the stop; the client gets one line)
             log.exception("the run failed")
             raise RequestError(-32603, f"anges failed: {type(exc).__name__}: {exc}") from None

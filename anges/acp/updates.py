@@ -223,7 +223,7 @@ class UpdateMapper:
         status = "failed" if facts.failed(event) else "completed"
         self._done(speaker, call, action_type, facts.action_args(event), status, self._result(event, action_type))
         following = self._waiting(speaker.id)
-        if following is not None and following.status == "pending" and not following.request:
+        if following is not None and following.status == "pending":
             self._update(following, "in_progress")
 
     def _result(self, event, action_type: str) -> list:
