@@ -776,8 +776,8 @@
 
   // -- approvals: a card per request, answered from any tab; the stream says when it is decided -------------
 
-  const ANSWERED_BY = { web: "in the web chat", terminal: "in the terminal", always: "by an earlier \u201calways\u201d",
-    auto: "automatically (approval: auto)", rule: "by a rule", interrupt: "", no_one: "", "approval=deny": "" };
+  const ANSWERED_BY = { web: "in the web chat", terminal: "in the terminal", editor: "in the editor",
+    always: "by an earlier \u201calways\u201d", auto: "automatically (approval: auto)", rule: "by a rule" };
 
   function renderApproval(step, item) {
     const facts = step.approval || {};
@@ -855,7 +855,8 @@
     node.appendChild(card.outcome);
     if (card.channel !== "web") {
       controls.hidden = true;
-      const where = card.channel === "terminal" ? "the terminal" : `the ${card.channel || "other"} channel`;
+      const where = { terminal: "the terminal", editor: "the editor" }[card.channel]
+        || `the ${card.channel || "other"} channel`;
       card.outcome.textContent = `Waiting for an answer in ${where}, where this run was started.`;
     }
     if (card.id) state.approvals.set(card.id, card);
@@ -890,14 +891,14 @@
   }
 
   function showDecision(card, facts) {
-    const who = ANSWERED_BY[facts.by] === undefined ? `by ${facts.by}` : ANSWERED_BY[facts.by];
+    const who = ANSWERED_BY[facts.by] || `by ${facts.by}`;
     let text;
     if (facts.decision === "allow") {
-      text = `Approved ${who}`.trim() + (facts.always ? ", and for the rest of this run." : ".");
+      text = `Approved ${who}` + (facts.always ? ", and for the rest of this run." : ".");
     } else if (facts.decision === "cancelled") {
       text = "Cancelled: the run stopped before an answer.";
     } else {
-      text = `Denied ${who}`.trim() + "." + (facts.feedback ? ` The agent was told: \u201c${facts.feedback}\u201d` : "");
+      text = `Denied ${who}.` + (facts.feedback ? ` The agent was told: \u201c${facts.feedback}\u201d` : "");
     }
     card.node.querySelector(".approval-label").textContent =
       { allow: "Approved", deny: "Denied", cancelled: "Not answered" }[facts.decision] || "Decided";
