@@ -10,6 +10,7 @@ from anges.exceptions import ConfigError
 
 pytestmark = pytest.mark.packaged_safety  # the defaults as packaged, on every machine (see optional_groups.py)
 
+
 def write(path, text):
     path.write_text(text)
     return path
