@@ -157,6 +157,7 @@ def test_later_prompts_are_follow_ups_and_session_load_replays_the_history(tmp_p
 # --- approvals ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.packaged_safety  # the editor is asked, bwrap or not
 def test_a_permission_request_answered_reject_then_allow_always(tmp_path, work):
     model = scripted(tmp_path, shell("echo guarded one > one.txt"), shell("echo guarded two > two.txt"),
                      shell("echo guarded three > three.txt"), complete())
@@ -189,6 +190,7 @@ def test_a_permission_request_answered_reject_then_allow_always(tmp_path, work):
                                                                         ("allow", True, "editor")]
 
 
+@pytest.mark.packaged_safety  # the editor is asked, bwrap or not
 def test_a_permission_request_the_editor_cancels_declines_the_action(tmp_path, work):
     model = scripted(tmp_path, shell("echo guarded > out.txt"), complete("gave up"))
     editor = Editor(answers=["cancelled"])
@@ -206,6 +208,7 @@ def test_a_permission_request_the_editor_cancels_declines_the_action(tmp_path, w
     assert [(d["decision"], d["by"]) for d in decided] == [("deny", "editor")]
 
 
+@pytest.mark.packaged_safety  # the editor is asked, bwrap or not
 def test_cancelling_the_session_while_permission_is_pending_declines_and_ends_cancelled(tmp_path, work):
     model = scripted(tmp_path, shell("echo guarded > out.txt"), complete("never"))
     holder = {}
