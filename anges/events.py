@@ -302,8 +302,8 @@ EVENT_KINDS: dict[str, EventKind] = {
     "agent_requested_help": EventKind("Help needed", "answer", "help_needed"),
     "agent_text_response": EventKind("Answer", "answer", "answered"),
     "task_interrupted": EventKind("Stopped", "interrupted", "interrupted"),
-    "approval_requested": EventKind("Approval requested", "approval_requested", in_prompt=False),
-    "approval_decided": EventKind("Approval decision", "approval_decided"),
+    "approval_requested": EventKind("Approval requested", "approval", in_prompt=False),
+    "approval_decided": EventKind("Approval decision", "approval"),
     "new_child_agent": EventKind("Child agent started", "child_start"),
     "resume_child_agent": EventKind("Child agent resumed", "child_start"),
     "child_agent_running": EventKind("Child agent running", "child_running", in_report=False),
@@ -322,8 +322,8 @@ def kind_of(event_type: str) -> EventKind:
 
 
 def group_of(event: Event) -> str:
-    """request, shell, tool, edit, answer, interrupted, approval_requested, approval_decided, child_start,
-    child_running, child_exit or other: what views show an event as."""
+    """request, shell, tool, edit, answer, interrupted, approval, child_start, child_running, child_exit or other:
+    what views show an event as."""
     if event.type == "action":
         data = event.data
         return "shell" if "command" in data else "tool" if "server" in data and "tool" in data else "other"

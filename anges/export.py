@@ -111,12 +111,3 @@ def _fence(text: str, language: str) -> list[str]:
 def _one_line(text: str) -> str:
     return " ".join(text.split())
 
-
-def command_output(event: Event) -> str:  # interim-core16a: until web/ reads ShellRun itself
-    shell = ShellRun.of(event)
-    return shell.output() if shell is not None else ""
-
-
-def edit_diff(event: Event) -> str:  # interim-core16a: until web/ reads FileEdit itself
-    edit = FileEdit.of(event)
-    return edit.diff if edit is not None else ""

@@ -168,7 +168,6 @@ class EventStore:
         When the file was replaced since `cursor` (a whole rewrite), reading starts over: the first record
         returned is then the header, which tells the caller to start over too.
         """
-        cursor = None if cursor == 0 and not isinstance(cursor, bool) else cursor  # interim-core16a: web/feed.py
         if cursor is not None and not isinstance(cursor, Cursor):
             raise ValueError(f"not a cursor of this store: {cursor!r}")
         path = self._path(uid, check_link=False)

@@ -84,7 +84,7 @@ class Renderer:
             return [head] + self._clip(render_markdown(event.content, s).splitlines(), limit)
         if group == "interrupted":
             return [f"{s('■', 'bold', 'yellow')} {s(_stop_text(event), 'yellow')}"]
-        if group in ("shell", "tool", "edit", "approval_requested", "approval_decided"):
+        if group in ("shell", "tool", "edit", "approval"):
             draw = {"shell": self._command, "tool": self._tool_call, "edit": self._edit}.get(group, self._approval)
             return draw(event)
         if group == "child_start":
