@@ -39,6 +39,8 @@ def clipped(text: str, limit: int = 0, lines: int = 0) -> tuple[str, int]:
 
 def clip(text: str, limit: int = 0, lines: int = 0) -> str:
     """`text` within `limit` characters (marker included) and `lines` lines: see `clipped`."""
+    if (limit <= 0 or len(text) <= limit) and (lines <= 0 or text.count("\n") < lines):
+        return text  # the common case, on every step's history: no tuple, no second call
     return clipped(text, limit, lines)[0]
 
 

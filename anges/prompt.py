@@ -8,13 +8,15 @@ from typing import TYPE_CHECKING
 from anges.attached import Attached
 from anges.clipping import clip
 from anges.config import PromptConfig, resource_path
-from anges.events import kind_of
+from anges.events import EVENT_KINDS
 
 if TYPE_CHECKING:
     import jinja2
 
     from anges.events import Event, EventStream, EventSummary
 
+_HIDDEN = frozenset(name for name, kind in EVENT_KINDS.items() if not kind.in_prompt)
+"""Event types the model does not read (the event that follows says it all)."""
 _caches: Attached[dict] = Attached()
 """Per stream: the formatted history up to the last summary, and the summaries in effect (both only grow)."""
 
@@ -125,5 +127,5 @@ def _format_range(events: list, start: int, end: int, first_full: int, config: P
     return [
         format_event(i, events[i - 1], config, full=i >= first_full)
         for i in range(start, end + 1)
-        if kind_of(events[i - 1].type).in_prompt
+        if events[i - 1].type not in _HIDDEN
     ]
