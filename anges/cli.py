@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from importlib import import_module
 from pathlib import Path
 
 from anges import __version__
-from anges.config import AGENT_TYPES
-from anges.exceptions import AngesError
-from anges.printable import printable, printable_json
+from anges.exceptions import AngesError, UsageError
+from anges.printable import printable
 
 EXIT_OK, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_HELP_NEEDED, EXIT_STOPPED = 0, 1, 2, 3, 4
 EXIT_BY_STATUS = {"completed": EXIT_OK, "answered": EXIT_OK, "help_needed": EXIT_HELP_NEEDED,
@@ -45,10 +45,6 @@ exit codes:
 """
 
 
-class UsageError(Exception):
-    """The command line asks for something that cannot be done; the message says what to change."""
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser: task options at the top level, history commands as subcommands."""
     parser = argparse.ArgumentParser(
@@ -63,7 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     task.add_argument("--resume", metavar="ID", help="continue the saved stream ID with the task as a follow-up")
 
     agent = parser.add_argument_group("the agent")
-    agent.add_argument("--agent", choices=AGENT_TYPES, help="agent type (default: default, or the resumed stream's)")
+    agent.add_argument("--agent", metavar="TYPE", type=_agent_type,
+                       help="default, task_executor, task_analyzer, orchestrator, or a plug-in's type (default: "
+                            "default, or the resumed stream's)")
     agent.add_argument("--model", metavar="NAME",
                        help="a preset (openai, gemini, claude, deepseek, ollama), PROVIDER:MODEL-ID, replay:FILE, "
                             "scripted:FILE or auto (default: from the config)")
@@ -79,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--mcp-config", metavar="FILE", help="an mcpServers JSON file of MCP servers")
     agent.add_argument("--record", metavar="FILE",
                        help="record every model call to FILE (replay with --model replay:FILE)")
+    agent.add_argument("--action", metavar="NAME", action="append", dest="actions",
+                       help="also offer this action: one a plug-in registers, or module:Class (repeatable; "
+                            "see docs/plugins.md)")
 
     safety = parser.add_argument_group("safety (see docs/safety.md)")
     safety.add_argument("--sandbox", choices=("workspace", "read-only", "off"),
@@ -140,7 +141,10 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         verbose = args.verbose
         _setup_logging(verbose)
-        return COMMANDS[args.command or "run"](args)
+        command = COMMANDS[args.command or "run"]
+        if isinstance(command, str):
+            command = getattr(import_module("anges.stream_commands"), command)
+        return command(args)
     except KeyboardInterrupt:
         print("anges: interrupted", file=sys.stderr)
         return EXIT_STOPPED
@@ -192,6 +196,7 @@ def _build_agent(args: argparse.Namespace, output):
     from anges.events import EventStream
     from anges.mcp import manager_for
     from anges.models import get_model
+    from anges.safety import terminal_approval
     from anges.store import EventStore
 
     config = load_config(args.config, _overrides(args))
@@ -203,8 +208,9 @@ def _build_agent(args: argparse.Namespace, output):
     stream.agent_type = stream.agent_type or agent_type
     model = get_model(args.model, config, agent_type, record=args.record)
     prefix = args.cmd_prefix if args.cmd_prefix is not None else stream.agent_settings.get("prefix_cmd", "")
-    channel = _approval_channel(config, output)
-    _warn_unsandboxed(config, channel)
+    channel, notes = terminal_approval(config.safety, pause=getattr(output, "paused", None))
+    for note in notes:
+        print(f"anges: {note}", file=sys.stderr)
     return agent_class(agent_type)(
         inference_func=output.watch(model), event_stream=stream, cmd_init_dir=workdir, prefix_cmd=prefix,
         config=config, store=store, notes=_notes(args), message_handlers=[output.on_message],
@@ -258,44 +264,19 @@ def _read_request(args: argparse.Namespace) -> str | None:
 
 
 def _overrides(args: argparse.Namespace) -> dict:
-    limits = {}
+    common: dict = {}
     if args.max_steps:
-        limits["max_number_of_events_to_exhaust"] = args.max_steps
+        common["max_number_of_events_to_exhaust"] = args.max_steps
     if args.timeout:
-        limits["timeout"] = args.timeout
-    overrides = {"agents": {kind: dict(limits) for kind in AGENT_TYPES}} if limits else {}
+        common["timeout"] = args.timeout
+    if args.actions:
+        common["extra_actions"] = list(args.actions)
+    overrides = {"agents": {"common": common}} if common else {}
     safety = {key: value for key, value in (("sandbox", args.sandbox), ("network", args.network),
                                             ("approval", args.approval)) if value is not None}
     if safety:
         overrides["safety"] = safety
     return overrides
-
-
-def _approval_channel(config, output):
-    """The terminal prompt when a person can answer there; None (requests are declined) otherwise."""
-    from anges.approval import TerminalPrompt
-
-    mode = config.safety.approval
-    if mode not in ("", "ask"):
-        return None
-    if sys.stdin.isatty() and sys.stderr.isatty():
-        return TerminalPrompt(sys.stderr, sys.stdin.fileno(), pause=getattr(output, "paused", None))
-    if mode == "ask":
-        print("anges: --approval ask needs a terminal to ask on; actions that need approval will be declined",
-              file=sys.stderr)
-    return None
-
-
-def _warn_unsandboxed(config, channel) -> None:
-    """Say up front when every command needs an approval that no one can give."""
-    from anges.sandbox import availability
-
-    safety = config.safety
-    if safety.approval == "auto" or (channel is not None and safety.approval != "deny"):
-        return
-    if safety.sandbox == "off" or not availability().ok:
-        print("anges: commands run without a sandbox need approval, and none can be given here: "
-              "add --approval auto to run them", file=sys.stderr)
 
 
 def _mcp_file(args: argparse.Namespace, stream) -> str | None:
@@ -343,98 +324,6 @@ def _make_output(args: argparse.Namespace):
     from anges.transcript import TextOutput
 
     return TextOutput(verbose=bool(args.verbose), quiet=args.quiet)
-
-
-# --- history ------------------------------------------------------------------------------------------------
-
-
-def list_streams(args: argparse.Namespace) -> int:
-    """anges list"""
-    import json
-
-    from anges.store import EventStore
-    from anges.transcript import Style, format_list, wants_colour
-
-    store = EventStore()
-    infos = store.list()
-    if args.batch:
-        infos = _in_batch(infos, args.batch)
-    if args.json:
-        print(json.dumps([info.to_dict() for info in infos], indent=2))
-    elif not infos:
-        where = f"of batch {args.batch!r}" if args.batch else "yet"
-        print(f"no streams {where} in {store.root}", file=sys.stderr)
-    else:
-        print("\n".join(format_list(infos, Style(wants_colour(sys.stdout)), limit=args.limit)))
-    return EXIT_OK
-
-
-def show_stream(args: argparse.Namespace) -> int:
-    """anges show ID"""
-    from anges.store import EventStore
-    from anges.transcript import print_stream
-
-    store = EventStore()
-    if args.json:
-        _write_json(store.export(args.id), sys.stdout)
-    else:
-        print_stream(store.load(args.id), store, sys.stdout, verbose=bool(args.verbose))
-    return EXIT_OK
-
-
-def export_stream(args: argparse.Namespace) -> int:
-    """anges export ID --format {json,md} [-o FILE]"""
-    import io
-
-    from anges.store import EventStore
-
-    store = EventStore()
-    if args.format == "md":
-        from anges.export import to_markdown
-
-        text = to_markdown(store.load(args.id), store)
-    else:
-        buffer = io.StringIO()
-        _write_json(store.export(args.id), buffer)
-        text = buffer.getvalue()
-    if not args.file:
-        sys.stdout.write(text)
-        return EXIT_OK
-    try:
-        Path(args.file).expanduser().write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot write {args.file}: {exc.strerror or exc}") from None
-    print(f"wrote {args.file}", file=sys.stderr)
-    return EXIT_OK
-
-
-def import_stream(args: argparse.Namespace) -> int:
-    """anges import FILE"""
-    from anges.store import EventStore
-
-    stream = EventStore().import_file(args.file, new_id=args.new_id)
-    print(stream.uid)
-    print(f"imported {stream.title!r} ({len(stream.events_list)} events); continue it with: "
-          f"anges --resume {stream.uid} -q ...", file=sys.stderr)
-    return EXIT_OK
-
-
-def remove_streams(args: argparse.Namespace) -> int:
-    """anges rm ID..."""
-    from anges.store import EventStore
-
-    store = EventStore()
-    for uid in args.ids:
-        removed = store.delete(uid)
-        extra = f" and {len(removed) - 1} child stream{'s' if len(removed) != 2 else ''}" if len(removed) > 1 else ""
-        print(f"removed {uid}{extra}", file=sys.stderr)
-    return EXIT_OK
-
-
-def _in_batch(infos: list, batch_id: str) -> list:
-    """The streams of one batch and their descendants."""
-    runs = {info.uid for info in infos if info.batch_id == batch_id}
-    return [info for info in infos if info.uid in runs or runs.intersection(info.parent_ids)]
 
 
 def run_ui(argv: list[str]) -> int:
@@ -490,7 +379,7 @@ def build_batch_parser() -> argparse.ArgumentParser:
     ray.add_argument("--env", metavar="NAME", action="append",
                      help="also pass this variable to the workers (model keys and endpoints are passed already)")
     defaults = parser.add_argument_group("defaults for the tasks")
-    defaults.add_argument("--agent", choices=AGENT_TYPES)
+    defaults.add_argument("--agent", metavar="TYPE", type=_agent_type)
     defaults.add_argument("--model", metavar="NAME")
     defaults.add_argument("--timeout", metavar="SECONDS", type=_positive(float))
     defaults.add_argument("--max-steps", metavar="N", type=_positive(int))
@@ -554,11 +443,21 @@ def _results_path(batch_id: str) -> Path:
     return BatchState(batch_id).results_path
 
 
-COMMANDS = {"run": run_task, "list": list_streams, "show": show_stream, "export": export_stream,
-            "import": import_stream, "rm": remove_streams}
+COMMANDS = {"run": run_task, "list": "list_streams", "show": "show_stream", "export": "export_stream",
+            "import": "import_stream", "rm": "remove_streams"}
+"""Subcommand -> its function here, or the name of one in `anges.stream_commands` (imported when used)."""
 
 
 # --- helpers ------------------------------------------------------------------------------------------------
+
+
+def _agent_type(text: str) -> str:
+    """A registered agent type (plug-ins are loaded only for a name anges does not know)."""
+    from anges.registry import agent_types
+
+    if text not in agent_types:
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(agent_types.names())})")
+    return text
 
 
 def _positive(kind: type):
@@ -573,12 +472,6 @@ def _positive(kind: type):
 
     parse.__name__ = kind.__name__
     return parse
-
-
-def _write_json(data: dict, out) -> None:
-    import json
-
-    out.write(printable_json(json.dumps(data, indent=2, ensure_ascii=False, default=str)) + "\n")
 
 
 def _setup_logging(verbose: int) -> None:

@@ -1,7 +1,5 @@
 """Layered configuration: packaged defaults, ANGES_HOME, ANGES_CONFIG/--config, arguments; precise errors."""
 
-import dataclasses
-
 import pytest
 
 from anges.config import AGENT_TYPES, Config, load_config, resource_path
@@ -142,5 +140,5 @@ def test_home_and_resources(anges_home):
 
 def test_every_field_has_a_docstring_in_the_yaml():
     text = resource_path("config.yaml").read_text()
-    for field in dataclasses.fields(Config):
-        assert f"\n{field.name}:" in text or text.startswith(f"{field.name}:"), field.name
+    for name in Config.model_fields:
+        assert f"\n{name}:" in text or text.startswith(f"{name}:"), name
