@@ -138,6 +138,31 @@ class RunSafety:
         return lines
 
 
+class SafetyShare:
+    """An agent's part in run safety: a `RunSafety` of its own for each run (background jobs it keeps carry over
+    to the next run), or, for a child agent, its parent's."""
+
+    def __init__(self, config: SafetyConfig):
+        self.config = config
+        self.parent: RunSafety | None = None
+        self._kept: Runners | None = None
+
+    def begin(self, cwd: str, approval: Callable | str | None) -> RunSafety:
+        """The safety of the run about to start."""
+        return self.parent or RunSafety(self.config, cwd, approval, runners=self._kept)
+
+    def end(self, run: RunSafety) -> None:
+        """End the run's processes (a child leaves that to its parent's run)."""
+        if self.parent is None:
+            self._kept = run.end()
+
+    def close(self) -> None:
+        """End the background jobs kept running after a run."""
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            kept.close()
+
+
 def terminal_approval(safety: SafetyConfig, pause=None) -> tuple[Callable | None, list[str]]:
     """The CLI's approval channel: the terminal prompt when a person can answer there (None otherwise), and what to
     tell them up front (no terminal to ask on; unsandboxed commands no one can approve)."""

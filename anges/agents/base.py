@@ -4,36 +4,38 @@ from __future__ import annotations
 
 import logging
 import os
-import platform
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from anges import registry
 from anges.actions import Action, ActionContext, LegacyAction, is_builtin_style, offered_actions
 from anges.agents.calls import ModelCalls
+from anges.agents.delegation import Delegation
 from anges.agents.history import History
-from anges.agents.record import AgentMessage, cap_event, jsonable, mask_event
-from anges.agents.run import RunState
+from anges.agents.prompting import Prompter
+from anges.agents.record import AgentMessage, cap_event, mask_event, masked_title
+from anges.agents.run import RunState, abandoned_run, saved_notes, stop_event
 from anges.budget import Budget, Ledger
 from anges.config import default_config
-from anges.events import Event, EventStream, new_id, title_from
+from anges.events import Event, EventStream, new_id
 from anges.exceptions import FormatError, ModelReplyError, RunStopped
+from anges.models import get_model
 from anges.parsing import ParsedReply, parse_reply
-from anges.prompt import clip, format_event_stream, render_template
-from anges.store import EventStore, status_of, stream_status
+from anges.prompt import clip, render_template
+from anges.safety import SafetyShare
+from anges.store import EventStore, status_of
 
 if TYPE_CHECKING:
     from anges.approval import Permit
     from anges.config_types import AgentConfig, Config
     from anges.mcp import MCPManager
-    from anges.safety import Runners, RunSafety
+    from anges.safety import RunSafety
 
 __all__ = ["AgentMessage", "BaseAgent"]
 
 
-class BaseAgent:
+class BaseAgent(Delegation):
     """An agent that works on requests until a returning action (or a stop condition) ends each run."""
 
     agent_type = "default"
@@ -63,11 +65,8 @@ class BaseAgent:
         self.logger = logging.getLogger(f"anges.agent.{self.agent_type}")
         if logging_level is not None:
             self.logger.setLevel(logging_level)
-        if inference_func is None:
-            from anges.models import get_model
-
-            inference_func = get_model(config=self.config, agent_type=self.agent_type)
-        self.inference_func = inference_func
+        self.inference_func = inference_func if inference_func is not None else get_model(
+            config=self.config, agent_type=self.agent_type)
         self.store = store or EventStore()
         self.parent_ids = list(parent_ids or [])
         self.event_stream = event_stream
@@ -76,13 +75,11 @@ class BaseAgent:
         self.cmd_init_dir = str(cmd_init_dir or saved.get("cmd_init_dir") or os.getcwd())
         self.prefix_cmd = prefix_cmd or saved.get("prefix_cmd") or ""
         self.interrupt_check = interrupt_check or (lambda: False)
-        saved_notes = saved.get("notes") or []
-        self.user_notes = list(notes) or ([saved_notes] if isinstance(saved_notes, str) else list(saved_notes))
+        self.user_notes = list(notes) or saved_notes(saved)
         self.notes = list(self.agent_config.notes) + self.user_notes
         self.message_handlers: list[Callable] = list(message_handlers)
         self.auto_entitle = auto_entitle or self.agent_config.auto_entitle
-        self.budget = budget
-        """The budget this agent's requests draw from besides their own (a parent's)."""
+        self.budget = budget  # a parent's: this agent's requests draw from it too
         self.remaining_depth = self.agent_config.max_depth if remaining_depth is None else remaining_depth
         self.status = "new"
         self.mcp = mcp
@@ -91,24 +88,20 @@ class BaseAgent:
         self.agent_prompt_template = self.template
         self.approval = approval
         """Who answers an `ask`: a channel `f(ApprovalRequest) -> Decision`, or a mode: ask, auto, deny."""
-        self._interrupted = threading.Event()
-        self._interrupt_why = ""
+        self.run_safety: RunSafety | None = None
+        """The sandbox, policy and approval gate of the current run (its child agents share them)."""
+        self._share = SafetyShare(self.config.safety)
+        self._prompter = Prompter(self)
+        self._calls = ModelCalls(f"anges-model-{self.uid}")
+        self._interrupted, self._interrupt_why = threading.Event(), ""
         self._state: RunState | None = None
         self._secrets: list[str] = []
-        self._calls = ModelCalls(f"anges-model-{self.uid}")
-        self._facts: dict | None = None
-        self._safety: RunSafety | None = None
-        self._parent_safety: RunSafety | None = None
-        self._kept_runners: Runners | None = None
-
-    # -- public API -------------------------------------------------------------------------------------------
 
     def run_with_new_request(self, task_description: str, event_stream: EventStream | None = None) -> EventStream:
         """Record the request (new or follow-up) and work on it until the run ends; returns the stream."""
         from anges.shell import scrubbed_environment, secret_values
 
-        owns_safety = self._parent_safety is None
-        self._safety = self._parent_safety or self._new_safety()
+        self.run_safety = self._share.begin(self.cmd_init_dir, self.approval)
         stream = self._open_stream(event_stream)
         self._interrupted.clear()
         self._interrupt_why, self._state = "", None
@@ -116,27 +109,25 @@ class BaseAgent:
         env = scrubbed_environment(self.agent_config.pass_env)
         with self.store.run_lock(stream.uid):
             self.store.clear_stop(stream.uid)
-            self._close_abandoned_run()
+            if abandoned := abandoned_run(stream):
+                self._record(abandoned)
             first = not stream.events_list
             if first and stream.title == stream.uid:
-                stream.title = self._masked_title(task_description)
+                stream.title = masked_title(task_description, self._secrets)
             kind = ("new_request" if first else "follow_up_request") + ("_from_parent" if self.parent_ids else "")
             self._record(Event(kind, content=task_description, message=task_description))
             self._state = self._new_state(env)
             if first and self.auto_entitle:
-                self._state.history.entitle(task_description, self._masked_title)
+                self._state.history.entitle(task_description, lambda title: masked_title(title, self._secrets))
             try:
                 self._run()
             finally:
-                if owns_safety:
-                    self._kept_runners = self._safety.end()  # every process of the run ends here
+                self._share.end(self.run_safety)  # every process of the run ends here (a child's: with its parent)
         return stream
 
     def close(self) -> None:
         """End the background jobs kept running after a run (`safety.keep_background`)."""
-        kept, self._kept_runners = self._kept_runners, None
-        if kept is not None:
-            kept.close()
+        self._share.close()
 
     def handle_user_visible_messages(self, message: str) -> None:
         """Pass a user-visible message to every handler."""
@@ -148,41 +139,9 @@ class BaseAgent:
         self._interrupt_why = why
         self._interrupted.set()
 
-    def make_child(self, agent_type: str, event_stream: EventStream) -> BaseAgent:
-        """A child agent that inherits this agent's model, config, store, directory, notes, handlers, limits and
-        safety (one sandbox, policy and approval channel for the whole tree)."""
-        child = registry.agent_types.get(agent_type)(
-            parent_ids=self.parent_ids + [self.uid], inference_func=self.inference_func, event_stream=event_stream,
-            cmd_init_dir=self.cmd_init_dir, prefix_cmd=self.prefix_cmd, interrupt_check=self._stop_requested,
-            config=self.config, store=self.store, notes=self.user_notes, message_handlers=self.message_handlers,
-            budget=self._state.budget if self._state else None, mcp=self.mcp, approval=self.approval,
-            remaining_depth=self.remaining_depth - 1)
-        child._parent_safety = self._safety
-        return child
-
-    def child_types(self, any_depth: bool = False) -> list[str]:
-        """The agent types (upper case) this agent may start; those that delegate too only while depth is left."""
-        return [name.upper() for name, cls in registry.agent_types.classes() if cls.can_be_child and (
-            any_depth or self.remaining_depth > 0 or "CALL_CHILD_AGENT" not in cls.action_types)]
-
     def render_prompt(self, feedback: str = "") -> str:
         """The full prompt for the next step."""
-        events = self.event_stream.events_list
-        return render_template(
-            self.agent_prompt_template, self.config.prompt.template_dir,
-            action_types=[a.type for a in self.registered_actions],
-            action_guides=[a.guide_prompt for a in self.registered_actions], platform=self._prompt_facts(),
-            notes=self.notes, history=format_event_stream(self.event_stream, self.config.prompt),
-            background_jobs=self._safety.job_lines() if self._safety else [],
-            after_edit=bool(events) and events[-1].type == "edit_file", feedback=feedback, agent=self)
-
-    def render_guide(self, action: Action) -> str:
-        """The guide of one built-in action, rendered from its `guide_template`."""
-        facts = self._prompt_facts()
-        return render_template(
-            action.guide_template, self.config.prompt.template_dir, shell=facts["shell"], sandbox=facts["sandbox"],
-            default_timeout=int(self.agent_config.shell_cmd_timeout),
-            max_timeout=int(self.agent_config.max_shell_cmd_timeout), agent=self, action=action)
+        return self._prompter.prompt(feedback)
 
     # -- the loop: run → step → query → execute → record ------------------------------------------------------
 
@@ -192,11 +151,11 @@ class BaseAgent:
                 if self._step():
                     return
             except RunStopped as stop:
-                self._record_stop(self._explained(stop))
+                self._record(stop_event(self._explained(stop)))
                 return
             except BaseException as exc:  # a bug or Ctrl-C: end the stream cleanly, then let it propagate
                 reason = "interrupt" if isinstance(exc, KeyboardInterrupt) else "internal_error"
-                self._record_stop(RunStopped(reason, f"{type(exc).__name__}: {exc}", error=repr(exc)))
+                self._record(stop_event(RunStopped(reason, f"{type(exc).__name__}: {exc}", error=repr(exc))))
                 raise
 
     def _step(self) -> bool:
@@ -236,15 +195,15 @@ class BaseAgent:
             self._check_limits()
             self._state.count_repeats(args)
             action = actions[args["action_type"]]
-            permit = self._safety.permit(ctx, action.type, args, remaining=len(reply.actions) - index - 1)
+            permit = self.run_safety.permit(ctx, action.type, args, remaining=len(reply.actions) - index - 1)
             if permit is None:
                 return False  # declined: the model reads why and plans again
-            if self._run_action(action, args, self._safety.equip(ctx, permit), permit):
+            if self._run_action(action, args, self.run_safety.equip(ctx, permit), permit):
                 return True
         return False
 
     def _run_action(self, action: Action, args: dict, ctx: ActionContext, permit: Permit | None = None) -> bool:
-        """Run one action and record its event; True when it ended the run."""
+        """Run one action (an anges 0.1.x one through its adapter) and record its event; True if it ended the run."""
         action = action if is_builtin_style(action) else LegacyAction(action, self)
         try:
             event = action.run(ctx, args)
@@ -282,7 +241,14 @@ class BaseAgent:
         if notify and event.message:
             self.handle_user_visible_messages(AgentMessage(event.message, self, event))
 
-    # -- limits and stops -------------------------------------------------------------------------------------
+    def _call_model(self, prompt: str, temperature: float | None = None, attach: bool = True):
+        self._check_limits()
+        temperature = self.config.model_settings.temperature if temperature is None else temperature
+        prompt = clip(prompt, self.config.prompt.max_prompt_chars)
+        reply = self._calls.call(lambda: self.inference_func(prompt, temperature=temperature), self._stop_requested,
+                                 self._check_limits, self._state.budget)
+        self._state.ledger.count(reply if isinstance(reply, str) else "", attach)
+        return reply
 
     def _check_limits(self) -> None:
         if self._interrupt_requested():
@@ -292,8 +258,7 @@ class BaseAgent:
         self._state.check(len(self.event_stream.events_list))
 
     def _explained(self, stop: RunStopped) -> RunStopped:
-        """A stop noticed while waiting (on an approval, say), as the limits tell it: which interrupt, or the
-        time limit."""
+        """A stop noticed while waiting (on an approval, say) as the limits tell it: which interrupt, or the time."""
         if stop.reason == "interrupt":
             try:
                 self._check_limits()
@@ -307,30 +272,6 @@ class BaseAgent:
     def _stop_requested(self) -> bool:
         return self._interrupt_requested() or self._state.budget.expired()
 
-    def _record_stop(self, stop: RunStopped) -> None:
-        content = f"The run stopped: {stop}."
-        self._record(Event("task_interrupted", content=content, message=content,
-                           data={"reason": stop.reason, **jsonable(stop.details)}))
-
-    # -- model calls ------------------------------------------------------------------------------------------
-
-    def _call_model(self, prompt: str, temperature: float | None = None, attach: bool = True):
-        self._check_limits()
-        temperature = self.config.model_settings.temperature if temperature is None else temperature
-        prompt = clip(prompt, self.config.prompt.max_prompt_chars)
-        reply = self._calls.call(lambda: self.inference_func(prompt, temperature=temperature), self._stop_requested,
-                                 self._check_limits, self._state.budget)
-        self._state.ledger.count(reply if isinstance(reply, str) else "", attach)
-        return reply
-
-    def _masked_title(self, text: str) -> str:
-        """A one-line title from `text`, its secrets masked before it is cut (so no fragment of one is left)."""
-        from anges.shell import mask_secrets
-
-        return title_from(mask_secrets(text, self._secrets))
-
-    # -- setting up a run -------------------------------------------------------------------------------------
-
     def _open_stream(self, event_stream: EventStream | None) -> EventStream:
         stream = event_stream or self.event_stream or EventStream(
             uid=self.uid, parent_event_stream_uids=self.parent_ids, agent_type=self.agent_type)
@@ -339,19 +280,8 @@ class BaseAgent:
                                 "agent_type": self.agent_type, "notes": self.user_notes,
                                 "model": getattr(self.inference_func, "name", "")})
         self.event_stream, self.uid = stream, stream.uid
-        self._facts = None
-        for action in self.registered_actions:
-            if action.guide_template:
-                action.guide_prompt = self.render_guide(action)
+        self._prompter.new_run()
         return stream
-
-    def _close_abandoned_run(self) -> None:
-        """Record how the last run ended when its process died before it could (we hold the run lock now)."""
-        if stream_status(self.event_stream.events_list) != "running":
-            return
-        content = ("The previous run on this stream ended without finishing: its process exited or was killed "
-                   "before it could record how the run ended.")
-        self._record(Event("task_interrupted", content=content, message=content, data={"reason": "abandoned"}))
 
     def _new_state(self, env: dict[str, str]) -> RunState:
         budget = Budget.for_request(self.agent_config, parent=self.budget)
@@ -360,24 +290,10 @@ class BaseAgent:
             config=self.agent_config, app_config=self.config, cwd=self.cmd_init_dir, prefix_cmd=self.prefix_cmd,
             interrupt_check=self._stop_requested, reply=None, record=self._record, agent_id=self.uid,
             agent_type=self.agent_type, secrets=self._secrets, env=env, charge=ledger.charge,
-            render_guide=self.render_guide, delegator=self)
+            render_guide=self._prompter.guide, delegator=self)
         history = History(self.event_stream, self.store, self.config.prompt, self._call_model, self._record,
                           self.logger)
         return RunState(self.agent_config, len(self.event_stream.events_list), budget, ledger, context, history)
 
-    def _new_safety(self) -> RunSafety:
-        from anges.safety import RunSafety
-
-        return RunSafety(self.config.safety, self.cmd_init_dir, self.approval, runners=self._kept_runners)
-
     def _actions_by_type(self) -> dict[str, Action]:
         return {a.type.upper(): a for a in self.registered_actions}
-
-    def _prompt_facts(self) -> dict:
-        if self._facts is None:  # once per run: they are part of the prompt's stable prefix
-            from anges.shell import find_shell
-
-            self._facts = {"os": platform.system(), "shell": os.path.basename(find_shell()),
-                           "cwd": self.cmd_init_dir, "prefix_cmd": self.prefix_cmd,
-                           "sandbox": self._safety.facts() if self._safety else None}
-        return self._facts

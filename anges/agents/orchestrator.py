@@ -28,7 +28,7 @@ class Orchestrator(BaseAgent):
             self._state.count_repeats(args)
         action = self._actions_by_type()[CallChildAgent.type]
         ctx = replace(self._state.context, reply=reply)
-        permitted = [(args, permit) for args in calls if (permit := self._safety.permit(ctx, action.type, args))]
+        permitted = [(args, permit) for args in calls if (permit := self.run_safety.permit(ctx, action.type, args))]
         prepared = [(action.prepare(ctx, args), permit) for args, permit in permitted]
         runs = [item for item, _ in prepared if isinstance(item, ChildRun)]
         workers = max(1, min(self.agent_config.max_concurrent_children, len(runs)))

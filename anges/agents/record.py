@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from anges.events import Event
+from anges.events import Event, title_from
 from anges.prompt import clip
 
 
@@ -52,6 +52,13 @@ def cap_event(event: Event, limit: int) -> None:
         if isinstance(text, str) and len(text) > limit:
             setattr(event, name, clip(text, limit))
     event.data = _clip_texts(event.data, limit)
+
+
+def masked_title(text: str, secrets: list[str]) -> str:
+    """A one-line title from `text`, its secrets masked before it is cut (so no fragment of one is left)."""
+    from anges.shell import mask_secrets
+
+    return title_from(mask_secrets(text, secrets))
 
 
 def jsonable(details: dict) -> dict:

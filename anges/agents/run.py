@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from anges.agents.record import jsonable
+from anges.events import Event, EventStream
 from anges.exceptions import RunStopped
 
 if TYPE_CHECKING:
@@ -45,3 +47,28 @@ class RunState:
         if limit and self.repeats >= limit:
             raise RunStopped("repetition", f"the same action was requested {self.repeats} times in a row",
                              action=args)
+
+
+def abandoned_run(stream: EventStream) -> Event | None:
+    """The `task_interrupted` event for a stream whose last run's process died before it could record how the run
+    ended (call it holding the stream's run lock); None when the last run ended properly."""
+    from anges.store import stream_status
+
+    if stream_status(stream.events_list) != "running":
+        return None
+    content = ("The previous run on this stream ended without finishing: its process exited or was killed "
+               "before it could record how the run ended.")
+    return Event("task_interrupted", content=content, message=content, data={"reason": "abandoned"})
+
+
+def stop_event(stop: RunStopped) -> Event:
+    """The `task_interrupted` event that records how a run stopped."""
+    content = f"The run stopped: {stop}."
+    return Event("task_interrupted", content=content, message=content,
+                 data={"reason": stop.reason, **jsonable(stop.details)})
+
+
+def saved_notes(settings: dict) -> list[str]:
+    """The user's notes a stream's settings remember (anges 0.1.x kept one string)."""
+    notes = settings.get("notes") or []
+    return [notes] if isinstance(notes, str) else list(notes)
