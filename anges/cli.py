@@ -378,6 +378,12 @@ def build_batch_parser() -> argparse.ArgumentParser:
                      help="Ray CPUs each task reserves (default 1; less runs more at once)")
     ray.add_argument("--env", metavar="NAME", action="append",
                      help="also pass this variable to the workers (model keys and endpoints are passed already)")
+    safety = parser.add_argument_group("safety (see docs/batch.md; actions that need approval are always declined)")
+    safety.add_argument("--sandbox", choices=("workspace", "read-only", "off"),
+                        help="where commands may write: the task's folder (default), nowhere but a private /tmp, "
+                             "or anywhere (no sandbox: commands run with your rights)")
+    safety.add_argument("--network", action="store_true", default=None,
+                        help="let sandboxed commands reach the network")
     defaults = parser.add_argument_group("defaults for the tasks")
     defaults.add_argument("--agent", metavar="TYPE", type=_agent_type)
     defaults.add_argument("--model", metavar="NAME")
@@ -410,7 +416,7 @@ def run_batch(argv: list[str]) -> int:
                    workers=args.workers, batch_id=args.batch_id, retry_failed=args.retry_failed,
                    config_file=args.config, address=args.address,
                    retries=3 if args.retries is None else args.retries, cpus_per_task=args.cpus_per_task or 1.0,
-                   env_names=tuple(args.env or ()))
+                   env_names=tuple(args.env or ()), overrides=_batch_overrides(args))
     print_summary(report.results, sys.stderr)
     _write_results(report.results, args.output)
     counts = report.counts()
@@ -419,6 +425,11 @@ def run_batch(argv: list[str]) -> int:
         print("anges batch: stopped; run the same command again to finish the batch", file=sys.stderr)
         return EXIT_STOPPED
     return EXIT_TASKS_FAILED if counts["failed"] else EXIT_OK
+
+
+def _batch_overrides(args: argparse.Namespace) -> dict | None:
+    safety = {key: value for key, value in (("sandbox", args.sandbox), ("network", args.network)) if value is not None}
+    return {"safety": safety} if safety else None
 
 
 def _write_results(rows: list[dict], target: str | None) -> None:

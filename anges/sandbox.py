@@ -53,6 +53,8 @@ class SandboxSettings:
     """Absolute, resolved directories commands may write (besides a private /tmp)."""
     hidden: tuple[str, ...] = ()
     """Absolute, resolved paths commands cannot see."""
+    workdir: str = ""
+    """The resolved working directory: visible (read-only mode) or writable, even inside a hidden path."""
 
     @classmethod
     def for_run(cls, safety, cwd: str) -> SandboxSettings:
@@ -60,7 +62,8 @@ class SandboxSettings:
         writable: tuple[str, ...] = ()
         if safety.sandbox != "read-only":  # with the sandbox off, in-process edits keep the workspace's limits
             writable = _unique(_resolve(p) for p in [cwd, *(_expand(p, cwd) for p in safety.writable_paths)])
-        return cls(mode=safety.sandbox, network=safety.network, writable=writable, hidden=hidden_paths(safety))
+        return cls(mode=safety.sandbox, network=safety.network, writable=writable, hidden=hidden_paths(safety),
+                   workdir=_resolve(cwd))
 
     @property
     def enabled(self) -> bool:
@@ -72,9 +75,11 @@ class SandboxSettings:
         return any(_inside(real, root) for root in self.writable)
 
     def is_hidden(self, path: str) -> bool:
-        """True when `path` (resolved) is or lies under a hidden path."""
+        """True when `path` (resolved) lies under a hidden path, outside the work and writable folders inside it."""
         real = _resolve(path)
-        return any(_inside(real, hidden) for hidden in self.hidden)
+        shown = [root for root in (*self.writable, self.workdir) if root]
+        return any(_inside(real, hidden) and not any(_inside(real, root) and _inside(root, hidden) for root in shown)
+                   for hidden in self.hidden)
 
 
 @dataclass(frozen=True)
@@ -140,13 +145,24 @@ def bwrap_argv(bwrap: str, settings: SandboxSettings, cwd: str, visible: list[st
     real_cwd = _resolve(cwd)
     if not any(_inside(real_cwd, root) for root in settings.writable):
         visible = [real_cwd, *visible]  # read-only mode: the working directory is still there to read
+    shown = (*settings.writable, *visible)
+    # A hidden directory that holds the work (a batch's work dirs are in ANGES_HOME) stays hidden but for the
+    # work: an empty tmpfs, the work bound into it, then made read-only (parents first, so children nest in it).
+    around = sorted((path for path in settings.hidden if os.path.isdir(path)
+                     and any(_inside(root, path) and root != path for root in shown)), key=len)
+    for path in around:
+        argv += ["--tmpfs", path]
     for path in settings.writable:
         argv += ["--bind", path, path]
     for path in visible:
         argv += ["--ro-bind", path, path]
+    for path in around:
+        argv += ["--remount-ro", path]
     for path in settings.hidden:
-        if any(_inside(root, path) for root in (*settings.writable, *visible)):
-            continue  # the user works inside it: hiding it would hide the work
+        if path in around or path in shown:
+            continue  # the work itself is never hidden
+        if any(_inside(path, outer) for outer in around) and not any(_inside(path, root) for root in shown):
+            continue  # already hidden with the directory around it
         if os.path.isdir(path):
             argv += ["--tmpfs", path, "--remount-ro", path]
         else:
