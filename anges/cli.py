@@ -313,14 +313,10 @@ def _read_file(path: str) -> str:
 
 
 def _make_output(args: argparse.Namespace):
-    if args.output == "jsonl":
-        from anges.output import JsonLinesOutput
+    if args.output in ("jsonl", "json"):
+        from anges.output import JsonLinesOutput, JsonOutput
 
-        return JsonLinesOutput()
-    if args.output == "json":
-        from anges.output import JsonOutput
-
-        return JsonOutput()
+        return JsonLinesOutput() if args.output == "jsonl" else JsonOutput()
     from anges.transcript import TextOutput
 
     return TextOutput(verbose=bool(args.verbose), quiet=args.quiet)
@@ -410,6 +406,7 @@ def run_batch(argv: list[str]) -> int:
         raise UsageError("--retries must be 0 or more")
     from anges.batch import run_batch as start
     from anges.batch.progress import print_summary
+    from anges.batch.state import BatchState, write_results
 
     fields = ("agent", "model", "timeout", "max_steps", "template", "path", "setup")
     report = start(args.tasks, defaults={name: getattr(args, name) for name in fields}, engine=args.engine,
@@ -418,9 +415,10 @@ def run_batch(argv: list[str]) -> int:
                    retries=3 if args.retries is None else args.retries, cpus_per_task=args.cpus_per_task or 1.0,
                    env_names=tuple(args.env or ()), overrides=_batch_overrides(args))
     print_summary(report.results, sys.stderr)
-    _write_results(report.results, args.output)
+    write_results(report.results, args.output)
     counts = report.counts()
-    print(f"results: {_results_path(report.batch_id)}; the runs: anges list --batch {report.batch_id}", file=sys.stderr)
+    print(f"results: {BatchState(report.batch_id).results_path}; the runs: anges list --batch {report.batch_id}",
+          file=sys.stderr)
     if report.stopped or counts["unfinished"]:
         print("anges batch: stopped; run the same command again to finish the batch", file=sys.stderr)
         return EXIT_STOPPED
@@ -430,28 +428,6 @@ def run_batch(argv: list[str]) -> int:
 def _batch_overrides(args: argparse.Namespace) -> dict | None:
     safety = {key: value for key, value in (("sandbox", args.sandbox), ("network", args.network)) if value is not None}
     return {"safety": safety} if safety else None
-
-
-def _write_results(rows: list[dict], target: str | None) -> None:
-    import json
-
-    if target == "-":
-        for row in rows:
-            sys.stdout.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-        sys.stdout.flush()
-    elif target:
-        from anges.batch.state import write_jsonl
-
-        try:
-            write_jsonl(Path(target).expanduser(), rows)
-        except OSError as exc:
-            raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from None
-
-
-def _results_path(batch_id: str) -> Path:
-    from anges.batch.state import BatchState
-
-    return BatchState(batch_id).results_path
 
 
 COMMANDS = {"run": run_task, "list": "list_streams", "show": "show_stream", "export": "export_stream",

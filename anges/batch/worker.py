@@ -87,7 +87,7 @@ def run_task(job: Job, config: Config, store: EventStore, workdir: Path, fresh: 
     from anges.events import EventStream
 
     spec = job.spec
-    config = replace(config, safety=batch_safety(config.safety))
+    config = config.model_copy(update={"safety": batch_safety(config.safety)})
     missing = missing_sandbox(config.safety, f"on {socket.gethostname()}")
     if missing:
         return result("error", error=missing)
@@ -149,7 +149,7 @@ def batch_safety(safety: SafetyConfig) -> SafetyConfig:
     rules = list(safety.default_rules)
     if safety.sandbox == "off":
         rules.append(SafetyRule("RUN_SHELL_CMD", "*", "allow", "the batch runs commands without the sandbox"))
-    return replace(safety, default_rules=rules)
+    return safety.model_copy(update={"default_rules": rules})
 
 
 def missing_sandbox(safety: SafetyConfig, where: str) -> str | None:
