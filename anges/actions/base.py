@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from anges.events import RETURN_TO_PARENT_EVENT_TYPES
+
 if TYPE_CHECKING:
     from anges.actions.child import Delegator
     from anges.config_types import AgentConfig, Config
@@ -118,8 +120,6 @@ class LegacyAction(Action):
             del stream.events_list[before:]
             for event in added:
                 ctx.record(event, notify=False)
-        from anges.events import RETURN_TO_PARENT_EVENT_TYPES
-
         self.returning_action = result is not None or any(e.type in RETURN_TO_PARENT_EVENT_TYPES for e in added)
 
     def _run_config(self, ctx: ActionContext) -> dict:
