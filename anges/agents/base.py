@@ -118,7 +118,7 @@ class BaseAgent(Delegation):
             self._record(Event(kind, content=task_description, message=task_description))
             self._state = self._new_state(env)
             if first and self.auto_entitle:
-                self._state.history.entitle(task_description, lambda title: masked_title(title, self._secrets))
+                self._state.history.entitle(task_description, self._secrets)
             try:
                 self._run()
             finally:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from anges import summarize
+from anges.agents.record import masked_title
 from anges.events import Event, EventStream
 from anges.exceptions import FormatError, ModelError, RunStopped
 from anges.prompt import clip, render_template
@@ -67,15 +68,15 @@ class History:
         self.store.sync(self.stream)
         return True
 
-    def entitle(self, request: str, title_from: Callable[[str], str]) -> None:
-        """Give the stream a model-written title (`title_from` masks and shortens it); keep the old one on failure."""
+    def entitle(self, request: str, secrets: list[str]) -> None:
+        """Give the stream a model-written title (secrets masked); keep the old one when the model gives none."""
         prompt = render_template("title.j2", self.config.template_dir, request=request[:2000])
         try:
             title = self.call(prompt)
         except (ModelError, RunStopped, FormatError) as exc:
             self.logger.info("no title: %s", exc)
             return
-        title = title_from(str(title)).strip("\"'. …")
+        title = masked_title(str(title), secrets).strip("\"'. …")
         if title:
             self.stream.title = title
             self.store.sync(self.stream)
