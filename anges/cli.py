@@ -13,6 +13,7 @@ from importlib import import_module
 from pathlib import Path
 
 from anges import __version__
+from anges.arguments import agent_type, config_overrides, positive
 from anges.exceptions import AngesError, UsageError
 from anges.printable import printable
 
@@ -33,6 +34,7 @@ examples:
   anges list                                   recent streams; then: anges show ID, anges export ID --format md
   anges ui                                     the web chat
   anges batch tasks.jsonl --workers 4          many tasks from a file (see: anges batch --help)
+  anges acp                                    an Agent Client Protocol agent for editors (see: anges acp --help)
 
 exit codes:
   0  the task was completed or the question answered
@@ -59,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     task.add_argument("--resume", metavar="ID", help="continue the saved stream ID with the task as a follow-up")
 
     agent = parser.add_argument_group("the agent")
-    agent.add_argument("--agent", metavar="TYPE", type=_agent_type,
+    agent.add_argument("--agent", metavar="TYPE", type=agent_type,
                        help="default, task_executor, task_analyzer, orchestrator, or a plug-in's type (default: "
                             "default, or the resumed stream's)")
     agent.add_argument("--model", metavar="NAME",
@@ -70,9 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--notes", metavar="TEXT", action="append", default=[], help="a note for the agent (repeatable)")
     agent.add_argument("--notes-file", metavar="FILE", action="append", default=[], help="a file of notes (repeatable)")
     agent.add_argument("--config", metavar="FILE", help="a config file layered over ~/.anges/config.yaml")
-    agent.add_argument("--max-steps", metavar="N", type=_positive(int),
+    agent.add_argument("--max-steps", metavar="N", type=positive(int),
                        help="stop after N steps (recorded events) since the request (exit 4)")
-    agent.add_argument("--timeout", metavar="SECONDS", type=_positive(float),
+    agent.add_argument("--timeout", metavar="SECONDS", type=positive(float),
                        help="stop the request after SECONDS (exit 4)")
     agent.add_argument("--mcp-config", metavar="FILE", help="an mcpServers JSON file of MCP servers")
     agent.add_argument("--record", metavar="FILE",
@@ -125,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     remove.add_argument("ids", metavar="ID", nargs="+")
     commands.add_parser("ui", add_help=False, help="start the web chat (see: anges ui --help)")
     commands.add_parser("batch", add_help=False, help="run many tasks from a file (see: anges batch --help)")
+    commands.add_parser("acp", add_help=False, help="serve editors (Agent Client Protocol; see: anges acp --help)")
     listing.add_argument("--batch", metavar="ID", help="only the runs of batch ID (and their child streams)")
     return parser
 
@@ -138,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_ui(argv[1:])
         if argv[:1] == ["batch"]:
             return run_batch(argv[1:])
+        if argv[:1] == ["acp"]:
+            return import_module("anges.acp.command").run_acp(argv[1:])
         args = build_parser().parse_args(argv)
         verbose = args.verbose
         _setup_logging(verbose)
@@ -199,7 +204,7 @@ def _build_agent(args: argparse.Namespace, output):
     from anges.safety import terminal_approval
     from anges.store import EventStore
 
-    config = load_config(args.config, _overrides(args))
+    config = load_config(args.config, config_overrides(args))
     store = EventStore()
     stream = store.load(args.resume) if args.resume else EventStream()
     workdir = _workdir(args, stream)
@@ -261,22 +266,6 @@ def _read_request(args: argparse.Namespace) -> str | None:
     if not text.strip():
         raise UsageError("the task is empty")
     return text.strip()
-
-
-def _overrides(args: argparse.Namespace) -> dict:
-    common: dict = {}
-    if args.max_steps:
-        common["max_number_of_events_to_exhaust"] = args.max_steps
-    if args.timeout:
-        common["timeout"] = args.timeout
-    if args.actions:
-        common["extra_actions"] = list(args.actions)
-    overrides = {"agents": {"common": common}} if common else {}
-    safety = {key: value for key, value in (("sandbox", args.sandbox), ("network", args.network),
-                                            ("approval", args.approval)) if value is not None}
-    if safety:
-        overrides["safety"] = safety
-    return overrides
 
 
 def _mcp_file(args: argparse.Namespace, stream) -> str | None:
@@ -358,7 +347,7 @@ def build_batch_parser() -> argparse.ArgumentParser:
         epilog=BATCH_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     parser.add_argument("tasks", metavar="TASKS", help="a .jsonl or .yaml file of tasks")
     run = parser.add_argument_group("running")
-    run.add_argument("--workers", metavar="N", type=_positive(int),
+    run.add_argument("--workers", metavar="N", type=positive(int),
                      help="tasks run at once (default: 4 locally; with Ray, the cluster's CPUs / --cpus-per-task)")
     run.add_argument("--batch-id", metavar="ID", help="the batch's id (default: from the task file's name and path)")
     run.add_argument("--retry-failed", action="store_true", help="run the tasks that failed last time again")
@@ -370,7 +359,7 @@ def build_batch_parser() -> argparse.ArgumentParser:
                      help="auto (the running cluster) or ray://HOST:10001; default: a Ray started on this machine")
     ray.add_argument("--retries", metavar="N", type=int,
                      help="times Ray runs a task again when its worker or node dies (default 3)")
-    ray.add_argument("--cpus-per-task", metavar="X", type=_positive(float),
+    ray.add_argument("--cpus-per-task", metavar="X", type=positive(float),
                      help="Ray CPUs each task reserves (default 1; less runs more at once)")
     ray.add_argument("--env", metavar="NAME", action="append",
                      help="also pass this variable to the workers (model keys and endpoints are passed already)")
@@ -381,10 +370,10 @@ def build_batch_parser() -> argparse.ArgumentParser:
     safety.add_argument("--network", action="store_true", default=None,
                         help="let sandboxed commands reach the network")
     defaults = parser.add_argument_group("defaults for the tasks")
-    defaults.add_argument("--agent", metavar="TYPE", type=_agent_type)
+    defaults.add_argument("--agent", metavar="TYPE", type=agent_type)
     defaults.add_argument("--model", metavar="NAME")
-    defaults.add_argument("--timeout", metavar="SECONDS", type=_positive(float))
-    defaults.add_argument("--max-steps", metavar="N", type=_positive(int))
+    defaults.add_argument("--timeout", metavar="SECONDS", type=positive(float))
+    defaults.add_argument("--max-steps", metavar="N", type=positive(int))
     defaults.add_argument("--template", metavar="DIR")
     defaults.add_argument("--path", metavar="DIR")
     defaults.add_argument("--setup", metavar="COMMAND")
@@ -436,29 +425,6 @@ COMMANDS = {"run": run_task, "list": "list_streams", "show": "show_stream", "exp
 
 
 # --- helpers ------------------------------------------------------------------------------------------------
-
-
-def _agent_type(text: str) -> str:
-    """A registered agent type (plug-ins are loaded only for a name anges does not know)."""
-    from anges.registry import agent_types
-
-    if text not in agent_types:
-        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(agent_types.names())})")
-    return text
-
-
-def _positive(kind: type):
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
-        return value
-
-    parse.__name__ = kind.__name__
-    return parse
 
 
 def _setup_logging(verbose: int) -> None:

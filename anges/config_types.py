@@ -153,6 +153,8 @@ class WebConfig(Section):
     """How often a live event feed looks at the store for new events."""
     secure_cookies: bool = False
     """Mark the session cookie Secure (set this when the chat is served over HTTPS)."""
+    allow_unsandboxed: bool = False
+    """Let people reach the chat from other machines while commands run without a sandbox (safety.sandbox: off)."""
 
 
 class MCPConfig(Section):

@@ -433,6 +433,7 @@ def test_with_the_sandbox_off_a_batch_tells_the_model_its_commands_run(tmp_path)
         "safety.default_rules"]  # sudo still asks, and is declined
 
 
+@pytest.mark.packaged_safety  # the fallback without bwrap, as its users get it
 def test_without_a_sandbox_the_batch_is_refused_unless_it_runs_with_the_sandbox_off(tmp_path):
     env = {**os.environ, "PATH": str(tmp_path / "empty-bin")}  # no bwrap
     model = script(tmp_path, "r.json", shell("echo ran > ran.txt"), complete())
@@ -447,6 +448,7 @@ def test_without_a_sandbox_the_batch_is_refused_unless_it_runs_with_the_sandbox_
     assert (BatchState(batch_id_for(path)).work_dir("t") / "ran.txt").read_text() == "ran\n"
 
 
+@pytest.mark.packaged_safety  # the fallback without bwrap, as its users get it
 def test_a_worker_without_a_sandbox_fails_its_task_with_the_reason(tmp_path, monkeypatch):
     # What a Ray worker on a node without bwrap does (the local engine refuses the whole batch first).
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))

@@ -15,6 +15,7 @@ from anges.policy import Policy
 from anges.safety import RunSafety, approval_mode
 from anges.sandbox import SandboxSettings
 
+pytestmark = pytest.mark.packaged_safety  # the policy as a user without bwrap has it, too (see optional_groups.py)
 RULES = [{"action": "RUN_SHELL_CMD", "match": "echo allowed*", "decision": "allow"},
          {"action": "RUN_SHELL_CMD", "match": "echo asked*", "decision": "ask", "reason": "a test rule asks"},
          {"action": "RUN_SHELL_CMD", "match": "re:^echo denied", "decision": "deny", "reason": "a test rule denies"}]
