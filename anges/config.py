@@ -126,10 +126,9 @@ def _check_layer(source: str, raw: dict) -> None:
     if not isinstance(sections, dict):
         raise ConfigError(f"{source}: key 'agents': expected a mapping, got {_describe(sections)}")
     for name, section in sections.items():
-        if name != "common" and name not in AGENT_TYPES:
-            if name not in agent_types:
-                valid = ", ".join(["common", *AGENT_TYPES, *(n for n in agent_types.names() if n not in AGENT_TYPES)])
-                raise ConfigError(f"{source}: unknown key 'agents.{name}' (valid keys here: {valid})")
+        if name != "common" and name not in AGENT_TYPES and (":" in name or name not in agent_types):
+            valid = ", ".join(["common", *AGENT_TYPES, *(n for n in agent_types.names() if n not in AGENT_TYPES)])
+            raise ConfigError(f"{source}: unknown key 'agents.{name}' (valid keys here: {valid})")
         _validated(AgentConfig, section or {}, source, ("agents", name))
 
 

@@ -21,7 +21,7 @@ class Registry:
     def __init__(self, kind: str, hook: str, builtins: dict[str, str], *, name_attr: str, base: str = "",
                  key: Callable[[str], str] = str.lower, error: type[Exception] = ConfigError):
         self.kind = kind
-        """What the names name, for messages: "action", "agent type", "model provider"."""
+        """What the names name, for messages: "action", "provider", "agent type"."""
         self.hook = hook
         self.name_attr = name_attr
         self.key = key
