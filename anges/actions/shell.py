@@ -36,7 +36,7 @@ class RunShellCommand(Action):
             interrupt_check=ctx.interrupt_check,
             secrets=ctx.secrets,
             runner=ctx.runner,
-            log_cap=ctx.agent.config.safety.background_log_cap,
+            log_cap=ctx.app_config.safety.background_log_cap,
         )
         shown = command if len(command) <= 200 else command[:200] + "..."
         blocked = explain_block(result, ctx.sandbox) if ctx.sandbox is not None else ""
