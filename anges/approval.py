@@ -24,6 +24,7 @@ from anges.exceptions import RunStopped
 from anges.waiting import future_done, wait_for
 
 if TYPE_CHECKING:
+    from anges.actions.base import ActionContext
     from anges.policy import Policy, Verdict
 
 log = logging.getLogger("anges.approval")
@@ -145,8 +146,9 @@ class Gate:
         self.grants: set[tuple] = set()
         self._lock = threading.Lock()
 
-    def check(self, agent, action_type: str, args: dict) -> Permit:
-        """Decide one action; records `approval_requested` while a person is asked. Raises RunStopped on a stop."""
+    def check(self, asker: ActionContext, action_type: str, args: dict) -> Permit:
+        """Decide one action for `asker` (who asks, how to record, when to stop); records `approval_requested` while
+        a person is asked. Raises RunStopped when the run stops first."""
         verdict = self.policy.decide(action_type, args)
         if verdict.decision == "allow":
             return Permit(True, verdict)
@@ -161,16 +163,16 @@ class Gate:
             return Permit(False, verdict, Decision("deny", by="approval=deny"))
         if self.channel is None:
             return Permit(False, verdict, Decision("deny", by="no_one"))
-        request = self._request(agent, action_type, args, verdict)
-        agent._record(Event("approval_requested", content=_request_text(request), message=_request_text(request),
-                            data={**request.to_data(), "channel": channel_name(self.channel)}))
-        decision = self._wait(agent, request, verdict)
+        request = self._request(asker, action_type, args, verdict)
+        asker.record(Event("approval_requested", content=_request_text(request), message=_request_text(request),
+                           data={**request.to_data(), "channel": channel_name(self.channel)}))
+        decision = self._wait(asker, request, verdict)
         if decision.verdict == "allow" and decision.always:
             with self._lock:
                 self.grants.add(verdict.grant)
         return Permit(decision.verdict == "allow", verdict, decision, request.id)
 
-    def decided_event(self, agent, action_type: str, permit: Permit, skipped: int = 0) -> Event:
+    def decided_event(self, asker: ActionContext, action_type: str, permit: Permit, skipped: int = 0) -> Event:
         """The `approval_decided` event: the facts, and for the model what happened and what to do."""
         from anges.prompt import render_template
 
@@ -179,21 +181,21 @@ class Gate:
                  "decision": decision.verdict, "always": decision.always, "by": decision.by, "rule": verdict.rule,
                  "reason": verdict.reason, "feedback": decision.feedback, "escalate": verdict.escalate,
                  "skipped": skipped}
-        content = render_template("approval_decided.j2", agent.config.prompt.template_dir, **facts).strip()
+        content = render_template("approval_decided.j2", asker.app_config.prompt.template_dir, **facts).strip()
         return Event("approval_decided", content=content, message=_decided_text(facts), data=facts)
 
-    def _request(self, agent, action_type: str, args: dict, verdict: Verdict) -> ApprovalRequest:
+    def _request(self, asker: ActionContext, action_type: str, args: dict, verdict: Verdict) -> ApprovalRequest:
         from anges.masking import mask_secrets
 
-        secrets = getattr(agent, "_secrets", [])
+        secrets = asker.secrets
         return ApprovalRequest(
             action_type=action_type, subject=mask_secrets(verdict.subject, secrets),
             detail=mask_secrets(_detail(action_type, args, self.policy.cwd), secrets), rule=verdict.rule,
             reason=verdict.reason, scope=mask_secrets(verdict.scope, secrets), escalate=verdict.escalate,
             justification=mask_secrets(str(args.get("escalate") or ""), secrets) if verdict.escalate else "",
-            agent_id=agent.uid, agent_type=agent.agent_type)
+            agent_id=asker.agent_id, agent_type=asker.agent_type)
 
-    def _wait(self, agent, request: ApprovalRequest, verdict: Verdict) -> Decision:
+    def _wait(self, asker: ActionContext, request: ApprovalRequest, verdict: Verdict) -> Decision:
         """The channel's answer; abandoned (and the request cancelled) as soon as the run must stop."""
         name = channel_name(self.channel)
         answer: Future = Future()
@@ -206,7 +208,7 @@ class Gate:
 
         threading.Thread(target=ask, name=f"anges-approval-{request.id}", daemon=True).start()
         try:
-            if wait_for(future_done(answer), agent._stop_requested) == "done":
+            if wait_for(future_done(answer), asker.interrupt_check) == "done":
                 try:
                     return as_decision(answer.result(), name)
                 except Exception as exc:  # a broken channel declines; the run goes on
@@ -216,9 +218,8 @@ class Gate:
         finally:
             request.cancelled.set()
         cancelled = Permit(False, verdict, Decision("cancelled", by="interrupt"), request.id)
-        agent._record(self.decided_event(agent, request.action_type, cancelled))
-        agent._check_limits()
-        raise RunStopped("interrupt", "the run was interrupted")
+        asker.record(self.decided_event(asker, request.action_type, cancelled))
+        raise RunStopped("interrupt", "the run was interrupted")  # the agent tells which stop it was
 
 
 def _request_text(request: ApprovalRequest) -> str:

@@ -9,7 +9,6 @@ the retry policy, error classification and usage accounting are the providers' o
 from __future__ import annotations
 
 import base64
-import dataclasses
 import mimetypes
 import os
 import re
@@ -135,12 +134,13 @@ class MimeReader:
 
         self.name = config.mime_reader.model
         label, preset = find_preset(self.name, config)
-        self.provider = preset.provider
+        cls = provider_class(preset.provider)
+        self.provider = getattr(cls, "provider", preset.provider)  # the wire format it speaks
         if self.provider not in PROVIDER_TYPES:
             raise MimeError(f"READ_MIME_FILES works with Gemini, OpenAI-compatible and Anthropic models, not "
-                            f"{self.provider!r} (mime_reader.model = {self.name!r})")
-        settings = dataclasses.replace(config.model_settings, json_mode=False)
-        self.model = provider_class(preset.provider)(preset, settings, config.retry, name=f"{label}:{preset.model}")
+                            f"{preset.provider!r} (mime_reader.model = {self.name!r})")
+        settings = config.model_settings.model_copy(update={"json_mode": False})
+        self.model = cls(preset, settings, config.retry, name=f"{label}:{preset.model}")
 
     def ask(self, question: str, inputs: list[MimeInput]) -> Completion:
         """The model's answer; MimeError for inputs this provider cannot take or a model without vision."""

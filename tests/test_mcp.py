@@ -234,7 +234,7 @@ def test_agent_lists_and_calls_tools_of_stdio_and_http_servers(tmp_path, http_ur
             reply({"action_type": "RUN_SHELL_CMD", "command": f"echo {ENV_SECRET}"}),
             complete(),
         ], manager)
-        agent.agent_config.shell_output_cap = 2000
+        agent.agent_config = agent.agent_config.model_copy(update={"shell_output_cap": 2000})  # config is frozen
         stream = agent.run_with_new_request("use the MCP tools")
     events = action_events(stream)
     assert [(e.data["server"], e.data["tool"], e.data["is_error"], e.data.get("error")) for e in events] == [

@@ -115,9 +115,8 @@ class UseMCPTool(Action):
 
     def _refresh_guide(self, ctx: ActionContext) -> None:
         """Drop a dead server's tools from the guide the model reads from the next step on."""
-        render = getattr(ctx.agent, "render_guide", None)
-        if callable(render):
-            self.guide_prompt = render(self)
+        if ctx.render_guide is not None:
+            self.guide_prompt = ctx.render_guide(self)
 
 
 def validate_args(args: dict, schema: dict) -> list[str]:

@@ -37,7 +37,7 @@ class RunShellCommand(Action):
             interrupt_check=ctx.interrupt_check,
             secrets=ctx.secrets,
             runner=ctx.runner,
-            log_cap=ctx.agent.config.safety.background_log_cap,
+            log_cap=ctx.app_config.safety.background_log_cap,
         )
         blocked = explain_block(result, ctx.sandbox) if ctx.sandbox is not None else ""
         facts = {**result.to_data(), "action_type": self.type, "stdout": result.stdout, "stderr": result.stderr,

@@ -282,10 +282,10 @@ class RayEngine:
 
     def worker_env(self) -> dict[str, str]:
         """The variables workers get through `runtime_env`: model keys and endpoints set here, and --env names."""
-        from anges.models import PROVIDER_KEYS
+        from anges.models import provider_key_envs
         from anges.models.provider import key_env_names
 
-        names = set(self.env_names) | set(SDK_ENV) | set(PROVIDER_KEYS.values())
+        names = set(self.env_names) | set(SDK_ENV) | provider_key_envs()
         for preset in self.config.models.values():
             names.update(key_env_names(preset))
         for agent in self.config.agents.values():

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, NoReturn
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from anges.clipping import one_line
-from anges.config import ModelPreset, ModelSettings, RetryConfig, anges_home
+from anges.config import anges_home
 from anges.exceptions import ModelReplyError, ModelSetupError
 from anges.models.base import Completion, Usage
 from anges.models.cancel import CancelToken, Connections, current_token, watching
@@ -19,6 +19,9 @@ from anges.models.retry import (
     retry_after_seconds,
     transport_failure,
 )
+
+if TYPE_CHECKING:
+    from anges.config_types import ModelPreset, ModelSettings, RetryConfig
 
 KEY_ALIASES = {"GEMINI_API_KEY": ("GOOGLE_API_KEY",), "GOOGLE_API_KEY": ("GEMINI_API_KEY",)}
 """Environment variables an SDK accepts in place of the one a preset names."""
@@ -37,18 +40,22 @@ def key_env_names(preset: ModelPreset) -> tuple[str, ...]:
     return (preset.api_key_env,) + KEY_ALIASES.get(preset.api_key_env, ())
 
 
-def uses_vertex(preset: ModelPreset) -> bool:
-    """Vertex AI instead of an API key: the preset says so, or (Gemini) the SDK's GOOGLE_GENAI_USE_VERTEXAI does."""
-    return preset.vertex or (preset.provider == "gemini" and env_true("GOOGLE_GENAI_USE_VERTEXAI"))
-
-
 def has_credentials(preset: ModelPreset) -> bool:
-    """Whether the environment holds what the preset needs to authenticate (for `auto`)."""
-    if uses_vertex(preset):
-        return bool(preset.project or os.environ.get("GOOGLE_CLOUD_PROJECT"))
-    if not preset.api_key_env or any(os.environ.get(name) for name in key_env_names(preset)):
-        return True
-    return preset.provider == "openai" and not preset.base_url and bool(os.environ.get("OPENAI_BASE_URL"))
+    """Whether the environment holds what the preset needs to authenticate (for `auto`), as its provider says."""
+    check = getattr(_provider_class(preset), "has_credentials", None)
+    return check(preset) if check is not None else True
+
+
+def credential_hint(preset: ModelPreset) -> str:
+    """The environment variables that would give the preset credentials, for a message (empty: none needed)."""
+    hint = getattr(_provider_class(preset), "credential_hint", None)
+    return hint(preset) if hint is not None else ""
+
+
+def _provider_class(preset: ModelPreset) -> type:
+    from anges.registry import providers
+
+    return providers.get(preset.provider)
 
 
 def config_hint() -> str:
@@ -59,6 +66,9 @@ class Provider:
     """A model reached through a provider SDK: subclasses make the client and do one attempt of one call."""
 
     provider: ClassVar[str] = ""
+    """The wire format it speaks (openai, gemini, anthropic): how READ_MIME_FILES builds its inputs."""
+    default_key_env: ClassVar[str] = ""
+    """The key variable of `PROVIDER:MODEL-ID` names that no preset stands for."""
     label: str = ""
     """Who answers, for messages: "OpenAI", "Gemini", "the server at http://...", ... (set by `_make_client`)."""
     base_url: str = ""
@@ -67,6 +77,8 @@ class Provider:
     def __init__(self, preset: ModelPreset, settings: ModelSettings | None = None, retry: RetryConfig | None = None,
                  *, name: str = "", sleep: Callable[[float], object] | None = None,
                  clock: Callable[[], float] = time.monotonic):
+        from anges.config_types import ModelSettings, RetryConfig
+
         self.preset = preset
         self.settings = settings or ModelSettings()
         self.retry = retry or RetryConfig()
@@ -102,6 +114,23 @@ class Provider:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
+
+    @classmethod
+    def uses_vertex(cls, preset: ModelPreset) -> bool:
+        """Vertex AI instead of an API key."""
+        return preset.vertex
+
+    @classmethod
+    def has_credentials(cls, preset: ModelPreset) -> bool:
+        """Whether the environment holds what the preset needs to authenticate (for `auto`)."""
+        if cls.uses_vertex(preset):
+            return bool(preset.project or os.environ.get("GOOGLE_CLOUD_PROJECT"))
+        return not preset.api_key_env or any(os.environ.get(name) for name in key_env_names(preset))
+
+    @classmethod
+    def credential_hint(cls, preset: ModelPreset) -> str:
+        """The environment variables that would give the preset credentials, for a message."""
+        return " or ".join(key_env_names(preset))
 
     def _make_client(self) -> Any:
         raise NotImplementedError
