@@ -14,7 +14,6 @@ import select
 import sys
 import threading
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from anges.events import Event, new_id
 from anges.exceptions import RunStopped
+from anges.waiting import future_done, wait_for
 
 if TYPE_CHECKING:
     from anges.actions.base import ActionContext
@@ -185,7 +185,7 @@ class Gate:
         return Event("approval_decided", content=content, message=_decided_text(facts), data=facts)
 
     def _request(self, asker: ActionContext, action_type: str, args: dict, verdict: Verdict) -> ApprovalRequest:
-        from anges.shell import mask_secrets
+        from anges.masking import mask_secrets
 
         secrets = asker.secrets
         return ApprovalRequest(
@@ -208,12 +208,9 @@ class Gate:
 
         threading.Thread(target=ask, name=f"anges-approval-{request.id}", daemon=True).start()
         try:
-            while True:
+            if wait_for(future_done(answer), asker.interrupt_check) == "done":
                 try:
-                    return as_decision(answer.result(timeout=POLL_SECONDS), name)
-                except FutureTimeout:
-                    if asker.interrupt_check():
-                        break
+                    return as_decision(answer.result(), name)
                 except Exception as exc:  # a broken channel declines; the run goes on
                     log.warning("approval channel %s failed: %s", name, exc)
                     return Decision("deny", feedback=f"the approval channel failed ({type(exc).__name__}: {exc})",

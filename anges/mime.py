@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from anges.exceptions import AngesError, ModelError
+from anges.exceptions import AngesError, FormatError, ModelError, ModelReplyError
 
 if TYPE_CHECKING:
     from anges.config import Config
@@ -144,11 +144,20 @@ class MimeReader:
 
     def ask(self, question: str, inputs: list[MimeInput]) -> Completion:
         """The model's answer; MimeError for inputs this provider cannot take or a model without vision."""
+        from anges.models.base import Completion
+        from anges.parsing import strip_thinking
+
         content = self.content(question, inputs)
         try:
-            return self.model(content)
+            answer = self.model(content)
         except ModelError as exc:
             raise self._explain(exc) from exc
+        try:
+            text = strip_thinking(answer.strip())
+        except FormatError:
+            raise ModelReplyError(f"{self.model.name}: the answer was cut off while the model was thinking",
+                                  kind="truncated", usage=answer.usage) from None
+        return Completion(text, answer.usage, answer.model, answer.latency, answer.finish_reason)
 
     def content(self, question: str, inputs: list[MimeInput]) -> Any:
         """The user message's content in the provider's format: the inputs, then the question."""

@@ -9,29 +9,17 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
+from anges.clipping import omission
 from anges.exceptions import SandboxError
+from anges.masking import is_credential, mask_cut_edges, mask_secrets
 from anges.runner import KILL_GRACE, kill_group
 
 if TYPE_CHECKING:
     from anges.sandbox import CommandRunner
-
-CREDENTIAL_ENV_VARS = (
-    "OPENAI_API_KEY",
-    "ANTHROPIC_API_KEY",
-    "GEMINI_API_KEY",
-    "GOOGLE_API_KEY",
-    "DEEPSEEK_API_KEY",
-    "OPENROUTER_API_KEY",
-    "ANGES_UI_PASSWORD",
-)
-SECRET_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD", "_ACCESS_KEY")
-"""Variables with these endings hold secrets: their values are masked in everything recorded."""
-REDACTED = "[REDACTED]"
-MIN_SECRET_LENGTH = 8
 
 POLL_INTERVAL = 0.05
 BACKGROUND_LOG_CAP = 10_000_000
@@ -95,50 +83,14 @@ class _CappedBuffer:
         if not omitted:
             return mask_secrets(head_text + tail.decode("utf-8", errors="replace"), secrets), 0
         tail_text = mask_secrets(tail.decode("utf-8", errors="replace"), secrets)
-        head_text, tail_text = _mask_cut_edges(head_text, tail_text, secrets)
-        return f"{head_text}\n... [{omitted} bytes omitted] ...\n{tail_text}", omitted
-
-
-def _mask_cut_edges(head: str, tail: str, secrets: Iterable[str]) -> tuple[str, str]:
-    """Mask a secret's fragment left at either side of the cut (a secret can straddle it)."""
-    for secret in (s for s in secrets if len(s) >= MIN_SECRET_LENGTH):
-        for size in range(len(secret) - 1, 3, -1):
-            if head.endswith(secret[:size]):
-                head = head[:-size] + REDACTED
-                break
-        for size in range(len(secret) - 1, 3, -1):
-            if tail.startswith(secret[-size:]):
-                tail = REDACTED + tail[size:]
-                break
-    return head, tail
-
-
-def _is_credential(name: str) -> bool:
-    upper = name.upper()
-    return upper in CREDENTIAL_ENV_VARS or upper.endswith("_API_KEY")
+        head_text, tail_text = mask_cut_edges(head_text, tail_text, secrets)
+        return head_text + omission(omitted, "bytes") + tail_text, omitted
 
 
 def scrubbed_environment(pass_through: Iterable[str] = ()) -> dict[str, str]:
     """A copy of os.environ without model credentials, except the names in `pass_through`."""
     keep = set(pass_through)
-    return {name: value for name, value in os.environ.items() if name in keep or not _is_credential(name)}
-
-
-def is_secret_name(name: str) -> bool:
-    """True for a variable that holds a secret: a model credential, or a name ending in a SECRET_SUFFIXES word."""
-    return _is_credential(name) or name.upper().endswith(SECRET_SUFFIXES)
-
-
-def secret_values(environ: Mapping[str, str] = os.environ) -> list[str]:
-    """The values of the secret variables set in `environ` that are long enough to mask."""
-    return [value for name, value in environ.items() if is_secret_name(name) and len(value) >= MIN_SECRET_LENGTH]
-
-
-def mask_secrets(text: str, secrets: Iterable[str]) -> str:
-    """Replace every occurrence of each secret (of at least 8 characters) with [REDACTED]."""
-    for secret in sorted({s for s in secrets if len(s) >= MIN_SECRET_LENGTH}, key=len, reverse=True):
-        text = text.replace(secret, REDACTED)
-    return text
+    return {name: value for name, value in os.environ.items() if name in keep or not is_credential(name)}
 
 
 def find_shell() -> str:

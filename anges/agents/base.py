@@ -14,16 +14,19 @@ from anges.agents.calls import ModelCalls
 from anges.agents.delegation import Delegation
 from anges.agents.history import History
 from anges.agents.prompting import Prompter
-from anges.agents.record import AgentMessage, cap_event, mask_event, masked_title
+from anges.agents.record import AgentMessage, masked_title
 from anges.agents.run import RunState, abandoned_run, saved_notes, stop_event
 from anges.budget import Budget, Ledger
+from anges.clipping import cap_event, clip
 from anges.config import default_config
 from anges.events import Event, EventStream, new_id
 from anges.exceptions import FormatError, ModelReplyError, RunStopped
+from anges.masking import mask_event, secret_values
 from anges.models import get_model
 from anges.parsing import ParsedReply, parse_reply
-from anges.prompt import clip, render_template
+from anges.prompt import render_template
 from anges.safety import SafetyShare
+from anges.shell import scrubbed_environment
 from anges.store import EventStore, status_of
 
 if TYPE_CHECKING:
@@ -99,8 +102,6 @@ class BaseAgent(Delegation):
 
     def run_with_new_request(self, task_description: str, event_stream: EventStream | None = None) -> EventStream:
         """Record the request (new or follow-up) and work on it until the run ends; returns the stream."""
-        from anges.shell import scrubbed_environment, secret_values
-
         self.run_safety = self._share.begin(self.cmd_init_dir, self.approval)
         stream = self._open_stream(event_stream)
         self._interrupted.clear()

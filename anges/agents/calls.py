@@ -7,12 +7,10 @@ from typing import TYPE_CHECKING
 
 from anges.exceptions import ModelError, ModelReplyError, ModelSetupError, RunStopped
 from anges.models.cancel import CallThread, CancelToken
+from anges.waiting import wait_for
 
 if TYPE_CHECKING:
     from anges.budget import Budget
-
-MODEL_POLL_SECONDS = 0.1  # how often a pending model call looks for a stop
-
 
 class ModelCalls:
     """Runs an agent's model calls one at a time on its call thread, each under a cancel token.
@@ -45,11 +43,10 @@ class ModelCalls:
         if pending is None:  # no thread yet, or it ended while idle
             self._thread = CallThread(self.name)
             pending = self._thread.start(call, token)
-        while not pending.wait(MODEL_POLL_SECONDS):
-            if stop_requested():
-                token.cancel()
-                self._thread.close()
-                self._thread = None
-                check_limits()
-                raise RunStopped("interrupt", "the run was interrupted")  # a stop that `check_limits` did not see
+        if wait_for(pending.wait, stop_requested) == "stopped":
+            token.cancel()
+            self._thread.close()
+            self._thread = None
+            check_limits()
+            raise RunStopped("interrupt", "the run was interrupted")  # a stop that `check_limits` did not see
         return pending.result()

@@ -8,9 +8,11 @@ from typing import TYPE_CHECKING
 
 from anges import summarize
 from anges.agents.record import masked_title
+from anges.clipping import clip
 from anges.events import Event, EventStream
 from anges.exceptions import FormatError, ModelError, RunStopped
-from anges.prompt import clip, render_template
+from anges.parsing import strip_thinking
+from anges.prompt import render_template
 
 if TYPE_CHECKING:
     from anges.config_types import PromptConfig
@@ -72,7 +74,7 @@ class History:
         """Give the stream a model-written title (secrets masked); keep the old one when the model gives none."""
         prompt = render_template("title.j2", self.config.template_dir, request=request[:2000])
         try:
-            title = self.call(prompt)
+            title = strip_thinking(str(self.call(prompt)).strip())
         except (ModelError, RunStopped, FormatError) as exc:
             self.logger.info("no title: %s", exc)
             return

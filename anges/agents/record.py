@@ -1,4 +1,4 @@
-"""What every recorded event goes through: secrets masked, texts capped; and the message handlers' tag."""
+"""The message handlers' tag of a recorded event, a title with its secrets masked, details made JSON."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from anges.events import Event, title_from
-from anges.prompt import clip
+from anges.masking import mask_secrets
 
 
 class AgentMessage(str):
@@ -22,55 +22,11 @@ class AgentMessage(str):
         return obj
 
 
-def mask_event(event: Event, secrets: list[str]) -> None:
-    """Replace known secret values in every text field of an event, structured data included."""
-    if not secrets:
-        return
-    from anges.shell import mask_secrets
-
-    for name in ("content", "message", "reasoning", "analysis"):
-        setattr(event, name, mask_secrets(getattr(event, name) or "", secrets))
-    data = json.dumps(event.data)
-    if any(secret in data for secret in secrets):
-        event.data = json.loads(mask_secrets(data, secrets))
-
-
-def cap_event(event: Event, limit: int) -> None:
-    """Cut every text of an event to `limit` characters (after masking, so no secret is split); a diff past it
-    becomes the number of lines it changes."""
-    if limit <= 0:
-        return
-    diff = event.data.get("diff")
-    if isinstance(diff, str) and len(diff) > limit:
-        from anges.fileedit import summarize_diff
-
-        summary = summarize_diff(diff)
-        event.data["diff"] = summary
-        event.content = (event.content or "").replace(diff, summary)
-    for name in ("content", "message", "reasoning", "analysis"):
-        text = getattr(event, name)
-        if isinstance(text, str) and len(text) > limit:
-            setattr(event, name, clip(text, limit))
-    event.data = _clip_texts(event.data, limit)
-
-
 def masked_title(text: str, secrets: list[str]) -> str:
     """A one-line title from `text`, its secrets masked before it is cut (so no fragment of one is left)."""
-    from anges.shell import mask_secrets
-
     return title_from(mask_secrets(text, secrets))
 
 
 def jsonable(details: dict) -> dict:
     """`details` as plain JSON values (anything else becomes its string)."""
     return json.loads(json.dumps(details, default=str))
-
-
-def _clip_texts(value, limit: int):
-    if isinstance(value, str):
-        return clip(value, limit)
-    if isinstance(value, dict):
-        return {key: _clip_texts(item, limit) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_clip_texts(item, limit) for item in value]
-    return value

@@ -109,7 +109,8 @@ def run_task(job: Job, config: Config, store: EventStore, workdir: Path, fresh: 
 
 def _run_setup(spec: TaskSpec, workdir: Path, config: Config, stop: threading.Event) -> str | None:
     """Run the task's setup command; the error text when it fails."""
-    from anges.shell import run_command, secret_values
+    from anges.masking import secret_values
+    from anges.shell import run_command
 
     agent_config = config.agent(spec.agent)
     done = run_command(spec.setup, cwd=workdir, timeout=spec.timeout or agent_config.shell_cmd_timeout,

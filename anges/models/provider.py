@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
+from anges.clipping import one_line
 from anges.config import anges_home
 from anges.exceptions import ModelReplyError, ModelSetupError
 from anges.models.base import Completion, Usage
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 KEY_ALIASES = {"GEMINI_API_KEY": ("GOOGLE_API_KEY",), "GOOGLE_API_KEY": ("GEMINI_API_KEY",)}
 """Environment variables an SDK accepts in place of the one a preset names."""
 
-_THINK_BLOCK = re.compile(r"\A\s*<think>.*?</think>\s*", re.DOTALL)
 _STATUS_WORDS = {408: "request timeout", 409: "conflict", 429: "rate limited", 503: "overloaded", 529: "overloaded"}
 
 
@@ -57,19 +56,6 @@ def _provider_class(preset: ModelPreset) -> type:
     from anges.registry import providers
 
     return providers.get(preset.provider)
-
-
-def strip_thinking(text: str) -> str:
-    """Drop the `<think>...</think>` block that reasoning models put before their answer."""
-    match = _THINK_BLOCK.match(text)
-    if match:
-        return text[match.end():]
-    if text.lstrip().startswith("<think>"):
-        return ""  # cut off while still thinking: there is no answer yet
-    head, closing, tail = text.partition("</think>")
-    if closing and "{" not in head:
-        return tail.lstrip()  # some servers send the reasoning without its opening tag
-    return text
 
 
 def config_hint() -> str:
@@ -175,8 +161,9 @@ class Provider:
         return "api_key_env in the preset (it names no variable, so no key was sent)"
 
     def _reply(self, text: str | None, usage: Usage, model: str, finish_reason: str) -> Completion:
-        """The Completion for a reply text, or ModelReplyError when nothing usable is left of it."""
-        text = strip_thinking(text or "")
+        """The Completion for a reply text (reasoning blocks and all: the parser reads them), or ModelReplyError
+        when it is empty."""
+        text = text or ""
         if not text.strip():
             if finish_reason == "length":
                 self._refuse(f"the reply was cut off at max_output_tokens ({self.settings.max_output_tokens}) before "
@@ -192,7 +179,7 @@ class Provider:
     def _status_failure(self, status: int, headers: Mapping[str, str] | None, detail: str = "",
                         retry_after: float | None = None) -> Failure:
         """Classify an HTTP error status, with what to fix for the ones that retrying cannot."""
-        detail = _shorten(detail)
+        detail = one_line(str(detail), 300)
         said = f": {detail}" if detail else ""
         model = self.preset.model
         if status in TRANSIENT_STATUSES or status >= 500:
@@ -232,8 +219,3 @@ def _body_message(body: object) -> str:
         if isinstance(error, str):
             return error
     return body if isinstance(body, str) else ""
-
-
-def _shorten(text: str, limit: int = 300) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
