@@ -137,6 +137,8 @@ class Session:
             return "max_turn_requests"
         if reason == "invalid_replies" and turn.refused:
             return "refusal"
+        if reason == "reply_cut_off":
+            return "max_tokens"
         return "end_turn"
 
     def cancel(self) -> None:

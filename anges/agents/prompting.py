@@ -6,11 +6,16 @@ import os
 import platform
 from typing import TYPE_CHECKING
 
+from anges.models.base import Prompt
 from anges.prompt import format_event_stream, render_template
 
 if TYPE_CHECKING:
     from anges.actions.base import Action
     from anges.agents.base import BaseAgent
+
+
+HISTORY_HEADING = "\n# History\n"
+"""Where the stable prefix of an agent prompt ends (the templates render this heading before the history)."""
 
 
 class Prompter:
@@ -20,25 +25,44 @@ class Prompter:
     def __init__(self, agent: BaseAgent):
         self.agent = agent
         self._facts: dict | None = None
+        self._history = ""
+        """The history the last prompt showed: where the next one may hit the provider's cache."""
 
     def new_run(self) -> None:
         """Read the facts again (the sandbox may differ) and render every action's guide."""
         self._facts = None
+        self._history = ""
         for action in self.agent.registered_actions:
             if action.guide_template:
                 action.guide_prompt = self.guide(action)
 
-    def prompt(self, feedback: str = "") -> str:
+    def prompt(self, feedback: str = "") -> Prompt:
         """The full prompt for the next step; `feedback` says what was wrong with the last reply."""
         agent = self.agent
         events = agent.event_stream.events_list
-        return render_template(
+        history = format_event_stream(agent.event_stream, agent.config.prompt)
+        text = render_template(
             agent.agent_prompt_template, agent.config.prompt.template_dir,
             action_types=[a.type for a in agent.registered_actions],
             action_guides=[a.guide_prompt for a in agent.registered_actions], platform=self.facts(),
-            notes=agent.notes, history=format_event_stream(agent.event_stream, agent.config.prompt),
+            notes=agent.notes, history=history,
             background_jobs=agent.run_safety.job_lines() if agent.run_safety else [],
             after_edit=bool(events) and events[-1].type == "edit_file", feedback=feedback, agent=agent)
+        return self._cacheable(text, history)
+
+    def _cacheable(self, text: str, history: str) -> Prompt:
+        """The prompt with its cache breaks: the end of the stable prefix, of the history the last prompt showed
+        (the provider cached up to there) and of this history."""
+        key = f"anges-{self.agent.uid}"
+        fixed = text.find(HISTORY_HEADING) + 1
+        if not fixed:
+            return Prompt(text, cache_key=key)
+        start = text.find(history, fixed)
+        if start < 0:
+            return Prompt(text, (fixed,), (fixed,), key)
+        previous, self._history = self._history, history
+        grown = start + len(previous) if previous and history.startswith(previous) else 0
+        return Prompt(text, (fixed, grown, start + len(history)), (fixed, start + len(history)), key)
 
     def guide(self, action: Action) -> str:
         """The guide of one built-in action, rendered from its `guide_template`."""

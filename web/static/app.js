@@ -562,8 +562,10 @@
     pill.textContent = STATUS_LABELS[status.status] || status.status;
     $("status-steps").textContent = `${status.steps} step${status.steps === 1 ? "" : "s"}`;
     const tokens = status.input_tokens + status.output_tokens;
-    $("status-tokens").textContent = `${formatNumber(tokens)} tokens`;
-    $("status-tokens").title = `${status.input_tokens} in, ${status.output_tokens} out`;
+    const cached = status.cached_tokens ? ` (${Math.round(status.cache_hit_ratio * 100)}% of input cached)` : "";
+    $("status-tokens").textContent = `${formatNumber(tokens)} tokens${cached}`;
+    $("status-tokens").title = `${status.input_tokens} in (${status.cached_tokens || 0} from the cache), ` +
+      `${status.output_tokens} out`;
     $("status-cost").textContent = status.cost === null || status.cost === undefined ? "" : `$${status.cost.toFixed(4)}`;
     $("status-model").textContent = status.model || "";
     $("working").hidden = !status.running;
