@@ -585,6 +585,53 @@ def anthropic_server(clean_model_env):
         yield server
 
 
+PROVIDERS = {
+    "openai": (OpenAIWireServer, "anges.models.openai_model:OpenAIModel", "OPENAI_API_KEY"),
+    "gemini": (GeminiWireServer, "anges.models.gemini_model:GeminiModel", "GEMINI_API_KEY"),
+    "anthropic": (AnthropicWireServer, "anges.models.anthropic_model:AnthropicModel", "ANTHROPIC_API_KEY"),
+}
+"""Each provider: its server, its model class, its key variable."""
+
+
+def fast_retry():
+    """A retry policy with tiny waits."""
+    from anges.config import RetryConfig
+
+    return RetryConfig(max_attempts=3, max_total_seconds=30, initial_backoff=0.01, max_backoff=0.02)
+
+
+@dataclass
+class Wire:
+    """A provider's server, and a way to build its model pointed at that server."""
+
+    provider: str
+    server: WireServer
+    model_class: type
+    key_env: str
+
+    def model(self, settings=None, retry=None, real_waits: bool = False, **preset: Any):
+        from anges.config import ModelPreset, ModelSettings
+
+        waits, sleep = sleeper()
+        options = {"model": "test-model", "base_url": self.server.base_url, "api_key_env": self.key_env, **preset}
+        model = self.model_class(ModelPreset(provider=self.provider, **options),
+                                 settings or ModelSettings(request_timeout=5), retry or fast_retry(),
+                                 sleep=None if real_waits else sleep)
+        return model, waits
+
+
+@pytest.fixture(params=sorted(PROVIDERS))
+def wire(request, clean_model_env, monkeypatch):
+    """Each provider in turn: its server on 127.0.0.1 and its model class (`wire.model()` builds one)."""
+    from importlib import import_module
+
+    server_class, where, key_env = PROVIDERS[request.param]
+    module, _, name = where.partition(":")
+    monkeypatch.setenv(key_env, TEST_KEY)
+    with server_class() as server:
+        yield Wire(request.param, server, getattr(import_module(module), name), key_env)
+
+
 def sleeper() -> tuple[list[float], Callable[[float], None]]:
     """A `sleep` that records the waits asked for and does not wait."""
     waits: list[float] = []
