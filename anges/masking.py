@@ -81,10 +81,11 @@ def mask_event(event: Event, secrets: list[str]) -> None:
 
 
 def settled_length(text: str, secrets: Iterable[str]) -> int:
-    """How much of a text still arriving can be shown: all but an end that may be the start of a secret."""
+    """How much of a text still arriving can be shown: all but an end that may be the start of a secret (of at
+    least a few characters: fewer give nothing away)."""
     end = len(text)
     for secret in (s for s in secrets if len(s) >= MIN_SECRET_LENGTH):
-        for size in range(min(len(secret) - 1, len(text)), 0, -1):
+        for size in range(min(len(secret) - 1, len(text)), _FRAGMENT - 1, -1):
             if text.endswith(secret[:size]):
                 end = min(end, len(text) - size)
                 break

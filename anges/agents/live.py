@@ -69,11 +69,13 @@ class LiveReply:
         self._parts.append(text)
         self._size += len(text)
         fields = partial_reply("".join(self._parts))
+        finished = "actions" in fields  # the fields shown come before it: they are whole
         for name in SHOWN_FIELDS:
             value = fields.get(name)
             if isinstance(value, str):
-                self._grow(name, mask_secrets(value[:settled_length(value, self.secrets)], self.secrets))
-        self._done = "actions" in fields or self._size > MAX_READ_CHARS
+                settled = value if finished else value[:settled_length(value, self.secrets)]
+                self._grow(name, mask_secrets(settled, self.secrets))
+        self._done = finished or self._size > MAX_READ_CHARS
 
     def _grow(self, name: str, value: str) -> None:
         old = self._shown[name]
