@@ -103,7 +103,7 @@ def user_content(prompt: Any) -> Any:
     that says nothing of caching (or content that is not text) goes as it is."""
     marks = set(getattr(prompt, "marks", ()))
     if not marks:
-        return prompt
+        return str(prompt) if isinstance(prompt, str) else prompt
     breaks = [b for b in prompt.breaks if 0 < b < len(prompt)]
     blocks: list[dict] = []
     start = 0

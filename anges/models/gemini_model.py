@@ -69,7 +69,8 @@ class GeminiModel(Provider):
             max_output_tokens=self.settings.max_output_tokens,
             response_mime_type="application/json" if self.settings.json_mode else None,
         )
-        request = {"model": self.preset.model, "contents": prompt, "config": config}
+        contents = str(prompt) if isinstance(prompt, str) else prompt  # the SDK takes no subclass of str (a Prompt)
+        request = {"model": self.preset.model, "contents": contents, "config": config}
         reply = _Reply()
         if self.settings.stream:
             sink = current_sink()

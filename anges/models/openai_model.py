@@ -60,7 +60,7 @@ class OpenAIModel(Provider):
     def _complete(self, prompt: str, temperature: float) -> Completion:
         params: dict[str, Any] = {
             "model": self.preset.model,
-            "messages": [{"role": "user", "content": prompt}],
+            "messages": [{"role": "user", "content": str(prompt) if isinstance(prompt, str) else prompt}],
             "temperature": temperature,
         }
         # OpenAI's reasoning models take only max_completion_tokens; many compatible servers only max_tokens.
