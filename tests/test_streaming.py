@@ -265,3 +265,33 @@ def test_the_cache_hit_ratio_is_in_run_finished_and_the_footer(openai_server, tm
             assert finished["usage"]["cached_tokens"] == 3000 and finished["usage"]["cache_hit_ratio"] == 0.375
         else:
             assert "38% of input cached" in out.stderr.splitlines()[-1]
+
+
+# --- the pieces ----------------------------------------------------------------------------------------------------
+
+
+def test_a_partial_reply_is_read_as_far_as_it_goes():
+    from anges.parsing import partial_reply
+
+    assert partial_reply('{"analysis": "half a sent') == {"analysis": "half a sent"}
+    assert partial_reply('<think>still thinking about {"analysis": "x"}') == {}, "nothing from an open think block"
+    assert partial_reply('<think>done</think>\n```json\n{"reasoning": "r", "act') == {"reasoning": "r"}
+    assert partial_reply('Sure! {"analysis": "prose first"}') == {}, "a reply that does not start with JSON waits"
+    assert partial_reply('{"analysis": "tab\\tand \\u00e9\\u00') == {"analysis": "tab\tand é"}
+
+
+def test_live_lines_are_the_last_lines_wrapped_to_the_width():
+    from anges.terminal import last_lines
+
+    assert last_lines("one\ntwo\nthree\nfour\nfive", 20) == ["two", "three", "four", "five"]
+    assert last_lines("abcdefghij", 4, count=2) == ["efgh", "ij"]
+    assert last_lines("漢字漢字漢", 4) == ["漢字", "漢字", "漢"], "wide characters take two columns"
+
+
+def test_the_start_of_a_secret_waits_for_the_next_piece():
+    from anges.masking import settled_length
+
+    secret = "s3cret-value-0123456789"
+    assert settled_length("the key is s3cr", [secret]) == len("the key is ")
+    assert settled_length("ends with s", [secret]) == len("ends with s"), "a few characters give nothing away"
+    assert settled_length("nothing here", [secret]) == len("nothing here")
