@@ -102,7 +102,7 @@ def test_a_child_agent_streams_to_its_parents_handlers(tmp_path):
 # --- a stop in the middle of a stream, for each provider -------------------------------------------------------
 
 
-@pytest.mark.parametrize("how", ["interrupt", "time limit"])
+@pytest.mark.parametrize("how", ["interrupt", "stop", "time limit"])
 def test_a_stop_in_the_middle_of_a_stream_closes_it_at_once(wire, tmp_path, how):
     pieces = ['{"analysis": "Looking around', " the project", ' first", "reasoning": "then']
     wire.server.enqueue_text("".join(pieces), chunks=pieces, stall=30)
@@ -122,11 +122,11 @@ def test_a_stop_in_the_middle_of_a_stream_closes_it_at_once(wire, tmp_path, how)
         time.sleep(0.01)
     assert deltas[-1].analysis == "Looking around the project first", "the text showed while the stream went on"
 
-    if how == "interrupt":
-        stopped = time.monotonic()
-        agent.interrupt()
-    else:
+    if how == "time limit":
         stopped = started + 2
+    else:
+        stopped = time.monotonic()
+        agent.interrupt() if how == "interrupt" else EventStore().request_stop(agent.uid)  # Ctrl-C; the web's Stop
     worker.join(5)
     assert not worker.is_alive()
     deadline = time.monotonic() + 3
@@ -135,7 +135,7 @@ def test_a_stop_in_the_middle_of_a_stream_closes_it_at_once(wire, tmp_path, how)
     assert wire.server.hangups, "the stream was never closed"
     assert wire.server.hangups[0] - stopped < 1, "the stream was closed within a second of the stop"
     last = agent.event_stream.events_list[-1]
-    assert last.type == "task_interrupted" and last.data["reason"] == ("interrupt" if how == "interrupt" else "timeout")
+    assert last.type == "task_interrupted" and last.data["reason"] == ("timeout" if how == "time limit" else "interrupt")
     assert len(wire.server.requests) == 1
 
 
