@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import pids_running, sleep_token
+from helpers import SANDBOX_PYTHON, pids_running, sleep_token
 
 from anges.agents import DefaultAgent
 from anges.config import load_config
@@ -19,7 +19,7 @@ from anges.models.scripted import ScriptedModel
 from anges.sandbox import CommandRunner, SandboxSettings, availability, hidden_paths
 from anges.shell import run_command
 
-PYTHON = sys.executable
+PYTHON = SANDBOX_PYTHON
 
 
 def reply(*actions):
@@ -315,7 +315,7 @@ def test_killing_the_anges_process_ends_the_runs_processes(work, sandbox):
     first, second = sleep_token(), sleep_token()
     step = reply(shell(f"setsid sleep {first} & nohup sleep {second} >/dev/null 2>&1 & wait"))
     (work / "model.json").write_text(json.dumps([step, complete()]))
-    proc = subprocess.Popen([PYTHON, "-m", "anges", "-q", "wait", "--sandbox", sandbox, "--approval", "auto",
+    proc = subprocess.Popen([sys.executable, "-m", "anges", "-q", "wait", "--sandbox", sandbox, "--approval", "auto",
                              "--model", f"scripted:{work / 'model.json'}"], cwd=work, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 20
