@@ -132,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
     verbose = 0
+    from anges.sandbox import protect_process_memory
+
+    protect_process_memory()  # commands (ours or others') cannot read the API keys from /proc/PID/environ
     try:
         if argv[:1] == ["ui"]:
             return run_ui(argv[1:])
@@ -293,7 +296,7 @@ def _warn_unsandboxed(config, channel) -> None:
     safety = config.safety
     if safety.approval == "auto" or (channel is not None and safety.approval != "deny"):
         return
-    if safety.sandbox == "off" or not availability().ok:
+    if safety.sandbox == "off" or not availability(safety.bwrap).ok:
         print("anges: commands run without a sandbox need approval, and none can be given here: "
               "add --approval auto to run them", file=sys.stderr)
 

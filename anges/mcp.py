@@ -134,6 +134,9 @@ def specs_from_config(config: MCPConfig, extra: str | os.PathLike | Mapping | No
 
 
 def _read_json(path: Path) -> Any:
+    from anges.sandbox import hide_secret_file
+
+    hide_secret_file(path)  # its env and headers hold secrets: commands do not see it
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

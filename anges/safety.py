@@ -33,11 +33,12 @@ def approval_mode(configured: str, approval: Callable | str | None) -> tuple[str
 class Runners:
     """The run's runner processes, started on first use: one in the sandbox, one for commands let out of it."""
 
-    def __init__(self, cwd: str, settings: SandboxSettings, bwrap: str, log_cap: int):
+    def __init__(self, cwd: str, settings: SandboxSettings, bwrap: str, log_cap: int, contain: bool = False):
         self.cwd = cwd
         self.settings = settings
         self.bwrap = bwrap
         self.log_cap = log_cap
+        self.contain = contain
         self._runners: dict[bool, CommandRunner] = {}
         self._lock = threading.Lock()
 
@@ -48,7 +49,8 @@ class Runners:
         with self._lock:  # child agents may ask at the same moment
             if sandboxed not in self._runners:
                 settings = self.settings if sandboxed else None
-                self._runners[sandboxed] = CommandRunner(self.cwd, settings, self.bwrap, self.log_cap)
+                self._runners[sandboxed] = CommandRunner(self.cwd, settings, self.bwrap, self.log_cap,
+                                                         contain=self.contain and not sandboxed)
             return self._runners[sandboxed]
 
     def jobs(self) -> list[Job]:
@@ -79,7 +81,7 @@ class RunSafety:
                  runners: Runners | None = None):
         self.config = safety
         self.settings = SandboxSettings.for_run(safety, cwd)
-        found = availability() if self.settings.enabled else None
+        found = availability(safety.bwrap, self.settings.writable) if self.settings.enabled else None
         self.sandboxed = found is not None and found.ok
         if found is None:
             self.unsandboxed_reason = "the sandbox is off (safety.sandbox: off)"
@@ -87,8 +89,18 @@ class RunSafety:
             self.unsandboxed_reason = "" if found.ok else f"the sandbox is not available: {found.reason}"
         self.policy = Policy(safety, self.settings, cwd, self.sandboxed, self.unsandboxed_reason)
         mode, channel = approval_mode(safety.approval, approval)
-        self.gate = Gate(self.policy, mode, channel)
-        self.runners = runners or Runners(cwd, self.settings, found.bwrap if found else "", safety.background_log_cap)
+        self.gate = Gate(self.policy, mode, channel, auto_escalate=safety.auto_escalate)
+        bwrap = found.bwrap if found is not None and found.ok else self._containing_bwrap()
+        self.runners = runners or Runners(cwd, self.settings, bwrap, safety.background_log_cap,
+                                          contain=safety.contain_unsandboxed)
+
+    def _containing_bwrap(self) -> str:
+        """The bwrap that gives commands run without the sandbox a PID namespace of their own; "" when none works
+        (or the sandbox did not: then it cannot either)."""
+        if not self.config.contain_unsandboxed or self.settings.enabled:
+            return ""
+        found = availability(self.config.bwrap, self.settings.writable, quiet=True)
+        return found.bwrap if found.ok else ""
 
     def runner_for(self, permit: Permit) -> CommandRunner | None:
         """The runner a permitted command runs with: the sandbox's, or the unsandboxed one when it escalated."""
@@ -100,9 +112,10 @@ class RunSafety:
 
     def facts(self) -> dict:
         """What the prompt's Environment section says about the sandbox."""
+        approval = self.gate.mode if self.gate.mode != "ask" or self.gate.channel else "deny"
         return {"mode": self.settings.mode, "sandboxed": self.sandboxed, "writable": list(self.settings.writable),
-                "network": self.settings.network, "reason": self.unsandboxed_reason,
-                "approval": self.gate.mode if self.gate.mode != "ask" or self.gate.channel else "deny",
+                "network": self.settings.network, "reason": self.unsandboxed_reason, "approval": approval,
+                "can_escalate": approval == "ask" or (approval == "auto" and self.gate.auto_escalate),
                 "keep_background": self.config.keep_background}
 
     def job_lines(self) -> list[dict]:
@@ -118,3 +131,12 @@ class RunSafety:
                           "status": job.status(), "log_path": job.log_path, "log_bytes": size})
         return lines
 
+
+
+def secret_names(config, mcp=None) -> list[str]:
+    """Environment variables the configuration says hold secrets: each model's `api_key_env`, and the variables
+    given to MCP servers. Commands do not get them (unless `pass_env` lists them); their values are masked."""
+    names = [preset.api_key_env for preset in config.models.values() if preset.api_key_env]
+    if mcp is not None:
+        names += [name for spec in mcp.specs.values() for name in spec.env]
+    return names

@@ -23,14 +23,41 @@ from functools import lru_cache
 from pathlib import Path
 
 from anges.exceptions import SandboxError
-from anges.runner import KILL_GRACE, Channel, select_read, send_fds
+from anges.runner import KILL_GRACE, Channel, end_marked, prctl, select_read, send_fds
 
 log = logging.getLogger("anges.sandbox")
 
-CREDENTIAL_PATHS = ("~/.ssh", "~/.aws", "~/.config/gcloud", "~/.azure", "~/.netrc", "~/.docker", "~/.kube",
-                    "~/.gnupg", "~/.git-credentials", "~/.config/gh", "~/.pypirc", "~/.npmrc",
-                    "/run/docker.sock", "/var/run/docker.sock")
-"""Hidden inside the sandbox, with ANGES_HOME, the ssh-agent socket and `safety.hidden_paths`."""
+CREDENTIAL_PATHS = (
+    "~/.ssh", "~/.aws", "~/.config/gcloud", "~/.azure", "~/.netrc", "~/.docker", "~/.kube", "~/.gnupg",
+    "~/.git-credentials", "~/.config/git/credentials", "~/.config/gh", "~/.config/hub", "~/.pypirc", "~/.npmrc",
+    "~/.yarnrc.yml", "~/.cargo/credentials", "~/.cargo/credentials.toml", "~/.gem/credentials", "~/.m2/settings.xml",
+    "~/.gradle/gradle.properties", "~/.composer/auth.json", "~/.config/composer/auth.json", "~/.pgpass",
+    "~/.my.cnf", "~/.vault-token", "~/.terraform.d", "~/.terraformrc", "~/.cache/huggingface/token",
+    "~/.huggingface/token", "~/.config/rclone", "~/.config/op", "~/.config/containers/auth.json",
+    "~/.config/sops", "~/.s3cfg", "~/.boto", "~/.oci", "~/.config/doctl", "~/.local/share/keyrings",
+    "~/.password-store", "~/.bash_history", "~/.zsh_history", "~/.python_history", "~/.psql_history",
+    "~/.mysql_history", "~/.node_repl_history", "~/.local/share/fish/fish_history", "~/.mozilla",
+    "~/.config/google-chrome", "~/.config/chromium", "~/.config/BraveSoftware", "~/.config/microsoft-edge",
+    "~/.colima", "~/.lima", "~/.rd", "/var/lib/lxd/unix.socket", "/var/snap/lxd/common/lxd/unix.socket",
+    "/var/lib/incus/unix.socket",
+)
+"""Hidden inside the sandbox, with ANGES_HOME, the config files anges read, the ssh-agent socket, every Unix
+socket of the host, and `safety.hidden_paths`."""
+XDG_CREDENTIAL_PATHS = ("gcloud", "gh", "hub", "git/credentials", "rclone", "op", "containers/auth.json", "sops")
+"""The same places under $XDG_CONFIG_HOME, when it is set."""
+RUNTIME_DIRS = ("/run", "/var/run")
+"""Where daemons keep their sockets (D-Bus, systemd, Docker, containerd...): an empty private directory in the
+sandbox, as is $XDG_RUNTIME_DIR."""
+STARTUP_FILES = ("~/.bashrc", "~/.bash_profile", "~/.bash_login", "~/.bash_logout", "~/.profile", "~/.zshrc",
+                 "~/.zshenv", "~/.zprofile", "~/.zlogin", "~/.config/fish", "~/.config/autostart",
+                 "~/.config/systemd", "~/.config/environment.d", "~/.pam_environment", "~/.xprofile",
+                 "~/.xsession", "~/.xinitrc", "~/.local/bin")
+"""Files the user's shell or session runs: read-only in the sandbox even when the home is the working directory."""
+TRUSTED_BWRAP_DIRS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin", "/run/current-system/sw/bin",
+                      "/nix/var/nix/profiles/default/bin")
+"""Where `bwrap` is looked for (never on PATH, which a project's environment may change); `safety.bwrap` names
+another."""
+RESOLV_CONF = "/etc/resolv.conf"
 START_TIMEOUT = 10.0
 REPLY_TIMEOUT = 10.0
 RUNNER_SCRIPT = str(Path(__file__).with_name("runner.py"))
@@ -40,6 +67,8 @@ _READ_ONLY_MARKS = ("Read-only file system",)
 _NETWORK_MARKS = ("Network is unreachable", "Temporary failure in name resolution", "Could not resolve host",
                   "Name or service not known", "No address associated with hostname", "getaddrinfo failed",
                   "nodename nor servname", "Failed to establish a new connection", "network is unreachable")
+PR_SET_DUMPABLE = 4
+_secret_files: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -53,23 +82,34 @@ class SandboxSettings:
     """Absolute, resolved directories commands may write (besides a private /tmp)."""
     hidden: tuple[str, ...] = ()
     """Absolute, resolved paths commands cannot see."""
+    protected: tuple[str, ...] = ()
+    """Paths inside the writable directories that stay read-only: `.git`, the code anges itself runs, the
+    shell's startup files. What a command could plant there would run outside the sandbox later."""
 
     @classmethod
     def for_run(cls, safety, cwd: str) -> SandboxSettings:
         """The settings of a run in `cwd` under the `safety` config section."""
         writable: tuple[str, ...] = ()
         if safety.sandbox != "read-only":  # with the sandbox off, in-process edits keep the workspace's limits
-            writable = _unique(_resolve(p) for p in [cwd, *(_expand(p, cwd) for p in safety.writable_paths)])
-        return cls(mode=safety.sandbox, network=safety.network, writable=writable, hidden=hidden_paths(safety))
+            extra = [_expand(p, cwd) for p in safety.writable_paths]
+            writable = _unique(_resolve(p) for p in [cwd, *(p for p in extra if _exists_or_warn(p))])
+        _warn_wide(writable)
+        return cls(mode=safety.sandbox, network=safety.network, writable=writable, hidden=hidden_paths(safety),
+                   protected=protected_paths(writable))
 
     @property
     def enabled(self) -> bool:
         return self.mode != "off"
 
     def can_write(self, path: str) -> bool:
-        """True when `path` (resolved, symlinks included) lies in a writable directory."""
+        """True when `path` (resolved, symlinks included) lies in a writable directory, outside the protected."""
         real = _resolve(path)
-        return any(_inside(real, root) for root in self.writable)
+        return any(_inside(real, root) for root in self.writable) and not self.is_protected(real)
+
+    def is_protected(self, path: str) -> bool:
+        """True when `path` (resolved) is or lies under a protected path."""
+        real = _resolve(path)
+        return any(_inside(real, kept) for kept in self.protected)
 
     def is_hidden(self, path: str) -> bool:
         """True when `path` (resolved) is or lies under a hidden path."""
@@ -86,26 +126,101 @@ class Availability:
     bwrap: str = ""
 
 
+def hide_secret_file(path: str | os.PathLike) -> None:
+    """Hide a file anges read secrets from (a --config or --mcp-config file) from every later sandbox."""
+    _secret_files.add(os.path.abspath(os.path.expanduser(os.fspath(path))))
+
+
+def protect_process_memory() -> None:
+    """Make this process non-dumpable, so a command running as the same (non-root) user cannot read its memory
+    or environment (/proc/PID/environ holds the model's API key); Linux only, a no-op elsewhere."""
+    if sys.platform.startswith("linux"):
+        prctl(PR_SET_DUMPABLE, 0)
+
+
 def hidden_paths(safety) -> tuple[str, ...]:
-    """Credential places and ANGES_HOME (resolved), plus the configured `hidden_paths`, that exist."""
+    """Credential places, ANGES_HOME and the config files anges read (resolved), plus `hidden_paths`, that exist."""
     from anges.config import anges_home
 
-    candidates = [*CREDENTIAL_PATHS, str(anges_home()), *safety.hidden_paths]
-    agent_socket = os.environ.get("SSH_AUTH_SOCK")
-    if agent_socket:
-        candidates.append(agent_socket)
+    candidates = [*CREDENTIAL_PATHS, str(anges_home()), *_secret_files, *safety.hidden_paths]
+    xdg_config = os.environ.get("XDG_CONFIG_HOME")
+    if xdg_config:
+        candidates += [os.path.join(xdg_config, name) for name in XDG_CREDENTIAL_PATHS]
+    for name in ("ANGES_CONFIG", "SSH_AUTH_SOCK"):
+        if os.environ.get(name):
+            candidates.append(os.environ[name])
     found = (_resolve(os.path.expanduser(p)) for p in candidates)
     return _unique(p for p in found if os.path.lexists(p))
 
 
-def availability() -> Availability:
-    """Whether `bwrap` works on this machine (probed once per process and `bwrap` location)."""
+def protected_paths(writable: tuple[str, ...]) -> tuple[str, ...]:
+    """What stays read-only inside the writable directories: each one's `.git`, the code this process runs (the
+    interpreter's prefixes, the anges package, `sys.path`), and the shell's startup files."""
+    code = code_paths()
+    candidates = [*(os.path.join(root, ".git") for root in writable), *code]
+    candidates += [os.path.expanduser(p) for p in STARTUP_FILES]
+    found = []
+    for path in candidates:
+        real = _resolve(path)
+        if real in writable:
+            if path in code:
+                _warn_once(f"{real} is on Python's import path and writable by commands: code planted there could "
+                           "run in anges' own process; run anges from another directory")
+        elif _inside_any(real, writable) and os.path.lexists(real):
+            found.append(real)
+    return _unique(found)
+
+
+def code_paths() -> list[str]:
+    """Where the code this process runs comes from: the interpreter and its prefixes, anges, the top-level
+    packages loaded, and `sys.path` ("" is the current directory)."""
+    import anges
+
+    paths = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix, os.path.dirname(anges.__file__)]
+    if sys.executable:
+        paths += [os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))]
+    for entry in sys.path:
+        entry = entry or os.getcwd()
+        if os.path.isabs(entry) and os.path.exists(entry):
+            paths.append(entry)
+    for name, module in list(sys.modules.items()):
+        where = getattr(module, "__file__", None)
+        if "." not in name and isinstance(where, str) and os.path.isabs(where):
+            paths.append(os.path.dirname(where) if os.path.basename(where) == "__init__.py" else where)
+    return list(dict.fromkeys(paths))
+
+
+def availability(bwrap: str = "", writable: tuple[str, ...] = (), quiet: bool = False) -> Availability:
+    """Whether `bwrap` works on this machine (probed once per process and `bwrap` location). `bwrap` is the
+    configured `safety.bwrap`; without it, bwrap is looked for in the system's directories only. One inside the
+    `writable` directories (which commands could replace) is refused before it is ever run."""
     if not sys.platform.startswith("linux"):
-        return _warn_once(Availability(False, f"the sandbox needs Linux and bubblewrap; this is {sys.platform}"))
-    bwrap = shutil.which("bwrap")
-    if bwrap is None:
-        return _warn_once(Availability(False, "bwrap was not found on PATH (install the 'bubblewrap' package)"))
-    return _warn_once(_probe(bwrap))
+        found = Availability(False, f"the sandbox needs Linux and bubblewrap; this is {sys.platform}")
+    else:
+        path = find_bwrap(bwrap)
+        if isinstance(path, Availability):
+            found = path
+        elif _inside_any(_resolve(path), writable):
+            found = Availability(False, f"bwrap at {path} lies in a directory commands may write")
+        else:
+            found = _probe(path)
+    return found if quiet else _say_once(found)
+
+
+def find_bwrap(configured: str = "") -> str | Availability:
+    """The bwrap to use: `configured` (an absolute path), else the first in TRUSTED_BWRAP_DIRS; or why not."""
+    if configured:
+        if not os.path.isabs(configured):
+            return Availability(False, f"safety.bwrap must be an absolute path, not {configured!r}")
+        if not os.access(configured, os.X_OK) or os.path.isdir(configured):
+            return Availability(False, f"bwrap was not found at {configured} (safety.bwrap)")
+        return configured
+    for directory in TRUSTED_BWRAP_DIRS:
+        candidate = os.path.join(directory, "bwrap")
+        if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
+            return candidate
+    return Availability(False, f"bwrap was not found in {', '.join(TRUSTED_BWRAP_DIRS[:5])} (install the "
+                               "'bubblewrap' package, or name it with safety.bwrap)")
 
 
 @lru_cache(maxsize=4)
@@ -125,33 +240,113 @@ def _probe(bwrap: str) -> Availability:
 _warned: set[str] = set()
 
 
-def _warn_once(found: Availability) -> Availability:
-    if not found.ok and found.reason not in _warned:
-        _warned.add(found.reason)
-        log.warning("anges: the sandbox is not available: %s. Commands will run without it, and each one needs "
-                    "approval (--approval).", found.reason)
+def _say_once(found: Availability) -> Availability:
+    if not found.ok:
+        _warn_once(f"the sandbox is not available: {found.reason}. Commands will run without it, and each one "
+                   "needs approval (--approval)")
     return found
 
 
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        log.warning("anges: %s.", message)
+
+
 def bwrap_argv(bwrap: str, settings: SandboxSettings, cwd: str, visible: list[str]) -> list[str]:
-    """The bwrap arguments for one run: read-only root, writable dirs, private /tmp, hidden credentials."""
-    argv = [bwrap, *_isolation(settings.network), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--tmpfs", "/tmp"]
+    """The bwrap arguments for one run: a read-only root, the writable directories (minus the protected paths),
+    private /tmp and runtime directories, hidden credentials and host sockets."""
+    argv = [bwrap, *_isolation(settings.network), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    private = private_dirs()
+    for path in private:
+        argv += ["--tmpfs", path]
     real_cwd = _resolve(cwd)
     if not any(_inside(real_cwd, root) for root in settings.writable):
         visible = [real_cwd, *visible]  # read-only mode: the working directory is still there to read
+    # The interpreter and anges must stay visible when they live in a directory the sandbox makes private.
+    visible = [*_lost_code(private, settings.writable), *visible]
+    if settings.network:
+        visible = [*_resolver_files(private), *visible]
     for path in settings.writable:
         argv += ["--bind", path, path]
-    for path in visible:
+    for path in (*visible, *settings.protected):
         argv += ["--ro-bind", path, path]
+    shown = (*settings.writable, *visible)
     for path in settings.hidden:
-        if any(_inside(root, path) for root in (*settings.writable, *visible)):
+        if any(_inside(root, path) for root in shown):
             continue  # the user works inside it: hiding it would hide the work
+        if _inside_any(path, private) and not _inside_any(path, shown):
+            continue  # gone with its private directory already
         if os.path.isdir(path):
             argv += ["--tmpfs", path, "--remount-ro", path]
         else:
             argv += ["--ro-bind", "/dev/null", path]
+    for path in host_sockets():
+        if _inside_any(path, settings.hidden) or (_inside_any(path, private) and not _inside_any(path, shown)):
+            continue
+        argv += ["--ro-bind", "/dev/null", path]
     return argv + ["--chdir", cwd]
+
+
+def contained_argv(bwrap: str) -> list[str]:
+    """bwrap arguments that change nothing but the PID namespace: for commands run outside the sandbox, so every
+    process they start still ends with the run (and a command cannot see, or signal, the agent)."""
+    return [bwrap, "--dev-bind", "/", "/", "--unshare-pid", "--die-with-parent", "--proc", "/proc"]
+
+
+def private_dirs() -> list[str]:
+    """Directories the sandbox replaces with empty private ones: /tmp, and the runtime directories where daemons
+    keep their sockets (/run, /var/run, $XDG_RUNTIME_DIR)."""
+    found = ["/tmp"]
+    for path in (*RUNTIME_DIRS, os.environ.get("XDG_RUNTIME_DIR") or ""):
+        if path and os.path.isabs(path) and os.path.isdir(path) and not os.path.islink(path):
+            real = _resolve(path)
+            if not _inside_any(real, found):
+                found.append(real)
+    return found
+
+
+def host_sockets() -> list[str]:
+    """The path of every Unix socket bound on this machine (in this network namespace) that still exists.
+
+    A read-only file system does not stop connect(): a daemon listening there would run what a command sends.
+    """
+    import stat
+
+    try:
+        with open("/proc/net/unix", encoding="utf-8", errors="replace") as table:
+            lines = table.read().splitlines()[1:]
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        fields = line.split(None, 7)
+        path = fields[7] if len(fields) == 8 else ""
+        if not path.startswith("/"):
+            continue  # unnamed, or abstract (@name): those live in the network namespace
+        try:
+            if stat.S_ISSOCK(os.lstat(path).st_mode):
+                found.append(path)
+        except OSError:
+            continue
+    return list(dict.fromkeys(found))
+
+
+def _lost_code(private: list[str], writable: tuple[str, ...]) -> list[str]:
+    """Code paths (the interpreter, anges) that lie in a private directory and would vanish in the sandbox."""
+    lost = []
+    for path in code_paths():
+        real = _resolve(path)
+        if os.path.exists(real) and _inside_any(real, private) and not _inside_any(real, writable):
+            lost.append(real)
+    return _unique(lost)
+
+
+def _resolver_files(private: list[str]) -> list[str]:
+    """What name resolution reads from a private directory: /etc/resolv.conf is often a link into /run
+    (systemd-resolved, resolvconf, NetworkManager)."""
+    real = _resolve(RESOLV_CONF)
+    return [real] if real != RESOLV_CONF and os.path.isfile(real) and _inside_any(real, private) else []
 
 
 def _isolation(network: bool) -> list[str]:
@@ -197,6 +392,8 @@ class RemoteProcess:
             if readable:
                 self.channel.pump()
             self._absorb()
+        if self.returncode is None and self.channel.ended:
+            self.returncode = -9  # the runner is gone, and every process of its run with it
         return self.returncode
 
     def wait(self, timeout: float | None) -> bool:
@@ -259,17 +456,26 @@ class CommandRunner:
     """The run's runner process: starts every command of the run and ends them all when the run ends."""
 
     def __init__(self, cwd: str, settings: SandboxSettings | None = None, bwrap: str = "",
-                 log_cap: int = 10_000_000):
+                 log_cap: int = 10_000_000, contain: bool = False):
         self.cwd = cwd
         self.settings = settings if settings is not None and settings.enabled else None
         self.bwrap = bwrap
+        self.contain = contain and bool(bwrap)
+        """Without the sandbox, still run in a PID namespace of its own (through bwrap)."""
         self.log_cap = log_cap
+        self.token = f"{os.getpid()}-{os.urandom(8).hex()}"
+        """Marks the environment of every command of a runner without a PID namespace, to find its leftovers."""
         self._scratch: str | None = None
         self.jobs: list[Job] = []
         self.control: socket.socket | None = None
         self.process: subprocess.Popen | None = None
         self._lock = threading.RLock()
         self._finalizer = weakref.finalize(self, _cleanup, None, None, None)
+
+    @property
+    def namespaced(self) -> bool:
+        """The runner has a PID namespace of its own: the run's processes are all it can see."""
+        return self.settings is not None or self.contain
 
     @property
     def scratch(self) -> str:
@@ -284,16 +490,9 @@ class CommandRunner:
 
     def spawn(self, argv: list[str], cwd: str, env: dict[str, str], stdout: int, stderr: int) -> RemoteProcess:
         """Start `argv` in its own session with the given outputs; OSError when it cannot start."""
-        control = self._started()
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        channel = Channel(ours)
-        try:
-            send_fds(control, {"op": "spawn"}, [theirs.fileno(), stdout, stderr])
-        except OSError as exc:
-            channel.close()
-            raise SandboxError(f"the command runner stopped: {exc}") from None
-        finally:
-            theirs.close()
+        channel = self._request_spawn(stdout, stderr)
+        if channel is None:  # the runner died (a command killed it): a new one takes over
+            channel = self._request_spawn(stdout, stderr, retry=False)
         channel.send({"argv": argv, "cwd": cwd, "env": env})
         reply = channel.receive(REPLY_TIMEOUT)
         if reply is None or "pid" not in reply:
@@ -302,6 +501,32 @@ class CommandRunner:
                 raise OSError(reply.get("errno") or 0, reply["error"])
             raise SandboxError(f"the command runner did not answer{self._log_tail()}")
         return RemoteProcess(channel, reply["pid"])
+
+    def _request_spawn(self, stdout: int, stderr: int, retry: bool = True) -> Channel | None:
+        """The op socket of a new command; None when the runner turned out dead and `retry` is allowed."""
+        control = self._started()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        channel = Channel(ours)
+        try:
+            send_fds(control, {"op": "spawn"}, [theirs.fileno(), stdout, stderr])
+        except OSError as exc:
+            channel.close()
+            if retry and self._died():
+                return None
+            raise SandboxError(f"the command runner stopped: {exc}") from None
+        finally:
+            theirs.close()
+        return channel
+
+    def _died(self) -> bool:
+        """True (and the runner cleared away) when the runner process has ended or ends within a moment."""
+        with self._lock:
+            try:
+                self.process.wait(KILL_GRACE + 1)
+            except subprocess.TimeoutExpired:
+                return False
+            self._restart()
+            return True
 
     def end_processes(self, keep_jobs: bool = False) -> None:
         """End every process of the run, except the background jobs when `keep_jobs`."""
@@ -327,9 +552,13 @@ class CommandRunner:
             job.process.close()
         self._finalizer.detach()
         _cleanup(self._scratch, control, process)
+        if not self.namespaced:
+            end_marked(self.token)  # commands that outlived a runner killed from inside
 
     def _started(self) -> socket.socket:
         with self._lock:
+            if self.process is not None and self.process.poll() is not None:
+                self._restart()
             if self.control is None:
                 scratch = self.scratch
                 self.control, self.process = self._launch(scratch)
@@ -337,13 +566,24 @@ class CommandRunner:
                 self._finalizer = weakref.finalize(self, _cleanup, scratch, self.control, self.process)
             return self.control
 
+    def _restart(self) -> None:
+        """The runner died (a command killed it): its processes are gone; the next command starts a new one."""
+        log.warning("anges: the command runner ended unexpectedly (exit code %s); starting a new one",
+                     self.process.returncode)
+        _cleanup(None, self.control, self.process)
+        if not self.namespaced:
+            end_marked(self.token)
+        self.control = self.process = None
+
     def _launch(self, scratch: str) -> tuple[socket.socket, subprocess.Popen]:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = [sys.executable or "python3", "-I", "-S", RUNNER_SCRIPT, str(theirs.fileno())]
         if self.settings is not None:
             argv = bwrap_argv(self.bwrap, self.settings, self.cwd, [scratch]) + ["--", *argv, "--namespace"]
+        elif self.contain:
+            argv = contained_argv(self.bwrap) + ["--", *argv, "--namespace"]
         else:
-            argv += ["--parent", str(os.getpid())]
+            argv += ["--parent", str(os.getpid()), "--token", self.token]
         with open(os.path.join(scratch, "runner.log"), "wb") as errors:
             try:
                 process = _spawn_from_keeper(argv, pass_fds=(theirs.fileno(),), env={"PATH": os.defpath},
@@ -425,6 +665,25 @@ def _resolve(path: str) -> str:
 
 def _expand(path: str, cwd: str) -> str:
     return os.path.join(cwd, os.path.expanduser(path))
+
+
+def _exists_or_warn(path: str) -> bool:
+    if os.path.isdir(path):
+        return True
+    _warn_once(f"safety.writable_paths: {path} is not a directory; left out")
+    return False
+
+
+def _warn_wide(writable: tuple[str, ...]) -> None:
+    home = _resolve("~")
+    for root in writable:
+        if root == "/" or _inside(home, root):
+            _warn_once(f"commands may change everything in {root} (it holds your home directory); the shell's "
+                       "startup files stay read-only, but work in a project directory if you can")
+
+
+def _inside_any(path: str, roots) -> bool:
+    return any(_inside(path, root) for root in roots)
 
 
 def _inside(path: str, root: str) -> bool:

@@ -118,10 +118,12 @@ def _is_credential(name: str) -> bool:
     return upper in CREDENTIAL_ENV_VARS or upper.endswith("_API_KEY")
 
 
-def scrubbed_environment(pass_through: Iterable[str] = ()) -> dict[str, str]:
-    """A copy of os.environ without model credentials, except the names in `pass_through`."""
-    keep = set(pass_through)
-    return {name: value for name, value in os.environ.items() if name in keep or not _is_credential(name)}
+def scrubbed_environment(pass_through: Iterable[str] = (), secret_names: Iterable[str] = ()) -> dict[str, str]:
+    """A copy of os.environ without secrets (see is_secret_name, and the `secret_names` configured, such as a
+    model's api_key_env), except the names in `pass_through`."""
+    keep, named = set(pass_through), {n.upper() for n in secret_names}
+    return {name: value for name, value in os.environ.items()
+            if name in keep or not (is_secret_name(name) or name.upper() in named)}
 
 
 def is_secret_name(name: str) -> bool:
@@ -129,9 +131,12 @@ def is_secret_name(name: str) -> bool:
     return _is_credential(name) or name.upper().endswith(SECRET_SUFFIXES)
 
 
-def secret_values(environ: Mapping[str, str] = os.environ) -> list[str]:
-    """The values of the secret variables set in `environ` that are long enough to mask."""
-    return [value for name, value in environ.items() if is_secret_name(name) and len(value) >= MIN_SECRET_LENGTH]
+def secret_values(environ: Mapping[str, str] = os.environ, secret_names: Iterable[str] = ()) -> list[str]:
+    """The values of the secret variables set in `environ` (and of those named in `secret_names`) that are long
+    enough to mask."""
+    named = {n.upper() for n in secret_names}
+    return [value for name, value in environ.items()
+            if (is_secret_name(name) or name.upper() in named) and len(value) >= MIN_SECRET_LENGTH]
 
 
 def mask_secrets(text: str, secrets: Iterable[str]) -> str:

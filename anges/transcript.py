@@ -157,6 +157,8 @@ class Renderer:
             code = data.get("exit_code")
             status = s(f"exit {code}", "green" if code == 0 else "red")
             status += s(f" · {_seconds(data.get('duration', 0))}", "dim")
+        if data.get("sandbox") == "none":
+            status += s(" · outside the sandbox" if data.get("escalated") else " · no sandbox", "yellow")
         return lines + [s("  └ ", "dim") + status]
 
     def _tool_call(self, event: Event) -> list[str]:

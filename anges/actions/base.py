@@ -34,6 +34,9 @@ class ActionContext:
     """What the runner's sandbox allows; None when the command runs without one."""
     escalated: bool = False
     """The command was approved to run outside the sandbox."""
+    checked_paths: tuple[str, ...] | None = None
+    """The resolved paths the policy judged for this action: it reads and writes these, or refuses (None: not
+    checked, e.g. an action run directly)."""
 
 
 class Action:

@@ -46,7 +46,8 @@ class RunShellCommand(Action):
         return Event(
             type="action",
             content=format_result(result, blocked),
-            message=f"ran `{shown}`" + (" outside the sandbox" if ctx.escalated else ""),
+            message=f"ran `{shown}`" + (" outside the sandbox" if ctx.escalated else
+                                         " without a sandbox" if ctx.sandbox is None else ""),
             data={**result.to_data(), "action_type": self.type, "stdout": result.stdout, "stderr": result.stderr,
                   **facts},
         )

@@ -132,6 +132,7 @@ class BaseAgent:
 
     def run_with_new_request(self, task_description: str, event_stream: EventStream | None = None) -> EventStream:
         """Record the request (new or follow-up) and work on it until the run ends; returns the stream."""
+        from anges.safety import secret_names
         from anges.shell import scrubbed_environment, secret_values
 
         owns_safety = self._parent_safety is None
@@ -139,8 +140,9 @@ class BaseAgent:
         stream = self._open_stream(event_stream)
         self._interrupted.clear()
         self._interrupt_why = ""
-        self._secrets = secret_values() + (self.mcp.secrets if self.mcp is not None else [])
-        self._env = scrubbed_environment(self.agent_config.pass_env)
+        names = secret_names(self.config, self.mcp)
+        self._secrets = secret_values(secret_names=names) + (self.mcp.secrets if self.mcp is not None else [])
+        self._env = scrubbed_environment(self.agent_config.pass_env, names)
         with self.store.run_lock(stream.uid):
             self.store.clear_stop(stream.uid)
             self._close_abandoned_run()
@@ -570,7 +572,8 @@ class BaseAgent:
                              prefix_cmd=self.prefix_cmd, interrupt_check=self._stop_requested, reply=reply,
                              record=self._record, secrets=self._secrets, env=self._env, runner=runner,
                              sandbox=runner.settings if runner is not None else None,
-                             escalated=permit is not None and permit.escalate)
+                             escalated=permit is not None and permit.escalate,
+                             checked_paths=permit.verdict.paths if permit is not None else None)
 
     def _legacy_run_config(self) -> dict:
         return {
