@@ -53,6 +53,8 @@ STARTUP_FILES = ("~/.bashrc", "~/.bash_profile", "~/.bash_login", "~/.bash_logou
                  "~/.config/systemd", "~/.config/environment.d", "~/.pam_environment", "~/.xprofile",
                  "~/.xsession", "~/.xinitrc", "~/.local/bin")
 """Files the user's shell or session runs: read-only in the sandbox even when the home is the working directory."""
+VCS_DIRS = (".git", ".hg")
+"""A repository's own directory in a writable one stays read-only: its hooks and config run outside the sandbox."""
 TRUSTED_BWRAP_DIRS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin", "/run/current-system/sw/bin",
                       "/nix/var/nix/profiles/default/bin")
 """Where `bwrap` is looked for (never on PATH, which a project's environment may change); `safety.bwrap` names
@@ -154,10 +156,10 @@ def hidden_paths(safety) -> tuple[str, ...]:
 
 
 def protected_paths(writable: tuple[str, ...]) -> tuple[str, ...]:
-    """What stays read-only inside the writable directories: each one's `.git`, the code this process runs (the
+    """What stays read-only inside the writable directories: each one's `.git` (`.hg`), the code this process runs (the
     interpreter's prefixes, the anges package, `sys.path`), and the shell's startup files."""
     code = code_paths()
-    candidates = [*(os.path.join(root, ".git") for root in writable), *code]
+    candidates = [os.path.join(root, name) for root in writable for name in VCS_DIRS] + code
     candidates += [os.path.expanduser(p) for p in STARTUP_FILES]
     found = []
     for path in candidates:

@@ -598,7 +598,7 @@ def test_racing_symlink_swaps_never_let_agent_edits_land_outside(tmp_path):
     (work / "d").symlink_to("real")
     edits = [{"analysis": "", "reasoning": "r", "actions": [
         {"action_type": "EDIT_FILE", "directive_line": f"NEW_FILE d/evil{n}.sh", "content": "echo pwned"}]}
-        for n in range(150)]
+        for n in range(200)]
     done = {"analysis": "", "reasoning": "r", "actions": [{"action_type": "TASK_COMPLETE", "content": "done"}]}
     swapper = subprocess.Popen([sys.executable, "-c", SWAPPER, str(work), str(outside)])
     try:
@@ -612,3 +612,35 @@ def test_racing_symlink_swaps_never_let_agent_edits_land_outside(tmp_path):
     written = [e for e in stream.events_list if e.type == "edit_file" and "error" not in e.data]
     assert list(outside.iterdir()) == [], "an edit landed outside the working directory"
     assert written and len(list((work / "real").iterdir())) == len(written)
+
+
+def test_a_link_swapped_while_the_person_reads_the_prompt_does_not_redirect_the_edit(tmp_path):
+    from anges.agents import DefaultAgent
+    from anges.config import load_config
+    from anges.models.scripted import ScriptedModel
+
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    (work / "real").mkdir(parents=True)
+    outside.mkdir()
+    (work / "d").symlink_to("real")
+    requests = []
+
+    def swap_then_approve(request):  # what a command left running in the background could do meanwhile
+        requests.append(request)
+        (work / "d").unlink()
+        (work / "d").symlink_to(outside)
+        return "allow"
+
+    edit = {"action_type": "EDIT_FILE", "directive_line": "NEW_FILE d/run.sh", "content": "echo pwned"}
+    steps = [{"analysis": "", "reasoning": "r", "actions": [edit]},
+             {"analysis": "", "reasoning": "r", "actions": [{"action_type": "TASK_COMPLETE", "content": "done"}]}]
+    rules = [{"action": "EDIT_FILE", "match": "*.sh", "decision": "ask", "reason": "scripts are reviewed"}]
+    agent = DefaultAgent(inference_func=ScriptedModel(steps), cmd_init_dir=work, approval=swap_then_approve,
+                         config=load_config(overrides={"safety": {"rules": rules}}))
+    stream = agent.run_with_new_request("edit")
+
+    [request] = requests
+    assert request.subject == str(work / "real" / "run.sh")  # what the person approved
+    assert list(outside.iterdir()) == []
+    [event] = [e for e in stream.events_list if e.type == "edit_file"]
+    assert "changed after it was checked" in event.content and "the file was not edited" in event.content
