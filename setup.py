@@ -46,6 +46,7 @@ setup(
         "mcp": ["mcp>=2.0"],
         "ray": ["ray>=2.9", "rich>=13"],
         "rich": ["rich>=13"],
+        "acp": ["agent-client-protocol>=0.12", "mcp>=2.0"],  # editors pass their MCP servers to the agent
         "dev": [
             "pytest>=8",
             "pytest-timeout",
@@ -55,6 +56,7 @@ setup(
             "ruff",
             "ray>=2.9",
             "rich>=13",
+            "agent-client-protocol>=0.12",
         ],
     },
     entry_points={"console_scripts": ["anges=anges.cli:main"]},

@@ -180,7 +180,7 @@ class Gate:
             return Permit(False, verdict, Decision("deny", by="no_one"))
         request = self._request(agent, action_type, args, verdict)
         agent._record(Event("approval_requested", content=_request_text(request), message=_request_text(request),
-                            data=request.to_data()))
+                            data={**request.to_data(), "channel": channel_name(self.channel)}))
         decision = self._wait(agent, request, verdict)
         if decision.verdict == "allow" and decision.always:
             with self._lock:

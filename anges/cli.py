@@ -33,6 +33,7 @@ examples:
   anges list                                   recent streams; then: anges show ID, anges export ID --format md
   anges ui                                     the web chat
   anges batch tasks.jsonl --workers 4          many tasks from a file (see: anges batch --help)
+  anges acp                                    an Agent Client Protocol agent for editors (see: anges acp --help)
 
 exit codes:
   0  the task was completed or the question answered
@@ -124,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     remove.add_argument("ids", metavar="ID", nargs="+")
     commands.add_parser("ui", add_help=False, help="start the web chat (see: anges ui --help)")
     commands.add_parser("batch", add_help=False, help="run many tasks from a file (see: anges batch --help)")
+    commands.add_parser("acp", add_help=False, help="serve editors (Agent Client Protocol; see: anges acp --help)")
     listing.add_argument("--batch", metavar="ID", help="only the runs of batch ID (and their child streams)")
     return parser
 
@@ -140,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_ui(argv[1:])
         if argv[:1] == ["batch"]:
             return run_batch(argv[1:])
+        if argv[:1] == ["acp"]:
+            return run_acp(argv[1:])
         args = build_parser().parse_args(argv)
         verbose = args.verbose
         _setup_logging(verbose)
@@ -492,6 +496,12 @@ def build_batch_parser() -> argparse.ArgumentParser:
                      help="Ray CPUs each task reserves (default 1; less runs more at once)")
     ray.add_argument("--env", metavar="NAME", action="append",
                      help="also pass this variable to the workers (model keys and endpoints are passed already)")
+    safety = parser.add_argument_group("safety (see docs/batch.md; actions that need approval are always declined)")
+    safety.add_argument("--sandbox", choices=("workspace", "read-only", "off"),
+                        help="where commands may write: the task's folder (default), nowhere but a private /tmp, "
+                             "or anywhere (no sandbox: commands run with your rights)")
+    safety.add_argument("--network", action="store_true", default=None,
+                        help="let sandboxed commands reach the network")
     defaults = parser.add_argument_group("defaults for the tasks")
     defaults.add_argument("--agent", choices=AGENT_TYPES)
     defaults.add_argument("--model", metavar="NAME")
@@ -524,7 +534,7 @@ def run_batch(argv: list[str]) -> int:
                    workers=args.workers, batch_id=args.batch_id, retry_failed=args.retry_failed,
                    config_file=args.config, address=args.address,
                    retries=3 if args.retries is None else args.retries, cpus_per_task=args.cpus_per_task or 1.0,
-                   env_names=tuple(args.env or ()))
+                   env_names=tuple(args.env or ()), overrides=_batch_overrides(args))
     print_summary(report.results, sys.stderr)
     _write_results(report.results, args.output)
     counts = report.counts()
@@ -533,6 +543,11 @@ def run_batch(argv: list[str]) -> int:
         print("anges batch: stopped; run the same command again to finish the batch", file=sys.stderr)
         return EXIT_STOPPED
     return EXIT_TASKS_FAILED if counts["failed"] else EXIT_OK
+
+
+def _batch_overrides(args: argparse.Namespace) -> dict | None:
+    safety = {key: value for key, value in (("sandbox", args.sandbox), ("network", args.network)) if value is not None}
+    return {"safety": safety} if safety else None
 
 
 def _write_results(rows: list[dict], target: str | None) -> None:
@@ -555,6 +570,52 @@ def _results_path(batch_id: str) -> Path:
     from anges.batch.state import BatchState
 
     return BatchState(batch_id).results_path
+
+
+# --- editors (ACP) ------------------------------------------------------------------------------------------
+
+ACP_EPILOG = """\
+anges acp speaks the Agent Client Protocol on stdin/stdout: an editor starts it and talks to it. Each editor
+session is an anges stream (anges list shows it); actions that need approval are asked in the editor.
+Zed, in settings.json:
+
+  "agent_servers": {"anges": {"type": "custom", "command": "anges", "args": ["acp"]}}
+
+More in docs/acp.md. Logs go to stderr (or --log-file); stdout carries the protocol only.
+"""
+
+
+def build_acp_parser() -> argparse.ArgumentParser:
+    """The options of `anges acp`."""
+    parser = argparse.ArgumentParser(
+        prog="anges acp", description="Serve editors over the Agent Client Protocol (ACP) on stdin/stdout.",
+        epilog=ACP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    parser.add_argument("--agent", choices=AGENT_TYPES, default="default", help="agent type of new sessions")
+    parser.add_argument("--model", metavar="NAME", help="the model, as for anges --model (default: from the config)")
+    parser.add_argument("--config", metavar="FILE", help="a config file layered over ~/.anges/config.yaml")
+    parser.add_argument("--max-steps", metavar="N", type=_positive(int), help="stop a prompt after N steps")
+    parser.add_argument("--timeout", metavar="SECONDS", type=_positive(float), help="stop a prompt after SECONDS")
+    parser.add_argument("--sandbox", choices=("workspace", "read-only", "off"), help="as for anges --sandbox")
+    parser.add_argument("--network", action="store_true", default=None, help="let sandboxed commands reach the network")
+    parser.add_argument("--approval", choices=("ask", "auto", "deny"),
+                        help="what an action that needs approval gets: ask in the editor (default), approved, declined")
+    parser.add_argument("--log-file", metavar="FILE", help="write the log to FILE instead of stderr")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv: debug)")
+    return parser
+
+
+def run_acp(argv: list[str]) -> int:
+    """anges acp ..."""
+    args = build_acp_parser().parse_args(argv)
+    try:
+        import acp  # noqa: F401
+    except ImportError:
+        raise UsageError('anges acp needs the Agent Client Protocol SDK: pip install "anges[acp]"') from None
+    from anges.acp import run
+    from anges.config import load_config
+
+    config = load_config(args.config, _overrides(args))
+    return run(config, model=args.model, agent_type=args.agent, verbose=args.verbose, log_file=args.log_file)
 
 
 COMMANDS = {"run": run_task, "list": list_streams, "show": show_stream, "export": export_stream,

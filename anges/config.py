@@ -167,6 +167,8 @@ class WebConfig:
     """How often a live event feed looks at the store for new events."""
     secure_cookies: bool = False
     """Mark the session cookie Secure (set this when the chat is served over HTTPS)."""
+    allow_unsandboxed: bool = False
+    """Let people reach the chat from other machines while commands run without a sandbox (safety.sandbox: off)."""
 
 
 @dataclass
@@ -209,16 +211,16 @@ def _default_rules() -> list[SafetyRule]:
     deny, ask = "deny", "ask"
     return [
         SafetyRule("RUN_SHELL_CMD",
-                   r"re:\brm\s+(-\S+\s+)*(--no-preserve-root\b|(/[/.]*\*?|~/?\*?|\$HOME/?\*?|\$\{HOME\}/?\*?)"
+                   r"re:\brm\s+(-\S+\s+){0,32}(--no-preserve-root\b|(/[/.]*\*?|~/?\*?|\$HOME/?\*?|\$\{HOME\}/?\*?)"
                    r"(\s|;|&|\||\)|$))", deny, "deletes the root or home directory"),
         SafetyRule("RUN_SHELL_CMD", r"re:\bmkfs(\.\w+)?\b", deny, "formats a file system"),
         SafetyRule("RUN_SHELL_CMD",
-                   r"re:(>|\bof=|\btee\s+(-\S+\s+)*)\s*/dev/(sd|hd|vd|xvd|nvme|mmcblk|dm-|md|disk|loop)", deny,
+                   r"re:(>|\bof=|\btee\s+(-\S+\s+){0,32})\s*/dev/(sd|hd|vd|xvd|nvme|mmcblk|dm-|md|disk|loop)", deny,
                    "writes to a block device"),
-        SafetyRule("RUN_SHELL_CMD", r"re:(\w+|:)\s*\(\)\s*\{[^}]*\1\s*\|\s*\1\s*&", deny, "a fork bomb"),
-        SafetyRule("RUN_SHELL_CMD", r"re:(^|[\s;&|(`{])(\S*/)?(sudo|su|doas|pkexec|run0)(\s|$|[;&|)])", ask,
+        SafetyRule("RUN_SHELL_CMD", r"re:(?<!\w)(\w+|:)\s*\(\)\s*\{[^}]{0,200}\1\s*\|\s*\1\s*&", deny, "a fork bomb"),
+        SafetyRule("RUN_SHELL_CMD", r"re:(^|[\s;&|(`{])(\S{0,200}/)?(sudo|su|doas|pkexec|run0)(\s|$|[;&|)])", ask,
                    "runs as another user"),
-        SafetyRule("RUN_SHELL_CMD", r"re:\bgit\b[^;&|\n]*\bpush\b", ask, "publishes to a remote repository"),
+        SafetyRule("RUN_SHELL_CMD", r"re:\bgit\b[^;&|\n]{0,300}?\bpush\b", ask, "publishes to a remote repository"),
         SafetyRule("USE_MCP_TOOL", "*", ask, "MCP tools may act outside the sandbox; allow trusted ones by rule"),
     ]
 

@@ -3,7 +3,8 @@
 Rules on a command's text are a guard against accidents, not a boundary: a shell offers endless ways to spell
 a command, so the sandbox is what holds. The policy fails safe where it can: every deny rule is checked before
 any allow or ask rule, and matches the command as written and with its quotes and backslashes removed; an allow
-rule, like an "always" answer, covers one simple command only.
+rule (but `*`, which means every command) covers one simple command only, and an "always" answer the same
+command text.
 """
 
 from __future__ import annotations
@@ -81,8 +82,8 @@ class Policy:
             if matched is None:
                 continue
             if rule.decision == "allow":
-                if action_type == "RUN_SHELL_CMD" and not is_simple(subject):
-                    continue  # an allow rule covers one simple command, never what follows a `;` or a `|`
+                if action_type == "RUN_SHELL_CMD" and rule.match != "*" and not is_simple(subject):
+                    continue  # `make *` covers one simple command, never what follows a `;` or a `|`
                 return Verdict("allow", name, subject=_shown(matched, subjects), paths=paths)
             return self._ask(action_type, name, rule.reason or f"matches {rule.match!r}", _shown(matched, subjects),
                              paths)

@@ -116,7 +116,9 @@ class RunSafety:
         return {"mode": self.settings.mode, "sandboxed": self.sandboxed, "writable": list(self.settings.writable),
                 "network": self.settings.network, "reason": self.unsandboxed_reason, "approval": approval,
                 "can_escalate": approval == "ask" or (approval == "auto" and self.gate.auto_escalate),
-                "keep_background": self.config.keep_background}
+                "keep_background": self.config.keep_background,
+                # a rule may allow commands without the sandbox (a batch run with --sandbox off adds one)
+                "commands_allowed": self.policy.decide("RUN_SHELL_CMD", {"command": ""}).decision == "allow"}
 
     def job_lines(self) -> list[dict]:
         """The background jobs, as the prompt lists them on every step."""

@@ -84,6 +84,8 @@ class SandboxSettings:
     """Absolute, resolved directories commands may write (besides a private /tmp)."""
     hidden: tuple[str, ...] = ()
     """Absolute, resolved paths commands cannot see."""
+    workdir: str = ""
+    """The resolved working directory: visible (read-only mode) or writable, even inside a hidden path."""
     protected: tuple[str, ...] = ()
     """Paths inside the writable directories that stay read-only: `.git`, the code anges itself runs, the
     shell's startup files. What a command could plant there would run outside the sandbox later."""
@@ -97,7 +99,7 @@ class SandboxSettings:
             writable = _unique(_resolve(p) for p in [cwd, *(p for p in extra if _exists_or_warn(p))])
         _warn_wide(writable)
         return cls(mode=safety.sandbox, network=safety.network, writable=writable, hidden=hidden_paths(safety),
-                   protected=protected_paths(writable))
+                   workdir=_resolve(cwd), protected=protected_paths(writable))
 
     @property
     def enabled(self) -> bool:
@@ -114,9 +116,11 @@ class SandboxSettings:
         return any(_inside(real, kept) for kept in self.protected)
 
     def is_hidden(self, path: str) -> bool:
-        """True when `path` (resolved) is or lies under a hidden path."""
+        """True when `path` (resolved) lies under a hidden path, outside the work and writable folders inside it."""
         real = _resolve(path)
-        return any(_inside(real, hidden) for hidden in self.hidden)
+        shown = [root for root in (*self.writable, self.workdir) if root]
+        return any(_inside(real, hidden) and not any(_inside(real, root) and _inside(root, hidden) for root in shown)
+                   for hidden in self.hidden)
 
 
 @dataclass(frozen=True)
@@ -269,24 +273,31 @@ def bwrap_argv(bwrap: str, settings: SandboxSettings, cwd: str, visible: list[st
     visible = [*_lost_code(private, settings.writable), *visible]
     if settings.network:
         visible = [*_resolver_files(private), *visible]
+    shown = (*settings.writable, *visible)
+    # A hidden directory that holds the work (a batch's work dirs are in ANGES_HOME) stays hidden but for the
+    # work: an empty tmpfs, the work bound into it, then made read-only (parents first, so children nest in it).
+    around = sorted((path for path in settings.hidden if os.path.isdir(path)
+                     and any(_inside(root, path) and root != path for root in shown)), key=len)
+    for path in around:
+        argv += ["--tmpfs", path]
     for path in settings.writable:
         argv += ["--bind", path, path]
     for path in (*visible, *settings.protected):
         argv += ["--ro-bind", path, path]
-    shown = (*settings.writable, *visible)
+    for path in around:
+        argv += ["--remount-ro", path]
     for path in settings.hidden:
-        if any(_inside(root, path) for root in shown):
-            continue  # the user works inside it: hiding it would hide the work
-        if _inside_any(path, private) and not _inside_any(path, shown):
-            continue  # gone with its private directory already
+        if path in around or path in shown:
+            continue  # the work itself is never hidden
+        if _inside_any(path, (*around, *private)) and not _inside_any(path, shown):
+            continue  # already hidden with the directory around it, or gone with its private directory
         if os.path.isdir(path):
             argv += ["--tmpfs", path, "--remount-ro", path]
         else:
             argv += ["--ro-bind", "/dev/null", path]
     for path in host_sockets():
-        if _inside_any(path, settings.hidden) or (_inside_any(path, private) and not _inside_any(path, shown)):
-            continue
-        argv += ["--ro-bind", "/dev/null", path]
+        if _inside_any(path, shown) or not _inside_any(path, (*settings.hidden, *private)):
+            argv += ["--ro-bind", "/dev/null", path]  # visible in the sandbox: cover it
     return argv + ["--chdir", cwd]
 
 

@@ -1,10 +1,12 @@
 """Shared fixtures: every test runs with its own ANGES_HOME and no provider credentials.
 
 Tests marked `browser` or `sandbox` are skipped, with the reason, where the machine cannot run them or
-when `ANGES_TEST_SKIP` names their group (see `optional_groups.py`).
+when `ANGES_TEST_SKIP` names their group (see `optional_groups.py`); where the sandbox group is skipped,
+the other tests run their commands without it (`optional_groups.home_config`).
 """
 
 import pytest
+import yaml
 
 pytest_plugins = ["wire_servers", "optional_groups"]
 
@@ -12,12 +14,16 @@ OTHER_SECRETS = ("GOOGLE_APPLICATION_CREDENTIALS", "ANGES_CONFIG", "ANGES_UI_PAS
 
 
 @pytest.fixture(autouse=True)
-def anges_home(tmp_path_factory, monkeypatch):
-    """Point ANGES_HOME at a fresh temp dir and hide any real credentials."""
-    home = tmp_path_factory.mktemp("anges_home")
-    monkeypatch.setenv("ANGES_HOME", str(home))
+def anges_home(tmp_path_factory, monkeypatch, request):
+    """Point ANGES_HOME at a fresh temp dir (with the config this machine needs) and hide any real credentials."""
+    from optional_groups import home_config  # plugins, loaded by now
     from wire_servers import MODEL_ENV
 
+    home = tmp_path_factory.mktemp("anges_home")
+    monkeypatch.setenv("ANGES_HOME", str(home))
+    config = home_config(request.node)
+    if config:
+        (home / "config.yaml").write_text(yaml.safe_dump(config))
     for name in (*MODEL_ENV, *OTHER_SECRETS):
         monkeypatch.delenv(name, raising=False)
     return home

@@ -1,6 +1,11 @@
 """Test groups that need something of the machine: `browser` (Chromium driven by Playwright) and `sandbox`
 (bubblewrap). A group is skipped, with the reason, where it cannot run, and on request with
-`ANGES_TEST_SKIP=browser,sandbox`. Each probe runs once, and only when a test of its group is selected.
+`ANGES_TEST_SKIP=browser,sandbox`. Each probe runs once per session (the browser probe only when a browser
+test is selected).
+
+Where the sandbox group is skipped, every other test would see the fallback (each command needs an
+approval no one gives): `home_config` then lets commands run without the sandbox and unasked, except in
+tests marked `packaged_safety`, which test the safety machinery itself and keep the packaged settings.
 """
 
 from __future__ import annotations
@@ -13,6 +18,9 @@ import subprocess
 import pytest
 
 SKIP_VARIABLE = "ANGES_TEST_SKIP"
+WITHOUT_SANDBOX = {"safety": {"sandbox": "off", "approval": "auto", "auto_escalate": True}}
+"""The ANGES_HOME config of tests where the sandbox group cannot run (deny rules still hold; edits outside the
+working directory are approved as the sandbox's absence allows commands)."""
 
 
 def chromium_path() -> str:
@@ -55,6 +63,18 @@ def _fails(argv: list[str], problem: str) -> str | None:
         detail = (done.stderr or done.stdout).strip().splitlines()
         return f"{problem}: exit {done.returncode}" + (f", {detail[-1][:200]}" if detail else "")
     return None
+
+
+def sandbox_skipped() -> bool:
+    """True when the sandbox tests are skipped: bwrap cannot work here, or ANGES_TEST_SKIP names `sandbox`."""
+    return "sandbox" in skipped_on_request() or sandbox_problem() is not None
+
+
+def home_config(item) -> dict:
+    """The config a test's ANGES_HOME starts with: empty, or WITHOUT_SANDBOX where the sandbox group is skipped."""
+    if item.get_closest_marker("packaged_safety") or not sandbox_skipped():
+        return {}
+    return WITHOUT_SANDBOX
 
 
 def skipped_on_request() -> set[str]:

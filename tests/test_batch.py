@@ -6,17 +6,23 @@ commands in temp directories.
 
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
 import pytest
-from helpers import process_alive, wait_for_pid
+from helpers import pids_running, sleep_token
 
 from anges.batch.state import BatchState
 from anges.batch.tasks import TaskSpec, batch_id_for, load_tasks
+from anges.batch.worker import APPROVAL, Job, batch_safety, run_task
+from anges.config import load_config
 from anges.exceptions import BatchError
 from anges.store import EventStore
 
@@ -51,9 +57,20 @@ def task_file(folder: Path, *tasks, name="tasks.jsonl") -> Path:
     return path
 
 
-def batch(*args, cwd, timeout=120):
+def batch(*args, cwd, timeout=120, env=None):
     return subprocess.run([*ANGES, "batch", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          check=False)
+                          check=False, env=env)
+
+
+def config_file(folder: Path, text: str, name="batch-config.yaml") -> str:
+    path = folder / name
+    path.write_text(text)
+    return str(path)
+
+
+def writable(folder: Path, *paths: Path) -> str:
+    """A config file for the batch that lets its sandboxed commands write `paths` (and see them: /tmp is private)."""
+    return config_file(folder, "safety:\n  writable_paths: [" + ", ".join(json.dumps(str(p)) for p in paths) + "]\n")
 
 
 def results_of(path: Path) -> dict:
@@ -150,15 +167,17 @@ def test_the_batch_id_comes_from_the_task_files_name_and_place(tmp_path):
 # --- running -------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.sandbox
 def test_workers_run_tasks_in_fresh_copies_and_results_say_how_each_ended(tmp_path):
     template = tmp_path / "template"
     template.mkdir()
     (template / "seed.txt").write_text("from the template\n")
     shared = tmp_path / "shared"
     shared.mkdir()
-    # Each run marks itself running in `shared`, counts the runs marked there, waits a little, then unmarks.
-    work = (f"touch {shared}/run.$$; sleep 0.6; ls {shared} | grep -c '^run' >> {shared}/counts; "
-            f"rm {shared}/run.$$; cat seed.txt made-by-setup >> out.txt; pwd >> out.txt")
+    # Each run marks itself running in `shared` (writable through the batch's config), counts the runs marked
+    # there, waits a little, then unmarks. A run is named by its folder ($$ is the sandbox's own pid).
+    work = (f"touch {shared}/run.$(basename $PWD); sleep 0.6; ls {shared} | grep -c '^run' >> {shared}/counts; "
+            f"rm {shared}/run.$(basename $PWD); cat seed.txt made-by-setup >> out.txt; pwd >> out.txt")
     ok = script(tmp_path, "ok.json", shell(work), complete("All done."))
     stuck = script(tmp_path, "stuck.json", help_needed("Which database?"))
     path = task_file(
@@ -168,7 +187,8 @@ def test_workers_run_tasks_in_fresh_copies_and_results_say_how_each_ended(tmp_pa
         {"id": "stuck", "task": "needs a person", "model": stuck},
         {"id": "broken", "task": "bad setup", "setup": "echo no such thing >&2; exit 3"},
     )
-    out = batch(str(path), "--model", ok, "--workers", "2", "-o", str(tmp_path / "results.jsonl"), cwd=tmp_path)
+    out = batch(str(path), "--model", ok, "--workers", "2", "-o", str(tmp_path / "results.jsonl"),
+                "--config", writable(tmp_path, shared), cwd=tmp_path)
     assert out.returncode == 5, out.stderr  # some tasks did not succeed
     batch_id = batch_id_for(path)
 
@@ -194,11 +214,12 @@ def test_workers_run_tasks_in_fresh_copies_and_results_say_how_each_ended(tmp_pa
     assert [line[:2] for line in summary] == [["succeeded", "4"], ["failed", "2"], ["total", "6"]]
 
 
+@pytest.mark.sandbox
 def test_running_the_batch_again_skips_finished_tasks_and_retry_failed_reruns_failed_ones(tmp_path):
     flaky = tmp_path / "flaky"
     flaky.write_text("fail")
-    # The task fails while the file says so (the agent gives up), else completes.
-    model = script(tmp_path, "r.json", shell(f"cat {flaky}"), complete())
+    # The task fails while the file says so (its setup command, which is not sandboxed, reads it), else completes.
+    model = script(tmp_path, "r.json", shell("ls"), complete())
     path = task_file(tmp_path, {"id": "good", "task": "fine", "max_steps": 5},
                      {"id": "bad", "task": "flaky", "setup": f"! grep -q fail {flaky}"})
     first = batch(str(path), "--model", model, cwd=tmp_path)
@@ -221,6 +242,7 @@ def test_running_the_batch_again_skips_finished_tasks_and_retry_failed_reruns_fa
     assert {row["id"]: row["status"] for row in rows.values()} == {"good": "completed", "bad": "completed"}
 
 
+@pytest.mark.sandbox
 def test_a_task_timeout_stops_its_run(tmp_path):
     model = script(tmp_path, "r.json", shell("sleep 30"), complete())
     path = task_file(tmp_path, {"id": "slow", "task": "wait", "timeout": 1})
@@ -232,6 +254,7 @@ def test_a_task_timeout_stops_its_run(tmp_path):
     assert out.returncode == 5
 
 
+@pytest.mark.sandbox
 def test_list_batch_shows_the_runs_of_one_batch(tmp_path):
     model = script(tmp_path, "r.json", complete())
     subprocess.run([*ANGES, "-q", "not in a batch", "--model", model], cwd=tmp_path, capture_output=True, check=True)
@@ -249,6 +272,7 @@ def test_list_batch_shows_the_runs_of_one_batch(tmp_path):
     assert "no streams of batch 'other'" in none.stderr
 
 
+@pytest.mark.sandbox
 def test_on_a_terminal_the_progress_and_summary_use_rich(tmp_path):
     import pty
 
@@ -274,46 +298,220 @@ def test_on_a_terminal_the_progress_and_summary_use_rich(tmp_path):
     assert "batch summary" in text and "┃" in text  # rich's table
 
 
+# --- safety: the sandbox and approvals ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def outside():
+    """A folder outside the work dirs that sandboxed commands can see (pytest's own tmp is under /tmp, which a
+    sandbox replaces with a private one)."""
+    folder = Path(tempfile.mkdtemp(prefix="anges-batch-test-", dir="/var/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def action_data(stream):
+    return [event.data for event in stream.events_list if event.type == "action"]
+
+
+@pytest.mark.sandbox
+def test_a_task_writes_only_its_own_folder_unless_the_batch_allows_more(tmp_path, outside):
+    # Each batch's task writes in its folder and tries a file named after its batch in `outside`.
+    command = f"echo kept > kept.txt; echo written > {outside}/$(basename $(dirname $(dirname $PWD)))"
+    model = script(tmp_path, "r.json", shell(command), complete())
+    path = task_file(tmp_path, {"id": "t", "task": "write"})
+    runs = {"default": batch(str(path), "--model", model, "--batch-id", "default", cwd=tmp_path),
+            "widened": batch(str(path), "--model", model, "--batch-id", "widened", "--config",
+                             writable(tmp_path, outside), cwd=tmp_path),
+            "off": batch(str(path), "--model", model, "--batch-id", "off", "--sandbox", "off", cwd=tmp_path)}
+    for name, run in runs.items():
+        assert run.returncode == 0, run.stderr
+        assert (BatchState(name).work_dir("t") / "kept.txt").read_text() == "kept\n"
+    assert sorted(file.name for file in outside.iterdir()) == ["off", "widened"]
+
+    blocked = action_data(batch_streams("default")["t"])[0]
+    assert blocked["exit_code"] != 0 and blocked["sandbox"] == "workspace"
+    assert blocked["blocked"].startswith("read-only file system")  # what the model is told
+    assert "sandbox: each task writes only its own folder, network off" in runs["default"].stderr
+    assert "each task writes only its own folder and safety.writable_paths" in runs["widened"].stderr
+    assert "no sandbox: commands run with your rights" in runs["off"].stderr
+    assert action_data(batch_streams("off")["t"])[0]["sandbox"] == "none"
+
+
+@pytest.mark.sandbox
+def test_a_task_cannot_see_the_rest_of_anges_home(tmp_path, monkeypatch, outside):
+    # ANGES_HOME holds the work dirs, but commands see only their own folder of it, not conversations or config.
+    home = outside / "home"
+    monkeypatch.setenv("ANGES_HOME", str(home))
+    subprocess.run([*ANGES, "-q", "a private conversation", "--model", script(tmp_path, "c.json", complete())],
+                   cwd=tmp_path, capture_output=True, check=True)
+    (home / "config.yaml").write_text("# private\n")
+    model = script(tmp_path, "r.json", shell(f"ls -A {home} {home}/data; cat {home}/config.yaml; echo x > mine"),
+                   complete())
+    assert batch(str(task_file(tmp_path, {"id": "t", "task": "look"})), "--model", model, "--batch-id", "b",
+                 cwd=tmp_path).returncode == 0
+    seen = action_data(batch_streams("b")["t"])[0]
+    assert seen["stdout"].split() == [f"{home}:", "data", f"{home}/data:", "batches"]
+    assert "private" not in seen["stdout"] and (BatchState("b").work_dir("t") / "mine").is_file()
+
+
+@pytest.mark.sandbox
+def test_the_network_is_off_for_batch_tasks_unless_the_batch_turns_it_on(tmp_path):
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Hello(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"hello from the host")
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        fetch = (f"{sys.executable} -c \"import urllib.request as u; "
+                 f"print(u.urlopen('http://127.0.0.1:{server.server_port}/', timeout=10).read().decode())\"")
+        model = script(tmp_path, "r.json", shell(fetch), complete())
+        path = task_file(tmp_path, {"id": "t", "task": "fetch"})
+        off = batch(str(path), "--model", model, "--batch-id", "off", cwd=tmp_path)
+        on = batch(str(path), "--model", model, "--batch-id", "on", "--network", cwd=tmp_path)
+    finally:
+        server.shutdown()
+    assert off.returncode == 0 and on.returncode == 0, off.stderr + on.stderr
+    refused = action_data(batch_streams("off")["t"])[0]
+    assert refused["exit_code"] != 0 and "hello from the host" not in refused["stdout"]
+    assert action_data(batch_streams("on")["t"])[0]["stdout"] == "hello from the host\n"
+    assert "network on" in on.stderr
+
+
+@pytest.mark.sandbox
+def test_an_action_that_needs_approval_is_declined_with_feedback_whatever_the_config_says(tmp_path):
+    # The batch's config grants approvals; a batch declines them anyway (nobody is there to decide).
+    config = config_file(tmp_path, "safety:\n  approval: auto\n")
+    model = script(
+        tmp_path, "r.json",
+        reply({"action_type": "RUN_SHELL_CMD", "command": f"echo escaped > {tmp_path}/escaped.txt",
+               "escalate": "it writes outside the sandbox"}),
+        reply({"action_type": "EDIT_FILE", "directive_line": f"NEW_FILE {tmp_path}/edited.txt", "content": "x"}),
+        shell("sudo true"),
+        reply({"action_type": "EDIT_FILE", "directive_line": "NEW_FILE notes.txt", "content": "in my folder"}),
+        complete("Worked around it."))
+    path = task_file(tmp_path, {"id": "t", "task": "try things"})
+    began = time.monotonic()
+    out = batch(str(path), "--model", model, "--config", config, "-o", "-", cwd=tmp_path)
+    assert time.monotonic() - began < 60  # declined at once, not left waiting for an answer
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["answer"] == "Worked around it."
+    assert "safety.approval: auto does not apply to a batch" in out.stderr
+    stream = batch_streams(batch_id_for(path))["t"]
+    assert types(stream) == ["new_request", "approval_decided", "approval_decided", "approval_decided", "edit_file",
+                             "task_completion"]
+    decided = [event for event in stream.events_list if event.type == "approval_decided"]
+    assert [(e.data["decision"], e.data["by"], e.data["rule"].split("[")[0]) for e in decided] == [
+        ("deny", "approval=deny", "escalation"), ("deny", "approval=deny", "writable_paths"),
+        ("deny", "approval=deny", "safety.default_rules")]
+    assert all(e.content.startswith("DECLINED") and "It was not run" in e.content for e in decided)  # the model reads it
+    assert not (tmp_path / "escaped.txt").exists() and not (tmp_path / "edited.txt").exists()
+    assert (BatchState(batch_id_for(path)).work_dir("t") / "notes.txt").read_text() == "in my folder\n"
+
+
+def test_with_the_sandbox_off_a_batch_tells_the_model_its_commands_run(tmp_path):
+    from dataclasses import replace
+
+    from anges.agents import DefaultAgent
+    from anges.models.scripted import ScriptedModel
+
+    config = load_config(overrides={"safety": {"sandbox": "off"}})
+    model = ScriptedModel([shell("echo ran > ran.txt"), shell("sudo true"), complete()])
+    agent = DefaultAgent(inference_func=model, cmd_init_dir=str(tmp_path), approval=APPROVAL,
+                         config=replace(config, safety=batch_safety(config.safety)))
+    stream = agent.run_with_new_request("run")
+    assert "- No sandbox: the sandbox is off (safety.sandbox: off). Commands run with the user's rights." in (
+        model.prompts[0])
+    assert (tmp_path / "ran.txt").is_file()
+    assert [e.data["rule"].split("[")[0] for e in stream.events_list if e.type == "approval_decided"] == [
+        "safety.default_rules"]  # sudo still asks, and is declined
+
+
+@pytest.mark.packaged_safety  # the fallback without bwrap, as its users get it
+def test_without_a_sandbox_the_batch_is_refused_unless_it_runs_with_the_sandbox_off(tmp_path):
+    (tmp_path / "no-bwrap.yaml").write_text(f"safety: {{bwrap: {tmp_path / 'empty-bin' / 'bwrap'}}}\n")
+    env = {**os.environ, "PATH": str(tmp_path / "empty-bin")}  # no bwrap
+    model = script(tmp_path, "r.json", shell("echo ran > ran.txt"), complete())
+    path = task_file(tmp_path, {"id": "t", "task": "run"})
+    refused = batch(str(path), "--model", model, "--config", "no-bwrap.yaml", cwd=tmp_path, env=env)
+    assert refused.returncode == 2
+    assert "anges: the sandbox is not available here: bwrap was not found at" in refused.stderr
+    assert "run the batch with --sandbox off" in refused.stderr and "Traceback" not in refused.stderr
+    assert EventStore().list() == []
+    allowed = batch(str(path), "--model", model, "--sandbox", "off", "--config", "no-bwrap.yaml", cwd=tmp_path,
+                    env=env)
+    assert allowed.returncode == 0, allowed.stderr
+    assert (BatchState(batch_id_for(path)).work_dir("t") / "ran.txt").read_text() == "ran\n"
+
+
+@pytest.mark.packaged_safety  # the fallback without bwrap, as its users get it
+def test_a_worker_without_a_sandbox_fails_its_task_with_the_reason(tmp_path, monkeypatch):
+    # What a Ray worker on a node without bwrap does (the local engine refuses the whole batch first).
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    job = Job(TaskSpec("t", "run", model=script(tmp_path, "r.json", complete())), "b", "stream1")
+    config = load_config(overrides={"safety": {"bwrap": str(tmp_path / "empty-bin" / "bwrap")}})
+    done = run_task(job, config, EventStore(), tmp_path, True, threading.Event())
+    assert done["status"] == "error" and done["stream_id"] is None
+    assert done["error"].startswith(f"the sandbox is not available on {socket.gethostname()}: bwrap was not found")
+    assert not EventStore().exists("stream1")
+
+
 # --- stopping and resuming -----------------------------------------------------------------------------------
 
 
-def stoppable_tasks(tmp_path, count):
-    """Tasks that wait (pid in pids/ID) until `go` exists; then they finish at once."""
-    pids = tmp_path / "pids"
-    pids.mkdir()
-    go = tmp_path / "go"
-    command = f"test -f {go} || {{ echo $$ > {pids}/$(basename $PWD); sleep 300; }}"
-    model = script(tmp_path, "r.json", shell(command), complete())
-    path = task_file(tmp_path, *({"id": f"t{i}", "task": f"wait {i}"} for i in range(count)))
-    return path, model, pids, go
+class Stoppable:
+    """Tasks whose command waits (a `sleep` found by its token) until `go` exists, then finishes at once.
+
+    The signals folder is outside the work dirs, so the batch's config makes it writable for the sandbox.
+    """
+
+    def __init__(self, tmp_path: Path, count: int):
+        self.signals = tmp_path / "signals"
+        self.signals.mkdir()
+        self.token = sleep_token()
+        go, started = self.signals / "go", self.signals / "started-$(basename $PWD)"
+        command = f"test -f {go} || {{ touch {started}; sleep {self.token}; }}"
+        model = script(tmp_path, "r.json", shell(command), complete())
+        self.path = task_file(tmp_path, *({"id": f"t{i}", "task": f"wait {i}"} for i in range(count)))
+        self.args = [str(self.path), "--model", model, "--config", writable(tmp_path, self.signals)]
+
+    def wait_started(self, count: int) -> None:
+        """Wait until `count` tasks wait in their command (seen from the host, so the stop has something to end)."""
+        deadline = time.monotonic() + 30
+        while len(list(self.signals.glob("started-*"))) < count or not pids_running(self.token):
+            assert time.monotonic() < deadline, "the tasks never started"
+            time.sleep(0.05)
+
+    def wait_gone(self, timeout: float = 15) -> None:
+        deadline = time.monotonic() + timeout
+        while pids_running(self.token):
+            assert time.monotonic() < deadline, "a task's command outlived the stop"
+            time.sleep(0.05)
+
+    def go(self) -> None:
+        (self.signals / "go").write_text("go")
 
 
-def wait_for_running_pids(pids: Path, count: int) -> list[int]:
-    deadline = time.monotonic() + 30
-    while len(list(pids.iterdir())) < count:
-        assert time.monotonic() < deadline, "the tasks never started"
-        time.sleep(0.05)
-    return [wait_for_pid(file) for file in pids.iterdir()]
-
-
-def wait_gone(pids: list[int], timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while any(process_alive(pid) for pid in pids):
-        assert time.monotonic() < deadline, "a task's command outlived the stop"
-        time.sleep(0.05)
-
-
+@pytest.mark.sandbox
 def test_ctrl_c_stops_every_running_task_and_the_same_command_resumes_the_batch(tmp_path):
-    path, model, pids, go = stoppable_tasks(tmp_path, 4)
-    proc = subprocess.Popen([*ANGES, "batch", str(path), "--model", model, "--workers", "2"], cwd=tmp_path,
+    tasks = Stoppable(tmp_path, 4)
+    proc = subprocess.Popen([*ANGES, "batch", *tasks.args, "--workers", "2"], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    commands = wait_for_running_pids(pids, 2)
+    tasks.wait_started(2)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=20)  # within seconds, not the 300 s the commands wait
+    _, err = proc.communicate(timeout=20)  # within seconds, not the hours the commands wait
     assert proc.returncode == 4, err
-    wait_gone(commands)
+    tasks.wait_gone()
     assert "stopping every running task" in err and "run the same command again" in err
-    batch_id = batch_id_for(path)
+    batch_id = batch_id_for(tasks.path)
     stopped = batch_streams(batch_id)
     assert len(stopped) == 2  # the other two never started
     for stream in stopped.values():
@@ -321,8 +519,8 @@ def test_ctrl_c_stops_every_running_task_and_the_same_command_resumes_the_batch(
     rows = results_of(BatchState(batch_id).results_path)
     assert sorted(row["status"] for row in rows.values()) == ["interrupted", "interrupted", "not_run", "not_run"]
 
-    go.write_text("go")
-    resumed = batch(str(path), "--model", model, "--workers", "2", cwd=tmp_path)
+    tasks.go()
+    resumed = batch(*tasks.args, "--workers", "2", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert "4 to run (2 continued where they stopped)" in resumed.stderr
     finished = batch_streams(batch_id)
@@ -335,38 +533,41 @@ def test_ctrl_c_stops_every_running_task_and_the_same_command_resumes_the_batch(
         assert "stopped before it was finished (interrupt)" in finished[task].events_list[len(kinds) - 3].content
         assert kinds[-1] == "task_completion"
     assert all(types(stream)[-1] == "task_completion" for stream in finished.values())
-    assert batch(str(path), "--model", model, cwd=tmp_path).returncode == 0  # nothing left to do
+    assert batch(*tasks.args, cwd=tmp_path).returncode == 0  # nothing left to do
 
 
+@pytest.mark.sandbox
 def test_a_killed_driver_stops_its_workers_and_the_batch_resumes(tmp_path):
-    path, model, pids, go = stoppable_tasks(tmp_path, 2)
-    proc = subprocess.Popen([*ANGES, "batch", str(path), "--model", model, "--workers", "2"], cwd=tmp_path,
+    tasks = Stoppable(tmp_path, 2)
+    proc = subprocess.Popen([*ANGES, "batch", *tasks.args, "--workers", "2"], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    commands = wait_for_running_pids(pids, 2)
+    tasks.wait_started(2)
     proc.kill()
     proc.wait()
-    wait_gone(commands)  # each worker noticed it was orphaned and stopped its run
-    batch_id = batch_id_for(path)
+    tasks.wait_gone()  # each worker noticed it was orphaned and stopped its run
+    batch_id = batch_id_for(tasks.path)
     deadline = time.monotonic() + 15
     while not all(types(s)[-1] == "task_interrupted" for s in batch_streams(batch_id).values()):
         assert time.monotonic() < deadline, "the workers did not record the stop"
         time.sleep(0.05)
-    go.write_text("go")
-    resumed = batch(str(path), "--model", model, cwd=tmp_path)
+    tasks.go()
+    resumed = batch(*tasks.args, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert "2 to run (2 continued where they stopped)" in resumed.stderr
     assert all(types(s)[-1] == "task_completion" for s in batch_streams(batch_id).values())
 
 
+@pytest.mark.sandbox
 def test_a_second_batch_of_the_same_id_is_refused_while_the_first_runs(tmp_path):
-    path, model, pids, go = stoppable_tasks(tmp_path, 1)
-    proc = subprocess.Popen([*ANGES, "batch", str(path), "--model", model], cwd=tmp_path,
+    tasks = Stoppable(tmp_path, 1)
+    proc = subprocess.Popen([*ANGES, "batch", *tasks.args], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_for_running_pids(pids, 1)
-        second = batch(str(path), "--model", model, cwd=tmp_path)
+        tasks.wait_started(1)
+        second = batch(*tasks.args, cwd=tmp_path)
         assert second.returncode == 2
-        assert f"batch {batch_id_for(path)} is already running in another process" in second.stderr
+        assert f"batch {batch_id_for(tasks.path)} is already running in another process" in second.stderr
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=20)
+    tasks.wait_gone()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import ray
-from helpers import process_alive, wait_for_pid
+from helpers import pids_running, sleep_token
 from wire_servers import MODEL_ENV, TEST_KEY
 
 from anges.batch.progress import PlainDisplay
@@ -91,12 +91,12 @@ def in_background(runner):
     return thread, box
 
 
+@pytest.mark.sandbox
 def test_each_task_runs_in_a_fresh_folder_on_a_worker_and_its_events_land_here(ray_address, tmp_path):
     template = tmp_path / "template"
     template.mkdir()
     (template / "seed.txt").write_text("from the template\n")
-    model = script(tmp_path, "r.json", shell("cat seed.txt made; pwd; tr '\\0' ' ' < /proc/$PPID/cmdline"),
-                   complete("Checked."))
+    model = script(tmp_path, "r.json", shell("cat seed.txt made; pwd"), complete("Checked."))
     path = task_file(tmp_path, *({"id": f"t{i}", "task": f"task {i}", "template": "template",
                                   "setup": "echo set > made"} for i in range(3)))
     runner, shown = runner_for(path, {"model": model})
@@ -110,13 +110,14 @@ def test_each_task_runs_in_a_fresh_folder_on_a_worker_and_its_events_land_here(r
         out = stream.events_list[1].data["stdout"].splitlines()
         assert out[:2] == ["from the template", "set"]
         folders.add(out[2])
-        assert out[3].startswith("ray::")  # the agent that ran the command is a Ray worker
+        assert Path(out[2]).parent.name.startswith(f"anges-batch-{task}-")  # the Ray task's scratch folder
         assert not Path(out[2]).exists()  # the worker's scratch folder is gone
         assert not out[2].startswith(str(tmp_path))
     assert len(folders) == 3
     assert "[3/3]" in shown.getvalue()
 
 
+@pytest.mark.sandbox
 def test_events_arrive_while_the_run_goes_and_stop_in_this_store_stops_the_remote_run(ray_address, tmp_path):
     model = script(tmp_path, "r.json", *(shell(f"sleep 0.4; echo step {i}") for i in range(40)), complete())
     path = task_file(tmp_path, {"id": "long", "task": "many steps", "model": model})
@@ -142,6 +143,7 @@ def test_events_arrive_while_the_run_goes_and_stop_in_this_store_stops_the_remot
     assert not store.is_running(uid)
 
 
+@pytest.mark.sandbox
 def test_model_credentials_reach_workers_only_through_the_runtime_env(ray_address, tmp_path, openai_server,
                                                                       monkeypatch):
     # The cluster started before these were set, so its workers can only get them through runtime_env.
@@ -164,35 +166,35 @@ def test_model_credentials_reach_workers_only_through_the_runtime_env(ray_addres
             assert TEST_KEY not in file.read_text(errors="replace"), file
 
 
+@pytest.mark.sandbox
 def test_stopping_a_ray_batch_ends_every_run_and_running_it_again_continues_them(ray_address, tmp_path):
-    pids, go = tmp_path / "pids", tmp_path / "go"
-    pids.mkdir()
-    tasks = []
-    for i in range(3):
-        command = f"test -f {go} || {{ echo $$ > {pids}/t{i}; sleep 300; }}"
-        tasks.append({"id": f"t{i}", "task": f"wait {i}", "model": script(tmp_path, f"r{i}.json", shell(command),
-                                                                          complete())})
-    path = task_file(tmp_path, *tasks)
-    runner, _ = runner_for(path, workers=2, cpus_per_task=1.0)
+    # The commands wait (a `sleep` found by its token) until `go` exists; the signals folder is outside the
+    # tasks' folders, so the driver's config makes it writable, and the engine ships that config to the workers.
+    signals, token = tmp_path / "signals", sleep_token()
+    signals.mkdir()
+    command = f"test -f {signals}/go || {{ touch {signals}/started-$(basename $(dirname $PWD)); sleep {token}; }}"
+    model = script(tmp_path, "r.json", shell(command), complete())
+    path = task_file(tmp_path, *({"id": f"t{i}", "task": f"wait {i}"} for i in range(3)))
+    config = load_config(overrides={"safety": {"writable_paths": [str(signals)]}})
+    runner, _ = runner_for(path, {"model": model}, config=config, workers=2, cpus_per_task=1.0)
     thread, box = in_background(runner)
     deadline = time.monotonic() + 60
-    while len(list(pids.iterdir())) < 2:
+    while len(list(signals.glob("started-*"))) < 2 or not pids_running(token):
         assert time.monotonic() < deadline, "the tasks never started"
         time.sleep(0.05)
-    commands = [wait_for_pid(file) for file in pids.iterdir()]
     runner.stop()  # what Ctrl-C does
     thread.join(30)
     assert not thread.is_alive() and box["report"].stopped
     deadline = time.monotonic() + 10
-    while any(process_alive(pid) for pid in commands):
+    while pids_running(token):
         assert time.monotonic() < deadline, "a command outlived the stop"
         time.sleep(0.05)
     stopped = streams_of("ray-batch")
     assert len(stopped) == 2
     assert all(stream.events_list[-1].data.get("reason") == "interrupt" for stream in stopped.values())
 
-    go.write_text("go")
-    again, _ = runner_for(path, workers=2)
+    (signals / "go").write_text("go")
+    again, _ = runner_for(path, {"model": model}, config=config, workers=2)
     report = again.run()
     assert [row["status"] for row in report.results] == ["completed"] * 3
     finished = streams_of("ray-batch")
@@ -203,17 +205,42 @@ def test_stopping_a_ray_batch_ends_every_run_and_running_it_again_continues_them
         assert kinds[len(stream.events_list):] == ["follow_up_request", "action", "task_completion"]
 
 
+@pytest.mark.sandbox
+def test_workers_run_commands_in_the_sandbox_the_driver_configured_and_decline_approvals(ray_address, tmp_path):
+    allowed, other = tmp_path / "allowed", tmp_path / "other"
+    allowed.mkdir()
+    other.mkdir()
+    model = script(tmp_path, "r.json",
+                   shell(f"echo in > {allowed}/a.txt; echo out > {other}/b.txt"),
+                   reply({"action_type": "RUN_SHELL_CMD", "command": f"echo escaped > {other}/c.txt",
+                          "escalate": "it writes outside the sandbox"}),
+                   complete())
+    path = task_file(tmp_path, {"id": "t", "task": "write", "model": model})
+    # The driver's config: one more writable folder, and approvals granted (which a batch never does).
+    config = load_config(overrides={"safety": {"writable_paths": [str(allowed)], "approval": "auto"}})
+    runner, _ = runner_for(path, config=config)
+    assert runner.run().results[0]["status"] == "completed"
+    assert (allowed / "a.txt").read_text() == "in\n"
+    assert list(other.iterdir()) == []
+    stream = streams_of("ray-batch")["t"]
+    assert types(stream) == ["new_request", "action", "approval_decided", "task_completion"]
+    assert stream.events_list[1].data["sandbox"] == "workspace" and stream.events_list[1].data["exit_code"] != 0
+    declined = stream.events_list[2].data
+    assert (declined["decision"], declined["by"], declined["rule"]) == ("deny", "approval=deny", "escalation")
+
+
 def test_the_command_runs_a_batch_on_a_running_cluster(ray_address, tmp_path):
-    model = script(tmp_path, "r.json", shell("echo hello"), complete("Said hello."))
+    model = script(tmp_path, "r.json", shell(f"echo hello >> {tmp_path}/said.txt"), complete("Said hello."))
     path = task_file(tmp_path, {"id": "a", "task": "greet"}, {"id": "b", "task": "greet again"})
     out = subprocess.run([*ANGES, "batch", str(path), "--engine", "ray", "--address", ray_address, "--model", model,
-                          "--cpus-per-task", "0.5", "-o", "-"], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=120)
+                          "--cpus-per-task", "0.5", "--sandbox", "off", "-o", "-"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     rows = [json.loads(line) for line in out.stdout.splitlines()]
     assert [(row["id"], row["status"], row["answer"]) for row in rows] == [
         ("a", "completed", "Said hello."), ("b", "completed", "Said hello.")]
-    assert "on Ray" in out.stderr
+    assert "on Ray" in out.stderr and "no sandbox: commands run with your rights" in out.stderr
+    assert (tmp_path / "said.txt").read_text() == "hello\nhello\n"  # --sandbox off reached the workers
     assert ray.is_initialized()  # the command's own driver left this cluster running
 
 

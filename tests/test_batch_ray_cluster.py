@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 
+import pytest
 import ray
 from ray.cluster_utils import Cluster
 
@@ -24,6 +25,7 @@ def reply(*actions):
     return {"analysis": "", "reasoning": "next", "actions": list(actions)}
 
 
+@pytest.mark.sandbox
 def test_a_node_that_dies_mid_task_is_retried_there_and_every_task_ends_exactly_once(tmp_path):
     replies = [reply({"action_type": "RUN_SHELL_CMD", "command": f"sleep 0.4; echo step {i}"}) for i in range(STEPS)]
     replies.append(reply({"action_type": "TASK_COMPLETE", "content": "All steps done."}))
@@ -34,6 +36,7 @@ def test_a_node_that_dies_mid_task_is_retried_there_and_every_task_ends_exactly_
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})  # the head runs the collector only
     doomed = cluster.add_node(num_cpus=2)
+    cluster.add_node(num_cpus=2)  # up before the batch, so the doomed node goes while its runs are mid-way
     ray.init(address=cluster.address, logging_level=logging.WARNING, log_to_driver=False)
     try:
         runner = BatchRunner(specs, "cluster", RayEngine(load_config(), workers=4, retries=3),
@@ -44,14 +47,13 @@ def test_a_node_that_dies_mid_task_is_retried_there_and_every_task_ends_exactly_
 
         store = EventStore()
         deadline = time.monotonic() + 90
-        while True:  # wait until runs on the doomed node have recorded a few steps here
+        while True:  # wait until all four runs (two on each node) have recorded a few steps here
             assert time.monotonic() < deadline, "no run got going"
             seen = {info.batch_task: store.load(info.uid) for info in store.list() if info.batch_id == "cluster"}
-            if sum(len(stream.events_list) >= 3 for stream in seen.values()) >= 2:
+            if sum(len(stream.events_list) >= 3 for stream in seen.values()) == 4:
                 break
             time.sleep(0.1)
         cut = {task: len(stream.events_list) for task, stream in seen.items()}
-        cluster.add_node(num_cpus=2)
         cluster.remove_node(doomed)
         thread.join(180)
         assert not thread.is_alive(), "the batch did not finish after losing a node"

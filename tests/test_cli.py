@@ -274,11 +274,12 @@ def test_unexpected_errors_exit_1_with_one_line_and_a_traceback_only_with_v(tmp_
     env = {**os.environ, "ANGES_HOME": str(tmp_path / "home-is-a-file")}
     Path(env["ANGES_HOME"]).write_text("")
     model = scripted(tmp_path, complete())
-    out = anges("-q", "x", "--model", model, cwd=tmp_path, env=env)
+    unasked = ("--sandbox", "off", "--approval", "auto")  # no sandbox notice where bwrap is missing
+    out = anges("-q", "x", "--model", model, *unasked, cwd=tmp_path, env=env)
     assert out.returncode == 1
     assert out.stderr.startswith("anges: unexpected error: ") and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 2  # the error and the hint to use -v
-    out = anges("-q", "x", "--model", model, "-v", cwd=tmp_path, env=env)
+    out = anges("-q", "x", "--model", model, "-v", *unasked, cwd=tmp_path, env=env)
     assert out.returncode == 1 and "Traceback" in out.stderr
 
 

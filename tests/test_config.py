@@ -8,6 +8,8 @@ from anges.config import AGENT_TYPES, Config, load_config, resource_path
 from anges.config import anges_home as home_dir
 from anges.exceptions import ConfigError
 
+pytestmark = pytest.mark.packaged_safety  # the defaults as packaged, on every machine (see optional_groups.py)
+
 
 def write(path, text):
     path.write_text(text)

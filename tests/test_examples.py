@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -49,6 +51,7 @@ def readme_block(containing: str) -> str:
     return found[0]
 
 
+@pytest.mark.sandbox  # the recorded prompts describe the sandbox: without bwrap the prompts differ
 def test_the_readme_replay_demo_works_as_written(tmp_path):
     command = readme_block("replay:examples/recorded/fizzbuzz.jsonl")
     workdir = Path("/tmp/anges-fizzbuzz")  # the folder the demo was recorded in, so the prompts match

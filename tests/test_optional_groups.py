@@ -44,13 +44,13 @@ def tool(project, name, script):
     path.chmod(0o755)
 
 
-def run(project, skip=""):
+def run(project, skip="", *options):
     env = {key: value for key, value in os.environ.items() if key not in ("ANGES_CHROMIUM", "ANGES_TEST_SKIP")}
     env.update(PATH=str(project / "bin"), PYTHONPATH=str(TESTS))
     if skip:
         env["ANGES_TEST_SKIP"] = skip
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs", "-v"], cwd=project,
-                          env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs", "-v", *options],
+                          cwd=project, env=env, capture_output=True, text=True, timeout=120)
 
 
 def outcome(out, name):
@@ -100,3 +100,35 @@ def test_groups_can_be_skipped_on_purpose_and_a_misspelt_group_is_an_error(proje
     wrong = run(project, skip="brwoser")
     assert wrong.returncode != 0
     assert "ANGES_TEST_SKIP: unknown test group brwoser (known: browser, sandbox)" in wrong.stdout + wrong.stderr
+
+
+SAFETY_SAMPLE = textwrap.dedent("""
+    import pytest
+    from anges.config import load_config
+
+    def test_unmarked():
+        safety = load_config().safety
+        print("unmarked:", safety.sandbox, safety.approval or "-")
+
+    @pytest.mark.packaged_safety
+    def test_marked():
+        safety = load_config().safety
+        print("marked:", safety.sandbox, safety.approval or "-")
+""")
+
+
+@pytest.mark.parametrize(("bwrap", "skip", "unmarked"), [
+    ("exit 0", "", "workspace -"),  # the sandbox works: every test has it
+    (None, "", "off auto"),  # no bwrap: commands run without it, unasked
+    ("exit 1", "", "off auto"),  # a bwrap that cannot make a sandbox
+    ("exit 0", "sandbox", "off auto"),  # the sandbox group skipped on request
+])
+def test_where_the_sandbox_group_is_skipped_other_tests_run_commands_without_it(project, bwrap, skip, unmarked):
+    (project / "tests" / "conftest.py").write_text((TESTS / "conftest.py").read_text())
+    (project / "tests" / "test_sample.py").write_text(SAFETY_SAMPLE)
+    if bwrap:
+        tool(project, "bwrap", bwrap)
+    out = run(project, skip, "-s")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"unmarked: {unmarked}" in out.stdout
+    assert "marked: workspace -" in out.stdout  # the packaged settings, whatever the machine

@@ -112,6 +112,36 @@ def test_credential_places_of_the_home_and_anges_home_are_hidden(work, outside, 
 
 
 @pytest.mark.sandbox
+def test_a_hidden_place_that_holds_the_working_directory_shows_only_it(outside):
+    vault = outside / "vault"
+    (vault / "project").mkdir(parents=True)
+    (vault / "secret.txt").write_text("VAULT-SECRET\n")
+    command = f"cat '{vault}/secret.txt'; ls -A '{vault}'; echo made > made.txt; touch '{vault}/new'"
+    edit = {"action_type": "EDIT_FILE", "directive_line": "NEW_FILE edited.txt", "content": "edited"}
+    stream, _ = run_agent(vault / "project", [reply(shell(command)), reply(edit), complete()],
+                          hidden_paths=[str(vault)], approval="deny")
+
+    event = actions(stream)[0]
+    assert "VAULT-SECRET" not in event.data["stdout"] + event.data["stderr"]
+    assert event.data["stdout"] == "project\n" and not (vault / "new").exists()
+    assert (vault / "project" / "made.txt").is_file() and (vault / "project" / "edited.txt").is_file()
+    assert "approval_decided" not in [e.type for e in stream.events_list]  # the edit in the work needs no approval
+
+    stream, _ = run_agent(vault, [reply(shell("cat secret.txt")), complete()], hidden_paths=[str(vault)])
+    assert actions(stream)[0].data["stdout"] == "VAULT-SECRET\n"  # a hidden place you work in is not hidden
+
+
+def test_the_policy_hides_what_the_sandbox_hides_in_every_mode(outside):
+    vault = outside / "vault"
+    (vault / "project").mkdir(parents=True)
+    for mode in ("workspace", "read-only", "off"):
+        safety = load_config(overrides={"safety": {"sandbox": mode, "hidden_paths": [str(vault)]}}).safety
+        settings = SandboxSettings.for_run(safety, str(vault / "project"))
+        assert not settings.is_hidden(str(vault / "project" / "notes.txt")), mode
+        assert settings.is_hidden(str(vault / "secret.txt")), mode
+
+
+@pytest.mark.sandbox
 def test_no_network_unless_allowed(work):
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]

@@ -480,6 +480,96 @@ def test_a_non_loopback_address_without_a_password_is_refused(config, capsys):
     assert "refusing to serve on 0.0.0.0 without a password" in capsys.readouterr().err
 
 
+def test_off_localhost_the_sandbox_cannot_be_off_unless_the_config_allows_it(capsys, tmp_path, monkeypatch):
+    off = load_config(overrides={"safety": {"sandbox": "off"}})
+    with pytest.raises(ConfigError, match="refusing to serve on 0.0.0.0: the sandbox is off .* web.allow_unsandboxed"):
+        serve(off, host="0.0.0.0", port=0, password=PASSWORD)
+    assert main_ui(["--host", "192.0.2.1", "--port", "0", "--password", PASSWORD, "--sandbox", "off"]) == 2
+    assert "refusing to serve on 192.0.2.1: the sandbox is off" in capsys.readouterr().err
+
+    missing = str(tmp_path / "no-bwrap-here" / "bwrap")  # the fallback, with every command approved
+    unavailable = load_config(overrides={"safety": {"sandbox": "workspace", "approval": "auto", "bwrap": missing}})
+    with pytest.raises(ConfigError, match="the sandbox is not available and approval is auto"):
+        serve(unavailable, host="0.0.0.0", port=0, password=PASSWORD)
+
+
+@pytest.mark.parametrize("host, config_text", [("127.0.0.1", ""), ("0.0.0.0", "web: {allow_unsandboxed: true}\n")])
+def test_anges_ui_serves_unsandboxed_on_localhost_or_when_the_config_allows_it(tmp_path, host, config_text):
+    import subprocess
+    import sys
+
+    (tmp_path / "ui.yaml").write_text(config_text)
+    env = {**os.environ, "ANGES_HOME": str(tmp_path), "ANGES_UI_PASSWORD": PASSWORD}
+    server = subprocess.Popen([sys.executable, "-m", "anges", "ui", "--host", host, "--port", "0", "--sandbox", "off",
+                               "--config", str(tmp_path / "ui.yaml")], stderr=subprocess.PIPE, text=True, env=env,
+                              cwd=tmp_path)
+    try:
+        first = server.stderr.readline()
+    finally:
+        server.terminate()
+        server.wait(10)
+        server.stderr.close()
+    assert first.startswith(f"anges web chat on http://{host}:"), first
+
+
+def test_runs_for_other_machines_are_refused_while_commands_would_run_unsandboxed(store, model, tmp_path):
+    """Under a WSGI server the bound address is unknown: the rule holds per request."""
+    def client_of(app, address):
+        client = app.test_client()
+        client.environ_base["REMOTE_ADDR"] = address
+        assert login(client).status_code == 302
+        return client, {"X-CSRF-Token": csrf_from(client.get("/").get_data(as_text=True))}
+
+    model.enqueue(complete("ran"), complete("ran"))
+    off = {"safety": {"sandbox": "off", "approval": "auto"}}
+    app = create_app(load_config(overrides=off), store, password=PASSWORD, default_dir=str(tmp_path),
+                     model_factory=lambda name, cfg, agent_type: model)
+    remote, headers = client_of(app, "192.0.2.7")
+    refused = remote.post("/api/chats", json={"text": "go"}, headers=headers)
+    assert refused.status_code == 403 and "web.allow_unsandboxed: true" in refused.json["error"]
+    assert store.list() == []
+    local, local_headers = client_of(app, "127.0.0.1")
+    proxied = local.post("/api/chats", json={"text": "go"}, headers={**local_headers, "X-Forwarded-For": "192.0.2.7"})
+    assert proxied.status_code == 403
+    assert local.post("/api/chats", json={"text": "go"}, headers=local_headers).status_code == 201
+
+    allowed = create_app(load_config(overrides={**off, "web": {"allow_unsandboxed": True}}), store, password=PASSWORD,
+                         default_dir=str(tmp_path), model_factory=lambda name, cfg, agent_type: model)
+    remote, headers = client_of(allowed, "192.0.2.7")
+    assert remote.post("/api/chats", json={"text": "go"}, headers=headers).status_code == 201
+    for each in store.list():
+        assert allowed.extensions["anges"].runs.wait(each.uid, 10) and app.extensions["anges"].runs.wait(each.uid, 10)
+
+
+@pytest.mark.packaged_safety
+def test_the_page_says_how_commands_are_sandboxed_and_approved(store, tmp_path, monkeypatch):
+    def page(safety):
+        app = create_app(load_config(overrides={"safety": safety}), store, password=PASSWORD)
+        client = app.test_client()
+        login(client)
+        return client.get("/").get_data(as_text=True)
+
+    off = page({"sandbox": "off"})
+    assert "No sandbox &middot; approvals: ask" in off
+    assert 'title="safety.sandbox is off: commands run with your rights; you approve each command"' in off
+    assert 'data-sandboxed="false"' in off and "shows a card here to approve or deny" in off
+    missing = tmp_path / "no-bwrap-here" / "bwrap"
+    fallback = page({"sandbox": "workspace", "approval": "deny", "bwrap": str(missing)})
+    assert f"the sandbox is not available: bwrap was not found at {missing}" in fallback
+    assert "every command is declined (approval: deny)" in fallback and "approvals: deny" in fallback
+
+
+@pytest.mark.sandbox
+def test_the_page_shows_the_sandbox_mode_and_network(store):
+    app = create_app(load_config(overrides={"safety": {"sandbox": "read-only", "network": True}}), store,
+                     password=PASSWORD)
+    client = app.test_client()
+    login(client)
+    html = client.get("/").get_data(as_text=True)
+    assert "Sandbox: read-only, network &middot; approvals: ask" in html and 'data-sandboxed="true"' in html
+    assert "commands can write nowhere but a private /tmp" in html
+
+
 # -- chats: create, run, follow up, rename, settings, delete, export ---------------------------------------
 
 
@@ -672,6 +762,28 @@ def test_delete_removes_the_chat_and_its_children(auth, app, store):
     assert response.status_code == 200 and set(response.json["deleted"]) == {parent.uid, child.uid}
     assert not store.exists(parent.uid) and not store.exists(child.uid)
     assert client.delete(f"/api/chats/{parent.uid}", headers=headers).status_code == 404
+
+
+def test_batch_runs_carry_their_batch_in_the_list_and_no_browser_can_set_it(auth, app, store):
+    client, headers = auth
+    run = EventStream(title="task one")
+    run.update_settings({"batch_id": "nightly", "batch_task": "t1", "agent_type": "default"})
+    store.sync(run)
+    plain = new_chat(auth, app, text="")
+    listed = {chat["uid"]: chat for chat in client.get("/api/chats").json["chats"]}
+    assert (listed[run.uid]["batch_id"], listed[run.uid]["batch_task"]) == ("nightly", "t1")
+    assert "batch_id" not in listed[plain]
+    assert client.get(f"/api/chats/{run.uid}").json["chat"]["batch_id"] == "nightly"
+
+    for settings in ({"batch_id": "forged"}, {"batch_task": "t9"}):
+        patched = client.patch(f"/api/chats/{plain}", json={"settings": settings}, headers=headers)
+        assert patched.status_code == 400 and "unknown settings: batch_" in patched.json["error"]
+        created = client.post("/api/chats", json={"text": "", "settings": settings}, headers=headers)
+        assert created.status_code == 400
+        moved = client.patch(f"/api/chats/{run.uid}", json={"settings": settings}, headers=headers)
+        assert moved.status_code == 400
+    assert store.info(plain).batch_id == "" and store.info(run.uid).batch_id == "nightly"
+    assert store.load(run.uid).get_settings()["batch_task"] == "t1"
 
 
 def test_search_by_title(auth, store):

@@ -73,10 +73,11 @@ class RoutedModel:
 class LiveServer:
     """The real app served by werkzeug's threaded server on 127.0.0.1 with a free (or the given) port."""
 
-    def __init__(self, model, tmp_path, model_factory=None, password=PASSWORD, token=None, port=0):
+    def __init__(self, model, tmp_path, model_factory=None, password=PASSWORD, token=None, port=0, safety=None):
         from anges.web import create_app
 
-        config = load_config(overrides={"web": {"heartbeat_seconds": 1, "poll_seconds": 0.05}})
+        config = load_config(overrides={"web": {"heartbeat_seconds": 1, "poll_seconds": 0.05},
+                                        **({"safety": safety} if safety else {})})
         self.store = EventStore()
         self.app = create_app(config, self.store, password=password, token=token, default_dir=str(tmp_path),
                               model_factory=model_factory or (lambda name, cfg, agent_type: model))

@@ -19,7 +19,7 @@ from anges.exceptions import AngesError, ConfigError
 from anges.store import EventStore
 
 from .auth import MIN_SECRET_LENGTH, SESSIONS_FILE, Guard, is_loopback, load_secret
-from .runs import ChatBusy, ModelFactory, Runs, default_model_factory
+from .runs import ChatBusy, ModelFactory, Runs, default_model_factory, unsandboxed_problem
 
 TOKEN_IN_URL = re.compile(r"([?&])token=[^&\s]*")
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; "
@@ -124,6 +124,9 @@ def serve(config: Config | None = None, host: str | None = None, port: int | Non
         raise ConfigError(f"refusing to serve on {host} without a password: anyone who can reach it would get a "
                           "shell on this machine. Set one with --password, ANGES_UI_PASSWORD or web.password in "
                           "the config, or bind to 127.0.0.1.")
+    problem = "" if is_loopback(host) else unsandboxed_problem(config)
+    if problem:
+        raise ConfigError(f"refusing to serve on {host}: {problem} (or bind to 127.0.0.1)")
     app = create_app(config, password=password, token=token)
     server = make_server(host, port, app, threaded=True, request_handler=_QuietTokenHandler)
     token = app.extensions["anges"].guard.token
@@ -156,7 +159,8 @@ class _QuietTokenHandler(WSGIRequestHandler):
 
 
 def main_ui(argv: list[str] | None = None) -> int:
-    """`anges ui [--host H] [--port P] [--password PW] [--no-token] [--config FILE]`; returns the exit code."""
+    """`anges ui [--host H] [--port P] [--password PW] [--no-token] [--config FILE] [--sandbox MODE] [--network]
+    [--approval MODE]`; returns the exit code."""
     parser = argparse.ArgumentParser(prog="anges ui", description="Run the anges web chat.")
     parser.add_argument("--host", help="address to bind (default: web.host, 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (default: web.port, 5000)")
@@ -166,9 +170,21 @@ def main_ui(argv: list[str] | None = None) -> int:
                         help="without a password, do not ask for the per-launch token: every account on this "
                              "machine can then use the chat (for single-user machines)")
     parser.add_argument("--config", help="a config file layered over the defaults")
+    safety = parser.add_argument_group("safety of the chat's runs (see docs/safety.md)")
+    safety.add_argument("--sandbox", choices=("workspace", "read-only", "off"),
+                        help="where commands may write: the working directory (default), nowhere but a private "
+                             "/tmp, or anywhere (off: refused off localhost unless web.allow_unsandboxed)")
+    safety.add_argument("--network", action="store_true", default=None,
+                        help="let sandboxed commands reach the network")
+    safety.add_argument("--approval", choices=("ask", "auto", "deny"),
+                        help="what an action that needs approval gets: a card in the chat to approve or deny "
+                             "(default), approved, or declined")
     args = parser.parse_args(argv)
+    overrides = {key: value for key, value in (("sandbox", args.sandbox), ("network", args.network),
+                                               ("approval", args.approval)) if value is not None}
     try:
-        serve(load_config(args.config), args.host, args.port, args.password, token="" if args.no_token else None)
+        config = load_config(args.config, {"safety": overrides} if overrides else None)
+        serve(config, args.host, args.port, args.password, token="" if args.no_token else None)
     except (AngesError, OSError) as exc:
         print(f"anges ui: {exc}", file=sys.stderr)
         return 2

@@ -203,6 +203,11 @@ def _host_name() -> str:
     return host.rsplit(":", 1)[0] if ":" in host else host
 
 
+def request_is_local() -> bool:
+    """True when the request comes straight from this machine (no proxy in between)."""
+    return is_loopback(request.remote_addr or "") and not _proxied()
+
+
 PROXY_HEADERS = ("Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Real-IP")
 
 

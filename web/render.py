@@ -25,6 +25,12 @@ ALLOWED_ATTRIBUTES = {
 }
 URL_SCHEMES = {"http", "https", "mailto"}
 ANSWER_TYPES = {"task_completion", "agent_text_response", "agent_requested_help"}
+APPROVAL_FACTS = {
+    "approval_requested": ("request_id", "action_type", "subject", "detail", "rule", "reason", "scope", "escalate",
+                           "justification", "agent_id", "agent_type", "channel"),
+    "approval_decided": ("request_id", "action_type", "subject", "decision", "always", "by", "rule", "reason",
+                         "feedback", "escalate", "skipped"),
+}
 LONG_OUTPUT_LINES = 20
 
 
@@ -84,7 +90,8 @@ def step_view(event: Event, index: int, cwd: str = "") -> dict:
         view["text"] = event.content
         view["from_parent"] = event.type.endswith("_from_parent")
     elif kind == "shell":
-        view.update(command=data.get("command", ""), exit_code=data.get("exit_code"),
+        view.update(command=data.get("command", ""), exit_code=data.get("exit_code"), sandbox=data.get("sandbox"),
+                    escalated=bool(data.get("escalated")),
                     duration=data.get("duration"), timed_out=bool(data.get("timed_out")),
                     interrupted=bool(data.get("interrupted")), background=data.get("pid") is not None
                     and data.get("exit_code") is None, output=command_output(event))
@@ -96,6 +103,9 @@ def step_view(event: Event, index: int, cwd: str = "") -> dict:
                     lines_added=data.get("lines_added"), lines_removed=data.get("lines_removed"))
     elif kind == "answer":
         view["body_html"] = markdown_html(event.content)
+    elif kind == "approval":
+        view["approval"] = {key: data.get(key) for key in APPROVAL_FACTS[event.type]}
+        view["message"] = event.message
     elif kind == "interrupted":
         view["reason"] = data.get("reason", "")
         view["text"] = event.content
@@ -128,6 +138,8 @@ def _kind(event: Event) -> str:
         return "answer"
     if kind == "task_interrupted":
         return "interrupted"
+    if kind in APPROVAL_FACTS:
+        return "approval"
     if kind in ("new_child_agent", "resume_child_agent"):
         return "child_start"
     if kind == "child_agent_running":

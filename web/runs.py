@@ -15,6 +15,8 @@ from anges.exceptions import AngesError, ModelSetupError, StreamBusy, StreamNotF
 from anges.mcp import manager_for
 from anges.store import EventStore
 
+from .approvals import AnswerBox, WebApproval
+
 log = logging.getLogger("anges.web")
 
 ModelFactory = Callable[[str | None, Config, str], Callable]
@@ -34,6 +36,42 @@ def user_notes(notes) -> list[str]:
     return [str(note) for note in notes]
 
 
+def sandbox_summary(config: Config) -> dict:
+    """How this server's runs treat commands, for the page: `label` (short), `detail` (a sentence), and facts."""
+    from anges.sandbox import availability
+
+    safety = config.safety
+    approval = safety.approval or "ask"
+    found = availability(safety.bwrap) if safety.sandbox != "off" else None
+    if found is None:
+        label, detail = "No sandbox", "safety.sandbox is off: commands run with your rights"
+    elif not found.ok:
+        label, detail = "No sandbox", f"the sandbox is not available: {found.reason}"
+    else:
+        label = f"Sandbox: {safety.sandbox}, {'network' if safety.network else 'no network'}"
+        detail = ("commands can write only in the working directory (and safety.writable_paths)"
+                  if safety.sandbox == "workspace" else "commands can write nowhere but a private /tmp")
+    sandboxed = found is not None and found.ok
+    if not sandboxed:
+        detail += {"ask": "; you approve each command", "auto": "; every command runs without asking",
+                   "deny": "; every command is declined (approval: deny)"}.get(approval, "")
+    return {"mode": safety.sandbox, "sandboxed": sandboxed, "network": safety.network, "approval": approval,
+            "label": label, "detail": detail}
+
+
+def unsandboxed_problem(config: Config) -> str:
+    """Why only this machine may use the chat (its commands would run outside a sandbox); "" when others may."""
+    if config.web.allow_unsandboxed:
+        return ""
+    summary = sandbox_summary(config)
+    if summary["mode"] != "off" and (summary["sandboxed"] or summary["approval"] != "auto"):
+        return ""
+    why = ("the sandbox is off (safety.sandbox: off, --sandbox off)" if summary["mode"] == "off"
+           else "the sandbox is not available and approval is auto")
+    return (f"{why}, so commands would run with the full rights of this server's user; from another machine "
+            "that is allowed only with web.allow_unsandboxed: true in the config")
+
+
 class ChatBusy(AngesError):
     """A run is already active on this chat (here or in another process)."""
 
@@ -46,6 +84,7 @@ class Run:
     thread: threading.Thread | None = None
     agent: object | None = None
     stop_requested: bool = False
+    approvals: WebApproval | None = None
 
 
 class Runs:
@@ -56,6 +95,7 @@ class Runs:
         self.config = config
         self.model_factory = model_factory
         self.default_dir = default_dir
+        self.answers = AnswerBox(store, config.web.poll_seconds)
         self._runs: dict[str, Run] = {}
         self._lock = threading.Lock()
 
@@ -105,7 +145,8 @@ class Runs:
         try:
             stream = self.store.load(run.uid)
             known = len(stream.events_list)
-            run.agent = self._build_agent(stream, interrupt_check=lambda: run.stop_requested)
+            run.approvals = WebApproval(self.answers)
+            run.agent = self._build_agent(stream, lambda: run.stop_requested, run.approvals)
             with run.agent.mcp or nullcontext():
                 run.agent.run_with_new_request(text)
         except StreamBusy:
@@ -120,10 +161,12 @@ class Runs:
             log.exception("run of chat %s failed", run.uid)
             self._record_failure(run.uid, known, text, "error", f"The run failed: {type(exc).__name__}: {exc}")
         finally:
+            if run.approvals is not None:
+                run.approvals.close()
             with self._lock:
                 self._runs.pop(run.uid, None)
 
-    def _build_agent(self, stream: EventStream, interrupt_check: Callable[[], bool]):
+    def _build_agent(self, stream: EventStream, interrupt_check: Callable[[], bool], approvals: WebApproval):
         from anges.agents import agent_class
 
         settings = stream.get_settings()
@@ -143,6 +186,7 @@ class Runs:
             config=self.config,
             store=self.store,
             mcp=mcp,
+            approval=approvals,
         )
 
     def _record_failure(self, uid: str, known: int | None, text: str, reason: str, message: str) -> None:

@@ -21,19 +21,21 @@ from flask import (
 from werkzeug.routing import BaseConverter
 
 from anges.config import AGENT_TYPES
-from anges.events import SETTINGS_KEYS, EventStream, title_from
+from anges.events import Event, EventStream, title_from
 from anges.exceptions import ConfigError, ModelSetupError, StreamBusy, StreamNotFound
 from anges.export import to_markdown
 
-from .auth import TOKEN_NEEDED
+from .approvals import ANSWERS, CHANNEL_NAME, MAX_FEEDBACK
+from .auth import TOKEN_NEEDED, request_is_local
 from .feed import BadCursor, feed, parse_blocks, shown_status
-from .runs import ChatBusy, user_notes
+from .runs import ChatBusy, sandbox_summary, unsandboxed_problem, user_notes
 
 bp = Blueprint("chat", __name__)
 
 MAX_TITLE = 200
 MAX_MESSAGE = 200_000
-SETTING_FIELDS = SETTINGS_KEYS
+SETTING_FIELDS = ("cmd_init_dir", "model", "prefix_cmd", "agent_type", "notes", "mcp_config")
+"""The settings a browser may change (not `batch_id`/`batch_task`: only `anges batch` sets those)."""
 
 
 class ChatIdConverter(BaseConverter):
@@ -72,6 +74,7 @@ def _page(uid: str | None):
         default_model=web.config.model,
         default_dir=web.runs.default_dir,
         login_enabled=bool(web.guard.password),
+        sandbox=sandbox_summary(web.config),
     )
 
 
@@ -141,10 +144,13 @@ def create_chat():
     agent_type = settings.get("agent_type", "default")
     stream = EventStream(title=title, agent_type=agent_type)
     stream.update_settings({"agent_type": agent_type, **settings})
+    starts = bool(text.strip())
+    if starts:
+        _check_may_run()
     web.store.sync(stream)
-    if text.strip():
+    if starts:
         web.runs.start(stream.uid, text)
-    return jsonify(chat=_info(web.store.info(stream.uid)), started=bool(text.strip())), 201
+    return jsonify(chat=_info(web.store.info(stream.uid)), started=starts), 201
 
 
 @bp.get("/api/chats/<chat:uid>")
@@ -186,6 +192,7 @@ def delete_chat(uid: str):
         removed = web.store.delete(uid)
     except StreamBusy as exc:
         raise ChatBusy(f"a run is active in this chat or one of its child agents: {exc}") from None
+    web.runs.answers.forget_streams(removed)
     return jsonify(deleted=removed)
 
 
@@ -199,6 +206,7 @@ def send_message(uid: str):
     if len(text) > MAX_MESSAGE:
         abort(400, f"the message is longer than {MAX_MESSAGE} characters")
     _load(uid)
+    _check_may_run()
     web.runs.start(uid, text)
     return jsonify(started=True, chat=_info(web.store.info(uid))), 202
 
@@ -210,6 +218,34 @@ def stop_chat(uid: str):
     if not web.runs.stop(uid):
         return jsonify(error="this chat is not running"), 409
     return jsonify(stopping=True), 202
+
+
+@bp.post("/api/chats/<chat:uid>/approvals/<chat:request_id>")
+def answer_approval(uid: str, request_id: str):
+    """Answer a pending approval request of chat (or child agent) `uid`: allow, deny or always, with feedback."""
+    web = _web()
+    body = _json_body()
+    answer, feedback = body.get("decision"), body.get("feedback", "")
+    if answer not in ANSWERS:
+        abort(400, f"decision must be one of {', '.join(ANSWERS)}")
+    if not isinstance(feedback, str) or len(feedback) > MAX_FEEDBACK:
+        abort(400, f"feedback must be a string of at most {MAX_FEEDBACK} characters")
+    if feedback.strip() and answer != "deny":
+        abort(400, "feedback goes with deny: it tells the agent why its action was declined")
+    asked, decided = _approval_events(_load(uid), request_id)
+    if asked is None:
+        abort(404, f"no approval request {request_id!r} in this chat")
+    if decided is not None:
+        return jsonify(error=f"already answered: {decided.message}", decided=decided.data), 409
+    channel = (asked.data or {}).get("channel", "")
+    if channel != CHANNEL_NAME:
+        return jsonify(error=f"this request is answered where its run was started (the {channel or 'other'} "
+                             "channel), not in the web chat"), 409
+    if not web.runs.busy(uid):
+        return jsonify(error="no run is waiting for this answer any more: it has ended"), 409
+    if not web.runs.answers.give(uid, request_id, answer, feedback.strip()):
+        return jsonify(error="already answered (from another page): the decision shows in a moment"), 409
+    return jsonify(accepted=True, decision=answer), 202
 
 
 @bp.get("/api/chats/<chat:uid>/export")
@@ -257,6 +293,22 @@ def _load(uid: str) -> EventStream:
         return _web().store.load(uid)
     except StreamNotFound:
         abort(404, f"no chat {uid!r}")
+
+
+def _approval_events(stream: EventStream, request_id: str) -> tuple[Event | None, Event | None]:
+    """The `approval_requested` event of `request_id` in `stream`, and its `approval_decided` if there is one."""
+    found: dict[str, Event] = {}
+    for event in stream.events_list:
+        if event.type.startswith("approval_") and (event.data or {}).get("request_id") == request_id:
+            found[event.type] = event
+    return found.get("approval_requested"), found.get("approval_decided")
+
+
+def _check_may_run() -> None:
+    """Refuse to start a run for another machine while commands would run unsandboxed and unasked."""
+    problem = "" if request_is_local() else unsandboxed_problem(_web().config)
+    if problem:
+        abort(403, f"this chat cannot run commands for you: {problem}")
 
 
 def _info(info) -> dict:

@@ -23,17 +23,23 @@ DEFAULT_LOCAL_WORKERS = 4
 def run_batch(tasks_file: str, *, defaults: dict, engine: str = "local", workers: int | None = None,
               batch_id: str | None = None, retry_failed: bool = False, config_file: str | None = None,
               address: str | None = None, retries: int = 3, cpus_per_task: float = 1.0,
-              env_names: tuple[str, ...] = ()) -> Report:
-    """Load and check the task file, then run the batch on the chosen engine with the live display."""
+              env_names: tuple[str, ...] = (), overrides: dict | None = None) -> Report:
+    """Load and check the task file, then run the batch on the chosen engine with the live display.
+
+    `overrides` is config set on the command line (the safety section: --sandbox, --network), layered over
+    `config_file` on every engine.
+    """
     from anges.batch.progress import make_display
     from anges.batch.runner import BatchRunner
     from anges.batch.tasks import batch_id_for, load_tasks
+    from anges.batch.worker import missing_sandbox
     from anges.config import load_config
+    from anges.exceptions import BatchError
 
     specs = load_tasks(tasks_file, defaults)
-    config = load_config(config_file)
+    config = load_config(config_file, overrides)
     check_models(specs, config)
-    if engine == "ray":
+    if engine == "ray":  # each task checks the sandbox on its own node
         from anges.batch.ray_engine import RayEngine
 
         chosen = RayEngine(config, address=address, workers=workers, retries=retries, cpus_per_task=cpus_per_task,
@@ -41,11 +47,25 @@ def run_batch(tasks_file: str, *, defaults: dict, engine: str = "local", workers
     else:
         from anges.batch.local import LocalEngine
 
+        missing = missing_sandbox(config.safety, "here")
+        if missing:
+            raise BatchError(missing)
         chosen = LocalEngine(workers or DEFAULT_LOCAL_WORKERS)
     runner = BatchRunner(specs, batch_id or batch_id_for(tasks_file), chosen, retry_failed=retry_failed,
                          config_file=os.path.abspath(config_file) if config_file else None,
+                         config_overrides=overrides, notes=_safety_notes(config),
                          display_factory=lambda progress: make_display(progress, sys.stderr))
     return runner.run()
+
+
+def _safety_notes(config: Config) -> tuple[str, ...]:
+    from anges.batch.worker import describe_safety
+
+    notes = [describe_safety(config.safety)]
+    if config.safety.approval not in ("", "deny"):
+        notes.append(f"safety.approval: {config.safety.approval} does not apply to a batch: nobody can approve, so "
+                     "actions that need approval are declined (allow them with safety.rules)")
+    return tuple(notes)
 
 
 def check_models(specs: list[TaskSpec], config: Config) -> None:

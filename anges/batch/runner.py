@@ -74,13 +74,17 @@ class BatchRunner:
     """Runs the tasks of one batch on an engine; safe to run again (it skips what is finished)."""
 
     def __init__(self, specs: list[TaskSpec], batch_id: str, engine: Engine, *, store: EventStore | None = None,
-                 retry_failed: bool = False, config_file: str | None = None, display_factory=None):
+                 retry_failed: bool = False, config_file: str | None = None, config_overrides: dict | None = None,
+                 notes: tuple[str, ...] = (), display_factory=None):
         self.specs = specs
         self.engine = engine
         self.store = store or EventStore()
         self.state = BatchState(batch_id)
         self.retry_failed = retry_failed
         self.config_file = config_file
+        self.config_overrides = config_overrides
+        self.notes = notes
+        """Lines shown after the plan when the batch starts (what its commands may do)."""
         self.display_factory = display_factory or (lambda progress: PlainDisplay(progress, sys.stderr))
         self.flags = StopFlags()
         self._lock = threading.Lock()
@@ -105,7 +109,8 @@ class BatchRunner:
             resume = kind == "unfinished" and row["status"] not in ("not_run", "new")
             resumed += resume
             jobs.append(Job(spec, self.batch_id, row["stream_id"] if resume else new_id(), resume=resume,
-                            workdir=str(self.state.work_dir(spec.id)), config_file=self.config_file))
+                            workdir=str(self.state.work_dir(spec.id)), config_file=self.config_file,
+                            overrides=self.config_overrides))
         return Plan(jobs, earlier, resumed)
 
     def run(self) -> Report:
@@ -116,6 +121,8 @@ class BatchRunner:
             with self.display_factory(self._progress) as display, self._signals_stop():
                 self._display = display
                 display.note(_plan_text(self, plan))
+                for note in self.notes:
+                    display.note(note)
                 if plan.jobs:
                     self.engine.run(plan.jobs, self, self.flags)
             records = self.state.records()

@@ -23,11 +23,13 @@ from anges.batch.tasks import TaskSpec
 from anges.exceptions import AngesError
 
 if TYPE_CHECKING:
-    from anges.config import Config
+    from anges.config import Config, SafetyConfig
     from anges.store import EventStore
 
 MAX_ERROR_TAIL = 1000
 PARENT_POLL_SECONDS = 0.5
+APPROVAL = "deny"
+"""Nobody watches a batch: an action that needs approval is declined with the reason, and the run goes on."""
 
 
 @dataclass
@@ -44,10 +46,13 @@ class Job:
     """Local engine: the folder to work in, made afresh unless a resumed run finds it."""
     config_file: str | None = None
     """Local engine: the `--config` file the worker loads (the Ray engine ships the loaded config instead)."""
+    overrides: dict | None = None
+    """Local engine: config set on the command line (--sandbox, --network), layered over `config_file`."""
 
     def to_dict(self) -> dict:
         return {"spec": self.spec.to_dict(), "batch_id": self.batch_id, "stream_id": self.stream_id,
-                "resume": self.resume, "workdir": self.workdir, "config_file": self.config_file}
+                "resume": self.resume, "workdir": self.workdir, "config_file": self.config_file,
+                "overrides": self.overrides}
 
     @classmethod
     def from_dict(cls, data: dict) -> Job:
@@ -82,6 +87,10 @@ def run_task(job: Job, config: Config, store: EventStore, workdir: Path, fresh: 
     from anges.events import EventStream
 
     spec = job.spec
+    config = replace(config, safety=batch_safety(config.safety))
+    missing = missing_sandbox(config.safety, f"on {socket.gethostname()}")
+    if missing:
+        return result("error", error=missing)
     try:
         if fresh and spec.setup:
             setup_error = _run_setup(spec, workdir, config, stop)
@@ -128,7 +137,46 @@ def _build_agent(spec: TaskSpec, config: Config, store: EventStore, stream, work
     model = get_model(spec.model, config, spec.agent)
     return agent_class(spec.agent)(
         inference_func=model, event_stream=stream, cmd_init_dir=str(workdir), interrupt_check=stop.is_set,
-        config=config, store=store, agent_config=agent_config, message_handlers=[on_message] if on_message else [])
+        config=config, store=store, agent_config=agent_config, message_handlers=[on_message] if on_message else [],
+        approval=APPROVAL)
+
+
+def batch_safety(safety: SafetyConfig) -> SafetyConfig:
+    """The safety a batch task runs under: with the sandbox off, commands are allowed.
+
+    Without a sandbox every command needs approval, which nobody can give in a batch; choosing `off` for the
+    batch is that approval. The rule comes after every other, so deny rules and asks (sudo, git push) still hold.
+    """
+    from anges.config import SafetyRule
+
+    rules = list(safety.default_rules)
+    if safety.sandbox == "off":
+        rules.append(SafetyRule("RUN_SHELL_CMD", "*", "allow", "the batch runs commands without the sandbox"))
+    return replace(safety, default_rules=rules)
+
+
+def missing_sandbox(safety: SafetyConfig, where: str) -> str | None:
+    """Why a batch cannot run its commands in the sandbox it asks for `where` (None when it can)."""
+    from anges.sandbox import availability
+
+    if safety.sandbox == "off":
+        return None
+    found = availability(safety.bwrap)
+    if found.ok:
+        return None
+    return (f"the sandbox is not available {where}: {found.reason}. Nobody can approve commands run without it "
+            "in a batch, so each would be declined: install bubblewrap, or run the batch with --sandbox off")
+
+
+def describe_safety(safety: SafetyConfig) -> str:
+    """What the batch's commands may do, in one line for its start."""
+    if safety.sandbox == "off":
+        text = "no sandbox: commands run with your rights"
+    else:
+        extra = " and safety.writable_paths" if safety.writable_paths else ""
+        writes = f"each task writes only its own folder{extra}" if safety.sandbox == "workspace" else "read-only"
+        text = f"sandbox: {writes}, network {'on' if safety.network else 'off'}"
+    return text + "; actions that need approval are declined"
 
 
 def _request(job: Job, stream, config: Config, fresh: bool) -> str:
@@ -168,7 +216,7 @@ def main() -> int:
         except OSError:  # the driver is gone (a broken pipe): stop the run; the store has every event
             stop.set()
     try:
-        config = load_config(job.config_file)
+        config = load_config(job.config_file, job.overrides)
         workdir = Path(job.spec.path or job.workdir)
         fresh = not job.resume if job.spec.path else prepare_workdir(workdir, job.spec.template, keep=job.resume)
         done = run_task(job, config, EventStore(), workdir, fresh, stop, lambda m: report(progress_line(m)))

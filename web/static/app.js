@@ -37,6 +37,8 @@
     seenUpdate: null, // the chat's updated_at when its idle page last looked
     draftSettings: {},
     collapsed: new Set(),
+    openBatches: new Set(), // batch groups of the sidebar the reader opened
+    approvals: new Map(), // approval cards by request id: {id, uid, node, state, channel, ...}
   };
 
   // -- small helpers ---------------------------------------------------------------------------------------
@@ -199,14 +201,28 @@
       }
     }
     const matches = (chat) => !query || (chat.title || "").toLowerCase().includes(query)
-      || (children.get(chat.uid) || []).some(matches);
+      || (chat.batch_task || "").toLowerCase().includes(query) || (children.get(chat.uid) || []).some(matches);
+    const batches = new Map(); // the runs of each `anges batch`, newest first, shown as one group
+    for (const chat of roots) {
+      if (!chat.batch_id) continue;
+      if (!batches.has(chat.batch_id)) batches.set(chat.batch_id, []);
+      batches.get(chat.batch_id).push(chat);
+    }
 
     list.replaceChildren();
     let group = null;
     let groupList = null;
     let shown = 0;
     for (const chat of roots) {
-      if (!matches(chat)) continue;
+      let entry = null;
+      if (!chat.batch_id) {
+        if (matches(chat)) entry = chatItem(chat, children, matches, 0);
+      } else if (batches.get(chat.batch_id)[0] === chat) { // the group sits where its newest run would
+        const runs = batches.get(chat.batch_id);
+        const shownRuns = chat.batch_id.toLowerCase().includes(query) ? runs : runs.filter(matches);
+        if (shownRuns.length) entry = batchItem(chat.batch_id, runs, shownRuns, children, matches, query);
+      }
+      if (!entry) continue;
       const label = dayLabel(chat.updated_at);
       if (label !== group) {
         group = label;
@@ -214,12 +230,42 @@
         groupList = el("ul", "chats");
         list.appendChild(groupList);
       }
-      groupList.appendChild(chatItem(chat, children, matches, 0));
+      groupList.appendChild(entry);
       shown += 1;
     }
     if (!shown) {
       list.appendChild(el("p", "muted small list-empty", query ? "No chat matches." : "No chats yet."));
     }
+  }
+
+  function batchItem(batchId, runs, shownRuns, children, matches, query) {
+    const item = el("li", "chat-entry batch-entry");
+    item.dataset.batch = batchId;
+    const row = el("div", "chat-row batch-row");
+    const open = Boolean(query) || state.openBatches.has(batchId);
+    const toggle = el("button", "tree-toggle");
+    toggle.type = "button";
+    toggle.setAttribute("aria-expanded", String(open));
+    toggle.setAttribute("aria-label", `${open ? "Hide" : "Show"} the runs of batch ${batchId}`);
+    toggle.addEventListener("click", () => {
+      if (state.openBatches.has(batchId)) state.openBatches.delete(batchId); else state.openBatches.add(batchId);
+      renderChatList();
+    });
+    row.appendChild(toggle);
+    const dot = el("span", "dot");
+    const running = runs.filter((run) => run.running).length;
+    if (running) dot.dataset.status = "running";
+    row.appendChild(dot);
+    row.appendChild(el("span", "batch-name", `Batch ${batchId}`));
+    row.appendChild(el("span", "batch-count",
+      `${runs.length} run${runs.length === 1 ? "" : "s"}${running ? `, ${running} running` : ""}`));
+    item.appendChild(row);
+    if (open) {
+      const sub = el("ul", "chats children");
+      for (const run of shownRuns) sub.appendChild(chatItem(run, children, matches, 1));
+      item.appendChild(sub);
+    }
+    return item;
   }
 
   function chatItem(chat, children, matches, depth) {
@@ -251,6 +297,7 @@
     dot.dataset.status = chat.status;
     dot.title = STATUS_LABELS[chat.status] || chat.status;
     link.appendChild(dot);
+    if (chat.batch_task) link.appendChild(el("span", "chat-task", chat.batch_task));
     link.appendChild(el("span", "chat-name", chat.title || chat.uid));
     link.title = chat.parent_ids.length ? `${chat.title} (${(chat.agent_type || "agent").replace(/_/g, " ")})` : chat.title;
     link.appendChild(el("span", "chat-time", formatTime(chat.updated_at)));
@@ -282,6 +329,8 @@
     closeFeed("idle");
     clearTimeout(state.retryTimer);
     state.blocks.clear();
+    state.approvals.clear();
+    updateWorking();
     state.queue = [];
     state.lastIndex = -1;
     state.status = null;
@@ -291,6 +340,7 @@
     $("steps").replaceChildren();
     $("working").hidden = true;
     $("stop").hidden = true;
+    $("status-batch").hidden = true;
     hideNotice();
     endRename();
   }
@@ -324,6 +374,7 @@
       if (state.chatId !== uid) return;
       state.chat = data.chat;
       showTitle(data.chat.title);
+      showBatch(data.chat);
       const parents = data.chat.parent_ids;
       const parentLink = $("parent-link");
       parentLink.hidden = !parents.length;
@@ -335,6 +386,16 @@
         clearTimeout(state.retryTimer);
       }
       showNotice(err.status === 404 ? "This chat no longer exists." : err.message);
+    }
+  }
+
+  function showBatch(chat) {
+    const batch = $("status-batch");
+    batch.hidden = !chat.batch_id;
+    batch.textContent = chat.batch_id ? `batch ${chat.batch_id}, task ${chat.batch_task}` : "";
+    if (chat.batch_id && !state.openBatches.has(chat.batch_id)) {
+      state.openBatches.add(chat.batch_id); // show where this run sits in the sidebar
+      renderChatList();
     }
   }
 
@@ -429,7 +490,8 @@
       for (const step of steps) {
         if (step.index <= state.lastIndex) continue; // never show a step twice
         state.lastIndex = step.index;
-        main.appendChild(renderStep(step, ""));
+        const item = renderStep(step, "");
+        if (item) main.appendChild(item);
       }
       return;
     }
@@ -438,7 +500,8 @@
     for (const step of steps) {
       if (block.done || step.index <= block.last) continue; // a block shows one run of the child: up to its return
       block.last = step.index;
-      block.list.appendChild(renderStep(step, key));
+      const item = renderStep(step, key);
+      if (item) block.list.appendChild(item);
       if (RETURN_TYPES.has(step.type)) {
         block.done = true;
         showBlockStatus(block, RETURN_STATUS[step.type]);
@@ -510,6 +573,10 @@
       state.stopping = false;
       hideNotice(); // "Stopping the run…" has done its job: the run shows how it ended
     }
+    if (!before || before.running !== status.running) {
+      flush(); // the steps that came before this status (a decision, say) are drawn first
+      refreshApprovalCards();
+    }
     if (status.title && (!before || before.title !== status.title)) showTitle(status.title);
     if (!before || before.status !== status.status || before.title !== status.title) refreshChats();
     if (status.running && state.stick) scrollToBottom();
@@ -527,6 +594,7 @@
       return item;
     }
     if (step.kind === "child_running") return renderChild(step, item, key);
+    if (step.kind === "approval") return renderApproval(step, item);
     // An answer speaks for itself; a child's exit repeats the reasoning of the call that started it.
     if (step.reasoning_html && step.kind !== "answer" && step.kind !== "child_exit") {
       const reasoning = el("div", "reasoning md");
@@ -576,6 +644,8 @@
       badges.appendChild(el("span", `badge ${step.exit_code === 0 ? "ok" : "bad"}`, `exit ${step.exit_code}`));
     }
     if (typeof step.duration === "number") badges.appendChild(el("span", "badge", `${step.duration.toFixed(1)} s`));
+    if (step.escalated) badges.appendChild(el("span", "badge warn", "outside the sandbox"));
+    else if (step.sandbox === "none") badges.appendChild(el("span", "badge warn", "no sandbox"));
     head.appendChild(badges);
     head.appendChild(copyButton(() => step.command, "Copy command"));
     card.appendChild(head);
@@ -604,15 +674,7 @@
       card.appendChild(el("pre", "output", step.text));
       return card;
     }
-    const pre = el("pre", "diff");
-    for (const line of step.diff.replace(/\n$/, "").split("\n")) {
-      let cls = "";
-      if (line.startsWith("+++") || line.startsWith("---")) cls = "meta";
-      else if (line.startsWith("@@")) cls = "hunk";
-      else if (line.startsWith("+")) cls = "add";
-      else if (line.startsWith("-")) cls = "del";
-      pre.appendChild(el("span", cls ? `line ${cls}` : "line", line + "\n"));
-    }
+    const pre = diffPre(step.diff);
     const lines = step.diff.split("\n").length;
     const wrap = el("div", "codeblock");
     wrap.appendChild(pre);
@@ -626,6 +688,19 @@
       card.appendChild(wrap);
     }
     return card;
+  }
+
+  function diffPre(diff) {
+    const pre = el("pre", "diff");
+    for (const line of diff.replace(/\n$/, "").split("\n")) {
+      let cls = "";
+      if (line.startsWith("+++") || line.startsWith("---")) cls = "meta";
+      else if (line.startsWith("@@")) cls = "hunk";
+      else if (line.startsWith("+")) cls = "add";
+      else if (line.startsWith("-")) cls = "del";
+      pre.appendChild(el("span", cls ? `line ${cls}` : "line", line + "\n"));
+    }
+    return pre;
   }
 
   function renderAnswer(step) {
@@ -697,6 +772,171 @@
     state.blocks.set(parentKey ? `${parentKey}/${step.index}` : String(step.index), block);
     showBlockStatus(block, "running");
     return item;
+  }
+
+  // -- approvals: a card per request, answered from any tab; the stream says when it is decided -------------
+
+  const ANSWERED_BY = { web: "in the web chat", terminal: "in the terminal", editor: "in the editor",
+    always: "by an earlier \u201calways\u201d", auto: "automatically (approval: auto)", rule: "by a rule" };
+
+  function renderApproval(step, item) {
+    const facts = step.approval || {};
+    if (step.type === "approval_decided") {
+      const card = facts.request_id && state.approvals.get(facts.request_id);
+      if (card) { // the answer to a card on the page: the card shows it, no step of its own
+        showDecision(card, facts);
+        return null;
+      }
+      item.appendChild(renderDecisionNote(step, facts));
+      return item;
+    }
+    item.appendChild(renderApprovalCard(facts));
+    return item;
+  }
+
+  function renderApprovalCard(facts) {
+    const node = el("div", "card approval");
+    node.dataset.requestId = facts.request_id || "";
+    const head = cardHead();
+    head.appendChild(el("span", "approval-label", "Needs approval"));
+    head.appendChild(el("code", "path", `${facts.action_type || ""} ${facts.subject || ""}`.trim()));
+    if (facts.escalate) {
+      const badges = el("span", "badges");
+      badges.appendChild(el("span", "badge warn", "outside the sandbox"));
+      head.appendChild(badges);
+    }
+    node.appendChild(head);
+    const body = el("div", "approval-body");
+    const why = el("p", "approval-reason", facts.reason || "");
+    why.appendChild(el("span", "muted", ` [${facts.rule || "?"}]`));
+    body.appendChild(why);
+    const detail = facts.detail || "";
+    if (detail) {
+      const firstBreak = detail.indexOf("\n");
+      const shown = facts.action_type === "EDIT_FILE" && firstBreak > 0
+        ? diffPre(detail.slice(firstBreak + 1)) : el("pre", "output", detail);
+      const wrap = el("div", "codeblock");
+      wrap.appendChild(shown);
+      wrap.appendChild(copyButton(() => detail, "Copy"));
+      body.appendChild(wrap);
+    }
+    if (facts.escalate) {
+      const note = el("p", "approval-escalate", "Approved, this command runs outside the sandbox. The agent says: ");
+      note.appendChild(el("q", null, facts.justification || "(no reason given)"));
+      body.appendChild(note);
+    }
+    node.appendChild(body);
+
+    const controls = el("div", "approval-controls");
+    const feedback = el("textarea", "approval-feedback");
+    feedback.rows = 1;
+    feedback.maxLength = 2000;
+    feedback.placeholder = "Tell the agent why (optional, sent with Deny)";
+    feedback.setAttribute("aria-label", "Tell the agent why");
+    controls.appendChild(feedback);
+    const buttons = el("div", "approval-buttons");
+    const button = (label, className, decision, title) => {
+      const b = el("button", `btn btn-small ${className}`, label);
+      b.type = "button";
+      b.dataset.decision = decision;
+      if (title) b.title = title;
+      b.addEventListener("click", () => answerApproval(card, decision));
+      buttons.appendChild(b);
+      return b;
+    };
+    const card = { id: facts.request_id, uid: facts.agent_id, channel: facts.channel || "", node, feedback,
+      outcome: el("p", "approval-outcome"), state: "pending", buttons: [] };
+    card.buttons.push(button("Approve", "btn-primary", "allow", "Run it this once"));
+    card.buttons.push(button("Always", "", "always", `Run it, and for the rest of this run: ${facts.scope || ""}`));
+    card.buttons.push(button("Deny", "btn-danger", "deny", "Do not run it; the agent gets what you typed above"));
+    controls.appendChild(buttons);
+    node.appendChild(controls);
+    card.outcome.setAttribute("role", "status");
+    node.appendChild(card.outcome);
+    if (card.channel !== "web") {
+      controls.hidden = true;
+      const where = { terminal: "the terminal", editor: "the editor" }[card.channel]
+        || `the ${card.channel || "other"} channel`;
+      card.outcome.textContent = `Waiting for an answer in ${where}, where this run was started.`;
+    }
+    if (card.id) state.approvals.set(card.id, card);
+    setCardState(card, "pending");
+    return node;
+  }
+
+  function setCardState(card, name, message) {
+    card.state = name;
+    card.node.dataset.state = name;
+    const running = Boolean(state.status && state.status.running);
+    const open = (name === "pending" || name === "error") && running && card.channel === "web";
+    for (const b of card.buttons) b.disabled = !open;
+    card.feedback.disabled = !open;
+    if (message !== undefined) card.outcome.textContent = message;
+    updateWorking();
+  }
+
+  async function answerApproval(card, decision) {
+    if (card.state !== "pending" && card.state !== "error") return;
+    const feedback = decision === "deny" ? card.feedback.value.trim() : "";
+    setCardState(card, "sending", "Sending your answer\u2026");
+    try {
+      await api("POST", `/api/chats/${encodeURIComponent(card.uid)}/approvals/${encodeURIComponent(card.id)}`,
+        { decision, feedback });
+      if (card.state === "sending") setCardState(card, "sent", "Answer sent: the agent goes on in a moment.");
+    } catch (err) {
+      if (card.state !== "sending") return; // the decision arrived meanwhile
+      // 409: answered elsewhere, or the run ended; the stream shows which in a moment.
+      setCardState(card, err.status === 409 ? "sent" : "error", err.message);
+    }
+  }
+
+  function showDecision(card, facts) {
+    const who = ANSWERED_BY[facts.by] || `by ${facts.by}`;
+    let text;
+    if (facts.decision === "allow") {
+      text = `Approved ${who}` + (facts.always ? ", and for the rest of this run." : ".");
+    } else if (facts.decision === "cancelled") {
+      text = "Cancelled: the run stopped before an answer.";
+    } else {
+      text = `Denied ${who}.` + (facts.feedback ? ` The agent was told: \u201c${facts.feedback}\u201d` : "");
+    }
+    card.node.querySelector(".approval-label").textContent =
+      { allow: "Approved", deny: "Denied", cancelled: "Not answered" }[facts.decision] || "Decided";
+    card.node.querySelector(".approval-controls").hidden = true;
+    setCardState(card, facts.decision, text);
+  }
+
+  function renderDecisionNote(step, facts) {
+    // A decision nobody was asked about (a rule, approval: auto or deny, no one to ask), or one whose card is gone.
+    const card = el("div", `card approval decided`);
+    card.dataset.state = facts.decision || "";
+    const head = cardHead();
+    const label = facts.decision === "allow" ? "Approved" : facts.decision === "cancelled" ? "Not answered" : "Declined";
+    head.appendChild(el("span", "approval-label", label));
+    head.appendChild(el("code", "path", `${facts.action_type || ""} ${facts.subject || ""}`.trim()));
+    card.appendChild(head);
+    card.appendChild(el("p", "approval-outcome", step.message || ""));
+    if (facts.reason) card.appendChild(el("p", "approval-reason muted small", `${facts.reason} [${facts.rule}]`));
+    return card;
+  }
+
+  function refreshApprovalCards() {
+    // The run ended: a card still waiting will not get an answer. Otherwise (re)open the buttons as it runs.
+    const running = Boolean(state.status && state.status.running);
+    for (const card of state.approvals.values()) {
+      if (["pending", "sending", "sent", "error"].includes(card.state)) {
+        if (running) setCardState(card, card.state);
+        else {
+          card.node.querySelector(".approval-controls").hidden = true;
+          setCardState(card, "ended", "Not answered: the run ended.");
+        }
+      }
+    }
+  }
+
+  function updateWorking() {
+    const waiting = [...state.approvals.values()].some((card) => ["pending", "sending", "sent", "error"].includes(card.state));
+    $("working-text").textContent = waiting ? "Waiting for approval\u2026" : "Working\u2026";
   }
 
   // -- sending, stopping, settings -------------------------------------------------------------------------
@@ -809,6 +1049,7 @@
       const data = await api("PATCH", `/api/chats/${encodeURIComponent(state.chatId)}`, { title });
       state.chat = data.chat;
       showTitle(data.chat.title);
+      showBatch(data.chat);
       endRename();
       refreshChats();
     } catch (err) {

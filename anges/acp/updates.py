@@ -1,0 +1,397 @@
+"""A run of an agent tree as ACP session updates: thoughts, one tool call per action with its status, answers, and
+the orchestrator's plan.
+
+Live, two things feed it: each model reply as it arrives (its thoughts; its actions start as pending tool calls)
+and each event as it is recorded (approvals, results, child agents, stops). A stored stream replays through the
+same mapping from its events alone: each tool call then starts when its first event comes. A live side channel of
+reply deltas (streaming) would add thought chunks before `reply`, which then skips the thoughts already shown.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+
+from acp import (
+    plan_entry,
+    start_tool_call,
+    text_block,
+    tool_content,
+    tool_diff_content,
+    update_agent_message_text,
+    update_agent_thought_text,
+    update_plan,
+    update_tool_call,
+    update_user_message_text,
+)
+from acp.schema import ToolCallLocation, ToolCallUpdate
+
+from anges.acp import diffs, facts
+from anges.acp.plan import plan_entries
+from anges.events import REQUEST_EVENT_TYPES, RETURN_TO_PARENT_EVENT_TYPES
+from anges.exceptions import FormatError
+from anges.parsing import parse_reply
+
+ANSWER_TYPES = ("task_completion", "agent_text_response", "agent_requested_help")
+RETURNING_ACTIONS = ("TASK_COMPLETE", "HELP_NEEDED", "AGENT_TEXT_RESPONSE")
+KINDS = {"RUN_SHELL_CMD": "execute", "EDIT_FILE": "edit", "READ_MIME_FILES": "read", "CALL_CHILD_AGENT": "think"}
+TITLE_CHARS = 160
+DECIDERS = {"editor": "you", "approval=deny": "--approval deny", "no_one": "no one (no one can approve here)"}
+
+
+@dataclass(frozen=True)
+class Speaker:
+    """The agent an event or a reply comes from."""
+
+    id: str
+    type: str = "default"
+    parent: str = ""
+    depth: int = 0
+
+
+@dataclass
+class Call:
+    """One tool call: an action of one agent, from its announcement (or first event) until it is done."""
+
+    id: str
+    agent: str
+    action_type: str
+    title: str
+    kind: str
+    locations: list[ToolCallLocation] | None = None
+    status: str = "pending"
+    request: str = ""
+    """The approval request asked about it."""
+    child: str = ""
+    """The child agent it runs."""
+
+
+class _AnyAction(Mapping):
+    """An action registry that knows every type and checks no field: reads a reply the way any agent might."""
+
+    def __getitem__(self, key):
+        return None
+
+    def __iter__(self):
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+class UpdateMapper:
+    """Turns the replies and events of one prompt turn (or a stored stream) into session updates, sent in order."""
+
+    def __init__(self, send: Callable, cwd: str, ids: Iterator[int], replay: bool = False):
+        self.send = send
+        self.cwd = cwd
+        self.replay = replay
+        self._ids = ids
+        self._lock = threading.RLock()
+        self._calls: dict[str, list[Call]] = {}
+        self._by_request: dict[str, Call] = {}
+        self._by_child: dict[str, Call] = {}
+        self._speakers: dict[str, Speaker] = {}
+        self._running: dict[str, str] = {}
+        self._thought: dict[str, str] = {}
+        self._plan: list[tuple[str, str]] = []
+
+    # -- what feeds it ------------------------------------------------------------------------------------------
+
+    def reply(self, text: str) -> None:
+        """A model reply just arrived: show its thoughts and announce its actions (when the caller is known)."""
+        with self._lock:
+            speaker = self._caller()
+            if speaker is None:
+                return
+            try:
+                reply = parse_reply(text, _AnyAction())
+            except FormatError:
+                return  # the agent asks again; nothing of this reply runs
+            self._close(speaker.id, "Not run: the run went on without it.")
+            self._thought.pop(speaker.id, None)  # a new reply: its thoughts show even when they repeat the last
+            self._think(speaker, reply.analysis, reply.reasoning)
+            calls = [self._open(speaker, args["action_type"], args, "pending",
+                                raw_input={k: v for k, v in args.items() if k != "action_type"})
+                     for args in reply.actions if args["action_type"] not in RETURNING_ACTIONS]
+            if calls:  # the agent starts on the first at once (and says so if it must ask first)
+                self._update(calls[0], "in_progress")
+
+    def event(self, event, speaker: Speaker) -> None:
+        """An event was recorded (or is replayed)."""
+        with self._lock:
+            self._speakers[speaker.id] = speaker
+            kind = event.type
+            if kind in REQUEST_EVENT_TYPES:
+                self._running[speaker.id] = speaker.parent
+                if self.replay and speaker.depth == 0:
+                    self.send(update_user_message_text(event.content))
+                return
+            if kind == "child_agent_running":
+                return
+            self._think(speaker, event.analysis, event.reasoning)
+            if kind in RETURN_TO_PARENT_EVENT_TYPES:
+                self._running.pop(speaker.id, None)
+            if kind == "approval_requested":
+                self._asked(speaker, event)
+            elif kind == "approval_decided":
+                self._decided(speaker, event)
+            elif kind in ("new_child_agent", "resume_child_agent"):
+                self._delegated(speaker, event)
+            elif kind.startswith("child_agent_"):
+                self._child_returned(speaker, event)
+            elif kind in ANSWER_TYPES and speaker.depth == 0:
+                self.send(update_agent_message_text(event.content))
+            elif kind == "task_interrupted":
+                self._close(speaker.id, f"Stopped: {event.content}")
+                if speaker.depth == 0:
+                    self.send(update_agent_message_text(event.content))
+            elif kind in ("action", "edit_file"):
+                self._finished(speaker, event)
+
+    def finish(self) -> None:
+        """The turn is over: a tool call still open did not run (or its child never returned)."""
+        with self._lock:
+            for agent in list(self._calls):
+                self._close(agent, "Not run: the run ended first.", children=True)
+
+    def permission_call(self, request) -> ToolCallUpdate:
+        """The tool call a permission request is about (`request`: an anges ApprovalRequest), with what to show."""
+        with self._lock:
+            call = self._by_request.get(request.id)
+            if call is None:  # its `approval_requested` event did not come through: start the call now
+                speaker = self._speakers.get(request.agent_id) or Speaker(request.agent_id, request.agent_type)
+                call = self._open(speaker, request.action_type, {"subject": request.subject}, "pending")
+                call.request = request.id
+                self._by_request[request.id] = call
+            content = [tool_content(text_block(_request_text(request)))]
+            if request.action_type == "EDIT_FILE":
+                parts = diffs.hunk_texts(request.detail)
+                content += [tool_diff_content(request.subject, new, old) for old, new in parts]
+            elif request.action_type != "RUN_SHELL_CMD":
+                content.append(tool_content(text_block(_fenced(request.detail))))
+            return ToolCallUpdate(tool_call_id=call.id, title=call.title, kind=call.kind, status="pending",
+                                  content=content, locations=call.locations)
+
+    # -- events ---------------------------------------------------------------------------------------------------
+
+    def _asked(self, speaker: Speaker, event) -> None:
+        action_type, request = facts.action_type(event), facts.request_id(event)
+        call = self._waiting(speaker.id, action_type) or self._open(speaker, action_type, facts.action_args(event),
+                                                                     "pending")
+        call.request = request
+        self._by_request[request] = call
+        approval = facts.approval(event)
+        self._update(call, "pending", f"Waiting for approval: {approval['reason']} [{approval['rule']}]")
+
+    def _decided(self, speaker: Speaker, event) -> None:
+        action_type, approval = facts.action_type(event), facts.approval(event)
+        call = self._by_request.pop(facts.request_id(event), None) or self._waiting(speaker.id, action_type)
+        if approval["decision"] == "allow":
+            if call is not None:
+                self._update(call, "in_progress", f"Approved by {_decider(approval)}.")
+            return
+        self._done(speaker, call, action_type, facts.action_args(event), "failed", [_declined(approval)])
+        for _ in range(approval["skipped"]):
+            rest = self._waiting(speaker.id)
+            if rest is None:
+                break
+            self._done(speaker, rest, rest.action_type, {}, "failed",
+                       [tool_content(text_block("Not run: an earlier action of the same reply was declined."))])
+
+    def _delegated(self, speaker: Speaker, event) -> None:
+        child = facts.child_id(event)
+        call = self._waiting(speaker.id, "CALL_CHILD_AGENT") or self._open(
+            speaker, "CALL_CHILD_AGENT", facts.action_args(event), "in_progress")
+        call.child = child
+        self._by_child[child] = call
+        self._update(call, "in_progress", f"{event.message}:\n\n{event.content}")
+
+    def _child_returned(self, speaker: Speaker, event) -> None:
+        call = self._by_child.pop(facts.child_id(event), None)
+        status = "failed" if facts.child_exit(event) == "task_interrupted" else "completed"
+        self._done(speaker, call, "CALL_CHILD_AGENT", facts.action_args(event), status,
+                   [tool_content(text_block(event.content))])
+
+    def _finished(self, speaker: Speaker, event) -> None:
+        action_type = facts.action_type(event)  # "" from a custom action that records no type: its first call
+        call = self._waiting(speaker.id, action_type or None, started=True)
+        action_type = action_type or (call.action_type if call is not None else event.type)
+        status = "failed" if facts.failed(event) else "completed"
+        self._done(speaker, call, action_type, facts.action_args(event), status, self._result(event, action_type))
+        following = self._waiting(speaker.id)
+        if following is not None and following.status == "pending":
+            self._update(following, "in_progress")
+
+    def _result(self, event, action_type: str) -> list:
+        if action_type == "RUN_SHELL_CMD":
+            output = facts.command_text(event)
+            text = (_fenced(output) if output.strip() else "(no output)") + f"\n\n{facts.command_status(event)}"
+            return [tool_content(text_block(text))]
+        if action_type == "EDIT_FILE" and not facts.error(event):
+            path, diff = facts.edit_path(event), facts.edit_diff_text(event)
+            whole = None if self.replay else diffs.file_texts(path, diff)
+            parts = [whole] if whole is not None else diffs.hunk_texts(diff)
+            if parts:
+                return [tool_diff_content(path, new, old) for old, new in parts]
+            return [tool_content(text_block(diff or "(no change)"))]
+        return [tool_content(text_block(event.content))]
+
+    # -- thoughts and plan ----------------------------------------------------------------------------------------
+
+    def _think(self, speaker: Speaker, analysis: str, reasoning: str) -> None:
+        """Show a reply's analysis and reasoning once (every event of the reply carries them)."""
+        key = (reasoning or "").strip() or (analysis or "").strip()
+        if not key or self._thought.get(speaker.id) == key:
+            return
+        self._thought[speaker.id] = key
+        text = "\n\n".join(part.strip() for part in (analysis, reasoning) if part and part.strip())
+        self.send(update_agent_thought_text(f"[{speaker.type}] {text}" if speaker.depth else text))
+        if speaker.type == "orchestrator" and speaker.depth == 0:
+            entries = plan_entries(reasoning or "")
+            if entries and entries != self._plan:
+                self._plan = entries
+                self.send(update_plan([plan_entry(step, status=status) for step, status in entries]))
+
+    # -- tool calls -----------------------------------------------------------------------------------------------
+
+    def _caller(self) -> Speaker | None:
+        """The agent whose reply just came: the one running agent without a running child (None when several
+        children run at once, and the reply could be any of theirs)."""
+        parents = set(self._running.values())
+        leaves = [agent for agent in self._running if agent not in parents]
+        return self._speakers.get(leaves[0]) if len(leaves) == 1 else None
+
+    def _waiting(self, agent: str, action_type: str | None = None, started: bool = False) -> Call | None:
+        """The agent's first open call (of `action_type`) not yet running a child or, unless `started`, asked about."""
+        for call in self._calls.get(agent, []):
+            if call.child or (call.request and not started):
+                continue
+            if action_type is None or call.action_type == action_type:
+                return call
+        return None
+
+    def _open(self, speaker: Speaker, action_type: str, args: dict, status: str, raw_input=None) -> Call:
+        title, locations = self._describe(speaker, action_type, args)
+        call = Call(f"call-{next(self._ids)}", speaker.id, action_type, title, KINDS.get(action_type, "other"),
+                    locations, status)
+        self._calls.setdefault(speaker.id, []).append(call)
+        self.send(start_tool_call(call.id, title, kind=call.kind, status=status, locations=locations,
+                                  raw_input=raw_input))
+        return call
+
+    def _update(self, call: Call, status: str, text: str | None = None) -> None:
+        call.status = status
+        content = [tool_content(text_block(text))] if text else None
+        self.send(update_tool_call(call.id, status=status, content=content))
+
+    def _done(self, speaker: Speaker, call: Call | None, action_type: str, args: dict, status: str,
+              content: list) -> None:
+        """Finish a call with its result; one that was never announced starts and ends in one update."""
+        if call is None:
+            title, locations = self._describe(speaker, action_type, args)
+            self.send(start_tool_call(f"call-{next(self._ids)}", title, kind=KINDS.get(action_type, "other"),
+                                      status=status, content=content, locations=locations))
+            return
+        calls = self._calls.get(call.agent, [])
+        if call in calls:
+            calls.remove(call)
+        self.send(update_tool_call(call.id, status=status, content=content, locations=call.locations))
+
+    def _close(self, agent: str, why: str, children: bool = False) -> None:
+        """Fail the agent's open calls (those running a child go on until the child returns, unless `children`)."""
+        for call in [c for c in self._calls.get(agent, []) if children or not c.child]:
+            self._done(self._speakers.get(agent, Speaker(agent)), call, call.action_type, {}, "failed",
+                       [tool_content(text_block(why))])
+
+    def _describe(self, speaker: Speaker, action_type: str, args: dict) -> tuple[str, list[ToolCallLocation] | None]:
+        """A tool call's title and the file it touches, from the action's arguments or an event's facts."""
+        subject = str(args.get("subject") or "")
+        path = ""
+        if action_type == "RUN_SHELL_CMD":
+            title = _one_line(str(args.get("command") or subject or "a command"))
+            if args.get("escalate"):
+                title += " (outside the sandbox)"
+        elif action_type == "EDIT_FILE":
+            path = str(args.get("path") or _edit_path(args.get("directive_line") or args.get("directive"), self.cwd)
+                       or subject)
+            title = f"Edit {_shown(path, self.cwd)}" if path else "Edit a file"
+        elif action_type == "CALL_CHILD_AGENT":
+            title = _delegation(str(args.get("directive") or subject))
+        elif action_type == "USE_MCP_TOOL":
+            server, tool = args.get("mcp_server_name") or args.get("server"), args.get("tool_name") or args.get("tool")
+            title = f"{server}.{tool}" if server and tool else subject or "an MCP tool"
+        elif action_type == "READ_MIME_FILES":
+            inputs = args.get("inputs") or []
+            names = [str(i.get("source", i) if isinstance(i, dict) else i) for i in inputs] if isinstance(
+                inputs, list) else []
+            title = f"Read {', '.join(names)}" if names else "Read files"
+        else:
+            title = action_type or "an action"
+        title = _one_line(f"[{speaker.type}] {title}" if speaker.depth else title)
+        return title, [ToolCallLocation(path=path)] if path else None
+
+
+def _request_text(request) -> str:
+    """What a person reads to decide on a permission request."""
+    lines = [f"{request.reason} [{request.rule}]"]
+    if request.action_type == "RUN_SHELL_CMD":
+        lines.append(_fenced(request.detail))
+    if request.escalate:
+        lines.append(f"This command runs **outside the sandbox**. The agent says why: {request.justification or '-'}")
+    lines.append(f"“Always allow” approves {request.scope} until this prompt is done.")
+    return "\n\n".join(lines)
+
+
+def _declined(approval: dict):
+    if approval["decision"] == "cancelled":
+        text = "Not run: the run stopped before an answer."
+    else:
+        text = f"Declined by {_decider(approval)}" + (f": {approval['feedback']}" if approval["feedback"] else ".")
+    return tool_content(text_block(text))
+
+
+def _decider(approval: dict) -> str:
+    if approval["by"] == "rule":
+        return f"rule {approval['rule']} ({approval['reason']})"
+    return DECIDERS.get(approval["by"], approval["by"] or "the policy")
+
+
+def _delegation(directive: str) -> str:
+    words = directive.split()
+    if len(words) == 2 and words[0].upper() == "NEW_CHILD_AGENT":
+        return f"Delegate to {words[1].lower()}"
+    if len(words) == 2 and words[0].upper() == "RESUME_CHILD_AGENT":
+        return f"Resume child agent {words[1]}"
+    return directive or "Delegate to a child agent"
+
+
+def _edit_path(directive: object, cwd: str) -> str:
+    from anges.fileedit import EditError, edit_target
+
+    if not isinstance(directive, str):
+        return ""
+    try:
+        return edit_target(directive, cwd)[1]
+    except EditError:
+        return ""
+
+
+def _shown(path: str, cwd: str) -> str:
+    relative = os.path.relpath(path, cwd) if cwd else path
+    return path if relative.startswith(os.pardir) else relative
+
+
+def _one_line(text: str, limit: int = TITLE_CHARS) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _fenced(text: str) -> str:
+    """`text` in a Markdown code block whose fence no line of it can close."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}\n{text.rstrip()}\n{fence}"

@@ -1,0 +1,62 @@
+"""The pieces `anges acp` builds its updates from: an edit's diff as old/new text, the orchestrator's plan."""
+
+import pytest
+
+from anges.acp.diffs import file_texts, hunk_texts
+from anges.acp.plan import plan_entries
+from anges.fileedit import apply_edit
+
+BEFORE = "".join(f"line {n}\n" for n in range(1, 21))
+
+
+@pytest.mark.parametrize("directive, content", [
+    ("REPLACE_LINES f.txt 2-3", "two\nthree\n"),
+    ("REPLACE_LINES f.txt 5-5", ""),
+    ("REMOVE_LINES f.txt 1-20", ""),
+    ("INSERT_LINES f.txt 0", "first\n"),
+    ("INSERT_LINES f.txt -1", "last\n"),
+    ("INSERT_LINES f.txt 11", "middle\n"),
+    ("REPLACE_LINES f.txt 20-20", "no newline at the end"),
+])
+def test_the_whole_file_before_and_after_an_edit(tmp_path, directive, content):
+    path = tmp_path / "f.txt"
+    path.write_text(BEFORE)
+    result = apply_edit(directive, content, base_dir=tmp_path)
+    assert file_texts(str(path), result.diff) == (BEFORE, path.read_text())
+
+
+def test_a_new_file_has_no_old_text(tmp_path):
+    result = apply_edit("NEW_FILE made/new.txt", "a\nb\n", base_dir=tmp_path)
+    assert file_texts(str(tmp_path / "made/new.txt"), result.diff) == (None, "a\nb\n")
+    assert hunk_texts(result.diff) == [(None, "a\nb\n")]
+
+
+def test_a_file_changed_since_the_edit_shows_the_changed_parts_only(tmp_path):
+    path = tmp_path / "f.txt"
+    path.write_text(BEFORE)
+    result = apply_edit("REPLACE_LINES f.txt 10-10", "ten\n", base_dir=tmp_path)
+    path.write_text(path.read_text().replace("ten\n", "TEN\n"))
+    assert file_texts(str(path), result.diff) is None
+    old, new = hunk_texts(result.diff)[0]
+    assert "line 10\n" in old and "ten\n" in new and old.replace("line 10\n", "ten\n") == new
+    assert len(old.splitlines()) == 7, "the hunk keeps three lines of context on each side"
+
+
+def test_a_missing_or_binary_file_has_no_whole_text(tmp_path):
+    result = apply_edit("NEW_FILE f.txt", "x\n", base_dir=tmp_path)
+    assert file_texts(str(tmp_path / "gone.txt"), result.diff) is None
+    (tmp_path / "f.txt").write_bytes(b"\xff\xfe\n")
+    assert file_texts(str(tmp_path / "f.txt"), result.diff) is None
+
+
+@pytest.mark.parametrize("text, entries", [
+    ("Plan:\n1. [x] read the code\n2. [~] fix the bug\n3. [ ] add a test\nThen report.",
+     [("read the code", "completed"), ("fix the bug", "in_progress"), ("add a test", "pending")]),
+    ("Steps so far:\n- analyze (done)\n- implement (in progress, executor abc)\n- verify",
+     [("analyze (done)", "completed"), ("implement (in progress, executor abc)", "in_progress"), ("verify", "pending")]),
+    ("1) ✓ plan\n2) build\n\nNotes:\n- not part of the plan", [("✓ plan", "completed"), ("build", "pending")]),
+    ("Only one step:\n1. do it", []),
+    ("No list at all, just prose.", []),
+])
+def test_the_first_list_of_the_reasoning_is_the_plan(text, entries):
+    assert plan_entries(text) == entries
