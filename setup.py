@@ -40,6 +40,8 @@ setup(
         "pyyaml>=6.0",
         "markdown-it-py>=3.0",
         "nh3>=0.2.14",
+        "pydantic>=2.7",
+        "pluggy>=1.2",
     ],
     extras_require={
         "anthropic": [],  # the Anthropic SDK is a core dependency now; the extra stays for old install commands

@@ -14,17 +14,19 @@ import select
 import sys
 import threading
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from anges.clipping import one_line
 from anges.events import Event, new_id
 from anges.exceptions import RunStopped
 from anges.printable import printable
+from anges.waiting import future_done, wait_for
 
 if TYPE_CHECKING:
+    from anges.actions.base import ActionContext
     from anges.policy import Policy, Verdict
 
 LEAVING_THE_SANDBOX = ("escalation", "writable_paths", "protected_paths", "hidden_paths")
@@ -160,8 +162,9 @@ class Gate:
         self.grants: set[tuple] = set()
         self._lock = threading.Lock()
 
-    def check(self, agent, action_type: str, args: dict) -> Permit:
-        """Decide one action; records `approval_requested` while a person is asked. Raises RunStopped on a stop."""
+    def check(self, asker: ActionContext, action_type: str, args: dict) -> Permit:
+        """Decide one action for `asker` (who asks, how to record, when to stop); records `approval_requested` while
+        a person is asked. Raises RunStopped when the run stops first."""
         verdict = self.policy.decide(action_type, args)
         if verdict.decision == "allow":
             return Permit(True, verdict)
@@ -178,16 +181,16 @@ class Gate:
             return Permit(False, verdict, Decision("deny", by="approval=deny"))
         if self.channel is None:
             return Permit(False, verdict, Decision("deny", by="no_one"))
-        request = self._request(agent, action_type, args, verdict)
-        agent._record(Event("approval_requested", content=_request_text(request), message=_request_text(request),
-                            data={**request.to_data(), "channel": channel_name(self.channel)}))
-        decision = self._wait(agent, request, verdict)
+        request = self._request(asker, action_type, args, verdict)
+        asker.record(Event("approval_requested", content=_request_text(request), message=_request_text(request),
+                           data={**request.to_data(), "channel": channel_name(self.channel)}))
+        decision = self._wait(asker, request, verdict)
         if decision.verdict == "allow" and decision.always:
             with self._lock:
                 self.grants.add(verdict.grant)
         return Permit(decision.verdict == "allow", verdict, decision, request.id)
 
-    def decided_event(self, agent, action_type: str, permit: Permit, skipped: int = 0) -> Event:
+    def decided_event(self, asker: ActionContext, action_type: str, permit: Permit, skipped: int = 0) -> Event:
         """The `approval_decided` event: the facts, and for the model what happened and what to do."""
         from anges.prompt import render_template
 
@@ -196,21 +199,21 @@ class Gate:
                  "decision": decision.verdict, "always": decision.always, "by": decision.by, "rule": verdict.rule,
                  "reason": verdict.reason, "feedback": decision.feedback, "escalate": verdict.escalate,
                  "skipped": skipped}
-        content = render_template("approval_decided.j2", agent.config.prompt.template_dir, **facts).strip()
+        content = render_template("approval_decided.j2", asker.app_config.prompt.template_dir, **facts).strip()
         return Event("approval_decided", content=content, message=_decided_text(facts), data=facts)
 
-    def _request(self, agent, action_type: str, args: dict, verdict: Verdict) -> ApprovalRequest:
-        from anges.shell import mask_secrets
+    def _request(self, asker: ActionContext, action_type: str, args: dict, verdict: Verdict) -> ApprovalRequest:
+        from anges.masking import mask_secrets
 
-        secrets = getattr(agent, "_secrets", [])
+        secrets = asker.secrets
         return ApprovalRequest(
             action_type=action_type, subject=mask_secrets(verdict.subject, secrets),
             detail=mask_secrets(_detail(action_type, args, self.policy.cwd, verdict), secrets), rule=verdict.rule,
             reason=verdict.reason, scope=mask_secrets(verdict.scope, secrets), escalate=verdict.escalate,
             justification=mask_secrets(str(args.get("escalate") or ""), secrets) if verdict.escalate else "",
-            agent_id=agent.uid, agent_type=agent.agent_type)
+            agent_id=asker.agent_id, agent_type=asker.agent_type)
 
-    def _wait(self, agent, request: ApprovalRequest, verdict: Verdict) -> Decision:
+    def _wait(self, asker: ActionContext, request: ApprovalRequest, verdict: Verdict) -> Decision:
         """The channel's answer; abandoned (and the request cancelled) as soon as the run must stop."""
         name = channel_name(self.channel)
         answer: Future = Future()
@@ -223,12 +226,9 @@ class Gate:
 
         threading.Thread(target=ask, name=f"anges-approval-{request.id}", daemon=True).start()
         try:
-            while True:
+            if wait_for(future_done(answer), asker.interrupt_check) == "done":
                 try:
-                    return as_decision(answer.result(timeout=POLL_SECONDS), name)
-                except FutureTimeout:
-                    if agent._stop_requested():
-                        break
+                    return as_decision(answer.result(), name)
                 except Exception as exc:  # a broken channel declines; the run goes on
                     log.warning("approval channel %s failed: %s", name, exc)
                     return Decision("deny", feedback=f"the approval channel failed ({type(exc).__name__}: {exc})",
@@ -236,25 +236,19 @@ class Gate:
         finally:
             request.cancelled.set()
         cancelled = Permit(False, verdict, Decision("cancelled", by="interrupt"), request.id)
-        agent._record(self.decided_event(agent, request.action_type, cancelled))
-        agent._check_limits()
-        raise RunStopped("interrupt", "the run was interrupted")
+        asker.record(self.decided_event(asker, request.action_type, cancelled))
+        raise RunStopped("interrupt", "the run was interrupted")  # the agent tells which stop it was
 
 
 def _request_text(request: ApprovalRequest) -> str:
     where = " (outside the sandbox)" if request.escalate else ""
-    return (f"waiting for approval: {request.action_type} {_shorten(request.subject)}{where} — {request.reason} "
+    return (f"waiting for approval: {request.action_type} {one_line(request.subject, 120)}{where} — {request.reason} "
             f"[{request.rule}]")
 
 
 def _decided_text(facts: dict) -> str:
     verb = {"allow": "approved", "deny": "declined", "cancelled": "approval cancelled"}[facts["decision"]]
-    return f"{verb} ({facts['by']}): {facts['action_type']} {_shorten(facts['subject'])}"
-
-
-def _shorten(text: str, limit: int = 120) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    return f"{verb} ({facts['by']}): {facts['action_type']} {one_line(facts['subject'], 120)}"
 
 
 def _detail(action_type: str, args: dict, cwd: str, verdict: Verdict | None = None) -> str:
@@ -377,8 +371,8 @@ class TerminalPrompt:
         body = _framed(shown)
         if request.escalate:
             why = printable(request.justification) or "(no reason given)"
-            body += f"  this command runs OUTSIDE the sandbox; the agent says why: {_one_line(why)}\n"
-        body += f"  always = for the rest of this run: {_one_line(printable(request.scope))}\n"
+            body += f"  this command runs OUTSIDE the sandbox; the agent says why: {one_line(why, 300)}\n"
+        body += f"  always = for the rest of this run: {one_line(printable(request.scope), 300)}\n"
         if not complete:
             body += "  (only part of it is shown: v shows it all)\n"
         self._write(head + body)
@@ -446,8 +440,3 @@ def summary(lines: list[str]) -> tuple[list[str], bool]:
 
 def _framed(lines: list[str]) -> str:
     return "".join(f"  │ {line}\n" for line in lines)
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -9,12 +9,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from importlib import import_module
 from pathlib import Path
 
 from anges import __version__
-from anges.config import AGENT_TYPES
-from anges.exceptions import AngesError
-from anges.printable import printable, printable_json
+from anges.arguments import agent_type, config_overrides, positive
+from anges.exceptions import AngesError, UsageError
+from anges.printable import printable
 
 EXIT_OK, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_HELP_NEEDED, EXIT_STOPPED = 0, 1, 2, 3, 4
 EXIT_BY_STATUS = {"completed": EXIT_OK, "answered": EXIT_OK, "help_needed": EXIT_HELP_NEEDED,
@@ -46,10 +47,6 @@ exit codes:
 """
 
 
-class UsageError(Exception):
-    """The command line asks for something that cannot be done; the message says what to change."""
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser: task options at the top level, history commands as subcommands."""
     parser = argparse.ArgumentParser(
@@ -64,7 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     task.add_argument("--resume", metavar="ID", help="continue the saved stream ID with the task as a follow-up")
 
     agent = parser.add_argument_group("the agent")
-    agent.add_argument("--agent", choices=AGENT_TYPES, help="agent type (default: default, or the resumed stream's)")
+    agent.add_argument("--agent", metavar="TYPE", type=agent_type,
+                       help="default, task_executor, task_analyzer, orchestrator, or a plug-in's type (default: "
+                            "default, or the resumed stream's)")
     agent.add_argument("--model", metavar="NAME",
                        help="a preset (openai, gemini, claude, deepseek, ollama), PROVIDER:MODEL-ID, replay:FILE, "
                             "scripted:FILE or auto (default: from the config)")
@@ -73,13 +72,16 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--notes", metavar="TEXT", action="append", default=[], help="a note for the agent (repeatable)")
     agent.add_argument("--notes-file", metavar="FILE", action="append", default=[], help="a file of notes (repeatable)")
     agent.add_argument("--config", metavar="FILE", help="a config file layered over ~/.anges/config.yaml")
-    agent.add_argument("--max-steps", metavar="N", type=_positive(int),
+    agent.add_argument("--max-steps", metavar="N", type=positive(int),
                        help="stop after N steps (recorded events) since the request (exit 4)")
-    agent.add_argument("--timeout", metavar="SECONDS", type=_positive(float),
+    agent.add_argument("--timeout", metavar="SECONDS", type=positive(float),
                        help="stop the request after SECONDS (exit 4)")
     agent.add_argument("--mcp-config", metavar="FILE", help="an mcpServers JSON file of MCP servers")
     agent.add_argument("--record", metavar="FILE",
                        help="record every model call to FILE (replay with --model replay:FILE)")
+    agent.add_argument("--action", metavar="NAME", action="append", dest="actions",
+                       help="also offer this action: one a plug-in registers, or module:Class (repeatable; "
+                            "see docs/plugins.md)")
 
     safety = parser.add_argument_group("safety (see docs/safety.md)")
     safety.add_argument("--sandbox", choices=("workspace", "read-only", "off"),
@@ -143,11 +145,14 @@ def main(argv: list[str] | None = None) -> int:
         if argv[:1] == ["batch"]:
             return run_batch(argv[1:])
         if argv[:1] == ["acp"]:
-            return run_acp(argv[1:])
+            return import_module("anges.acp.command").run_acp(argv[1:])
         args = build_parser().parse_args(argv)
         verbose = args.verbose
         _setup_logging(verbose)
-        return COMMANDS[args.command or "run"](args)
+        command = COMMANDS[args.command or "run"]
+        if isinstance(command, str):
+            command = getattr(import_module("anges.stream_commands"), command)
+        return command(args)
     except KeyboardInterrupt:
         print("anges: interrupted", file=sys.stderr)
         return EXIT_STOPPED
@@ -199,9 +204,10 @@ def _build_agent(args: argparse.Namespace, output):
     from anges.events import EventStream
     from anges.mcp import manager_for
     from anges.models import get_model
+    from anges.safety import terminal_approval
     from anges.store import EventStore
 
-    config = load_config(args.config, _overrides(args))
+    config = load_config(args.config, config_overrides(args))
     store = EventStore()
     stream = store.load(args.resume) if args.resume else EventStream()
     workdir = _workdir(args, stream)
@@ -210,8 +216,9 @@ def _build_agent(args: argparse.Namespace, output):
     stream.agent_type = stream.agent_type or agent_type
     model = get_model(args.model, config, agent_type, record=args.record)
     prefix = args.cmd_prefix if args.cmd_prefix is not None else stream.agent_settings.get("prefix_cmd", "")
-    channel = _approval_channel(config, output)
-    _warn_unsandboxed(config, channel)
+    channel, notes = terminal_approval(config.safety, pause=getattr(output, "paused", None))
+    for note in notes:
+        print(f"anges: {note}", file=sys.stderr)
     return agent_class(agent_type)(
         inference_func=output.watch(model), event_stream=stream, cmd_init_dir=workdir, prefix_cmd=prefix,
         config=config, store=store, notes=_notes(args), message_handlers=[output.on_message],
@@ -264,47 +271,6 @@ def _read_request(args: argparse.Namespace) -> str | None:
     return text.strip()
 
 
-def _overrides(args: argparse.Namespace) -> dict:
-    limits = {}
-    if args.max_steps:
-        limits["max_number_of_events_to_exhaust"] = args.max_steps
-    if args.timeout:
-        limits["timeout"] = args.timeout
-    overrides = {"agents": {kind: dict(limits) for kind in AGENT_TYPES}} if limits else {}
-    safety = {key: value for key, value in (("sandbox", args.sandbox), ("network", args.network),
-                                            ("approval", args.approval)) if value is not None}
-    if safety:
-        overrides["safety"] = safety
-    return overrides
-
-
-def _approval_channel(config, output):
-    """The terminal prompt when a person can answer there; None (requests are declined) otherwise."""
-    from anges.approval import TerminalPrompt
-
-    mode = config.safety.approval
-    if mode not in ("", "ask"):
-        return None
-    if sys.stdin.isatty() and sys.stderr.isatty():
-        return TerminalPrompt(sys.stderr, sys.stdin.fileno(), pause=getattr(output, "paused", None))
-    if mode == "ask":
-        print("anges: --approval ask needs a terminal to ask on; actions that need approval will be declined",
-              file=sys.stderr)
-    return None
-
-
-def _warn_unsandboxed(config, channel) -> None:
-    """Say up front when every command needs an approval that no one can give."""
-    from anges.sandbox import availability
-
-    safety = config.safety
-    if safety.approval == "auto" or (channel is not None and safety.approval != "deny"):
-        return
-    if safety.sandbox == "off" or not availability(safety.bwrap).ok:
-        print("anges: commands run without a sandbox need approval, and none can be given here: "
-              "add --approval auto to run them", file=sys.stderr)
-
-
 def _mcp_file(args: argparse.Namespace, stream) -> str | None:
     """The --mcp-config file (or the resumed stream's), checked and remembered in the stream's settings."""
     given = args.mcp_config or stream.agent_settings.get("mcp_config")
@@ -339,109 +305,13 @@ def _read_file(path: str) -> str:
 
 
 def _make_output(args: argparse.Namespace):
-    if args.output == "jsonl":
-        from anges.output import JsonLinesOutput
+    if args.output in ("jsonl", "json"):
+        from anges.output import JsonLinesOutput, JsonOutput
 
-        return JsonLinesOutput()
-    if args.output == "json":
-        from anges.output import JsonOutput
-
-        return JsonOutput()
+        return JsonLinesOutput() if args.output == "jsonl" else JsonOutput()
     from anges.transcript import TextOutput
 
     return TextOutput(verbose=bool(args.verbose), quiet=args.quiet)
-
-
-# --- history ------------------------------------------------------------------------------------------------
-
-
-def list_streams(args: argparse.Namespace) -> int:
-    """anges list"""
-    import json
-
-    from anges.store import EventStore
-    from anges.transcript import Style, format_list, wants_colour
-
-    store = EventStore()
-    infos = store.list()
-    if args.batch:
-        infos = _in_batch(infos, args.batch)
-    if args.json:
-        print(json.dumps([info.to_dict() for info in infos], indent=2))
-    elif not infos:
-        where = f"of batch {args.batch!r}" if args.batch else "yet"
-        print(f"no streams {where} in {store.root}", file=sys.stderr)
-    else:
-        print("\n".join(format_list(infos, Style(wants_colour(sys.stdout)), limit=args.limit)))
-    return EXIT_OK
-
-
-def show_stream(args: argparse.Namespace) -> int:
-    """anges show ID"""
-    from anges.store import EventStore
-    from anges.transcript import print_stream
-
-    store = EventStore()
-    if args.json:
-        _write_json(store.export(args.id), sys.stdout)
-    else:
-        print_stream(store.load(args.id), store, sys.stdout, verbose=bool(args.verbose))
-    return EXIT_OK
-
-
-def export_stream(args: argparse.Namespace) -> int:
-    """anges export ID --format {json,md} [-o FILE]"""
-    import io
-
-    from anges.store import EventStore
-
-    store = EventStore()
-    if args.format == "md":
-        from anges.export import to_markdown
-
-        text = to_markdown(store.load(args.id), store)
-    else:
-        buffer = io.StringIO()
-        _write_json(store.export(args.id), buffer)
-        text = buffer.getvalue()
-    if not args.file:
-        sys.stdout.write(text)
-        return EXIT_OK
-    try:
-        Path(args.file).expanduser().write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot write {args.file}: {exc.strerror or exc}") from None
-    print(f"wrote {args.file}", file=sys.stderr)
-    return EXIT_OK
-
-
-def import_stream(args: argparse.Namespace) -> int:
-    """anges import FILE"""
-    from anges.store import EventStore
-
-    stream = EventStore().import_file(args.file, new_id=args.new_id)
-    print(stream.uid)
-    print(f"imported {stream.title!r} ({len(stream.events_list)} events); continue it with: "
-          f"anges --resume {stream.uid} -q ...", file=sys.stderr)
-    return EXIT_OK
-
-
-def remove_streams(args: argparse.Namespace) -> int:
-    """anges rm ID..."""
-    from anges.store import EventStore
-
-    store = EventStore()
-    for uid in args.ids:
-        removed = store.delete(uid)
-        extra = f" and {len(removed) - 1} child stream{'s' if len(removed) != 2 else ''}" if len(removed) > 1 else ""
-        print(f"removed {uid}{extra}", file=sys.stderr)
-    return EXIT_OK
-
-
-def _in_batch(infos: list, batch_id: str) -> list:
-    """The streams of one batch and their descendants."""
-    runs = {info.uid for info in infos if info.batch_id == batch_id}
-    return [info for info in infos if info.uid in runs or runs.intersection(info.parent_ids)]
 
 
 def run_ui(argv: list[str]) -> int:
@@ -480,7 +350,7 @@ def build_batch_parser() -> argparse.ArgumentParser:
         epilog=BATCH_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     parser.add_argument("tasks", metavar="TASKS", help="a .jsonl or .yaml file of tasks")
     run = parser.add_argument_group("running")
-    run.add_argument("--workers", metavar="N", type=_positive(int),
+    run.add_argument("--workers", metavar="N", type=positive(int),
                      help="tasks run at once (default: 4 locally; with Ray, the cluster's CPUs / --cpus-per-task)")
     run.add_argument("--batch-id", metavar="ID", help="the batch's id (default: from the task file's name and path)")
     run.add_argument("--retry-failed", action="store_true", help="run the tasks that failed last time again")
@@ -492,7 +362,7 @@ def build_batch_parser() -> argparse.ArgumentParser:
                      help="auto (the running cluster) or ray://HOST:10001; default: a Ray started on this machine")
     ray.add_argument("--retries", metavar="N", type=int,
                      help="times Ray runs a task again when its worker or node dies (default 3)")
-    ray.add_argument("--cpus-per-task", metavar="X", type=_positive(float),
+    ray.add_argument("--cpus-per-task", metavar="X", type=positive(float),
                      help="Ray CPUs each task reserves (default 1; less runs more at once)")
     ray.add_argument("--env", metavar="NAME", action="append",
                      help="also pass this variable to the workers (model keys and endpoints are passed already)")
@@ -503,10 +373,10 @@ def build_batch_parser() -> argparse.ArgumentParser:
     safety.add_argument("--network", action="store_true", default=None,
                         help="let sandboxed commands reach the network")
     defaults = parser.add_argument_group("defaults for the tasks")
-    defaults.add_argument("--agent", choices=AGENT_TYPES)
+    defaults.add_argument("--agent", metavar="TYPE", type=agent_type)
     defaults.add_argument("--model", metavar="NAME")
-    defaults.add_argument("--timeout", metavar="SECONDS", type=_positive(float))
-    defaults.add_argument("--max-steps", metavar="N", type=_positive(int))
+    defaults.add_argument("--timeout", metavar="SECONDS", type=positive(float))
+    defaults.add_argument("--max-steps", metavar="N", type=positive(int))
     defaults.add_argument("--template", metavar="DIR")
     defaults.add_argument("--path", metavar="DIR")
     defaults.add_argument("--setup", metavar="COMMAND")
@@ -528,6 +398,7 @@ def run_batch(argv: list[str]) -> int:
         raise UsageError("--retries must be 0 or more")
     from anges.batch import run_batch as start
     from anges.batch.progress import print_summary
+    from anges.batch.state import BatchState, write_results
 
     fields = ("agent", "model", "timeout", "max_steps", "template", "path", "setup")
     report = start(args.tasks, defaults={name: getattr(args, name) for name in fields}, engine=args.engine,
@@ -536,9 +407,10 @@ def run_batch(argv: list[str]) -> int:
                    retries=3 if args.retries is None else args.retries, cpus_per_task=args.cpus_per_task or 1.0,
                    env_names=tuple(args.env or ()), overrides=_batch_overrides(args))
     print_summary(report.results, sys.stderr)
-    _write_results(report.results, args.output)
+    write_results(report.results, args.output)
     counts = report.counts()
-    print(f"results: {_results_path(report.batch_id)}; the runs: anges list --batch {report.batch_id}", file=sys.stderr)
+    print(f"results: {BatchState(report.batch_id).results_path}; the runs: anges list --batch {report.batch_id}",
+          file=sys.stderr)
     if report.stopped or counts["unfinished"]:
         print("anges batch: stopped; run the same command again to finish the batch", file=sys.stderr)
         return EXIT_STOPPED
@@ -550,99 +422,12 @@ def _batch_overrides(args: argparse.Namespace) -> dict | None:
     return {"safety": safety} if safety else None
 
 
-def _write_results(rows: list[dict], target: str | None) -> None:
-    import json
-
-    if target == "-":
-        for row in rows:
-            sys.stdout.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-        sys.stdout.flush()
-    elif target:
-        from anges.batch.state import write_jsonl
-
-        try:
-            write_jsonl(Path(target).expanduser(), rows)
-        except OSError as exc:
-            raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from None
-
-
-def _results_path(batch_id: str) -> Path:
-    from anges.batch.state import BatchState
-
-    return BatchState(batch_id).results_path
-
-
-# --- editors (ACP) ------------------------------------------------------------------------------------------
-
-ACP_EPILOG = """\
-anges acp speaks the Agent Client Protocol on stdin/stdout: an editor starts it and talks to it. Each editor
-session is an anges stream (anges list shows it); actions that need approval are asked in the editor.
-Zed, in settings.json:
-
-  "agent_servers": {"anges": {"type": "custom", "command": "anges", "args": ["acp"]}}
-
-More in docs/acp.md. Logs go to stderr (or --log-file); stdout carries the protocol only.
-"""
-
-
-def build_acp_parser() -> argparse.ArgumentParser:
-    """The options of `anges acp`."""
-    parser = argparse.ArgumentParser(
-        prog="anges acp", description="Serve editors over the Agent Client Protocol (ACP) on stdin/stdout.",
-        epilog=ACP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
-    parser.add_argument("--agent", choices=AGENT_TYPES, default="default", help="agent type of new sessions")
-    parser.add_argument("--model", metavar="NAME", help="the model, as for anges --model (default: from the config)")
-    parser.add_argument("--config", metavar="FILE", help="a config file layered over ~/.anges/config.yaml")
-    parser.add_argument("--max-steps", metavar="N", type=_positive(int), help="stop a prompt after N steps")
-    parser.add_argument("--timeout", metavar="SECONDS", type=_positive(float), help="stop a prompt after SECONDS")
-    parser.add_argument("--sandbox", choices=("workspace", "read-only", "off"), help="as for anges --sandbox")
-    parser.add_argument("--network", action="store_true", default=None, help="let sandboxed commands reach the network")
-    parser.add_argument("--approval", choices=("ask", "auto", "deny"),
-                        help="what an action that needs approval gets: ask in the editor (default), approved, declined")
-    parser.add_argument("--log-file", metavar="FILE", help="write the log to FILE instead of stderr")
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv: debug)")
-    return parser
-
-
-def run_acp(argv: list[str]) -> int:
-    """anges acp ..."""
-    args = build_acp_parser().parse_args(argv)
-    try:
-        import acp  # noqa: F401
-    except ImportError:
-        raise UsageError('anges acp needs the Agent Client Protocol SDK: pip install "anges[acp]"') from None
-    from anges.acp import run
-    from anges.config import load_config
-
-    config = load_config(args.config, _overrides(args))
-    return run(config, model=args.model, agent_type=args.agent, verbose=args.verbose, log_file=args.log_file)
-
-
-COMMANDS = {"run": run_task, "list": list_streams, "show": show_stream, "export": export_stream,
-            "import": import_stream, "rm": remove_streams}
+COMMANDS = {"run": run_task, "list": "list_streams", "show": "show_stream", "export": "export_stream",
+            "import": "import_stream", "rm": "remove_streams"}
+"""Subcommand -> its function here, or the name of one in `anges.stream_commands` (imported when used)."""
 
 
 # --- helpers ------------------------------------------------------------------------------------------------
-
-
-def _positive(kind: type):
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
-        return value
-
-    parse.__name__ = kind.__name__
-    return parse
-
-
-def _write_json(data: dict, out) -> None:
-    import json
-
-    out.write(printable_json(json.dumps(data, indent=2, ensure_ascii=False, default=str)) + "\n")
 
 
 def _setup_logging(verbose: int) -> None:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import string
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from anges.store import EventStore
+from anges.clipping import one_line
+from anges.exceptions import InvalidStreamId, StreamNotFound
 
 RETURN_TO_PARENT_EVENT_TYPES = ["task_interrupted", "task_completion", "agent_requested_help", "agent_text_response"]
 REQUEST_EVENT_TYPES = ("new_request", "follow_up_request", "new_request_from_parent", "follow_up_request_from_parent")
@@ -34,8 +36,7 @@ def is_valid_id(uid: object) -> bool:
 
 def title_from(text: str, limit: int = 80) -> str:
     """A one-line title made from a request."""
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    return one_line(text, limit)
 
 
 def strip_ansi(text: str) -> str:
@@ -94,8 +95,9 @@ class Event:
 
     @classmethod
     def from_dict(cls, d: dict) -> Event:
-        """Build an event from `to_dict` output, tolerating the fields 0.1.x left out."""
-        return cls(
+        """Build an event from `to_dict` output, tolerating the fields 0.1.x left out; a content the store left
+        out (see `derived_content`) is rebuilt from the facts."""
+        event = cls(
             type=d["type"],
             reasoning=d.get("reasoning") or "",
             content=d.get("content") or "",
@@ -107,6 +109,9 @@ class Event:
             data=d.get("data") or {},
             created_at=_parse_time(d.get("created_at")),
         )
+        if "content" not in d:
+            event.content = derived_content(event) or ""
+        return event
 
 
 class EventSummary:
@@ -157,8 +162,6 @@ class EventStream:
         self.parent_event_stream_uids: list[str] = list(parent_event_stream_uids or [])
         self.agent_type = agent_type
         self.agent_settings: dict[str, Any] = {}
-        self.store: EventStore | None = None  # where children are looked up; set by the store
-        self.cache: dict[str, Any] = {}  # derived data (formatted history); never serialized
 
     def __repr__(self) -> str:
         return f"EventStream(uid={self.uid!r}, title={self.title!r}, events={len(self.events_list)})"
@@ -180,10 +183,14 @@ class EventStream:
         """A copy of the agent settings."""
         return dict(self.agent_settings)
 
-    def get_event_list_including_children_events(self, starting_from: int = 0) -> list[Event]:
-        """This stream's events from `starting_from` with each child's events in place, up to its return."""
+    def get_event_list_including_children_events(self, starting_from: int = 0, load: Loader | None = None
+                                                 ) -> list[Event]:
+        """This stream's events from `starting_from` with each child's events in place, up to its return.
+
+        Children are read with `load` (a store's `load`); by default from the default store.
+        """
         until_return = bool(self.parent_event_stream_uids)
-        return [event for _, _, event in walk(self, starting_from, until_return=until_return)]
+        return [event for _, _, event in walk(self, load or default_loader, starting_from, until_return=until_return)]
 
     def to_dict(self) -> dict:
         """The anges 0.1.x JSON form (also what `export` writes)."""
@@ -211,16 +218,29 @@ class EventStream:
         return stream
 
 
-def walk(stream: EventStream, start: int = 0, store: EventStore | None = None, depth: int = 0,
-         until_return: bool = False, _loaded: dict | None = None) -> Iterator[tuple[int, EventStream, Event]]:
+Loader = Callable[[str], EventStream]
+"""Reads a stream by id (a store's `load`); raises StreamNotFound or InvalidStreamId."""
+_default_load: Loader | None = None
+
+
+def set_default_loader(load: Loader) -> None:
+    """Where streams read their children when given no loader: `anges.store` sets the default store's `load`
+    (events know nothing of storage)."""
+    global _default_load
+    _default_load = load
+
+
+def default_loader(uid: str) -> EventStream:
+    """Read a stream with the loader `set_default_loader` set."""
+    if _default_load is None:
+        raise StreamNotFound(f"no store to read stream {uid!r} from: pass a loader (a store's `load`)")
+    return _default_load(uid)
+
+
+def walk(stream: EventStream, load: Loader, start: int = 0, depth: int = 0, until_return: bool = False,
+         _loaded: dict | None = None) -> Iterator[tuple[int, EventStream, Event]]:
     """(depth, stream, event) from event `start` on, each child's events (up to its return) right after the
-    `child_agent_running` event that ran it. Children load from `store` (default: the stream's), once each."""
-    from anges.exceptions import InvalidStreamId, StreamNotFound
-
-    if store is None:
-        from anges.store import EventStore
-
-        store = stream.store or EventStore()
+    `child_agent_running` event that ran it. Children are read with `load`, once each; a missing one is skipped."""
     loaded = {} if _loaded is None else _loaded
     for event in stream.events_list[start:]:
         yield depth, stream, event
@@ -231,17 +251,15 @@ def walk(stream: EventStream, start: int = 0, store: EventStore | None = None, d
             continue
         if child_id not in loaded:
             try:
-                loaded[child_id] = store.load(child_id)
+                loaded[child_id] = load(child_id)
             except (StreamNotFound, InvalidStreamId):
                 loaded[child_id] = None
         if loaded[child_id] is not None:
-            yield from walk(loaded[child_id], child_start, store, depth + 1, True, loaded)
+            yield from walk(loaded[child_id], load, child_start, depth + 1, True, loaded)
 
 
 def child_reference(event: Event) -> tuple[str | None, int]:
     """The (child stream id, starting index) a `child_agent_running` event points at."""
-    import json
-
     info = event.data if event.data.get("agent_id") else None
     if info is None:
         try:
@@ -252,3 +270,229 @@ def child_reference(event: Event) -> tuple[str | None, int]:
         return None, 0
     start = info.get("starting_from", 0)
     return info["agent_id"], start if isinstance(start, int) and start >= 0 else 0
+
+
+# --- the vocabulary: what each kind of event is, and typed readers of the facts in `Event.data` -------------
+
+
+@dataclass(frozen=True)
+class EventKind:
+    """What one event type means to the programs that read a stream (reports, views, the prompt)."""
+
+    title: str
+    """How a report heads an event of this type."""
+    group: str = "other"
+    """How views classify it (see `group_of`)."""
+    status: str | None = None
+    """The stream status it sets (running, completed, help_needed, answered, interrupted); None: unchanged."""
+    in_prompt: bool = True
+    """False for events the model does not read (what follows says it all)."""
+    in_report: bool = True
+    """False for bookkeeping a transcript or an export leaves out."""
+
+
+EVENT_KINDS: dict[str, EventKind] = {
+    "new_request": EventKind("Request", "request", "running"),
+    "follow_up_request": EventKind("Follow-up request", "request", "running"),
+    "new_request_from_parent": EventKind("Request from the parent agent", "request", "running"),
+    "follow_up_request_from_parent": EventKind("Follow-up from the parent agent", "request", "running"),
+    "action": EventKind("Command", "shell"),
+    "edit_file": EventKind("File edit", "edit"),
+    "task_completion": EventKind("Task completed", "answer", "completed"),
+    "agent_requested_help": EventKind("Help needed", "answer", "help_needed"),
+    "agent_text_response": EventKind("Answer", "answer", "answered"),
+    "task_interrupted": EventKind("Stopped", "interrupted", "interrupted"),
+    "approval_requested": EventKind("Approval requested", "approval", in_prompt=False),
+    "approval_decided": EventKind("Approval decision", "approval"),
+    "new_child_agent": EventKind("Child agent started", "child_start"),
+    "resume_child_agent": EventKind("Child agent resumed", "child_start"),
+    "child_agent_running": EventKind("Child agent running", "child_running", in_report=False),
+    "summary_failed": EventKind("Summary failed", in_prompt=False, in_report=False),
+}
+"""Every event type anges records, but a parent's `child_agent_<exit type>` (see `kind_of`)."""
+_CHILD_RETURN = EventKind("Child agent returned", "child_exit")
+
+
+def kind_of(event_type: str) -> EventKind:
+    """The entry of EVENT_KINDS for `event_type`; a child's return and unknown types (0.1.x actions) too."""
+    kind = EVENT_KINDS.get(event_type)
+    if kind is not None:
+        return kind
+    return _CHILD_RETURN if event_type.startswith("child_agent_") else EventKind(event_type)
+
+
+def group_of(event: Event) -> str:
+    """request, shell, tool, edit, answer, interrupted, approval, child_start, child_running, child_exit or other:
+    what views show an event as."""
+    if event.type == "action":
+        data = event.data
+        return "shell" if "command" in data else "tool" if "server" in data and "tool" in data else "other"
+    return kind_of(event.type).group
+
+
+def status_of(event_type: str) -> str | None:
+    """The stream status an event of this type sets, or None when it leaves the status as it was."""
+    return kind_of(event_type).status
+
+
+def stream_status(events: Iterable[Event]) -> str:
+    """The status a sequence of events leaves a stream in ("new" when none sets one)."""
+    status = "new"
+    for event in events:
+        status = status_of(event.type) or status
+    return status
+
+
+def shown_path(path: str, cwd: str) -> str:
+    """`path` relative to `cwd` when it is inside it (how views show the files an agent touched)."""
+    base = cwd.rstrip("/")
+    return path[len(base) + 1:] if base and path.startswith(base + "/") else path
+
+
+@dataclass(frozen=True)
+class ShellRun:
+    """The facts of a RUN_SHELL_CMD event, and the text the model reads of them."""
+
+    command: str
+    exit_code: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    duration: float = 0.0
+    timed_out: bool = False
+    interrupted: bool = False
+    pid: int | None = None
+    log_path: str | None = None
+    blocked: str = ""
+    """How the sandbox likely caused a failure ("" when it did not)."""
+
+    @classmethod
+    def of(cls, event: Event) -> ShellRun | None:
+        """The facts of `event`, or None when it is not a command's result."""
+        data = event.data
+        if event.type != "action" or not isinstance(data.get("command"), str):
+            return None
+        return cls(data["command"], data.get("exit_code"), data.get("stdout") or "", data.get("stderr") or "",
+                   data.get("duration") or 0.0, bool(data.get("timed_out")), bool(data.get("interrupted")),
+                   data.get("pid"), data.get("log_path"), data.get("blocked") or "")
+
+    @property
+    def state(self) -> str:
+        """How the command ended: exited, timed_out, interrupted or background (started, still running)."""
+        if self.timed_out or self.interrupted:
+            return "timed_out" if self.timed_out else "interrupted"
+        return "background" if self.exit_code is None and self.pid is not None else "exited"
+
+    def output(self) -> str:
+        """stdout, then stderr under a `STDERR:` label ("" if neither)."""
+        gap = "" if not self.stdout or self.stdout.endswith("\n") else "\n"
+        return f"{self.stdout}{gap}STDERR:\n{self.stderr}" if self.stderr else self.stdout
+
+    def text(self) -> str:
+        """The result as the model reads it (the event's content)."""
+        if self.state == "background":
+            return f"COMMAND: {self.command}\nStarted in the background: pid {self.pid}, output in {self.log_path}"
+        status = {"timed_out": f"KILLED after the timeout ({self.duration:.0f} s)",
+                  "interrupted": "KILLED: the run was interrupted"}.get(self.state, f"EXIT CODE: {self.exit_code}")
+        parts = [f"COMMAND: {self.command}", status]
+        parts += [f"STDOUT:\n{self.stdout}"] if self.stdout else []
+        parts += [f"STDERR:\n{self.stderr}"] if self.stderr else []
+        parts += [] if self.stdout or self.stderr else ["(no output)"]
+        if self.blocked:
+            parts.append(f"SANDBOX: {self.blocked}. If the task needs this, run the command again with `escalate` set "
+                         "to a one-line reason (a person decides); do not retry it unchanged.")
+        return "\n".join(parts)
+
+
+@dataclass(frozen=True)
+class FileEdit:
+    """The facts of an EDIT_FILE event (of a 0.1.x one too: its directive and diff are read from the content)."""
+
+    directive: str
+    path: str = ""
+    operation: str = ""
+    diff: str = ""
+    error: str | None = None
+    lines_added: int = 0
+    lines_removed: int = 0
+
+    @classmethod
+    def of(cls, event: Event) -> FileEdit | None:
+        """The facts of `event`, or None when it is not a file edit."""
+        data = event.data
+        if event.type != "edit_file":
+            return None
+        if "directive" not in data:
+            lines = event.content.splitlines()
+            start = next((i for i, line in enumerate(lines) if line.startswith("--- ")), len(lines))
+            return cls(lines[0] if lines else "", diff="\n".join(lines[start:]))
+        return cls(data["directive"], data.get("path") or "", data.get("operation") or "", data.get("diff") or "",
+                   data.get("error"), data.get("lines_added") or 0, data.get("lines_removed") or 0)
+
+    def text(self) -> str:
+        """The result as the model reads it (the event's content)."""
+        if self.error is not None:
+            return f"EDIT FAILED: {self.error}\nThe file was not changed."
+        return f"{self.directive}\n{self.diff or '(no change)'}"
+
+
+def derived_content(event: Event) -> str | None:
+    """The content `event` has when it is made from its facts alone (a command's or an edit's result); None for
+    other events. The store leaves such a content out and `Event.from_dict` rebuilds it."""
+    facts = ShellRun.of(event) or (FileEdit.of(event) if "directive" in event.data else None)
+    return facts.text() if facts is not None else None
+
+
+@dataclass(frozen=True)
+class StepUsage:
+    """The model usage recorded on an event (the calls that led to it): tokens, calls, model, cost."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    model_calls: int = 0
+    estimated: bool = False
+    model: str = ""
+    cost: float | None = None
+
+    @classmethod
+    def of(cls, data: dict) -> StepUsage | None:
+        """The usage in an event's data, or None when it records none."""
+        usage, cost = data.get("usage"), data.get("cost")
+        if not isinstance(usage, dict) or not usage:
+            return None
+        return cls(*(int(usage.get(key) or 0) for key in ("input_tokens", "output_tokens", "cached_tokens",
+                                                            "model_calls")),
+                   bool(usage.get("estimated")), str(data.get("model") or ""),
+                   float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None)
+
+    def line(self) -> str:
+        """`1,234 input / 56 output tokens (estimated) · MODEL · $0.0012`."""
+        parts = [f"{self.input_tokens:,} input / {self.output_tokens:,} output tokens"
+                 + (" (estimated)" if self.estimated else ""), self.model]
+        parts.append(f"${self.cost:.4f}" if self.cost is not None else "")
+        return " · ".join(part for part in parts if part)
+
+
+@dataclass(frozen=True)
+class ChildReturn:
+    """The facts of a parent's `child_agent_<exit type>` event: which child returned, and how."""
+
+    agent_id: str
+    agent_type: str
+    exit_type: str
+    reason: str = ""
+    """Why the child was stopped (its `task_interrupted` reason), if it was."""
+
+    @classmethod
+    def of(cls, event: Event) -> ChildReturn | None:
+        """The facts of `event`, or None when it is not a child's return."""
+        if kind_of(event.type) is not _CHILD_RETURN:
+            return None
+        data = event.data
+        return cls(str(data.get("agent_id") or ""), str(data.get("agent_type") or "child"),
+                   str(data.get("exit_type") or event.type[len("child_agent_"):]), str(data.get("reason") or ""))
+
+    @property
+    def status(self) -> str:
+        """The child's stream status after it returned (completed, answered, ...; its exit type if unknown)."""
+        return status_of(self.exit_type) or self.exit_type

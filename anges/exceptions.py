@@ -5,6 +5,10 @@ class AngesError(Exception):
     """Base class of every error anges raises on purpose."""
 
 
+class UsageError(AngesError):
+    """The command line asks for something that cannot be done; the message says what to change."""
+
+
 class ConfigError(AngesError):
     """A configuration file or value is invalid; the message names the file, the key and what was expected."""
 

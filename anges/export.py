@@ -6,60 +6,15 @@ import json
 import re
 from typing import TYPE_CHECKING
 
-from anges.events import walk
+from anges.events import ChildReturn, FileEdit, ShellRun, StepUsage, kind_of, stream_status, walk
 from anges.printable import printable, printable_event, printable_texts
 
 if TYPE_CHECKING:
     from anges.events import Event, EventStream
     from anges.store import EventStore
 
-_TITLES = {
-    "new_request": "Request",
-    "follow_up_request": "Follow-up request",
-    "new_request_from_parent": "Request from the parent agent",
-    "follow_up_request_from_parent": "Follow-up from the parent agent",
-    "action": "Command",
-    "edit_file": "File edit",
-    "task_completion": "Task completed",
-    "agent_requested_help": "Help needed",
-    "agent_text_response": "Answer",
-    "task_interrupted": "Stopped",
-    "approval_requested": "Approval requested",
-    "approval_decided": "Approval decision",
-    "new_child_agent": "Child agent started",
-    "resume_child_agent": "Child agent resumed",
-}
-
-
-def command_output(event: Event) -> str:
-    """A command's output: stdout, then stderr under a `STDERR:` label ("" if none).
-
-    Streams recorded by anges 0.1.x carry no facts in `data`; for them the STDOUT:/STDERR: blocks of the
-    content are shown, and nothing rather than a guess.
-    """
-    if "stdout" in event.data or "stderr" in event.data:
-        out, err = event.data.get("stdout") or "", event.data.get("stderr") or ""
-        if not err:
-            return out
-        return f"{out}{'' if not out or out.endswith(chr(10)) else chr(10)}STDERR:\n{err}"
-    lines = event.content.splitlines()
-    start = next((i for i, line in enumerate(lines) if line in ("STDOUT:", "STDERR:")), len(lines))
-    return "\n".join(lines[start:])
-
-
-def edit_diff(event: Event) -> str:
-    """The unified diff of an EDIT_FILE event ("" if there is none)."""
-    if "diff" in event.data:
-        return event.data["diff"]
-    lines = event.content.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith("--- ")), len(lines))
-    return "\n".join(lines[start:])
-
-
 def to_markdown(stream: EventStream, store: EventStore) -> str:
     """A readable report: title, metadata, then each event as a section, child agents nested under their parent."""
-    from anges.store import stream_status
-
     status = store.shown_status(stream.uid, stream_status(stream.events_list))
     settings = printable_texts(stream.agent_settings)
     lines = [f"# {printable(str(stream.title or stream.uid))}", ""]
@@ -78,8 +33,8 @@ def to_markdown(stream: EventStream, store: EventStore) -> str:
     if notes:
         lines += ["", "**Notes:**", ""] + [f"- {_one_line(note)}" for note in notes]
     counters: dict[str, int] = {}
-    for depth, owner, event in walk(stream, store=store):
-        if event.type in ("child_agent_running", "summary_failed"):
+    for depth, owner, event in walk(stream, store.load):
+        if not kind_of(event.type).in_report:
             continue
         counters[owner.uid] = counters.get(owner.uid, 0) + 1
         lines += ["", *_section(printable_event(event), depth, owner if depth else None, counters[owner.uid])]
@@ -88,32 +43,31 @@ def to_markdown(stream: EventStream, store: EventStore) -> str:
 
 def _section(event: Event, depth: int, child: EventStream | None, number: int) -> list[str]:
     data = event.data
-    title = _TITLES.get(event.type)
+    shell, edit, returned = ShellRun.of(event), FileEdit.of(event), ChildReturn.of(event)
     tool_call = event.type == "action" and "server" in data and "tool" in data
+    title = kind_of(event.type).title
     if tool_call:
         title = f"MCP tool {data['server']}.{data['tool']}"
-    elif title is None and event.type.startswith("child_agent_"):
-        title = f"Child agent returned ({data.get('exit_type', event.type[len('child_agent_'):])})"
+    elif returned is not None:
+        title = f"{title} ({returned.exit_type})"
     heading = "#" * min(2 + depth, 6)
     where = f" — {printable(child.agent_type)} `{child.uid}`" if child is not None else ""
     stamp = event.created_at.strftime("%H:%M:%S")
-    out = [f"{heading} {number}. {title or event.type}{where}", "", f"*{stamp}*"]
+    out = [f"{heading} {number}. {title}{where}", "", f"*{stamp}*"]
     if event.reasoning.strip():
         out += ["", *(f"> {line}" if line else ">" for line in event.reasoning.strip().splitlines())]
     out.append("")
-    if event.type == "action" and "command" in data:
-        out += _fence(data["command"], "bash")
-        out += ["", _command_status(data), ""]
-        output = command_output(event)
-        if output.strip():
-            out += _fence(output, "text")
+    if shell is not None:
+        out += _fence(shell.command, "bash")
+        out += ["", _command_status(shell), ""]
+        if shell.output().strip():
+            out += _fence(shell.output(), "text")
     elif tool_call:
         out += _fence(json.dumps(data.get("args") or {}, indent=2, ensure_ascii=False), "json")
         out += ["", *_fence(event.content, "text")]
-    elif event.type == "edit_file" and not data.get("error"):
-        out += [f"`{data.get('directive') or data.get('path', '')}`", ""]
-        diff = edit_diff(event)
-        out += _fence(diff, "diff") if diff else ["(no change)"]
+    elif edit is not None and edit.error is None:
+        out += [f"`{edit.directive or edit.path}`", ""]
+        out += _fence(edit.diff, "diff") if edit.diff else ["(no change)"]
     elif event.type == "approval_requested":
         outside = " It would run outside the sandbox" + (f": {data['justification']}" if data.get("justification")
                                                           else ".")
@@ -131,23 +85,20 @@ def _section(event: Event, depth: int, child: EventStream | None, number: int) -
         out += _fence(event.content, "text")
     else:
         out.append(event.content.strip() or "(empty)")
-    usage = data.get("usage")
-    if usage:
-        cost = f", ${data['cost']:.4f}" if data.get("cost") is not None else ""
-        model = f" from {data['model']}" if data.get("model") else ""
-        tokens = f"{usage.get('input_tokens', 0)} input / {usage.get('output_tokens', 0)} output tokens"
-        out += ["", f"<sub>{tokens}{model}{cost}</sub>"]
+    usage = StepUsage.of(data)
+    if usage is not None:
+        out += ["", f"<sub>{usage.line()}</sub>"]
     return out
 
 
-def _command_status(data: dict) -> str:
-    if data.get("timed_out"):
-        return f"Killed after the timeout ({data.get('duration', 0):.1f} s)."
-    if data.get("interrupted"):
+def _command_status(shell: ShellRun) -> str:
+    if shell.state == "timed_out":
+        return f"Killed after the timeout ({shell.duration:.1f} s)."
+    if shell.state == "interrupted":
         return "Killed: the run was interrupted."
-    if data.get("exit_code") is None and data.get("pid"):
-        return f"Started in the background: pid {data['pid']}, output in `{data.get('log_path')}`."
-    return f"Exit code {data.get('exit_code')} after {data.get('duration', 0):.1f} s."
+    if shell.state == "background":
+        return f"Started in the background: pid {shell.pid}, output in `{shell.log_path}`."
+    return f"Exit code {shell.exit_code} after {shell.duration:.1f} s."
 
 
 def _fence(text: str, language: str) -> list[str]:
@@ -159,3 +110,4 @@ def _fence(text: str, language: str) -> list[str]:
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
+

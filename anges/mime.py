@@ -9,7 +9,6 @@ the retry policy, error classification and usage accounting are the providers' o
 from __future__ import annotations
 
 import base64
-import dataclasses
 import errno
 import mimetypes
 import os
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from anges.exceptions import AngesError, ModelError
+from anges.exceptions import AngesError, FormatError, ModelError, ModelReplyError
 
 if TYPE_CHECKING:
     from anges.config import Config
@@ -181,20 +180,30 @@ class MimeReader:
 
         self.name = config.mime_reader.model
         label, preset = find_preset(self.name, config)
-        self.provider = preset.provider
+        cls = provider_class(preset.provider)
+        self.provider = getattr(cls, "provider", preset.provider)  # the wire format it speaks
         if self.provider not in PROVIDER_TYPES:
             raise MimeError(f"READ_MIME_FILES works with Gemini, OpenAI-compatible and Anthropic models, not "
-                            f"{self.provider!r} (mime_reader.model = {self.name!r})")
-        settings = dataclasses.replace(config.model_settings, json_mode=False)
-        self.model = provider_class(preset.provider)(preset, settings, config.retry, name=f"{label}:{preset.model}")
+                            f"{preset.provider!r} (mime_reader.model = {self.name!r})")
+        settings = config.model_settings.model_copy(update={"json_mode": False})
+        self.model = cls(preset, settings, config.retry, name=f"{label}:{preset.model}")
 
     def ask(self, question: str, inputs: list[MimeInput]) -> Completion:
         """The model's answer; MimeError for inputs this provider cannot take or a model without vision."""
+        from anges.models.base import Completion
+        from anges.parsing import strip_thinking
+
         content = self.content(question, inputs)
         try:
-            return self.model(content)
+            answer = self.model(content)
         except ModelError as exc:
             raise self._explain(exc) from exc
+        try:
+            text = strip_thinking(answer.strip())
+        except FormatError:
+            raise ModelReplyError(f"{self.model.name}: the answer was cut off while the model was thinking",
+                                  kind="truncated", usage=answer.usage) from None
+        return Completion(text, answer.usage, answer.model, answer.latency, answer.finish_reason)
 
     def content(self, question: str, inputs: list[MimeInput]) -> Any:
         """The user message's content in the provider's format: the inputs, then the question."""

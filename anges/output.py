@@ -90,6 +90,6 @@ def summary(outcome: Outcome, exit_code: int) -> dict:
 
 def _masked(request: str) -> str:
     """The request as the events record it: with the values of secret environment variables masked."""
-    from anges.shell import mask_secrets, secret_values
+    from anges.masking import mask_secrets, secret_values
 
     return mask_secrets(request, secret_values())

@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from anges.clipping import shorten
 from anges.exceptions import FormatError
 
 MAX_REPLY_CHARS = 2_000_000
@@ -94,7 +95,7 @@ def _find_reply(raw: str) -> dict:
     text = raw.lstrip("\ufeff").strip()
     if not text:
         raise FormatError(f"Your reply was empty. Reply with one JSON object: {REPLY_SHAPE}")
-    body = _strip_thinking(text)
+    body = strip_thinking(text)
     if not body:
         raise FormatError(f"Your reply has only a reasoning block and no JSON after it. After the block, reply "
                           f"with one JSON object: {REPLY_SHAPE}")
@@ -139,8 +140,13 @@ def _find_reply(raw: str) -> dict:
                       f"{REPLY_SHAPE}")
 
 
-def _strip_thinking(body: str) -> str:
-    """Drop reasoning blocks before the reply: leading <think>...</think>, or text up to a lone </think>."""
+def strip_thinking(body: str) -> str:
+    """Drop the reasoning blocks models put before their answer: leading <think>...</think> (or <thinking>), or
+    text up to a lone </think> (some servers put the opening tag in the prompt). FormatError when a block
+    never closes: the reply was cut off while the model was thinking.
+
+    The only place reasoning blocks are handled: replies, summaries and titles all pass through it.
+    """
     while match := _THINK_OPEN.match(body):
         closing = f"</{match.group(1)}>"
         end = body.find(closing, match.end())
@@ -275,7 +281,7 @@ def _validate_actions(reply: dict, registry: Mapping[str, object]) -> list[dict]
             continue
         name = value.strip().upper()
         if name not in registry:
-            problems.append(f"{where} has unknown action_type {_clip(json.dumps(value.strip()))}.")
+            problems.append(f"{where} has unknown action_type {shorten(json.dumps(value.strip()), 60)}.")
             continue
         action = {"action_type": name, **{k: v for k, v in item.items() if k != type_key}}
         resolved.append((index, name, registry[name], action))
@@ -366,18 +372,14 @@ def _describe(value: object) -> str:
     if isinstance(value, bool):
         return json.dumps(value)
     if isinstance(value, str):
-        return f"the string {_clip(json.dumps(value, ensure_ascii=False))}"
+        return f"the string {shorten(json.dumps(value, ensure_ascii=False), 60)}"
     if isinstance(value, (int, float)):
-        return f"the number {_clip(str(value))}"
+        return f"the number {shorten(str(value), 60)}"
     if isinstance(value, list):
         return "a list"
     if isinstance(value, dict):
         return "an object"
     return f"a {type(value).__name__}"
-
-
-def _clip(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _join(problems: list[str]) -> str:

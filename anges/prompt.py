@@ -5,14 +5,20 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from anges.attached import Attached
+from anges.clipping import clip
 from anges.config import PromptConfig, resource_path
+from anges.events import EVENT_KINDS
 
 if TYPE_CHECKING:
     import jinja2
 
-    from anges.events import Event, EventStream
+    from anges.events import Event, EventStream, EventSummary
 
-HIDDEN_EVENT_TYPES = ("summary_failed", "approval_requested")  # the decision that follows says it all
+_HIDDEN = frozenset(name for name, kind in EVENT_KINDS.items() if not kind.in_prompt)
+"""Event types the model does not read (the event that follows says it all)."""
+_caches: Attached[dict] = Attached()
+"""Per stream: the formatted history up to the last summary, and the summaries in effect (both only grow)."""
 
 
 @lru_cache(maxsize=8)
@@ -39,45 +45,15 @@ def render_template(name: str, template_dir: str = "", **context) -> str:
     return template.render(**context)
 
 
-def truncate(text: str, max_lines: int, max_chars: int) -> str:
-    """Keep the head and tail of `text` within both limits; the mark says how much was cut."""
-    if len(text) <= max_chars and text.count("\n") < max_lines:
-        return text
-    keep_lines, keep_chars = max(max_lines // 2, 1), max(max_chars // 2, 1)
-    head = "\n".join(text[:keep_chars].split("\n")[:keep_lines])
-    tail = "\n".join(text[-keep_chars:].split("\n")[-keep_lines:])
-    cut = text[len(head): len(text) - len(tail)]
-    if cut.startswith("\n") and cut.endswith("\n") and len(cut) > 1:
-        mark = f"{cut.count(chr(10)) - 1} whole lines ({len(cut) - 2} characters) cut"
-    else:
-        mark = f"{len(cut)} characters cut"
-    return f"{head}\n... [{mark}] ...\n{tail}"
-
-
-def clip(text: str, limit: int) -> str:
-    """`text` within `limit` characters, mark included: its head and tail around `[... N characters cut ...]`."""
-    if len(text) <= limit:
-        return text
-    room = limit - len(_cut_mark(len(text)))  # the mark is never longer than with this count
-    if room < 2:
-        return text[:limit]
-    head, tail = room - room // 2, room // 2
-    return text[:head] + _cut_mark(len(text) - room) + text[len(text) - tail:]
-
-
-def _cut_mark(count: int) -> str:
-    return f"\n... [{count} characters cut] ...\n"
-
-
 def format_event(index: int, event: Event, config: PromptConfig | None, full: bool) -> str:
     """One event as `## Event N TYPE: ...` with its REASONING and CONTENT blocks."""
     content = event.content or ""
     if not full and config is not None:
-        content = truncate(content, config.max_event_lines, config.max_event_chars)
+        content = clip(content, config.max_event_chars, config.max_event_lines)
     parts = [f"## Event {index} TYPE: {event.type.upper()}"]
     if event.reasoning:
-        reasoning = event.reasoning if full or config is None else truncate(
-            event.reasoning, config.max_event_lines, config.max_event_chars)
+        reasoning = event.reasoning if full or config is None else clip(
+            event.reasoning, config.max_event_chars, config.max_event_lines)
         parts.append(f"REASONING:\n{reasoning}")
     parts.append(f"CONTENT:\n{content}")
     return "\n".join(parts)
@@ -86,7 +62,7 @@ def format_event(index: int, event: Event, config: PromptConfig | None, full: bo
 def format_event_stream(stream: EventStream, config: PromptConfig) -> str:
     """The history: summaries stand in for the ranges they cover; recent events in full, older ones cut.
 
-    The part up to the last summary no longer changes, so it is formatted once and kept in `stream.cache`:
+    The part up to the last summary no longer changes, so it is formatted once and kept beside the stream:
     the cost of a step does not grow with the number of summaries.
     """
     events = stream.events_list
@@ -96,10 +72,10 @@ def format_event_stream(stream: EventStream, config: PromptConfig) -> str:
     if settled >= first_full:
         return format_events(stream, 1, len(events), config) or "(no events yet)"
     key = (len(stream.event_summaries_list), settled, config.max_event_lines, config.max_event_chars)
-    cached = stream.cache.get("settled_history")
+    cache = _cache(stream)
+    cached = cache.get("settled_history")
     if cached is None or cached[0] != key:
-        cached = (key, format_events(stream, 1, settled, config))
-        stream.cache["settled_history"] = cached
+        cached = cache["settled_history"] = (key, format_events(stream, 1, settled, config))
     tail = _format_range(events, settled + 1, len(events), first_full, config)
     return "\n\n".join(part for part in (cached[1], *tail) if part) or "(no events yet)"
 
@@ -120,18 +96,26 @@ def format_events(stream: EventStream, start: int, end: int, config: PromptConfi
     return "\n\n".join(blocks)
 
 
-def covering_summaries(stream: EventStream) -> list:
+def covering_summaries(stream: EventStream) -> list[EventSummary]:
     """The summaries in effect, in order: where ranges overlap, the one starting first (and widest) wins."""
     summaries = stream.event_summaries_list
     key = (len(summaries), id(summaries[-1]) if summaries else None)
-    cached = stream.cache.get("covering_summaries")
+    cache = _cache(stream)
+    cached = cache.get("covering_summaries")
     if cached is None or cached[0] != key:
-        cached = (key, _choose_summaries(summaries))
-        stream.cache["covering_summaries"] = cached
+        cached = cache["covering_summaries"] = (key, _choose_summaries(summaries))
     return cached[1]
 
 
-def _choose_summaries(summaries: list) -> list:
+def _cache(stream: EventStream) -> dict:
+    cache = _caches.get(stream)
+    if cache is None:
+        cache = {}
+        _caches.set(stream, cache)
+    return cache
+
+
+def _choose_summaries(summaries: list[EventSummary]) -> list[EventSummary]:
     chosen: list = []
     for summary in sorted(summaries, key=lambda s: (s.start_event_idx, -s.end_event_idx)):
         if not chosen or summary.start_event_idx > chosen[-1].end_event_idx:
@@ -143,5 +127,5 @@ def _format_range(events: list, start: int, end: int, first_full: int, config: P
     return [
         format_event(i, events[i - 1], config, full=i >= first_full)
         for i in range(start, end + 1)
-        if events[i - 1].type not in HIDDEN_EVENT_TYPES
+        if events[i - 1].type not in _HIDDEN
     ]

@@ -5,13 +5,19 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from anges.approval import MODES, Gate, Permit
-from anges.config import SafetyConfig
+from anges.command_runner import CommandRunner, Job
 from anges.exceptions import ConfigError
 from anges.policy import Policy
-from anges.sandbox import CommandRunner, Job, SandboxSettings, availability
+from anges.sandbox import SandboxSettings, availability
+
+if TYPE_CHECKING:
+    from anges.actions.base import ActionContext
+    from anges.config_types import SafetyConfig
 
 
 def approval_mode(configured: str, approval: Callable | str | None) -> tuple[str, Callable | None]:
@@ -102,9 +108,23 @@ class RunSafety:
         found = availability(self.config.bwrap, self.settings.writable, quiet=True)
         return found.bwrap if found.ok else ""
 
-    def runner_for(self, permit: Permit) -> CommandRunner | None:
-        """The runner a permitted command runs with: the sandbox's, or the unsandboxed one when it escalated."""
-        return self.runners.get(sandboxed=self.sandboxed and not permit.escalate)
+    def permit(self, ctx: ActionContext, action_type: str, args: dict, remaining: int = 0) -> Permit | None:
+        """The gate's answer for one action; a declined action (or an approval) is recorded, with the reason.
+
+        None when it is declined: the model reads why and plans again; `remaining` actions of the reply are skipped.
+        """
+        permit = self.gate.check(ctx, action_type, args)
+        if not permit.allowed or permit.request_id is not None:  # other approvals are facts on the action's event
+            event = self.gate.decided_event(ctx, action_type, permit, skipped=0 if permit.allowed else remaining)
+            event.reasoning = "" if permit.allowed else ctx.reply.reasoning
+            ctx.record(event)
+        return permit if permit.allowed else None
+
+    def equip(self, ctx: ActionContext, permit: Permit) -> ActionContext:
+        """The context a permitted action runs with: the sandbox's runner, or the unsandboxed one if it escalated."""
+        runner = self.runners.get(sandboxed=self.sandboxed and not permit.escalate)
+        return replace(ctx, runner=runner, sandbox=runner.settings if runner is not None else None,
+                       escalated=permit.escalate, checked_paths=permit.verdict.paths)
 
     def end(self) -> Runners | None:
         """End the run's processes; returns the runners when background jobs are kept running."""
@@ -134,11 +154,58 @@ class RunSafety:
         return lines
 
 
+class SafetyShare:
+    """An agent's part in run safety: a `RunSafety` of its own for each run (background jobs it keeps carry over
+    to the next run), or, for a child agent, its parent's."""
 
-def secret_names(config, mcp=None) -> list[str]:
-    """Environment variables the configuration says hold secrets: each model's `api_key_env`, and the variables
-    given to MCP servers. Commands do not get them (unless `pass_env` lists them); their values are masked."""
+    def __init__(self, config: SafetyConfig):
+        self.config = config
+        self.parent: RunSafety | None = None
+        self._kept: Runners | None = None
+
+    def begin(self, cwd: str, approval: Callable | str | None) -> RunSafety:
+        """The safety of the run about to start."""
+        return self.parent or RunSafety(self.config, cwd, approval, runners=self._kept)
+
+    def end(self, run: RunSafety) -> None:
+        """End the run's processes (a child leaves that to its parent's run)."""
+        if self.parent is None:
+            self._kept = run.end()
+
+    def close(self) -> None:
+        """End the background jobs kept running after a run."""
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            kept.close()
+
+
+def terminal_approval(safety: SafetyConfig, pause=None) -> tuple[Callable | None, list[str]]:
+    """The CLI's approval channel: the terminal prompt when a person can answer there (None otherwise), and what to
+    tell them up front (no terminal to ask on; unsandboxed commands no one can approve)."""
+    from anges.approval import TerminalPrompt
+
+    channel, notes = None, []
+    if safety.approval in ("", "ask"):
+        if sys.stdin.isatty() and sys.stderr.isatty():
+            channel = TerminalPrompt(sys.stderr, sys.stdin.fileno(), pause=pause)
+        elif safety.approval == "ask":
+            notes.append("--approval ask needs a terminal to ask on; actions that need approval will be declined")
+    no_one_approves = safety.approval != "auto" and (channel is None or safety.approval == "deny")
+    if no_one_approves and (safety.sandbox == "off" or not availability(safety.bwrap).ok):
+        notes.append("commands run without a sandbox need approval, and none can be given here: add --approval auto "
+                     "to run them")
+    return channel, notes
+
+
+def run_secrets(config, pass_env: Iterable[str] = (), mcp=None) -> tuple[list[str], dict[str, str]]:
+    """The secret values a run masks, and the environment its commands get: without any secret variable (see
+    masking.is_secret_name), nor those the configuration names (each model's `api_key_env`, the variables given
+    to MCP servers), unless `pass_env` lists them."""
+    from anges.masking import secret_values
+    from anges.shell import scrubbed_environment
+
     names = [preset.api_key_env for preset in config.models.values() if preset.api_key_env]
     if mcp is not None:
         names += [name for spec in mcp.specs.values() for name in spec.env]
-    return names
+    secrets = secret_values(secret_names=names) + (mcp.secrets if mcp is not None else [])
+    return secrets, scrubbed_environment(pass_env, names)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from anges.events import walk
+from anges.events import StepUsage, walk
 
 if TYPE_CHECKING:
     from anges.agents import BaseAgent
@@ -54,13 +54,12 @@ class Outcome:
         """Tokens, model calls and cost of the request, children included."""
         total = {"input_tokens": 0, "output_tokens": 0, "cached_tokens": 0, "model_calls": 0, "estimated": False}
         cost = None
-        for _, _, event in self.events:
-            usage = event.data.get("usage") or {}
+        for usage in filter(None, (StepUsage.of(event.data) for _, _, event in self.events)):
             for key in ("input_tokens", "output_tokens", "cached_tokens", "model_calls"):
-                total[key] += usage.get(key) or 0
-            total["estimated"] = total["estimated"] or bool(usage.get("estimated"))
-            if event.data.get("cost") is not None:
-                cost = (cost or 0.0) + event.data["cost"]
+                total[key] += getattr(usage, key)
+            total["estimated"] = total["estimated"] or usage.estimated
+            if usage.cost is not None:
+                cost = (cost or 0.0) + usage.cost
         if cost is not None:
             total["cost"] = round(cost, 6)
         return total
@@ -96,7 +95,7 @@ class Session:
         self.output.started(agent, request)
         with interrupt_on_signals(agent, self._interrupting):
             stream = agent.run_with_new_request(request)
-        events = list(walk(stream, start, agent.store))
+        events = list(walk(stream, agent.store.load, start))
         return Outcome(stream, request, agent.status, events, time.monotonic() - began)
 
     def _interrupting(self, signal_name: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from anges.config import PromptConfig
 from anges.events import REQUEST_EVENT_TYPES, EventStream, EventSummary
 from anges.exceptions import ModelReplyError
+from anges.parsing import strip_thinking
 from anges.prompt import covering_summaries, format_events, render_template
 
 SUMMARY_WORDS = 300
@@ -70,11 +71,13 @@ def summary_prompt(stream: EventStream, start: int, end: int, reason: str, confi
 
 
 def make_summary(model, stream: EventStream, start: int, end: int, reason: str, config: PromptConfig) -> EventSummary:
-    """Ask the model for a summary of events `start`..`end`; model errors propagate to the caller."""
+    """Ask the model for a summary of events `start`..`end`; model errors (and FormatError for a reply cut off
+    while thinking) propagate to the caller."""
     reply = model(summary_prompt(stream, start, end, reason, config))
-    if not isinstance(reply, str) or not reply.strip():
+    text = strip_thinking(reply.strip()) if isinstance(reply, str) else ""
+    if not text:
         raise ModelReplyError("the model returned an empty summary", kind="empty")
     usage = getattr(reply, "usage", None)
     data = {"reason": reason, "usage": usage.to_dict()} if usage else {"reason": reason}
     kind = "task_completion" if reason == "task_completion" else "actions"
-    return EventSummary(kind, start, end, str(reply).strip(), data=data)
+    return EventSummary(kind, start, end, text, data=data)

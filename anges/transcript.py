@@ -6,62 +6,37 @@ Everything is drawn from `Event.type` and `Event.data`; colour and the spinner a
 from __future__ import annotations
 
 import json
-import os
-import re
 import shutil
 import sys
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, TextIO
 
-from anges.events import REQUEST_EVENT_TYPES as REQUEST_TYPES
-from anges.events import walk
-from anges.export import command_output, edit_diff
+from anges.clipping import clip_lines, shorten
+from anges.events import (
+    ChildReturn,
+    FileEdit,
+    ShellRun,
+    StepUsage,
+    group_of,
+    kind_of,
+    shown_path,
+    status_of,
+    stream_status,
+    walk,
+)
 from anges.printable import printable, printable_event
-from anges.store import status_of, stream_status
+from anges.terminal import Spinner, Style, cut, is_terminal, render_markdown, seconds, wants_colour
 
 if TYPE_CHECKING:
     from anges.events import Event
 
-ANSWER_TYPES = ("task_completion", "agent_text_response", "agent_requested_help")
 SHOWN_STATUS = {"completed": ("completed", "green"), "answered": ("answered", "green"),
                 "help_needed": ("help needed", "yellow"), "interrupted": ("stopped", "yellow"),
                 "running": ("running", "cyan")}
-"""How each stream status (anges.store.status_of) reads and is coloured."""
+"""How each stream status (anges.events.status_of) reads and is coloured."""
 APPROVERS = {"auto": "automatically (--approval auto)", "approval=deny": "(--approval deny)",
              "no_one": "(no one can approve here)", "always": "(approved earlier for the whole run)",
              "terminal": "by you", "interrupt": ""}
 """How `approval_decided` says who decided (the `by` fact); a channel's own name reads "by NAME"."""
-SPINNER_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
-_CODES = {"bold": "1", "dim": "2", "italic": "3", "underline": "4", "red": "31", "green": "32", "yellow": "33",
-          "blue": "34", "magenta": "35", "cyan": "36"}
-
-
-def is_terminal(stream: TextIO) -> bool:
-    """True when `stream` is an interactive terminal that understands escape sequences."""
-    try:
-        return stream.isatty() and os.environ.get("TERM") != "dumb"
-    except (AttributeError, ValueError):
-        return False
-
-
-def wants_colour(stream: TextIO) -> bool:
-    """Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org)."""
-    return is_terminal(stream) and not os.environ.get("NO_COLOR")
-
-
-class Style:
-    """ANSI styling that does nothing when disabled."""
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-
-    def __call__(self, text: str, *names: str) -> str:
-        if not self.enabled or not names or not text:
-            return text
-        return f"\x1b[{';'.join(_CODES[n] for n in names)}m{text}\x1b[0m"
 
 
 class Renderer:
@@ -79,53 +54,47 @@ class Renderer:
     def event(self, event: Event, depth: int = 0, agent: str = "", live: bool = False) -> list[str]:
         """The lines of one event; `live` leaves out the top-level request and answer (the user has or gets those)."""
         event, agent = printable_event(event), printable(agent)
-        kind = event.type
-        if kind in ("child_agent_running", "summary_failed") or (live and depth == 0 and kind in REQUEST_TYPES):
+        group = group_of(event)
+        if not kind_of(event.type).in_report or (live and depth == 0 and group == "request"):
             return []
         # a child's return carries the reasoning of the step that delegated, already shown when it started
-        quiet = kind in REQUEST_TYPES or kind == "task_interrupted" or kind.startswith("child_agent_")
+        quiet = group in ("request", "interrupted", "child_exit")
         reasoning = [] if quiet else self._reasoning(event)
-        body = [] if live and depth == 0 and kind in ANSWER_TYPES else self._body(event, depth)
-        if self.verbose and event.data.get("usage"):
-            body.append(self.style(_usage_line(event.data), "dim"))
+        body = [] if live and depth == 0 and group == "answer" else self._body(event, group, depth)
+        usage = StepUsage.of(event.data) if self.verbose else None
+        if usage is not None:
+            body.append(self.style("  " + usage.line(), "dim"))
         if depth and body:
             pad = "  " * depth
             tag = self.style(f"[{agent}] ", "dim", "magenta") if agent else ""
             reasoning = [pad + line for line in reasoning]
             body = [pad + tag + body[0]] + [pad + line for line in body[1:]]
         lines = reasoning + body
-        return [_cut(line, self.width) for line in lines] if self.width else lines
+        return [cut(line, self.width) for line in lines] if self.width else lines
 
-    def _body(self, event: Event, depth: int) -> list[str]:
+    def _body(self, event: Event, group: str, depth: int) -> list[str]:
         s, data, kind = self.style, event.data, event.type
-        if kind in REQUEST_TYPES:
+        if group == "request":
             label = "request" if kind.startswith("new") else "follow-up"
             return self._block(f"{s('▶', 'bold', 'blue')} {s(label + ':', 'bold')}", event.content, 6)
-        if kind in ANSWER_TYPES:
+        if group == "answer":
             word, colour = SHOWN_STATUS[status_of(kind)]
             head = f"{s('✓' if colour == 'green' else '?', 'bold', colour)} {s(word, 'bold', colour)}"
             limit = 12 if depth and not self.verbose else 100_000
-            return [head] + _clip_lines(render_markdown(event.content, s).splitlines(), limit, s)
-        if kind == "task_interrupted":
+            return [head] + self._clip(render_markdown(event.content, s).splitlines(), limit)
+        if group == "interrupted":
             return [f"{s('■', 'bold', 'yellow')} {s(_stop_text(event), 'yellow')}"]
-        if kind == "action" and "command" in data:
-            return self._command(event)
-        if kind == "action" and "server" in data and "tool" in data:
-            return self._tool_call(event)
-        if kind == "edit_file":
-            return self._edit(event)
-        if kind in ("approval_requested", "approval_decided"):
-            return self._approval(event)
-        if kind in ("new_child_agent", "resume_child_agent"):
+        if group in ("shell", "tool", "edit", "approval"):
+            draw = {"shell": self._command, "tool": self._tool_call, "edit": self._edit}.get(group, self._approval)
+            return draw(event)
+        if group == "child_start":
             verb = "starts" if kind == "new_child_agent" else "resumes"
             who = f"{s(data.get('agent_type', 'child'), 'bold')} {data.get('agent_id', '')}"
-            head = f"{s('⇢', 'bold', 'magenta')} {verb} {who}"
-            return self._block(head, event.content, 3)
-        if kind.startswith("child_agent_"):
-            exit_type = data.get("exit_type", kind[len("child_agent_"):])
-            status, colour = SHOWN_STATUS.get(status_of(exit_type) or "", (exit_type, "yellow"))
-            who = f"{data.get('agent_type', 'child')} {data.get('agent_id', '')}"
-            return [f"{s('⇠', 'bold', 'magenta')} {who} returned: {s(status, colour)}"]
+            return self._block(f"{s('⇢', 'bold', 'magenta')} {verb} {who}", event.content, 3)
+        if group == "child_exit":
+            child = ChildReturn.of(event)
+            status, colour = SHOWN_STATUS.get(child.status, (child.exit_type, "yellow"))
+            return [f"{s('⇠', 'bold', 'magenta')} {child.agent_type} {child.agent_id} returned: {s(status, colour)}"]
         if data.get("error"):
             return [f"{s('✗', 'bold', 'red')} {data['error']}"]
         return [f"{s('•', 'bold')} {kind}: {event.message or _first_line(event.content)}"]
@@ -143,45 +112,43 @@ class Renderer:
         return [self.style(line, "dim", "italic") for line in shown]
 
     def _command(self, event: Event) -> list[str]:
-        s, data = self.style, event.data
-        lines = [f"{s('$', 'bold', 'cyan')} {s(_one_line(data['command']), 'bold')}"]
-        output = command_output(event).splitlines()
-        lines += [s("  │ ", "dim") + line for line in _clip_lines(output, self.output_lines, s)]
-        if data.get("timed_out"):
-            status = s(f"killed after the timeout ({data.get('duration', 0):.0f} s)", "red")
-        elif data.get("interrupted"):
+        s, shell = self.style, ShellRun.of(event)
+        lines = [f"{s('$', 'bold', 'cyan')} {s(_one_line(shell.command), 'bold')}"]
+        lines += [s("  │ ", "dim") + line for line in self._clip(shell.output().splitlines(), self.output_lines)]
+        if shell.state == "timed_out":
+            status = s(f"killed after the timeout ({shell.duration:.0f} s)", "red")
+        elif shell.state == "interrupted":
             status = s("killed: interrupted", "yellow")
-        elif data.get("exit_code") is None and data.get("pid"):
-            status = s(f"started in the background: pid {data['pid']}, output in {data.get('log_path')}", "cyan")
+        elif shell.state == "background":
+            status = s(f"started in the background: pid {shell.pid}, output in {shell.log_path}", "cyan")
         else:
-            code = data.get("exit_code")
-            status = s(f"exit {code}", "green" if code == 0 else "red")
-            status += s(f" · {_seconds(data.get('duration', 0))}", "dim")
-        if data.get("sandbox") == "none":
-            status += s(" · outside the sandbox" if data.get("escalated") else " · no sandbox", "yellow")
+            status = s(f"exit {shell.exit_code}", "green" if shell.exit_code == 0 else "red")
+            status += s(f" · {seconds(shell.duration)}", "dim")
+        if event.data.get("sandbox") == "none":
+            status += s(" · outside the sandbox" if event.data.get("escalated") else " · no sandbox", "yellow")
         return lines + [s("  └ ", "dim") + status]
 
     def _tool_call(self, event: Event) -> list[str]:
         s, data = self.style, event.data
         args = json.dumps(data.get("args") or {}, ensure_ascii=False)
         lines = [f"{s('⚙', 'bold', 'cyan')} {s(data['server'] + '.' + data['tool'], 'bold')} {_one_line(args)}"]
-        lines += [s("  │ ", "dim") + line for line in _clip_lines(event.content.splitlines(), self.output_lines, s)]
+        lines += [s("  │ ", "dim") + line for line in self._clip(event.content.splitlines(), self.output_lines)]
         if data.get("error"):
             status = s(f"not done: {data['error']}", "red")
         else:
             status = s("tool error" if data.get("is_error") else "ok", "red" if data.get("is_error") else "green")
-            status += s(f" · {_seconds(data.get('duration', 0))}", "dim")
+            status += s(f" · {seconds(data.get('duration', 0))}", "dim")
         return lines + [s("  └ ", "dim") + status]
 
     def _edit(self, event: Event) -> list[str]:
-        s, data = self.style, event.data
-        if data.get("error"):
-            return [f"{s('✗', 'bold', 'red')} edit failed: {data.get('directive', '')}",
-                    s("  │ ", "dim") + _first_line(data["error"])]
-        counts = s(f"(+{data.get('lines_added', 0)} −{data.get('lines_removed', 0)})", "dim")
-        path = _relative(str(data.get("path", "")), self.cwd)
+        s, edit = self.style, FileEdit.of(event)
+        if edit.error is not None:
+            return [f"{s('✗', 'bold', 'red')} edit failed: {edit.directive}",
+                    s("  │ ", "dim") + _first_line(edit.error)]
+        counts = s(f"(+{edit.lines_added} −{edit.lines_removed})", "dim")
+        path = shown_path(edit.path, self.cwd) or edit.directive
         lines = [f"{s('✎', 'bold', 'cyan')} {s('edited ' + path, 'bold')} {counts}"]
-        for line in _clip_lines(edit_diff(event).splitlines(), self.diff_lines, s):
+        for line in self._clip(edit.diff.splitlines(), self.diff_lines):
             colour = ("dim" if line.startswith(("---", "+++")) else "green" if line.startswith("+")
                       else "red" if line.startswith("-") else "cyan" if line.startswith("@@") else "")
             lines.append("  " + (s(line, colour) if colour else line))
@@ -210,75 +177,11 @@ class Renderer:
         body = (text or "").strip().splitlines()
         if len(body) == 1:
             return [f"{head} {body[0]}"]
-        return [head] + ["  " + line for line in _clip_lines(body, limit if not self.verbose else 1000, self.style)]
+        return [head] + ["  " + line for line in self._clip(body, limit if not self.verbose else 1000)]
 
-
-class Spinner:
-    """A one-line activity indicator with elapsed time, redrawn by a daemon thread; only on a terminal."""
-
-    def __init__(self, out: TextIO, style: Style, enabled: bool):
-        self.out = out
-        self.style = style
-        self.enabled = enabled
-        self.lock = threading.RLock()
-        self._label = ""
-        self._since = time.monotonic()
-        self._shown = False
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self, label: str) -> None:
-        """Show `label` from now on, with the time since this call (child agents may call this concurrently)."""
-        with self.lock:
-            self._label, self._since = label, time.monotonic()
-            if self.enabled and self._thread is None:
-                self._stop.clear()
-                self._thread = threading.Thread(target=self._spin, name="anges-spinner", daemon=True)
-                self._thread.start()
-
-    def stop(self) -> None:
-        """Stop and erase the spinner."""
-        with self.lock:
-            thread, self._thread = self._thread, None
-        self._stop.set()
-        if thread is not None:
-            thread.join()
-        self.clear()
-
-    @contextmanager
-    def paused(self) -> Iterator[None]:
-        """Stop and erase the spinner while something else uses the terminal (a question); it resumes after."""
-        with self.lock:
-            label, since, running = self._label, self._since, self._thread is not None
-        self.stop()
-        try:
-            yield
-        finally:
-            if running:
-                self.start(label)
-                self._since = since
-
-    def clear(self) -> None:
-        """Erase the spinner line so other output can take its place (it comes back on the next tick)."""
-        with self.lock:
-            if self._shown:
-                self.out.write("\r\x1b[K")
-                self.out.flush()
-                self._shown = False
-
-    def _spin(self) -> None:
-        frame = 0
-        while not self._stop.wait(0.1):
-            with self.lock:
-                if not self._label:
-                    continue
-                elapsed = time.monotonic() - self._since
-                glyph = SPINNER_FRAMES[frame % len(SPINNER_FRAMES)]
-                text = _cut(f"{glyph} {self._label} {_seconds(elapsed)}", shutil.get_terminal_size().columns - 1)
-                self.out.write("\r\x1b[K" + self.style(text, "cyan"))
-                self.out.flush()
-                self._shown = True
-            frame += 1
+    def _clip(self, lines: list[str], limit: int) -> list[str]:
+        """The first and last lines when there are more than `limit`, a dim `… N more lines …` between."""
+        return clip_lines(lines, limit, lambda n: self.style(f"… {n} more line{'s' if n != 1 else ''} …", "dim"))
 
 
 class WatchedModel:
@@ -392,7 +295,7 @@ def status_line(outcome) -> str:
     """`completed in 4.2s · 3 model calls · 1,234 tokens · stream ID (resume: anges --resume ID)`."""
     usage = outcome.usage()
     word = SHOWN_STATUS.get(outcome.status, (outcome.status, ""))[0]
-    parts = [f"{word} in {_seconds(outcome.duration)}"]
+    parts = [f"{word} in {seconds(outcome.duration)}"]
     if usage["model_calls"]:
         parts.append(f"{usage['model_calls']} model call{'s' if usage['model_calls'] != 1 else ''}")
     tokens = usage["input_tokens"] + usage["output_tokens"]
@@ -412,7 +315,7 @@ def print_stream(stream, store, out: TextIO, verbose: bool = False) -> None:
     renderer = Renderer(style, verbose=verbose, cwd=stream.agent_settings.get("cmd_init_dir", ""))
     title, agent_type = printable(str(stream.title or stream.uid)), printable(stream.agent_type or "default")
     out.write(style(title, "bold") + style(f"  ({stream.uid}, {agent_type})", "dim") + "\n")
-    for depth, owner, event in walk(stream, store=store):
+    for depth, owner, event in walk(stream, store.load):
         lines = renderer.event(event, depth, f"{owner.agent_type} {owner.uid}" if depth else "")
         if lines:
             out.write("\n".join(lines) + "\n")
@@ -463,68 +366,11 @@ def format_list(infos, style: Style, limit: int = 0) -> list[str]:
 
 
 def _age(delta) -> str:
-    seconds = max(int(delta.total_seconds()), 0)
+    total = max(int(delta.total_seconds()), 0)
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
-# --- Markdown for a terminal ---------------------------------------------------------------------------------
-
-_HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
-_BULLET = re.compile(r"^(\s*)[-*+]\s+(.*)$")
-_NUMBERED = re.compile(r"^(\s*)(\d+[.)])\s+(.*)$")
-_FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
-_INLINE = re.compile(  # `code`, **strong**, __strong__, *emphasis*, [link](url)
-    r"`([^`]+)`|\*\*(.+?)\*\*|__(.+?)__|(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?!\w)|\[([^\]]+)\]\(([^)\s]+)\)")
-
-
-def render_markdown(text: str, style: Style) -> str:
-    """Markdown made readable on a terminal (headings, lists, code, emphasis); unchanged without colour."""
-    if not style.enabled:
-        return text.rstrip("\n")
-    out: list[str] = []
-    fence = ""
-    for line in text.rstrip("\n").splitlines():
-        match = _FENCE.match(line)
-        if fence:
-            if match and match.group(1)[0] == fence[0] and len(match.group(1)) >= len(fence):
-                fence = ""
-            else:
-                out.append("    " + style(line, "cyan"))
-            continue
-        if match:
-            fence = match.group(1)
-            continue
-        if heading := _HEADING.match(line):
-            level_one = ("underline",) if len(heading.group(1)) == 1 else ()
-            out.append(style(_inline(heading.group(2), style), "bold", *level_one))
-        elif bullet := _BULLET.match(line):
-            out.append(f"{bullet.group(1)}  • {_inline(bullet.group(2), style)}")
-        elif numbered := _NUMBERED.match(line):
-            out.append(f"{numbered.group(1)}  {numbered.group(2)} {_inline(numbered.group(3), style)}")
-        elif line.startswith(">"):
-            out.append(style("  │ ", "dim") + style(_inline(line[1:].strip(), style), "italic"))
-        elif re.fullmatch(r"\s*([-*_])(\s*\1){2,}\s*", line):
-            out.append(style("─" * 40, "dim"))
-        else:
-            out.append(_inline(line, style))
-    return "\n".join(out)
-
-
-def _inline(text: str, style: Style) -> str:
-    def replace(match: re.Match) -> str:
-        code, strong, strong2, emphasis, link, url = match.groups()
-        if code is not None:
-            return style(code, "cyan")
-        if strong is not None or strong2 is not None:
-            return style(strong or strong2, "bold")
-        if emphasis is not None:
-            return style(emphasis, "italic")
-        return f"{style(link, 'underline')} {style(f'({url})', 'dim')}"
-
-    return _INLINE.sub(replace, text)
+        if total >= size:
+            return f"{total // size}{unit}"
+    return f"{total}s"
 
 
 # --- small helpers --------------------------------------------------------------------------------------------
@@ -553,68 +399,11 @@ def _stop_text(event: Event) -> str:
     return f"{STOP_REASONS.get(reason, reason or 'stopped')}: {_first_line(event.content)}"
 
 
-def _relative(path: str, base: str) -> str:
-    if base and path.startswith(base.rstrip("/") + "/"):
-        return path[len(base.rstrip("/")) + 1:]
-    return path
-
-
-def _usage_line(data: dict) -> str:
-    usage = data["usage"]
-    parts = [f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out tokens"]
-    if usage.get("estimated"):
-        parts[0] += " (estimated)"
-    if data.get("model"):
-        parts.append(str(data["model"]))
-    if data.get("cost") is not None:
-        parts.append(f"${data['cost']:.4f}")
-    return "  " + " · ".join(parts)
-
-
-def _clip_lines(lines: list[str], limit: int, style: Style) -> list[str]:
-    """The first and last lines when there are more than `limit` (+1, since the mark takes a line anyway)."""
-    if len(lines) <= limit + 1:
-        return lines
-    head = max(limit // 2, 1)
-    tail = max(limit - head, 1)
-    cut = len(lines) - head - tail
-    return lines[:head] + [style(f"… {cut} more line{'s' if cut != 1 else ''} …", "dim")] + lines[-tail:]
-
-
 def _first_line(text: str) -> str:
     return (text or "").strip().split("\n", 1)[0]
 
 
 def _one_line(text: str, limit: int = 200) -> str:
-    line = " ⏎ ".join(part for part in text.strip().splitlines() if part.strip())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    return shorten(" ⏎ ".join(part for part in text.strip().splitlines() if part.strip()), limit)
 
 
-def _seconds(value: float) -> str:
-    if value < 60:
-        return f"{value:.1f}s"
-    minutes, seconds = divmod(int(value), 60)
-    return f"{minutes}m{seconds:02d}s"
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def _cut(line: str, width: int) -> str:
-    """Cut a (possibly styled) line to `width` visible characters."""
-    if width <= 0 or len(_ANSI.sub("", line)) <= width:
-        return line
-    visible, out, pos = 0, [], 0
-    for match in _ANSI.finditer(line):
-        chunk = line[pos:match.start()]
-        room = width - 1 - visible
-        out.append(chunk[:room])
-        visible += min(len(chunk), room)
-        out.append(match.group())
-        pos = match.end()
-        if visible >= width - 1:
-            break
-    else:
-        chunk = line[pos:]
-        out.append(chunk[: width - 1 - visible])
-    return "".join(out) + "…" + ("\x1b[0m" if "\x1b[" in line else "")

@@ -1,4 +1,5 @@
-"""Wall time of `python -c "import anges"` against a bare interpreter start (median of 20 runs each)."""
+"""Wall time of `python -c "import anges"` and of loading the config in a fresh process, against a bare
+interpreter start (median of 20 runs each)."""
 
 import statistics
 import subprocess
@@ -18,4 +19,6 @@ def median_ms(code: str, runs: int = 20) -> float:
 if __name__ == "__main__":
     bare = median_ms("pass")
     full = median_ms("import anges")
+    config = median_ms("from anges.config import load_config; load_config()")
     print(f"python -c pass: {bare:.1f} ms; python -c 'import anges': {full:.1f} ms; import cost {full - bare:.1f} ms")
+    print(f"load_config() in a fresh process: {config:.1f} ms ({config - bare:.1f} ms over a bare start)")

@@ -9,8 +9,9 @@ import statistics
 import tempfile
 import time
 
+from anges.command_runner import CommandRunner
 from anges.config import load_config
-from anges.sandbox import CommandRunner, SandboxSettings, availability
+from anges.sandbox import SandboxSettings, availability
 from anges.shell import run_command
 
 

@@ -9,7 +9,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from anges.events import Event, EventStream, EventSummary
+from anges import records
+from anges.events import Event, EventStream, EventSummary, ShellRun
 from anges.store import EventStore
 
 APPENDS = 500
@@ -91,6 +92,30 @@ def list_cost(store: EventStore, count: int = 2_000) -> tuple[float, float]:
     return first * 1e3, statistics.median(runs) * 1e3
 
 
+def command(i: int) -> Event:
+    """A RUN_SHELL_CMD result as the action records it: the facts, and the text the model reads made of them."""
+    output = "".join(f"src/module_{i}_{n}.py: 42 lines\n" for n in range(30))  # about 1 KB
+    event = Event("action", reasoning=f"Step {i}: count the lines.", message=f"ran `wc -l src/*.py` ({i})",
+                  data={"command": "wc -l src/*.py", "exit_code": 0, "stdout": output, "stderr": "", "duration": 0.012,
+                        "timed_out": False, "interrupted": False, "stdout_omitted": 0, "stderr_omitted": 0,
+                        "pid": None, "log_path": None, "action_type": "RUN_SHELL_CMD", "sandbox": "bwrap",
+                        "escalated": False})
+    event.content = ShellRun.of(event).text()
+    return event
+
+
+def command_stream_size(store: EventStore, count: int = 1_000) -> tuple[int, int]:
+    """The file of a stream of `count` command results, and the bytes its records take with each output stored
+    twice (in the content too), as format 1 wrote them."""
+    stream = EventStream(title="commands")
+    stream.events_list = [command(i) for i in range(count)]
+    store.save(stream)
+    events = list(enumerate(stream.events_list))
+    twice = sum(len(records.dumps({"kind": "event", "index": i, **e.to_dict()})) for i, e in events)
+    once = sum(len(records.dumps(records.event_record(e, i))) for i, e in events)
+    return (store.root / f"{stream.uid}.jsonl").stat().st_size, twice - once
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         print(f"| events in stream | one append (median of {APPENDS}) | whole-file rewrite (0.1.x style) |")
@@ -102,6 +127,9 @@ def main() -> None:
         print(
             f"\n1,000-event stream: {written:,} bytes written, final file {final:,} bytes, ratio {written / final:.3f}"
         )
+        size, saved = command_stream_size(EventStore(Path(tmp) / "commands"))
+        print(f"\n1,000 command results (1 KB output each): file {size:,} bytes; with each output stored twice "
+              f"(format 1) it would be {size + saved:,} bytes ({saved / size:.0%} larger)")
         first, warm = list_cost(EventStore(Path(tmp) / "list"))
         print(f"\nlist() over 2,000 streams: {first:.1f} ms first call, {warm:.1f} ms median of 5 more")
 

@@ -51,14 +51,14 @@ def write(store: EventStore, uid: str, writer: str, count: int, go: str) -> None
 def read(store: EventStore, uid: str, stop: str) -> None:
     """Load and tail the stream until the `stop` file appears; exit 1 on any inconsistency."""
     loads = 0
-    offset, next_index = 0, 0
+    cursor, next_index = None, 0
     while not os.path.exists(stop) or loads == 0:
         stream = store.load(uid)
         for writer in ("a", "b"):
             seqs = [e.data["seq"] for e in stream.events_list if e.data.get("writer") == writer]
             assert seqs == list(range(len(seqs))), f"writer {writer}: {seqs[:20]}"
         assert all(verify(e) for e in stream.events_list if "sha" in e.data)
-        records, offset = store.read_records(uid, offset)
+        records, cursor = store.read_records(uid, cursor)
         for record in records:
             if record["kind"] == "event":
                 assert record["index"] == next_index, (record["index"], next_index)

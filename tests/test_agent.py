@@ -223,6 +223,16 @@ def test_action_summary_after_threshold_and_prompt_uses_it(tmp_path):
     assert EventStore().load(stream.uid).event_summaries_list == stream.event_summaries_list
 
 
+def test_a_reasoning_models_think_block_is_dropped_from_summaries_and_titles(tmp_path):
+    model = ScriptedModel([reply(shell("echo a")), reply(shell("echo b")), complete()],
+                          summary="<think>\nWhat happened? Two echoes.\n</think>\nRan two echo commands.",
+                          title="<thinking>A short title.</thinking>\nEcho twice")
+    agent, _ = make_agent(tmp_path, model, auto_entitle=True)
+    stream = agent.run_with_new_request("go")
+    assert [s.summary for s in stream.event_summaries_list] == ["Ran two echo commands."]
+    assert stream.title == "Echo twice"
+
+
 def test_task_completion_summary(tmp_path):
     agent, _ = make_agent(tmp_path, [reply(shell("echo a")), reply(shell("echo b")), complete()])
     stream = agent.run_with_new_request("go")

@@ -418,15 +418,13 @@ def test_an_action_that_needs_approval_is_declined_with_feedback_whatever_the_co
 
 
 def test_with_the_sandbox_off_a_batch_tells_the_model_its_commands_run(tmp_path):
-    from dataclasses import replace
-
     from anges.agents import DefaultAgent
     from anges.models.scripted import ScriptedModel
 
     config = load_config(overrides={"safety": {"sandbox": "off"}})
     model = ScriptedModel([shell("echo ran > ran.txt"), shell("sudo true"), complete()])
     agent = DefaultAgent(inference_func=model, cmd_init_dir=str(tmp_path), approval=APPROVAL,
-                         config=replace(config, safety=batch_safety(config.safety)))
+                         config=config.model_copy(update={"safety": batch_safety(config.safety)}))
     stream = agent.run_with_new_request("run")
     assert "- No sandbox: the sandbox is off (safety.sandbox: off). Commands run with the user's rights." in (
         model.prompts[0])

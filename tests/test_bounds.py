@@ -4,6 +4,7 @@ import json
 
 from anges.agents import DefaultAgent
 from anges.config import load_config
+from anges.events import Event
 from anges.models.scripted import ScriptedModel
 from anges.store import EventStore
 
@@ -42,7 +43,7 @@ def test_replacing_a_100_mb_file_records_a_bounded_event_and_the_next_prompt_fit
     cap = config.agent("default").event_text_cap
     line = stored_lines(stream.uid)[1]
     assert len(line) < 3 * cap, f"the stored edit event is {len(line)} bytes"
-    assert "1000001 lines changed" in json.loads(line)["content"]
+    assert "1000001 lines changed" in Event.from_dict(json.loads(line)).content  # rebuilt from the stored diff
     next_prompt = model.prompts[1]
     assert len(next_prompt) <= config.prompt.max_prompt_chars
     assert "1000001 lines changed" in next_prompt

@@ -1,7 +1,5 @@
 """Layered configuration: packaged defaults, ANGES_HOME, ANGES_CONFIG/--config, arguments; precise errors."""
 
-import dataclasses
-
 import pytest
 
 from anges.config import AGENT_TYPES, Config, load_config, resource_path
@@ -144,5 +142,46 @@ def test_home_and_resources(anges_home):
 
 def test_every_field_has_a_docstring_in_the_yaml():
     text = resource_path("config.yaml").read_text()
-    for field in dataclasses.fields(Config):
-        assert f"\n{field.name}:" in text or text.startswith(f"{field.name}:"), field.name
+    for name in Config.model_fields:
+        assert f"\n{name}:" in text or text.startswith(f"{name}:"), name
+
+
+def test_a_loaded_config_is_frozen_and_the_shared_default_stays_as_packaged(tmp_path):
+    from pydantic import ValidationError
+
+    from anges.agents import DefaultAgent
+    from anges.config import default_config
+
+    shared = default_config()
+    with pytest.raises(ValidationError, match="frozen"):
+        shared.agent("default").timeout = 5
+    with pytest.raises(ValidationError, match="frozen"):
+        shared.model = "ollama"
+    agent = DefaultAgent(inference_func=lambda prompt, temperature=0.0: "", cmd_init_dir=tmp_path,
+                         max_consecutive_actions_to_summarize=2)
+    assert agent.agent_config.max_consecutive_actions_to_summarize == 2
+    assert default_config().agent("default").max_consecutive_actions_to_summarize == 30
+    changed = shared.model_copy(update={"model": "ollama"})
+    assert changed.model == "ollama" and default_config().model == "auto"
+
+
+def test_presets_and_rules_still_take_their_fields_in_order():
+    from anges.config import ModelPreset, SafetyRule
+
+    assert ModelPreset("openai", "m", "http://local/v1") == ModelPreset(provider="openai", model="m",
+                                                                       base_url="http://local/v1")
+    assert SafetyRule("RUN_SHELL_CMD", "make *", "allow").decision == "allow"
+    with pytest.raises(ValueError, match="decision"):
+        SafetyRule("RUN_SHELL_CMD", "make *", "perhaps")
+
+
+def test_importing_the_config_module_does_not_import_pydantic():
+    import subprocess
+    import sys
+
+    code = ("import sys, anges.config, anges.store\n"
+            "print('pydantic' in sys.modules)\n"
+            "anges.config.load_config()\n"
+            "print('pydantic' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]

@@ -4,9 +4,10 @@ import pytest
 from wire_servers import TEST_KEY, sleeper
 
 from anges.config import Config, ModelPreset, ModelSettings, RetryConfig
-from anges.exceptions import ModelReplyError, ModelSetupError
+from anges.exceptions import FormatError, ModelReplyError, ModelSetupError
 from anges.models import get_model
 from anges.models.openai_model import OpenAIModel
+from anges.parsing import parse_reply, strip_thinking
 
 
 def make(server, settings=None, **preset):
@@ -52,16 +53,18 @@ def test_reasoning_content_in_its_own_field_is_left_out(openai_server):
     assert make(openai_server)("hi") == '{"actions": []}'
 
 
-def test_a_think_block_without_its_opening_tag_is_stripped(openai_server):
+def test_a_think_block_without_its_opening_tag_reaches_the_parser_which_drops_it(openai_server):
     openai_server.enqueue_text('The user wants a list.\n</think>\n{"actions": []}')
-    assert make(openai_server)("hi") == '{"actions": []}'
+    reply = make(openai_server)("hi")
+    assert reply.startswith("The user wants a list.") and strip_thinking(reply) == '{"actions": []}'
 
 
-def test_a_reply_cut_off_while_thinking_is_truncated(openai_server):
+def test_a_reply_cut_off_while_thinking_reaches_the_parser_which_says_so(openai_server):
     openai_server.enqueue_truncated("<think>\nFirst I will consider")
-    with pytest.raises(ModelReplyError) as caught:
-        make(openai_server)("hi")
-    assert caught.value.kind == "truncated"
+    reply = make(openai_server)("hi")
+    assert reply.finish_reason == "length"
+    with pytest.raises(FormatError, match="never closes it; it may have been cut off"):
+        parse_reply(reply, {})
 
 
 def test_a_refusal_is_blocked(openai_server):

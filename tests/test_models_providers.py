@@ -23,6 +23,7 @@ from anges.models.base import Completion
 from anges.models.cancel import CancelToken, cancellable
 from anges.models.gemini_model import GeminiModel
 from anges.models.openai_model import OpenAIModel
+from anges.parsing import strip_thinking
 
 FAST = RetryConfig(max_attempts=3, max_total_seconds=30, initial_backoff=0.01, max_backoff=0.02)
 PROVIDERS = {
@@ -235,11 +236,14 @@ def test_a_blocked_reply_raises_blocked(wire):
     assert len(wire.server.requests) == 1
 
 
-def test_a_think_block_is_stripped(wire):
-    wire.server.enqueue_text('<think>\nThe user wants JSON.\n</think>\n\n{"actions": []}')
+def test_a_think_block_reaches_the_parser_which_alone_drops_it(wire):
+    text = '<think>\nThe user wants JSON.\n</think>\n\n{"actions": []}'
+    wire.server.enqueue_text(text)
     model, _ = wire.model()
 
-    assert model("hi") == '{"actions": []}'
+    reply = model("hi")
+    assert reply == text
+    assert strip_thinking(reply.strip()) == '{"actions": []}'
 
 
 def test_preset_headers_are_sent(wire):

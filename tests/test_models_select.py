@@ -74,8 +74,9 @@ def test_a_user_preset(monkeypatch):
 
 
 def test_no_name_means_the_agent_types_model(all_keys):
-    config = Config(model="openai")
-    config.agents["task_analyzer"].model = "gemini:gemini-2.5-flash"
+    agents = Config().agents  # config is frozen: build it with the setting
+    config = Config(model="openai", agents={
+        **agents, "task_analyzer": agents["task_analyzer"].model_copy(update={"model": "gemini:gemini-2.5-flash"})})
 
     assert get_model(config=config).name == "openai:gpt-4.1"
     assert get_model(config=config, agent_type="task_analyzer").name == "gemini:gemini-2.5-flash"

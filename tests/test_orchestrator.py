@@ -236,3 +236,18 @@ def test_child_messages_reach_parent_handlers_tagged(tmp_path):
     from_child = [m for m in messages if m == "child says hi"]
     assert from_child and from_child[0].agent_type == "task_executor"
     assert from_child[0].parent_ids == [stream.uid] and from_child[0].depth == 1
+
+
+def test_a_childs_own_model_call_limit_stops_it_before_its_parents(tmp_path):
+    config = load_config(overrides={"agents": {"orchestrator": {"max_model_calls": 50},
+                                               "task_executor": {"max_model_calls": 3}}})
+    model = RoutedModel(
+        orchestrator=[reply(child("NEW_CHILD_AGENT TASK_EXECUTOR", "loop")), complete("parent carries on")],
+        task_executor=[shell(f"echo {i}") for i in range(20)],
+    )
+    stream = orchestrator(tmp_path, model, config=config).run_with_new_request("go")
+    executor = EventStore().load(stream.events_list[2].data["agent_id"])
+    stop = executor.events_list[-1].data
+    assert (stop["reason"], stop["limit"]) == ("model_call_limit", 3)
+    assert model.models["task_executor"].calls == 3
+    assert stream.events_list[-1].type == "task_completion", "the parent's budget is not used up"

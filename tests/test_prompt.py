@@ -1,24 +1,9 @@
-"""History formatting: truncation, summaries, and the cache that keeps steps flat."""
+"""History formatting: cut older events, summaries, and the cache that keeps steps flat."""
 
 from anges.config import PromptConfig
 from anges.events import Event, EventStream, EventSummary
-from anges.prompt import format_event_stream, format_events, truncate
+from anges.prompt import format_event_stream, format_events
 from anges.summarize import action_range_due, unsummarized_segments
-
-
-def test_a_one_megabyte_line_is_cut_by_characters_and_the_mark_says_how_much():
-    text = "y" * 1_000_000
-    cut = truncate(text, max_lines=100, max_chars=5000)
-    assert len(cut) < 5200
-    assert cut.startswith("y" * 2500) and cut.endswith("y" * 2500)
-    assert "995000 characters cut" in cut
-
-
-def test_many_lines_are_cut_by_lines_keeping_head_and_tail():
-    text = "\n".join(f"line {i}" for i in range(1000))
-    cut = truncate(text, max_lines=10, max_chars=100_000)
-    assert cut.splitlines()[0] == "line 0" and cut.splitlines()[-1] == "line 999"
-    assert "[990 whole lines" in cut and "line 500" not in cut
 
 
 def stream_with(n_events, summaries=()):

@@ -14,9 +14,10 @@ import pytest
 from helpers import pids_running, sleep_token
 
 from anges.agents import DefaultAgent
+from anges.command_runner import CommandRunner
 from anges.config import load_config
 from anges.models.scripted import ScriptedModel
-from anges.sandbox import CommandRunner, SandboxSettings, availability, hidden_paths
+from anges.sandbox import SandboxSettings, availability, hidden_paths
 from anges.shell import run_command
 
 PYTHON = sys.executable
@@ -471,7 +472,8 @@ def test_an_interpreter_under_tmp_still_runs_the_sandbox(tmp_path):
         subprocess.run([PYTHON, "-m", "venv", "--without-pip", str(venv)], check=True)
         repo = Path(__file__).resolve().parent.parent
         code = ("import sys; sys.path[:0] = [sys.argv[1]] + sys.argv[2:]\n"
-                "from anges.sandbox import CommandRunner, SandboxSettings, availability\n"
+                "from anges.command_runner import CommandRunner\n"
+                "from anges.sandbox import SandboxSettings, availability\n"
                 "from anges.shell import run_command\n"
                 "runner = CommandRunner(sys.argv[1], SandboxSettings(writable=(sys.argv[1],)), availability().bwrap)\n"
                 "print(run_command('echo sandboxed', cwd=sys.argv[1], runner=runner).stdout, end='')\n"

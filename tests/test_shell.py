@@ -9,14 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from anges.shell import (
-    CREDENTIAL_ENV_VARS,
-    CommandResult,
-    mask_secrets,
-    run_command,
-    scrubbed_environment,
-    secret_values,
-)
+from anges.masking import CREDENTIAL_ENV_VARS, mask_secrets, secret_values
+from anges.shell import CommandResult, run_command, scrubbed_environment
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -191,7 +185,7 @@ def test_large_output_keeps_head_and_tail_and_counts_the_middle(tmp_path):
     result = run_command("seq 1 20000", cwd=tmp_path, output_cap=1000)
 
     head, marker_and_tail = result.stdout.split("\n... [", 1)
-    omitted_text, tail = marker_and_tail.split(" bytes omitted] ...\n", 1)
+    omitted_text, tail = marker_and_tail.split(" bytes cut] ...\n", 1)
     assert result.stdout_omitted == int(omitted_text) == len(full) - 1000
     assert head == full[:500].decode()
     assert tail.encode() == full[-500:]
@@ -207,7 +201,7 @@ def test_stderr_is_capped_independently(tmp_path):
     assert result.stdout_omitted == 0
     assert result.stderr_omitted > 0
     assert result.stderr.endswith("5000\n")
-    assert "bytes omitted]" in result.stderr
+    assert "bytes cut]" in result.stderr
 
 
 def test_output_below_the_cap_is_untouched(tmp_path):
@@ -389,7 +383,7 @@ def test_a_secret_straddling_the_output_cut_leaves_no_fragment(tmp_path):
     secret = "sk-live-ABCDEFGHIJKLMNOP"
     script = f"printf '%s' \"$(printf 'a%.0s' $(seq 45)){secret}$(printf 'b%.0s' $(seq 300)){secret}$(printf 'c%.0s' $(seq 40))\""
     result = run_command(script, cwd=tmp_path, output_cap=100, secrets=[secret])
-    head, tail = result.stdout.split(" bytes omitted] ...")
+    head, tail = result.stdout.split(" bytes cut] ...")
     assert result.stdout_omitted > 0
     assert head.startswith("a" * 45 + "[REDACTED]") and tail.endswith("[REDACTED]" + "c" * 40)
     for size in range(4, len(secret)):

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-import anges.store
-from anges.events import Event, EventStream, EventSummary
+import anges.records
+from anges.events import Event, EventStream, EventSummary, ShellRun
 from anges.exceptions import AngesError, InvalidStreamId, StreamBusy, StreamExists, StreamNotFound
 from anges.store import FORMAT, EventStore, StreamInfo
 
@@ -149,7 +149,6 @@ def test_sync_writes_a_versioned_header_then_one_record_per_line(store):
     }
     assert first == {"kind": "event", "index": 0, **stream.events_list[0].to_dict()}
     assert second["index"] == 1
-    assert stream.store is store
 
 
 def test_sync_persists_only_what_is_new(store):
@@ -218,7 +217,7 @@ def test_load_round_trips_everything(store):
     store.sync(stream)
     loaded = EventStore().load(stream.uid)
     assert loaded.to_dict() == stream.to_dict()
-    assert loaded.store is not None and loaded.created_at == stream.created_at
+    assert loaded.created_at == stream.created_at
 
 
 def test_load_of_a_missing_stream_raises_stream_not_found(store):
@@ -376,8 +375,8 @@ def test_list_is_newest_first_and_reads_no_events(store, monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("list() parsed events")
 
-    monkeypatch.setattr(anges.store, "_build", forbidden)
-    monkeypatch.setattr(anges.store, "_records", forbidden)
+    monkeypatch.setattr(anges.records, "build", forbidden)
+    monkeypatch.setattr(anges.records, "records", forbidden)
     infos = store.list()
     assert [i.uid for i in infos] == uids[::-1]
     assert infos[0].updated_at == datetime.fromtimestamp(1_700_000_002)
@@ -526,13 +525,14 @@ def test_a_torn_last_line_is_skipped_then_ended_before_the_next_append(store, ca
     stream = new_stream(3, uid="torn")
     store.sync(stream)
     path = store.root / "torn.jsonl"
-    complete = path.stat().st_size
     with open(path, "ab") as file:  # what a crash in the middle of one write leaves
         file.write(b'{"kind":"event","index":3,"type":"action","content":"half of it')
     with caplog.at_level(logging.WARNING):
         loaded = store.load("torn")
     assert len(loaded.events_list) == 3 and "incomplete last line" in caplog.text
-    assert store.read_records("torn")[1] == complete
+    records, cursor = store.read_records("torn")  # the torn line is not returned, nor will it be
+    assert [r["index"] for r in records if r["kind"] == "event"] == [0, 1, 2]
+    assert store.read_records("torn", cursor) == ([], cursor)
     loaded.add_event(Event("action", content="after the crash"))
     store.sync(loaded)
     assert path.read_bytes().count(b"half of it\n{") == 1
@@ -614,11 +614,11 @@ def test_read_records_tails_complete_lines_from_an_offset(store):
 def test_read_records_starts_over_with_the_header_when_the_file_was_replaced(store):
     stream = new_stream(20, uid="replaced")
     store.sync(stream)
-    _, offset = store.read_records("replaced")
+    _, cursor = store.read_records("replaced")
     store.save(new_stream(1, uid="replaced"))
-    records, new_offset = store.read_records("replaced", offset)
+    records, new_cursor = store.read_records("replaced", cursor)
     assert records[0]["kind"] == "header" and len(records) == 2
-    assert new_offset == (store.root / "replaced.jsonl").stat().st_size
+    assert store.read_records("replaced", new_cursor) == ([], new_cursor)
 
 
 # --- run lock --------------------------------------------------------------------------------------------
@@ -665,7 +665,7 @@ def write_json(path: Path, data) -> Path:
 
 def test_a_0_1_stream_is_imported_resumed_and_exported_with_every_field(tmp_path, store):
     stream = store.import_file(write_json(tmp_path / "Xk3pQ9aZ.json", LEGACY))
-    assert stream.uid == "Xk3pQ9aZ" and stream.store is store
+    assert stream.uid == "Xk3pQ9aZ"
     info = store.info("Xk3pQ9aZ")
     assert (info.title, info.status, info.parent_ids) == ("Count Python files", "completed", ["Root0001", "Orch0002"])
     resumed = store.load("Xk3pQ9aZ")
@@ -748,7 +748,7 @@ def test_import_of_a_missing_file_says_so(tmp_path, store):
         store.import_file(tmp_path / "missing.json")
 
 
-def test_a_loaded_stream_finds_its_children_in_the_same_store(tmp_path):
+def test_a_loaded_stream_finds_its_children_with_its_stores_loader(tmp_path):
     store = EventStore(tmp_path / "elsewhere")
     child = new_stream(2, uid="kid", parent_event_stream_uids=["mom"])
     child.add_event(Event("task_completion", content="child done"))
@@ -756,5 +756,73 @@ def test_a_loaded_stream_finds_its_children_in_the_same_store(tmp_path):
     parent = new_stream(1, uid="mom")
     parent.add_event(Event("child_agent_running", reasoning='{"agent_id": "kid", "starting_from": 1}'))
     store.sync(parent)
-    flat = store.load("mom").get_event_list_including_children_events()
+    flat = store.load("mom").get_event_list_including_children_events(load=store.load)
     assert [e.content for e in flat] == ["echo 0", "", "echo 1", "child done"]
+
+
+# --- format 2: a command's output stored once; format-1 files ---------------------------------------------------
+
+
+def command_event(output: str) -> Event:
+    event = Event("action", reasoning="list them", data={"command": "ls -l", "exit_code": 0, "stdout": output,
+                                                         "stderr": "", "duration": 0.01, "timed_out": False,
+                                                         "interrupted": False, "pid": None, "log_path": None})
+    event.content = ShellRun.of(event).text()
+    return event
+
+
+def test_a_commands_output_is_stored_once_and_every_reader_gets_the_text_the_model_read(store):
+    output = "".join(f"line {n:04d}\n" for n in range(200))
+    stream = EventStream(uid="cmds")
+    stream.add_event(command_event(output))
+    store.sync(stream)
+    record = lines(store, "cmds")[-1]
+    assert "content" not in record and record["data"]["stdout"] == output
+    assert (store.root / "cmds.jsonl").read_bytes().count(b"line 0042") == 1
+    expected = stream.events_list[0].content
+    assert expected.startswith("COMMAND: ls -l\nEXIT CODE: 0\nSTDOUT:\nline 0000")
+    assert store.load("cmds").events_list[0].content == expected
+    assert store.export("cmds")["events_list"][0]["content"] == expected  # the 0.1.x form stays readable
+    assert Event.from_dict(store.read_records("cmds")[0][-1]).content == expected
+
+
+def test_a_content_that_is_not_its_facts_rendered_is_kept(store):
+    stream = EventStream(uid="kept")
+    stream.add_event(command_event("out\n"))
+    stream.events_list[0].content += "\n(noted by a 0.1.x action)"
+    store.sync(stream)
+    assert lines(store, "kept")[-1]["content"].endswith("(noted by a 0.1.x action)")
+    assert store.load("kept").to_dict() == stream.to_dict()
+
+
+def test_a_format_1_file_is_read_as_it_is_and_rewritten_in_the_current_format_at_its_next_write(store):
+    old = command_event("hello\n")
+    header = {"kind": "header", "format": 1, "uid": "old1", "created_at": "2026-01-02T03:04:05",
+              "parent_event_stream_uids": [], "agent_type": "default", "title": "From 0.2.0"}
+    body = [header, {"kind": "event", "index": 0, **Event("new_request", content="hi").to_dict()},
+            {"kind": "event", "index": 1, **old.to_dict()}]
+    store.root.mkdir(parents=True)
+    path = store.root / "old1.jsonl"
+    path.write_text("".join(json.dumps(record) + "\n" for record in body))
+    before = path.read_bytes()
+    loaded = store.load("old1")
+    assert [e.content for e in loaded.events_list] == ["hi", old.content]
+    assert store.info("old1").title == "From 0.2.0" and path.read_bytes() == before  # reading writes nothing
+    loaded.add_event(Event("task_completion", content="done"))
+    store.sync(loaded)
+    written = lines(store, "old1")
+    assert written[0]["format"] == FORMAT == 2 and [r["index"] for r in written[1:]] == [0, 1, 2]
+    assert "content" not in written[2]
+    assert store.load("old1").to_dict() == loaded.to_dict()
+
+
+def test_a_format_1_meta_file_still_serves_listings(store, monkeypatch):
+    store.sync(new_stream(1, uid="meta1", title="Listed"))
+    meta = store.root / "meta1.meta.json"
+    meta.write_text(meta.read_text().replace(f'"format":{FORMAT}', '"format":1'))
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the meta file was rebuilt")
+
+    monkeypatch.setattr(anges.records, "build", forbidden)
+    assert [info.title for info in store.list()] == ["Listed"]

@@ -16,10 +16,10 @@ import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
-from anges.events import RETURN_TO_PARENT_EVENT_TYPES, Event, child_reference
+from anges.events import RETURN_TO_PARENT_EVENT_TYPES, Event, child_reference, status_of
 from anges.exceptions import StreamNotFound
-from anges.store import status_of
 
 from .render import Totals, step_view
 
@@ -55,7 +55,8 @@ class Reader:
     block: str
     next_index: int
     """The first step index not sent yet."""
-    offset: int = 0
+    cursor: Any = None
+    """Where reading the stream's records got to (the store's opaque cursor)."""
     title: str = ""
     cwd: str = ""
     stored: str = "new"
@@ -80,7 +81,7 @@ def feed(web, uid: str, next_index: int, open_blocks: dict[str, int]) -> Iterato
             return
         active = web.runs.started_here(uid) or store.is_running(uid)  # looked at before reading: see below
         try:
-            records, chat.offset = store.read_records(uid, chat.offset)
+            records, chat.cursor = store.read_records(uid, chat.cursor)
         except StreamNotFound:
             yield _sse("gone", {"uid": uid})
             return
@@ -123,7 +124,7 @@ def _follow_child(store, reader: Reader, children: list[Reader], open_blocks: di
     if reader.done:
         return
     try:
-        records, reader.offset = store.read_records(reader.uid, reader.offset)
+        records, reader.cursor = store.read_records(reader.uid, reader.cursor)
     except StreamNotFound:
         reader.done = True
         yield _sse("child", {"block": reader.block, "uid": reader.uid, "title": reader.title, "status": "deleted"})

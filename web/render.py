@@ -6,8 +6,16 @@ from functools import lru_cache
 
 import nh3
 
-from anges.events import REQUEST_EVENT_TYPES, Event, child_reference
-from anges.export import command_output, edit_diff
+from anges.events import (
+    REQUEST_EVENT_TYPES,
+    Event,
+    FileEdit,
+    ShellRun,
+    StepUsage,
+    child_reference,
+    group_of,
+    shown_path,
+)
 
 # No <img>: a picture in model output would be fetched from wherever it points (a tracking pixel); Markdown
 # images become links instead (see _image_as_link).
@@ -24,7 +32,6 @@ ALLOWED_ATTRIBUTES = {
     "td": {"align"},
 }
 URL_SCHEMES = {"http", "https", "mailto"}
-ANSWER_TYPES = {"task_completion", "agent_text_response", "agent_requested_help"}
 APPROVAL_FACTS = {
     "approval_requested": ("request_id", "action_type", "subject", "detail", "rule", "reason", "scope", "escalate",
                            "justification", "agent_id", "agent_type", "channel"),
@@ -90,16 +97,16 @@ def step_view(event: Event, index: int, cwd: str = "") -> dict:
         view["text"] = event.content
         view["from_parent"] = event.type.endswith("_from_parent")
     elif kind == "shell":
-        view.update(command=data.get("command", ""), exit_code=data.get("exit_code"), sandbox=data.get("sandbox"),
-                    escalated=bool(data.get("escalated")),
-                    duration=data.get("duration"), timed_out=bool(data.get("timed_out")),
-                    interrupted=bool(data.get("interrupted")), background=data.get("pid") is not None
-                    and data.get("exit_code") is None, output=command_output(event))
+        shell = ShellRun.of(event)
+        view.update(command=shell.command, exit_code=shell.exit_code, sandbox=data.get("sandbox"),
+                    escalated=bool(data.get("escalated")), duration=data.get("duration"),
+                    timed_out=shell.state == "timed_out", interrupted=shell.state == "interrupted",
+                    background=shell.state == "background", output=shell.output())
         view["long"] = view["output"].count("\n") >= LONG_OUTPUT_LINES
     elif kind == "edit":
-        view.update(path=_shown_path(data.get("path", ""), cwd), operation=data.get("operation", ""),
-                    directive=data.get("directive", event.content.partition("\n")[0]), error=data.get("error"),
-                    diff="" if data.get("error") else edit_diff(event), text=event.content if data.get("error") else "",
+        edit = FileEdit.of(event)
+        view.update(path=shown_path(edit.path, cwd), operation=edit.operation, directive=edit.directive,
+                    error=edit.error, diff="" if edit.error else edit.diff, text=event.content if edit.error else "",
                     lines_added=data.get("lines_added"), lines_removed=data.get("lines_removed"))
     elif kind == "answer":
         view["body_html"] = markdown_html(event.content)
@@ -120,46 +127,19 @@ def step_view(event: Event, index: int, cwd: str = "") -> dict:
     return view
 
 
-def _shown_path(path: str, cwd: str) -> str:
-    if cwd and path.startswith(cwd.rstrip("/") + "/"):
-        return path[len(cwd.rstrip("/")) + 1:]
-    return path
-
-
 def _kind(event: Event) -> str:
-    kind = event.type
-    if kind in REQUEST_EVENT_TYPES:
-        return "request"
-    if kind == "action" and "command" in (event.data or {}):
-        return "shell"
-    if kind == "edit_file":
-        return "edit"
-    if kind in ANSWER_TYPES:
-        return "answer"
-    if kind == "task_interrupted":
-        return "interrupted"
-    if kind in APPROVAL_FACTS:
-        return "approval"
-    if kind in ("new_child_agent", "resume_child_agent"):
-        return "child_start"
-    if kind == "child_agent_running":
-        return "child_running"
-    if kind.startswith("child_agent_"):
-        return "child_exit"
-    return "other"
+    """The step's kind as the page draws it (an MCP tool call is drawn as any other step)."""
+    kind = group_of(event)
+    return "other" if kind == "tool" else kind
 
 
 def _usage(data: dict) -> dict:
-    usage = data.get("usage") or {}
-    out = {
-        "input_tokens": int(usage.get("input_tokens") or 0),
-        "output_tokens": int(usage.get("output_tokens") or 0),
-        "model_calls": int(usage.get("model_calls") or 0),
-    }
-    if data.get("cost") is not None:
-        out["cost"] = float(data["cost"])
-    if data.get("model"):
-        out["model"] = str(data["model"])
+    usage = StepUsage.of(data) or StepUsage()
+    out = {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens, "model_calls": usage.model_calls}
+    if usage.cost is not None:
+        out["cost"] = usage.cost
+    if usage.model:
+        out["model"] = usage.model
     return out
 
 

@@ -20,10 +20,10 @@ from flask import (
 )
 from werkzeug.routing import BaseConverter
 
-from anges.config import AGENT_TYPES
 from anges.events import Event, EventStream, title_from
 from anges.exceptions import ConfigError, ModelSetupError, StreamBusy, StreamNotFound
 from anges.export import to_markdown
+from anges.registry import agent_types
 
 from .approvals import ANSWERS, CHANNEL_NAME, MAX_FEEDBACK
 from .auth import TOKEN_NEEDED, request_is_local
@@ -69,7 +69,7 @@ def _page(uid: str | None):
         "chat.html",
         chat_id=uid or "",
         csrf_token=web.guard.csrf_token(),
-        agent_types=AGENT_TYPES,
+        agent_types=agent_types.names(),
         models=["auto", *web.config.models],
         default_model=web.config.model,
         default_dir=web.runs.default_dir,
@@ -386,8 +386,8 @@ def _settings(raw) -> dict:
         if not isinstance(value, str) or len(value) > 4096:
             abort(400, f"setting {key} must be a string")
         value = value.strip()
-        if key == "agent_type" and value not in AGENT_TYPES:
-            abort(400, f"unknown agent type {value!r} (known: {', '.join(AGENT_TYPES)})")
+        if key == "agent_type" and value not in agent_types.names():
+            abort(400, f"unknown agent type {value!r} (known: {', '.join(agent_types.names())})")
         if key == "cmd_init_dir" and value:
             value = os.path.abspath(os.path.expanduser(value))
             if not os.path.isdir(value):

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from anges.export import command_output, edit_diff
-
-if TYPE_CHECKING:
-    from anges.events import Event
+from anges.events import Event, FileEdit, ShellRun
 
 EVENT_ACTION_TYPES = {"edit_file": "EDIT_FILE", "new_child_agent": "CALL_CHILD_AGENT",
                       "resume_child_agent": "CALL_CHILD_AGENT"}
@@ -43,26 +38,26 @@ def failed(event: Event) -> bool:
     data = event.data
     if data.get("error") or data.get("is_error"):
         return True
-    if event.type == "action" and "command" in data:
-        return bool(data.get("timed_out") or data.get("interrupted")) or data.get("exit_code") not in (0, None)
-    return False
+    shell = ShellRun.of(event)
+    return shell is not None and (shell.state in ("timed_out", "interrupted") or shell.exit_code not in (0, None))
 
 
 def command_status(event: Event) -> str:
     """How a command ended, in a few words."""
-    data = event.data
-    if data.get("timed_out"):
-        return f"killed after the timeout ({data.get('duration', 0):.0f} s)"
-    if data.get("interrupted"):
+    shell = ShellRun.of(event) or ShellRun("")
+    if shell.state == "timed_out":
+        return f"killed after the timeout ({shell.duration:.0f} s)"
+    if shell.state == "interrupted":
         return "killed: the run was interrupted"
-    if data.get("exit_code") is None and data.get("pid"):
-        return f"started in the background: pid {data['pid']}, output in {data.get('log_path')}"
-    return f"exit {data.get('exit_code')} · {data.get('duration', 0):.1f} s"
+    if shell.state == "background":
+        return f"started in the background: pid {shell.pid}, output in {shell.log_path}"
+    return f"exit {shell.exit_code} · {shell.duration:.1f} s"
 
 
 def command_text(event: Event) -> str:
     """A command's output (stdout, then stderr)."""
-    return command_output(event)
+    shell = ShellRun.of(event)
+    return shell.output() if shell is not None else ""
 
 
 def exit_code(event: Event) -> int | None:
@@ -77,7 +72,8 @@ def edit_path(event: Event) -> str:
 
 def edit_diff_text(event: Event) -> str:
     """An edit's unified diff ("" if none)."""
-    return edit_diff(event) or ""
+    edit = FileEdit.of(event)
+    return edit.diff if edit is not None else ""
 
 
 def error(event: Event) -> str:

@@ -126,8 +126,8 @@ class AngesAgent:
     def _open(self, stream, cwd: str, mcp_servers) -> Session:
         """A session on `stream` working in `cwd`, with the client's MCP servers (plus the configured ones)."""
         from anges.agents import agent_class
+        from anges.masking import secret_values
         from anges.mcp import manager_for
-        from anges.shell import secret_values
 
         if not os.path.isabs(cwd) or not os.path.isdir(cwd):
             raise RequestError(-32602, f"cwd must be an absolute path to a directory, got {cwd!r}")

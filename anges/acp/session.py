@@ -149,7 +149,7 @@ class Session:
     def replay(self, store) -> None:
         """Send the stream's history (children included) as updates."""
         mapper = UpdateMapper(self.send, self.cwd, self._ids, replay=True)
-        for depth, owner, event in walk(self.stream, store=store):
+        for depth, owner, event in walk(self.stream, store.load):
             parent = owner.parent_event_stream_uids[-1] if owner.parent_event_stream_uids else ""
             mapper.event(event, Speaker(owner.uid, owner.agent_type or "default", parent, depth))
         mapper.finish()
@@ -204,7 +204,7 @@ class WatchedModel:
                 turn.refused = exc.kind == "blocked"
             raise
         if turn is not None and turn is self.session.turn and not turn.cancelled.is_set():
-            from anges.shell import mask_secrets
+            from anges.masking import mask_secrets
 
             turn.refused = False
             turn.mapper.reply(mask_secrets(str(reply), self.session.secrets))

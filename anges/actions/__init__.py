@@ -1,10 +1,18 @@
 """Actions an agent can take; built-ins and the `Action` base class for your own."""
 
-from anges.actions.base import Action, ActionContext, is_builtin_style
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from anges.actions.base import Action, ActionContext, LegacyAction, is_builtin_style
 from anges.actions.edit import EditFile
 from anges.actions.mime import ReadMimeFiles
 from anges.actions.replies import AgentTextResponse, HelpNeeded, TaskComplete
 from anges.actions.shell import RunShellCommand
+
+if TYPE_CHECKING:
+    from anges.mcp import MCPManager
 
 # anges 0.1.x names
 RunShellCMDAction = RunShellCommand
@@ -13,8 +21,25 @@ TaskCompleteAction = TaskComplete
 AgentHelpNeededAction = HelpNeeded
 AgentTextResponseAction = AgentTextResponse
 
+
+def offered_actions(names: Iterable[str], mcp: MCPManager | None = None, given: Iterable[Action] = ()) -> list[Action]:
+    """The `given` actions, one of each action named (a registered name or module:Class; the first of a type
+    wins), and USE_MCP_TOOL when `mcp` has a server with tools."""
+    from anges.registry import actions
+
+    offered: dict[str, Action] = {action.type.upper(): action for action in given}
+    for name in names:
+        action = actions.get(name)()
+        offered.setdefault(action.type.upper(), action)
+    if mcp is not None and any(mcp.tools().values()):
+        from anges.actions.mcp import UseMCPTool
+
+        offered.setdefault(UseMCPTool.type, UseMCPTool(mcp))
+    return list(offered.values())
+
+
 __all__ = [
-    "Action", "ActionContext", "is_builtin_style", "RunShellCommand", "EditFile", "TaskComplete", "HelpNeeded",
-    "AgentTextResponse", "ReadMimeFiles", "RunShellCMDAction", "EditFileAction", "TaskCompleteAction",
-    "AgentHelpNeededAction", "AgentTextResponseAction",
+    "Action", "ActionContext", "LegacyAction", "is_builtin_style", "offered_actions", "RunShellCommand", "EditFile",
+    "TaskComplete", "HelpNeeded", "AgentTextResponse", "ReadMimeFiles", "RunShellCMDAction", "EditFileAction",
+    "TaskCompleteAction", "AgentHelpNeededAction", "AgentTextResponseAction",
 ]

@@ -6,28 +6,48 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from anges.events import RETURN_TO_PARENT_EVENT_TYPES
+
 if TYPE_CHECKING:
-    from anges.config import AgentConfig
+    from anges.actions.child import Delegator
+    from anges.command_runner import CommandRunner
+    from anges.config_types import AgentConfig, Config
     from anges.events import Event
+    from anges.models.base import Usage
     from anges.parsing import Param, ParsedReply
-    from anges.sandbox import CommandRunner, SandboxSettings
+    from anges.sandbox import SandboxSettings
+
+
+def _no_charge(usage: Usage | None, model_name: str) -> float | None:
+    return None
 
 
 @dataclass
 class ActionContext:
-    """What an action may use while it runs."""
+    """What an action may use while it runs (and what the approval gate knows of who is asking)."""
 
-    agent: Any
     config: AgentConfig
+    """The agent type's settings: timeouts, output caps."""
+    app_config: Config
+    """The whole configuration (the mime reader's model, the safety section, ...)."""
     cwd: str
     prefix_cmd: str
     interrupt_check: Callable[[], bool]
+    """True once the run must stop: a long action checks it and returns early."""
     reply: ParsedReply
-    record: Callable[[Event], None]
-    """Record an extra event before the action's own (e.g. a child agent starting)."""
+    record: Callable[..., None]
+    """Record an extra event before the action's own (e.g. a child agent starting): `record(event)`."""
+    agent_id: str = ""
+    agent_type: str = ""
     secrets: list[str] = field(default_factory=list)
     env: dict[str, str] | None = None
     """The environment commands run with (model credentials removed unless passed through)."""
+    charge: Callable[[Usage | None, str], float | None] = _no_charge
+    """Count a model call the action makes itself (e.g. reading images) against the request; returns its cost."""
+    render_guide: Callable[[Action], str] | None = None
+    """Render an action's guide again, e.g. after its tools changed."""
+    delegator: Delegator | None = None
+    """The agent, as far as starting and resuming child agents goes (CALL_CHILD_AGENT)."""
     runner: CommandRunner | None = None
     """The run's command runner this action's commands go through (None: this process starts them)."""
     sandbox: SandboxSettings | None = None
@@ -42,10 +62,11 @@ class ActionContext:
 class Action:
     """One kind of action a model may ask for.
 
-    Built-in actions implement `run(ctx, args) -> Event` and leave the bookkeeping (recording, notifying,
-    persisting, summarizing) to the agent. Actions written for anges 0.1.x implement
+    Actions implement `run(ctx, args) -> Event` and leave the bookkeeping (recording, notifying, persisting,
+    summarizing) to the agent. Actions written for anges 0.1.x implement
     `handle_action_in_parsed_response(run_config, parsed_response_dict, action_json)` instead, append
-    their own `Event` to `run_config["event_stream"]`, and return the stream when they end the run.
+    their own `Event` to `run_config["event_stream"]`, and return the stream when they end the run; the
+    agent runs them through `LegacyAction`.
     """
 
     type = ""
@@ -60,7 +81,7 @@ class Action:
     def __init__(self):
         self.guide_prompt = type(self).guide_prompt
 
-    def run(self, ctx: ActionContext, args: dict) -> Event:
+    def run(self, ctx: ActionContext, args: dict) -> Event | None:
         """Carry out the action and return the event to record."""
         raise NotImplementedError
 
@@ -73,3 +94,51 @@ class Action:
 def is_builtin_style(action: Action) -> bool:
     """True when the action implements `run` (the agent records its event)."""
     return type(action).run is not Action.run
+
+
+class LegacyAction(Action):
+    """An anges 0.1.x action behind `run`: the events it appends are taken back and recorded like any other.
+
+    They are recorded without notifying the message handlers, since such an action calls them itself.
+    """
+
+    def __init__(self, action: Action, agent: Any):
+        self.action = action
+        self.agent = agent
+        self.type = action.type
+        self.guide_prompt = action.guide_prompt
+        self.user_visible = action.user_visible
+        self.unique_action = action.unique_action
+        self.returning_action = action.returning_action
+        self.params = getattr(action, "params", {})
+
+    def run(self, ctx: ActionContext, args: dict) -> None:
+        stream = self.agent.event_stream
+        before = len(stream.events_list)
+        parsed = {"analysis": ctx.reply.analysis, "reasoning": ctx.reply.reasoning, "actions": ctx.reply.actions}
+        result = None
+        try:
+            result = self.action.handle_action_in_parsed_response(self._run_config(ctx), parsed, args)
+        finally:
+            added = stream.events_list[before:]
+            del stream.events_list[before:]
+            for event in added:
+                ctx.record(event, notify=False)
+        self.returning_action = result is not None or any(e.type in RETURN_TO_PARENT_EVENT_TYPES for e in added)
+
+    def _run_config(self, ctx: ActionContext) -> dict:
+        agent = self.agent
+        return {
+            "event_stream": agent.event_stream,
+            "inference_func": agent.inference_func,
+            "cmd_init_dir": ctx.cwd,
+            "prefix_cmd": ctx.prefix_cmd,
+            "agent_config": ctx.config,
+            "max_consecutive_actions_to_summarize": ctx.config.max_consecutive_actions_to_summarize,
+            "agent_message_base": f"Agent {ctx.agent_id}",
+            "message_handler_func": agent.handle_user_visible_messages,
+            "logger": agent.logger,
+            "interrupt_check": ctx.interrupt_check,
+            "store": agent.store,
+            "agent": agent,
+        }

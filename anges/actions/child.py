@@ -4,14 +4,29 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from anges.actions.base import Action, ActionContext
 from anges.events import Event, EventStream
 from anges.exceptions import InvalidStreamId, StreamNotFound
 from anges.parsing import Param
 
-CHILD_TYPES = ("TASK_ANALYZER", "TASK_EXECUTOR", "ORCHESTRATOR")
+if TYPE_CHECKING:
+    from anges.store import EventStore
+
+
+class Delegator(Protocol):
+    """What CALL_CHILD_AGENT needs of the agent that delegates."""
+
+    uid: str
+    parent_ids: list[str]
+    store: EventStore
+
+    def child_types(self, any_depth: bool = False) -> list[str]:
+        """The agent types (upper case) this agent may start now (or at any depth)."""
+
+    def make_child(self, agent_type: str, event_stream: EventStream) -> Any:
+        """A child agent of that type on that stream, sharing this agent's model, limits and safety."""
 
 
 @dataclass
@@ -45,7 +60,7 @@ class CallChildAgent(Action):
         if verb == "RESUME_CHILD_AGENT" and target:
             return self._resumed_child(ctx, target, args)
         return _error(f"directive {args['directive']!r} is not valid: use `NEW_CHILD_AGENT <TYPE>` "
-                      f"(TYPE one of {', '.join(ctx.agent.child_types())}) or `RESUME_CHILD_AGENT <child id>`")
+                      f"(TYPE one of {', '.join(_parent(ctx).child_types())}) or `RESUME_CHILD_AGENT <child id>`")
 
     def execute(self, child: ChildRun) -> ChildRun:
         """Run the child until it returns."""
@@ -66,16 +81,16 @@ class CallChildAgent(Action):
         )
 
     def _new_child(self, ctx: ActionContext, child_type: str, args: dict) -> ChildRun | Event:
-        allowed = ctx.agent.child_types()
+        parent = _parent(ctx)
+        allowed = parent.child_types()
         if child_type not in allowed:
-            why = " (the nesting depth limit is reached)" if child_type == "ORCHESTRATOR" else ""
+            why = " (the nesting depth limit is reached)" if child_type in parent.child_types(any_depth=True) else ""
             return _error(f"cannot start a child of type {child_type!r}{why}; valid types: {', '.join(allowed)}")
-        parent = ctx.agent
         stream = EventStream(parent_event_stream_uids=parent.parent_ids + [parent.uid], agent_type=child_type.lower())
         return self._announce(ctx, "new_child_agent", parent.make_child(child_type.lower(), stream), args)
 
     def _resumed_child(self, ctx: ActionContext, child_id: str, args: dict) -> ChildRun | Event:
-        parent = ctx.agent
+        parent = _parent(ctx)
         try:
             stream = parent.store.load(child_id)
         except (StreamNotFound, InvalidStreamId):
@@ -83,7 +98,7 @@ class CallChildAgent(Action):
         if stream is None or stream.parent_event_stream_uids[-1:] != [parent.uid]:
             return _error(f"{child_id!r} is not one of your child agents; resume only ids from your "
                           f"NEW_CHILD_AGENT results, or start a new child")
-        if stream.agent_type.upper() not in CHILD_TYPES:
+        if stream.agent_type.upper() not in parent.child_types(any_depth=True):
             return _error(f"child {child_id!r} has agent type {stream.agent_type!r}, which cannot be resumed")
         return self._announce(ctx, "resume_child_agent", parent.make_child(stream.agent_type, stream), args)
 
@@ -100,6 +115,12 @@ class CallChildAgent(Action):
         ctx.record(Event("child_agent_running", reasoning=json.dumps(info), content=running, message=running,
                          data=info))
         return ChildRun(child, args["agent_input"])
+
+
+def _parent(ctx: ActionContext) -> Delegator:
+    if ctx.delegator is None:
+        raise RuntimeError("CALL_CHILD_AGENT needs an agent that can start child agents")
+    return ctx.delegator
 
 
 def _error(message: str) -> Event:

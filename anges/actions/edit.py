@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from anges.actions.base import Action, ActionContext
-from anges.events import Event
+from anges.events import Event, FileEdit
 from anges.parsing import Param
 
 
@@ -27,8 +27,10 @@ class EditFile(Action):
             result = apply_edit(directive, args.get("content") or "", base_dir=ctx.cwd, old_text=args.get("old_text"),
                                 resolved=resolved)
         except EditError as exc:
-            return Event(type="edit_file", content=f"EDIT FAILED: {exc}\nThe file was not changed.",
-                         message=f"could not edit: {directive}", data={"directive": directive, "error": str(exc)})
-        return Event(type="edit_file", content=f"{directive}\n{result.diff or '(no change)'}",
-                     message=f"edited `{result.path}`",
-                     data={**result.to_data(), "directive": directive, "diff": result.diff})
+            event = Event("edit_file", message=f"could not edit: {directive}",
+                          data={"directive": directive, "error": str(exc)})
+        else:
+            event = Event("edit_file", message=f"edited `{result.path}`",
+                          data={**result.to_data(), "directive": directive, "diff": result.diff})
+        event.content = FileEdit.of(event).text()  # the model reads the facts; the store keeps them once
+        return event

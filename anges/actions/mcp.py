@@ -7,12 +7,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from anges.actions.base import Action, ActionContext
+from anges.clipping import clipped, shorten
 from anges.events import Event
+from anges.masking import mask_secrets
 from anges.parsing import Param
-from anges.shell import mask_secrets
 
 if TYPE_CHECKING:
-    from anges.mcp import MCPManager, ToolInfo
+    from anges.mcp import MCPManager
 
 MAX_DESCRIPTION_CHARS = 2000
 MAX_VALIDATION_PROBLEMS = 5
@@ -41,7 +42,7 @@ class UseMCPTool(Action):
         mask = self.manager.mask
         return [
             {"name": server, "tools": [{"name": tool.name,
-                                        "description": mask(_shorten(tool.description.strip())),
+                                        "description": mask(shorten(tool.description.strip(), MAX_DESCRIPTION_CHARS)),
                                         "schema": mask(compact_schema(tool.input_schema))} for tool in tools]}
             for server, tools in self.manager.tools().items()
         ]
@@ -56,9 +57,10 @@ class UseMCPTool(Action):
         server, tool_name = args["mcp_server_name"].strip(), args["tool_name"].strip()
         tool_args = args.get("tool_args") or {}
         facts = {"action_type": self.type, "server": server, "tool": tool_name, "args": tool_args}
-        tool, kind, problem = self._find_tool(server, tool_name)
-        if tool is None:
-            return self._error(ctx, facts, kind, problem)
+        try:
+            tool = self.manager.find_tool(server, tool_name)
+        except MCPCallError as exc:
+            return self._error(ctx, facts, exc.kind, str(exc))
         problems = validate_args(tool_args, tool.input_schema)
         if problems:
             text = (f"The arguments do not match the parameters of {server}.{tool_name}:\n"
@@ -78,22 +80,6 @@ class UseMCPTool(Action):
 
     # -- helpers ----------------------------------------------------------------------------------------------
 
-    def _find_tool(self, server: str, name: str) -> tuple[ToolInfo | None, str, str]:
-        """The tool, or None with the error kind and a message the model can act on."""
-        tools = self.manager.tools()
-        if server not in tools:
-            failures = self.manager.failures
-            if server in failures:
-                reason = failures[server].splitlines()[0]
-                return None, "unavailable", f"MCP server '{server}' is not available: {reason}"
-            names = ", ".join(tools) or "none"
-            return None, "unknown_server", f"There is no MCP server named '{server}'. Connected servers: {names}."
-        for tool in tools[server]:
-            if tool.name == name:
-                return tool, "", ""
-        names = ", ".join(t.name for t in tools[server]) or "none"
-        return None, "unknown_tool", f"MCP server '{server}' has no tool named '{name}'. Its tools: {names}."
-
     def _result_event(self, ctx: ActionContext, facts: dict, result, duration: float) -> Event:
         cap = ctx.config.shell_output_cap
         status = "ERROR (the tool reported a failure)" if result.is_error else "OK"
@@ -103,8 +89,8 @@ class UseMCPTool(Action):
         structured_json = ""
         if result.structured is not None and not _repeats(result.text, result.structured):
             structured_json = mask_secrets(json.dumps(result.structured, ensure_ascii=False, indent=1), ctx.secrets)
-        text, omitted = cap_text(text, cap)
-        structured_shown, structured_omitted = cap_text(structured_json, cap)
+        text, omitted = clipped(text, cap)
+        structured_shown, structured_omitted = clipped(structured_json, cap)
         if text:
             parts.append(f"RESULT:\n{text}")
         if structured_shown:
@@ -129,9 +115,8 @@ class UseMCPTool(Action):
 
     def _refresh_guide(self, ctx: ActionContext) -> None:
         """Drop a dead server's tools from the guide the model reads from the next step on."""
-        render = getattr(ctx.agent, "render_guide", None)
-        if callable(render):
-            self.guide_prompt = render(self)
+        if ctx.render_guide is not None:
+            self.guide_prompt = ctx.render_guide(self)
 
 
 def validate_args(args: dict, schema: dict) -> list[str]:
@@ -162,15 +147,6 @@ def compact_schema(schema: Any) -> str:
     return json.dumps(_strip_titles(schema), ensure_ascii=False, separators=(",", ":"))
 
 
-def cap_text(text: str, cap: int) -> tuple[str, int]:
-    """Keep the head and tail of `text` within `cap` characters; the mark says how many were omitted."""
-    if cap <= 0 or len(text) <= cap:
-        return text, 0
-    head, tail = cap // 2, cap - cap // 2
-    omitted = len(text) - head - tail
-    return f"{text[:head]}\n... [{omitted} characters omitted] ...\n{text[-tail:]}", omitted
-
-
 def _strip_titles(schema: Any) -> Any:
     if isinstance(schema, list):
         return [_strip_titles(item) for item in schema]
@@ -185,10 +161,6 @@ def _strip_titles(schema: Any) -> Any:
         else:
             result[key] = _strip_titles(value)
     return result
-
-
-def _shorten(text: str) -> str:
-    return text if len(text) <= MAX_DESCRIPTION_CHARS else text[:MAX_DESCRIPTION_CHARS] + " [...]"
 
 
 def _repeats(text: str, structured: Any) -> bool:

@@ -28,7 +28,7 @@ class ReadMimeFiles(Action):
         from anges.exceptions import ModelError
         from anges.mime import MimeError, load_inputs, write_answer
 
-        config = ctx.agent.config
+        config = ctx.app_config
         question, output = args["question"].strip(), (args.get("output") or "").strip()
         # "model" and "usage" are the agent's own (the call that chose this action): these are the reader's.
         facts = {"action_type": self.type, "question": question, "inputs": [],
@@ -45,7 +45,7 @@ class ReadMimeFiles(Action):
         usage = getattr(answer, "usage", None)
         if usage is not None:
             facts["mime_usage"] = usage.to_dict()
-        cost = ctx.agent.charge(usage, facts["mime_model"])
+        cost = ctx.charge(usage, facts["mime_model"])
         if cost is not None:
             facts["mime_cost"] = cost
         text = str(answer).strip()

@@ -1,8 +1,7 @@
-"""Agent types and the one registry that builds them."""
+"""Agent types: `BaseAgent` and the built-in types; `agent_class` finds any registered type by name."""
 
 from __future__ import annotations
 
-from anges.actions import AgentTextResponse, EditFile, HelpNeeded, ReadMimeFiles, RunShellCommand, TaskComplete
 from anges.agents.base import AgentMessage, BaseAgent
 
 
@@ -18,7 +17,8 @@ class TaskExecutor(BaseAgent):
 
     agent_type = "task_executor"
     template = "agents/task_executor.j2"
-    action_classes = (RunShellCommand, EditFile, ReadMimeFiles, TaskComplete, HelpNeeded)
+    action_types = ("RUN_SHELL_CMD", "EDIT_FILE", "READ_MIME_FILES", "TASK_COMPLETE", "HELP_NEEDED")
+    can_be_child = True
 
 
 class TaskAnalyzer(BaseAgent):
@@ -26,32 +26,25 @@ class TaskAnalyzer(BaseAgent):
 
     agent_type = "task_analyzer"
     template = "agents/task_analyzer.j2"
-    action_classes = (RunShellCommand, ReadMimeFiles, TaskComplete, HelpNeeded, AgentTextResponse)
-
-
-AGENT_CLASSES: dict[str, type[BaseAgent]] = {
-    "default": DefaultAgent,
-    "task_executor": TaskExecutor,
-    "task_analyzer": TaskAnalyzer,
-}
+    action_types = ("RUN_SHELL_CMD", "READ_MIME_FILES", "TASK_COMPLETE", "HELP_NEEDED", "AGENT_TEXT_RESPONSE")
+    can_be_child = True
 
 
 def agent_class(agent_type: str) -> type[BaseAgent]:
-    """The class of a registered agent type; an unknown name lists the valid ones."""
-    key = agent_type.lower()
-    if key == "orchestrator" and key not in AGENT_CLASSES:
-        from anges.agents.orchestrator import Orchestrator  # noqa: F401  (registers itself)
-    try:
-        return AGENT_CLASSES[key]
-    except KeyError:
-        raise ValueError(f"unknown agent type {agent_type!r}; valid: {', '.join(sorted(AGENT_CLASSES))}") from None
+    """The class of a registered agent type (or a module:Class path); an unknown name lists the valid ones."""
+    from anges.registry import agent_types
+
+    return agent_types.get(agent_type)
 
 
 def __getattr__(name: str):
     if name == "Orchestrator":
         return agent_class("orchestrator")
-    raise AttributeError(name)
+    if name == "AGENT_CLASSES":  # anges 0.2's table, now a snapshot of the registry
+        from anges.registry import agent_types
+
+        return dict(agent_types.classes())
+    raise AttributeError(f"module 'anges.agents' has no attribute {name!r}")
 
 
-__all__ = ["AgentMessage", "BaseAgent", "DefaultAgent", "TaskExecutor", "TaskAnalyzer", "Orchestrator",
-           "AGENT_CLASSES", "agent_class"]
+__all__ = ["AgentMessage", "BaseAgent", "DefaultAgent", "TaskExecutor", "TaskAnalyzer", "Orchestrator", "agent_class"]

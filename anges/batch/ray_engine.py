@@ -156,7 +156,7 @@ def run_remote(job: Job, config: Config, collector, template: bytes | None) -> d
 class _Forwarder(threading.Thread):
     """Sends what the scratch store records to the collector, every TICK; sets `stop` when told to stop."""
 
-    def __init__(self, store: EventStore, collector, key: str, attempt: int, offsets: dict[str, int],
+    def __init__(self, store: EventStore, collector, key: str, attempt: int, offsets: dict,
                  stop: threading.Event):
         super().__init__(name="anges-batch-forward", daemon=True)
         self.store, self.collector, self.key, self.attempt = store, collector, key, attempt
@@ -180,7 +180,7 @@ class _Forwarder(threading.Thread):
 
         records = []
         for info in self.store.list():
-            fresh, self.offsets[info.uid] = self.store.read_records(info.uid, self.offsets.get(info.uid, 0))
+            fresh, self.offsets[info.uid] = self.store.read_records(info.uid, self.offsets.get(info.uid))
             records.extend([info.uid, record] for record in fresh)
         if not records and not final and time.monotonic() - self.sent_at < HEARTBEAT:
             return
@@ -189,8 +189,8 @@ class _Forwarder(threading.Thread):
             self.stop.set()
 
 
-def _import_records(store: EventStore, records: list, scratch: Path) -> dict[str, int]:
-    """Rebuild the streams earlier attempts sent in the scratch store; the byte offset reached in each."""
+def _import_records(store: EventStore, records: list, scratch: Path) -> dict:
+    """Rebuild the streams earlier attempts sent in the scratch store; the read cursor reached in each."""
     import json
 
     by_stream: dict[str, list] = {}
@@ -205,7 +205,7 @@ def _import_records(store: EventStore, records: list, scratch: Path) -> dict[str
         file = scratch / f"import-{uid}.jsonl"
         file.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
         store.import_file(file)
-        offsets[uid] = store.read_records(uid, 0)[1]
+        offsets[uid] = store.read_records(uid)[1]
         file.unlink()
     return offsets
 
@@ -282,10 +282,10 @@ class RayEngine:
 
     def worker_env(self) -> dict[str, str]:
         """The variables workers get through `runtime_env`: model keys and endpoints set here, and --env names."""
-        from anges.models import PROVIDER_KEYS
+        from anges.models import provider_key_envs
         from anges.models.provider import key_env_names
 
-        names = set(self.env_names) | set(SDK_ENV) | set(PROVIDER_KEYS.values())
+        names = set(self.env_names) | set(SDK_ENV) | provider_key_envs()
         for preset in self.config.models.values():
             names.update(key_env_names(preset))
         for agent in self.config.agents.values():

@@ -55,7 +55,7 @@ def _add_stream_facts(row: dict, stream: EventStream, store: EventStore) -> None
 
     status = stream_status(stream.events_list)
     final = final_event(stream)
-    usage = Outcome(stream, "", status, list(walk(stream, 0, store)), 0.0).usage()
+    usage = Outcome(stream, "", status, list(walk(stream, store.load)), 0.0).usage()
     row.update(
         status=status,
         reason=final.data.get("reason") if final is not None and final.type == "task_interrupted" else None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -125,6 +126,19 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
         for row in rows:
             out.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
     os.replace(temp, path)
+
+
+def write_results(rows: list[dict], target: str | None) -> None:
+    """`anges batch --output`: the result rows as JSON lines on stdout (`-`) or in a file (none: nowhere)."""
+    if target == "-":
+        for row in rows:
+            sys.stdout.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+        sys.stdout.flush()
+    elif target:
+        try:
+            write_jsonl(Path(target).expanduser(), rows)
+        except OSError as exc:
+            raise BatchError(f"cannot write {target}: {exc.strerror or exc}") from None
 
 
 def _fold(record: TaskRecord, entry: dict) -> None:

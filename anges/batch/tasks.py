@@ -10,9 +10,9 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from anges.config import AGENT_TYPES
 from anges.events import is_valid_id
 from anges.exceptions import BatchError
+from anges.registry import agent_types
 
 MAX_TASKS = 100_000
 MAX_TASK_FILE_BYTES = 64 * 1024 * 1024
@@ -188,8 +188,8 @@ def _field(name: str, value: Any, base: Path, fault) -> Any:
         raise fault(f"{value[:80]!r} is not a valid id: use 1-64 letters, digits, '-' or '_'")
     if name in ("task", "model") and not value.strip():
         raise fault("is empty")
-    if name == "agent" and value not in AGENT_TYPES:
-        raise fault(f"unknown agent type {value!r} (known: {', '.join(AGENT_TYPES)})")
+    if name == "agent" and value not in agent_types:
+        raise fault(f"unknown agent type {value!r} (known: {', '.join(agent_types.names())})")
     if name in ("path", "template"):
         folder = Path(value).expanduser() if value.startswith("~") else base / value
         if not folder.is_dir():

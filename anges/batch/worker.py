@@ -14,7 +14,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -87,7 +87,7 @@ def run_task(job: Job, config: Config, store: EventStore, workdir: Path, fresh: 
     from anges.events import EventStream
 
     spec = job.spec
-    config = replace(config, safety=batch_safety(config.safety))
+    config = config.model_copy(update={"safety": batch_safety(config.safety)})
     missing = missing_sandbox(config.safety, f"on {socket.gethostname()}")
     if missing:
         return result("error", error=missing)
@@ -109,7 +109,8 @@ def run_task(job: Job, config: Config, store: EventStore, workdir: Path, fresh: 
 
 def _run_setup(spec: TaskSpec, workdir: Path, config: Config, stop: threading.Event) -> str | None:
     """Run the task's setup command; the error text when it fails."""
-    from anges.shell import run_command, secret_values
+    from anges.masking import secret_values
+    from anges.shell import run_command
 
     agent_config = config.agent(spec.agent)
     done = run_command(spec.setup, cwd=workdir, timeout=spec.timeout or agent_config.shell_cmd_timeout,
@@ -129,11 +130,8 @@ def _build_agent(spec: TaskSpec, config: Config, store: EventStore, stream, work
     from anges.agents import agent_class
     from anges.models import get_model
 
-    agent_config = replace(config.agent(spec.agent))
-    if spec.timeout:
-        agent_config.timeout = spec.timeout
-    if spec.max_steps:
-        agent_config.max_number_of_events_to_exhaust = spec.max_steps
+    limits = {"timeout": spec.timeout, "max_number_of_events_to_exhaust": spec.max_steps}
+    agent_config = config.agent(spec.agent).model_copy(update={key: value for key, value in limits.items() if value})
     model = get_model(spec.model, config, spec.agent)
     return agent_class(spec.agent)(
         inference_func=model, event_stream=stream, cmd_init_dir=str(workdir), interrupt_check=stop.is_set,
@@ -152,7 +150,7 @@ def batch_safety(safety: SafetyConfig) -> SafetyConfig:
     rules = list(safety.default_rules)
     if safety.sandbox == "off":
         rules.append(SafetyRule("RUN_SHELL_CMD", "*", "allow", "the batch runs commands without the sandbox"))
-    return replace(safety, default_rules=rules)
+    return safety.model_copy(update={"default_rules": rules})
 
 
 def missing_sandbox(safety: SafetyConfig, where: str) -> str | None:

@@ -18,6 +18,7 @@ class AnthropicModel(Provider):
     """One user message holding the prompt, through `client.messages.create`."""
 
     provider = "anthropic"
+    default_key_env = "ANTHROPIC_API_KEY"
 
     def _make_client(self) -> Any:
         try:

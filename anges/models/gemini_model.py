@@ -7,7 +7,7 @@ from typing import Any
 
 from anges.exceptions import ModelSetupError
 from anges.models.base import Completion, Usage
-from anges.models.provider import Provider, uses_vertex
+from anges.models.provider import Provider, env_true
 from anges.models.retry import Failure, transport_failure
 
 BLOCKED = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY",
@@ -20,13 +20,19 @@ class GeminiModel(Provider):
     """One user turn holding the prompt, through `client.models.generate_content`."""
 
     provider = "gemini"
+    default_key_env = "GEMINI_API_KEY"
+
+    @classmethod
+    def uses_vertex(cls, preset) -> bool:
+        """The preset says so, or the SDK's own GOOGLE_GENAI_USE_VERTEXAI does."""
+        return preset.vertex or env_true("GOOGLE_GENAI_USE_VERTEXAI")
 
     def _make_client(self) -> Any:
         from google import genai
         from google.auth.exceptions import GoogleAuthError
         from google.genai import types
 
-        self.vertex = uses_vertex(self.preset)
+        self.vertex = self.uses_vertex(self.preset)
         self.label = "Vertex AI" if self.vertex else "Gemini"
         http_options = types.HttpOptions(
             # None: the SDK reads GOOGLE_GEMINI_BASE_URL / GOOGLE_VERTEX_BASE_URL

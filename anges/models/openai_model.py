@@ -19,6 +19,17 @@ class OpenAIModel(Provider):
     """One user message holding the prompt, through `client.chat.completions.create`."""
 
     provider = "openai"
+    default_key_env = "OPENAI_API_KEY"
+
+    @classmethod
+    def has_credentials(cls, preset) -> bool:
+        """A key, or OPENAI_BASE_URL naming an OpenAI-compatible server for a preset without a base_url."""
+        return super().has_credentials(preset) or (not preset.base_url and bool(os.environ.get("OPENAI_BASE_URL")))
+
+    @classmethod
+    def credential_hint(cls, preset) -> str:
+        hint = super().credential_hint(preset)
+        return hint + " (or OPENAI_BASE_URL for an OpenAI-compatible server)" if not preset.base_url else hint
 
     def _make_client(self) -> Any:
         import openai

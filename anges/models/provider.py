@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, NoReturn
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
-from anges.config import ModelPreset, ModelSettings, RetryConfig, anges_home
+from anges.clipping import one_line
+from anges.config import anges_home
 from anges.exceptions import ModelReplyError, ModelSetupError
 from anges.models.base import Completion, Usage
 from anges.models.cancel import CancelToken, Connections, current_token, watching
@@ -20,10 +20,12 @@ from anges.models.retry import (
     transport_failure,
 )
 
+if TYPE_CHECKING:
+    from anges.config_types import ModelPreset, ModelSettings, RetryConfig
+
 KEY_ALIASES = {"GEMINI_API_KEY": ("GOOGLE_API_KEY",), "GOOGLE_API_KEY": ("GEMINI_API_KEY",)}
 """Environment variables an SDK accepts in place of the one a preset names."""
 
-_THINK_BLOCK = re.compile(r"\A\s*<think>.*?</think>\s*", re.DOTALL)
 _STATUS_WORDS = {408: "request timeout", 409: "conflict", 429: "rate limited", 503: "overloaded", 529: "overloaded"}
 
 
@@ -38,31 +40,22 @@ def key_env_names(preset: ModelPreset) -> tuple[str, ...]:
     return (preset.api_key_env,) + KEY_ALIASES.get(preset.api_key_env, ())
 
 
-def uses_vertex(preset: ModelPreset) -> bool:
-    """Vertex AI instead of an API key: the preset says so, or (Gemini) the SDK's GOOGLE_GENAI_USE_VERTEXAI does."""
-    return preset.vertex or (preset.provider == "gemini" and env_true("GOOGLE_GENAI_USE_VERTEXAI"))
-
-
 def has_credentials(preset: ModelPreset) -> bool:
-    """Whether the environment holds what the preset needs to authenticate (for `auto`)."""
-    if uses_vertex(preset):
-        return bool(preset.project or os.environ.get("GOOGLE_CLOUD_PROJECT"))
-    if not preset.api_key_env or any(os.environ.get(name) for name in key_env_names(preset)):
-        return True
-    return preset.provider == "openai" and not preset.base_url and bool(os.environ.get("OPENAI_BASE_URL"))
+    """Whether the environment holds what the preset needs to authenticate (for `auto`), as its provider says."""
+    check = getattr(_provider_class(preset), "has_credentials", None)
+    return check(preset) if check is not None else True
 
 
-def strip_thinking(text: str) -> str:
-    """Drop the `<think>...</think>` block that reasoning models put before their answer."""
-    match = _THINK_BLOCK.match(text)
-    if match:
-        return text[match.end():]
-    if text.lstrip().startswith("<think>"):
-        return ""  # cut off while still thinking: there is no answer yet
-    head, closing, tail = text.partition("</think>")
-    if closing and "{" not in head:
-        return tail.lstrip()  # some servers send the reasoning without its opening tag
-    return text
+def credential_hint(preset: ModelPreset) -> str:
+    """The environment variables that would give the preset credentials, for a message (empty: none needed)."""
+    hint = getattr(_provider_class(preset), "credential_hint", None)
+    return hint(preset) if hint is not None else ""
+
+
+def _provider_class(preset: ModelPreset) -> type:
+    from anges.registry import providers
+
+    return providers.get(preset.provider)
 
 
 def config_hint() -> str:
@@ -73,6 +66,9 @@ class Provider:
     """A model reached through a provider SDK: subclasses make the client and do one attempt of one call."""
 
     provider: ClassVar[str] = ""
+    """The wire format it speaks (openai, gemini, anthropic): how READ_MIME_FILES builds its inputs."""
+    default_key_env: ClassVar[str] = ""
+    """The key variable of `PROVIDER:MODEL-ID` names that no preset stands for."""
     label: str = ""
     """Who answers, for messages: "OpenAI", "Gemini", "the server at http://...", ... (set by `_make_client`)."""
     base_url: str = ""
@@ -81,6 +77,8 @@ class Provider:
     def __init__(self, preset: ModelPreset, settings: ModelSettings | None = None, retry: RetryConfig | None = None,
                  *, name: str = "", sleep: Callable[[float], object] | None = None,
                  clock: Callable[[], float] = time.monotonic):
+        from anges.config_types import ModelSettings, RetryConfig
+
         self.preset = preset
         self.settings = settings or ModelSettings()
         self.retry = retry or RetryConfig()
@@ -117,6 +115,23 @@ class Provider:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
 
+    @classmethod
+    def uses_vertex(cls, preset: ModelPreset) -> bool:
+        """Vertex AI instead of an API key."""
+        return preset.vertex
+
+    @classmethod
+    def has_credentials(cls, preset: ModelPreset) -> bool:
+        """Whether the environment holds what the preset needs to authenticate (for `auto`)."""
+        if cls.uses_vertex(preset):
+            return bool(preset.project or os.environ.get("GOOGLE_CLOUD_PROJECT"))
+        return not preset.api_key_env or any(os.environ.get(name) for name in key_env_names(preset))
+
+    @classmethod
+    def credential_hint(cls, preset: ModelPreset) -> str:
+        """The environment variables that would give the preset credentials, for a message."""
+        return " or ".join(key_env_names(preset))
+
     def _make_client(self) -> Any:
         raise NotImplementedError
 
@@ -146,8 +161,9 @@ class Provider:
         return "api_key_env in the preset (it names no variable, so no key was sent)"
 
     def _reply(self, text: str | None, usage: Usage, model: str, finish_reason: str) -> Completion:
-        """The Completion for a reply text, or ModelReplyError when nothing usable is left of it."""
-        text = strip_thinking(text or "")
+        """The Completion for a reply text (reasoning blocks and all: the parser reads them), or ModelReplyError
+        when it is empty."""
+        text = text or ""
         if not text.strip():
             if finish_reason == "length":
                 self._refuse(f"the reply was cut off at max_output_tokens ({self.settings.max_output_tokens}) before "
@@ -163,7 +179,7 @@ class Provider:
     def _status_failure(self, status: int, headers: Mapping[str, str] | None, detail: str = "",
                         retry_after: float | None = None) -> Failure:
         """Classify an HTTP error status, with what to fix for the ones that retrying cannot."""
-        detail = _shorten(detail)
+        detail = one_line(str(detail), 300)
         said = f": {detail}" if detail else ""
         model = self.preset.model
         if status in TRANSIENT_STATUSES or status >= 500:
@@ -203,8 +219,3 @@ def _body_message(body: object) -> str:
         if isinstance(error, str):
             return error
     return body if isinstance(body, str) else ""
-
-
-def _shorten(text: str, limit: int = 300) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."

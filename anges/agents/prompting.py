@@ -1,0 +1,60 @@
+"""An agent's prompt and its actions' guides, rendered from the templates."""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import TYPE_CHECKING
+
+from anges.prompt import format_event_stream, render_template
+
+if TYPE_CHECKING:
+    from anges.actions.base import Action
+    from anges.agents.base import BaseAgent
+
+
+class Prompter:
+    """Renders one agent's prompt. The environment facts are read once per run: they belong to the prompt's stable
+    prefix, which must stay byte-identical from step to step."""
+
+    def __init__(self, agent: BaseAgent):
+        self.agent = agent
+        self._facts: dict | None = None
+
+    def new_run(self) -> None:
+        """Read the facts again (the sandbox may differ) and render every action's guide."""
+        self._facts = None
+        for action in self.agent.registered_actions:
+            if action.guide_template:
+                action.guide_prompt = self.guide(action)
+
+    def prompt(self, feedback: str = "") -> str:
+        """The full prompt for the next step; `feedback` says what was wrong with the last reply."""
+        agent = self.agent
+        events = agent.event_stream.events_list
+        return render_template(
+            agent.agent_prompt_template, agent.config.prompt.template_dir,
+            action_types=[a.type for a in agent.registered_actions],
+            action_guides=[a.guide_prompt for a in agent.registered_actions], platform=self.facts(),
+            notes=agent.notes, history=format_event_stream(agent.event_stream, agent.config.prompt),
+            background_jobs=agent.run_safety.job_lines() if agent.run_safety else [],
+            after_edit=bool(events) and events[-1].type == "edit_file", feedback=feedback, agent=agent)
+
+    def guide(self, action: Action) -> str:
+        """The guide of one built-in action, rendered from its `guide_template`."""
+        agent, facts = self.agent, self.facts()
+        return render_template(
+            action.guide_template, agent.config.prompt.template_dir, shell=facts["shell"], sandbox=facts["sandbox"],
+            default_timeout=int(agent.agent_config.shell_cmd_timeout),
+            max_timeout=int(agent.agent_config.max_shell_cmd_timeout), agent=agent, action=action)
+
+    def facts(self) -> dict:
+        """The environment section: OS, shell, working directory, command prefix, sandbox."""
+        if self._facts is None:
+            from anges.shell import find_shell
+
+            agent = self.agent
+            self._facts = {"os": platform.system(), "shell": os.path.basename(find_shell()),
+                           "cwd": agent.cmd_init_dir, "prefix_cmd": agent.prefix_cmd,
+                           "sandbox": agent.run_safety.facts() if agent.run_safety else None}
+        return self._facts

@@ -1,0 +1,74 @@
+"""One request being run: where it started, its budget, ledger and action context, and its limits."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from anges.agents.record import jsonable
+from anges.events import Event, EventStream
+from anges.exceptions import RunStopped
+
+if TYPE_CHECKING:
+    from anges.actions.base import ActionContext
+    from anges.agents.history import History
+    from anges.budget import Budget, Ledger
+    from anges.config_types import AgentConfig
+
+
+@dataclass
+class RunState:
+    """The request being run. The model-call limit, like every other budget limit, is counted by `budget`."""
+
+    limits: AgentConfig
+    request_index: int
+    """Events before the run's first step (the request included): the event limit counts from here."""
+    budget: Budget
+    ledger: Ledger
+    context: ActionContext
+    history: History
+    last_action: str = ""
+    repeats: int = 0
+
+    def check(self, events: int) -> None:
+        """Raise `RunStopped` when the budget or the event limit is reached (`events`: the stream's length)."""
+        self.budget.check()
+        limit = self.limits.max_number_of_events_to_exhaust
+        if limit and events - self.request_index >= limit:
+            raise RunStopped("event_limit", f"the run reached {limit} events since the last request", limit=limit)
+
+    def count_repeats(self, args: dict) -> None:
+        """Raise `RunStopped` when the same action comes `max_repeated_actions` times in a row."""
+        key = json.dumps(args, sort_keys=True, default=str)
+        self.repeats = self.repeats + 1 if key == self.last_action else 1
+        self.last_action = key
+        limit = self.limits.max_repeated_actions
+        if limit and self.repeats >= limit:
+            raise RunStopped("repetition", f"the same action was requested {self.repeats} times in a row",
+                             action=args)
+
+
+def abandoned_run(stream: EventStream) -> Event | None:
+    """The `task_interrupted` event for a stream whose last run's process died before it could record how the run
+    ended (call it holding the stream's run lock); None when the last run ended properly."""
+    from anges.store import stream_status
+
+    if stream_status(stream.events_list) != "running":
+        return None
+    content = ("The previous run on this stream ended without finishing: its process exited or was killed "
+               "before it could record how the run ended.")
+    return Event("task_interrupted", content=content, message=content, data={"reason": "abandoned"})
+
+
+def stop_event(stop: RunStopped) -> Event:
+    """The `task_interrupted` event that records how a run stopped."""
+    content = f"The run stopped: {stop}."
+    return Event("task_interrupted", content=content, message=content,
+                 data={"reason": stop.reason, **jsonable(stop.details)})
+
+
+def saved_notes(settings: dict) -> list[str]:
+    """The user's notes a stream's settings remember (anges 0.1.x kept one string)."""
+    notes = settings.get("notes") or []
+    return [notes] if isinstance(notes, str) else list(notes)

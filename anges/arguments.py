@@ -1,0 +1,45 @@
+"""What the command lines of `anges`, `anges batch` and `anges acp` share: argument types, config overrides."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def positive(kind: type):
+    """An argparse type: a number of `kind` more than 0."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def agent_type(text: str) -> str:
+    """An argparse type: a registered agent type (plug-ins are loaded only for a name anges does not know)."""
+    from anges.registry import agent_types
+
+    if text not in agent_types:
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(agent_types.names())})")
+    return text
+
+
+def config_overrides(args: argparse.Namespace) -> dict:
+    """The config layer the flags make: --max-steps, --timeout, --action, --sandbox, --network, --approval."""
+    common: dict = {}
+    if getattr(args, "max_steps", None):
+        common["max_number_of_events_to_exhaust"] = args.max_steps
+    if getattr(args, "timeout", None):
+        common["timeout"] = args.timeout
+    if getattr(args, "actions", None):
+        common["extra_actions"] = list(args.actions)
+    overrides = {"agents": {"common": common}} if common else {}
+    safety = {key: getattr(args, key, None) for key in ("sandbox", "network", "approval")}
+    if any(value is not None for value in safety.values()):
+        overrides["safety"] = {key: value for key, value in safety.items() if value is not None}
+    return overrides

@@ -1,0 +1,93 @@
+"""Cutting text to a size: the head and tail around one omission marker, so the model reads one kind of cut."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from anges.events import Event
+
+
+def omission(count: int, unit: str = "characters") -> str:
+    """The marker standing in for what was cut: `\\n... [N characters cut] ...\\n`."""
+    return f"\n... [{count} {unit} cut] ...\n"
+
+
+def clipped(text: str, limit: int = 0, lines: int = 0) -> tuple[str, int]:
+    """`text` cut to its head and tail around one `omission` marker, and the number of characters cut.
+
+    The result is at most `limit` characters, marker included, and at most `lines` lines plus the marker
+    (half from the start, half from the end); 0 means no limit of that kind.
+    """
+    too_many_lines = lines > 0 and text.count("\n") >= lines
+    if not too_many_lines and (limit <= 0 or len(text) <= limit):
+        return text, 0
+    head = tail = text
+    if too_many_lines:
+        keep = max(lines // 2, 1)
+        head = "\n".join(text.split("\n", keep)[:keep])
+        tail = "\n".join(text.rsplit("\n", keep)[-keep:])
+    if limit > 0:
+        room = limit - len(omission(len(text)))  # the marker is never longer than with this count
+        if room < 2:
+            return text[:limit], len(text) - limit
+        head, tail = head[: room - room // 2], tail[len(tail) - room // 2:]
+    cut = len(text) - len(head) - len(tail)
+    return head + omission(cut) + tail, cut
+
+
+def clip(text: str, limit: int = 0, lines: int = 0) -> str:
+    """`text` within `limit` characters (marker included) and `lines` lines: see `clipped`."""
+    if (limit <= 0 or len(text) <= limit) and (lines <= 0 or text.count("\n") < lines):
+        return text  # the common case, on every step's history: no tuple, no second call
+    return clipped(text, limit, lines)[0]
+
+
+def clip_lines(lines: list[str], limit: int, mark: Callable[[int], str]) -> list[str]:
+    """The first and last of `lines` when there are more than `limit` (+1: the marker takes a line anyway),
+    with `mark(number cut)` between them (a terminal view's own marker)."""
+    if len(lines) <= limit + 1:
+        return lines
+    head = max(limit // 2, 1)
+    tail = max(limit - head, 1)
+    return lines[:head] + [mark(len(lines) - head - tail)] + lines[-tail:]
+
+
+def shorten(text: str, limit: int) -> str:
+    """The start of `text` within `limit` characters, ending in `…` when it was cut (for one-line labels)."""
+    return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
+
+
+def one_line(text: str, limit: int) -> str:
+    """`text` with its whitespace runs made single spaces, then `shorten`ed."""
+    return shorten(" ".join(text.split()), limit)
+
+
+def cap_event(event: Event, limit: int) -> None:
+    """Cut every text of an event to `limit` characters (after masking, so no secret is split); a diff past it
+    becomes the number of lines it changes."""
+    if limit <= 0:
+        return
+    diff = event.data.get("diff")
+    if isinstance(diff, str) and len(diff) > limit:
+        from anges.fileedit import summarize_diff
+
+        summary = summarize_diff(diff)
+        event.data["diff"] = summary
+        event.content = (event.content or "").replace(diff, summary)
+    for name in ("content", "message", "reasoning", "analysis"):
+        text = getattr(event, name)
+        if isinstance(text, str) and len(text) > limit:
+            setattr(event, name, clip(text, limit))
+    event.data = _clip_texts(event.data, limit)
+
+
+def _clip_texts(value: Any, limit: int) -> Any:
+    if isinstance(value, str):
+        return clip(value, limit)
+    if isinstance(value, dict):
+        return {key: _clip_texts(item, limit) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_clip_texts(item, limit) for item in value]
+    return value
