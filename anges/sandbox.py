@@ -41,8 +41,10 @@ sandbox, as is $XDG_RUNTIME_DIR."""
 STARTUP_FILES = ("~/.bashrc", "~/.bash_profile", "~/.bash_login", "~/.bash_logout", "~/.profile", "~/.zshrc",
                  "~/.zshenv", "~/.zprofile", "~/.zlogin", "~/.config/fish", "~/.config/autostart",
                  "~/.config/systemd", "~/.config/environment.d", "~/.pam_environment", "~/.xprofile",
-                 "~/.xsession", "~/.xinitrc", "~/.local/bin")
-"""Files the user's shell or session runs: read-only in the sandbox even when the home is the working directory."""
+                 "~/.xsession", "~/.xinitrc", "~/.local/bin", "~/.gitconfig", "~/.config/git", "~/.vimrc",
+                 "~/.config/nvim", "~/.emacs", "~/.emacs.d", "~/.config/direnv")
+"""Files the user's shell, session, git or editor runs: read-only in the sandbox even when the home is the working
+directory (git's `core.fsmonitor` or `core.pager` in ~/.gitconfig would run in every repository)."""
 VCS_DIRS = (".git", ".hg")
 """A repository's own directory in a writable one stays read-only: its hooks and config run outside the sandbox."""
 TRUSTED_BWRAP_DIRS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin", "/run/current-system/sw/bin",
@@ -245,40 +247,40 @@ def bwrap_argv(bwrap: str, settings: SandboxSettings, cwd: str, visible: list[st
     private /tmp and runtime directories, hidden credentials and host sockets."""
     argv = [bwrap, *_isolation(settings.network), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     private = private_dirs()
-    for path in private:
-        argv += ["--tmpfs", path]
     real_cwd = _resolve(cwd)
     if not any(_inside(real_cwd, root) for root in settings.writable):
         visible = [real_cwd, *visible]  # read-only mode: the working directory is still there to read
-    # The interpreter and anges must stay visible when they live in a directory the sandbox makes private.
+    # The interpreter and the runner must stay visible when they live in a directory the sandbox makes private.
     visible = [*_lost_code(private, settings.writable), *visible]
     if settings.network:
         visible = [*_resolver_files(private), *visible]
     shown = (*settings.writable, *visible)
     # A hidden directory that holds the work (a batch's work dirs are in ANGES_HOME) stays hidden but for the
-    # work: an empty tmpfs, the work bound into it, then made read-only (parents first, so children nest in it).
-    around = sorted((path for path in settings.hidden if os.path.isdir(path)
-                     and any(_inside(root, path) and root != path for root in shown)), key=len)
-    for path in around:
-        argv += ["--tmpfs", path]
-    for path in settings.writable:
-        argv += ["--bind", path, path]
-    for path in (*visible, *settings.protected):
-        argv += ["--ro-bind", path, path]
-    for path in around:
-        argv += ["--remount-ro", path]
+    # work: an empty tmpfs, the work bound into it, then made read-only.
+    around = [path for path in settings.hidden
+              if os.path.isdir(path) and any(_inside(root, path) and root != path for root in shown)]
+    mounts = [(path, ["--tmpfs", path]) for path in (*private, *around)]
+    mounts += [(path, ["--bind", path, path]) for path in settings.writable]
+    mounts += [(path, ["--ro-bind", path, path]) for path in (*visible, *settings.protected)]
     for path in settings.hidden:
         if path in around or path in shown:
             continue  # the work itself is never hidden
         if _inside_any(path, (*around, *private)) and not _inside_any(path, shown):
             continue  # already hidden with the directory around it, or gone with its private directory
         if os.path.isdir(path):
-            argv += ["--tmpfs", path, "--remount-ro", path]
+            around.append(path)
+            mounts.append((path, ["--tmpfs", path]))
         else:
-            argv += ["--ro-bind", "/dev/null", path]
+            mounts.append((path, ["--ro-bind", "/dev/null", path]))
     for path in host_sockets():
         if _inside_any(path, shown) or not _inside_any(path, (*settings.hidden, *private)):
-            argv += ["--ro-bind", "/dev/null", path]  # visible in the sandbox: cover it
+            mounts.append((path, ["--ro-bind", "/dev/null", path]))  # visible in the sandbox: cover it
+    # A mount hides what was mounted below it before: parents first, then what nests in them; an empty
+    # directory is made read-only last, once what is bound into it is in place.
+    for _, mount in sorted(mounts, key=lambda item: _depth(item[0])):
+        argv += mount
+    for path in sorted(around, key=_depth):
+        argv += ["--remount-ro", path]
     return argv + ["--chdir", cwd]
 
 
@@ -327,9 +329,13 @@ def host_sockets() -> list[str]:
 
 
 def _lost_code(private: list[str], writable: tuple[str, ...]) -> list[str]:
-    """Code paths (the interpreter, anges) that lie in a private directory and would vanish in the sandbox."""
+    """What the runner needs (the interpreter, its prefixes, runner.py) where it lies in a private directory and
+    would vanish in the sandbox. The runner runs isolated (`python -I -S`): no other `sys.path` entry is shown."""
     lost = []
-    for path in code_paths():
+    paths = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix, os.path.dirname(__file__)]
+    if sys.executable:
+        paths += [os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))]
+    for path in paths:
         real = _resolve(path)
         if os.path.exists(real) and _inside_any(real, private) and not _inside_any(real, writable):
             lost.append(real)
@@ -385,6 +391,10 @@ def _warn_wide(writable: tuple[str, ...]) -> None:
         if root == "/" or _inside(home, root):
             _warn_once(f"commands may change everything in {root} (it holds your home directory); the shell's "
                        "startup files stay read-only, but work in a project directory if you can")
+
+
+def _depth(path: str) -> int:
+    return path.rstrip(os.sep).count(os.sep)
 
 
 def _inside_any(path: str, roots) -> bool:
