@@ -282,10 +282,12 @@ def test_escalated_command_runs_outside_the_sandbox_when_approved(work, tmp_path
     outside = tmp_path / "cache"
     outside.mkdir()
     escalate = shell(f"echo installed > '{outside}/pkg'", escalate="writing the package cache")
-    stream, _ = run_agent(work, [reply(escalate), complete()], approval="auto", auto_escalate=True)
+    stream, model = run_agent(work, [reply(escalate), complete()], approval="auto", auto_escalate=True)
 
     event = actions(stream)[0]
     assert (outside / "pkg").read_text() == "installed\n"
+    environment = model.prompts[0].split("# Environment")[1].split("# History")[0]
+    assert "(`escalate` in RUN_SHELL_CMD); in this session it is approved automatically." in environment
     assert event.data["escalated"] is True and event.data["sandbox"] == "none"
     assert event.data["approval"]["by"] == "auto" and event.data["approval"]["rule"] == "escalation"
 
