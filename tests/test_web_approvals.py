@@ -240,7 +240,7 @@ def test_stop_while_waiting_cancels_the_request_and_ends_the_run_at_once(auth, a
 
 def test_the_feed_shows_the_request_and_its_decision_as_text(auth, app, store, model):
     client, _ = auth
-    payload = "touch '<img src=x onerror=alert(1)>.txt'"
+    payload = "touch '<img src=x onerror=alert(1)>.txt' # \u202eharmless"  # a bidi override reorders what shows
     model.enqueue(shell(payload), complete("done"))
     uid = start(auth)
     asked = pending_request(store, uid)
@@ -248,7 +248,8 @@ def test_the_feed_shows_the_request_and_its_decision_as_text(auth, app, store, m
                          lambda events, comments: any(s["type"] == "approval_requested" for s in steps_of(events)))
     [card] = [s for s in steps_of(events) if s["type"] == "approval_requested"]
     assert card["kind"] == "approval"
-    assert card["approval"]["subject"] == payload and card["approval"]["detail"] == payload
+    shown = payload.replace("\u202e", "<U+202E>")
+    assert card["approval"]["subject"] == shown and card["approval"]["detail"] == shown
     assert card["approval"]["request_id"] == asked["request_id"] and card["approval"]["channel"] == "web"
     assert card["approval"]["agent_id"] == uid and card["approval"]["scope"]
     assert not any(key.endswith("_html") and value for key, value in card.items())  # nothing as HTML
