@@ -192,7 +192,7 @@ def test_a_permission_request_answered_reject_then_allow_always(tmp_path, work):
 
 @pytest.mark.packaged_safety  # the editor is asked, bwrap or not
 def test_a_permission_request_the_editor_cancels_declines_the_action(tmp_path, work):
-    model = scripted(tmp_path, shell("echo guarded > out.txt"), complete("gave up"))
+    model = scripted(tmp_path, shell("echo guarded > out.txt # \u202eharmless"), complete("gave up"))
     editor = Editor(answers=["cancelled"])
 
     async def main():
@@ -206,6 +206,8 @@ def test_a_permission_request_the_editor_cancels_declines_the_action(tmp_path, w
     assert not (work / "out.txt").exists()
     decided = [e.data for e in EventStore().load(session).events_list if e.type == "approval_decided"]
     assert [(d["decision"], d["by"]) for d in decided] == [("deny", "editor")]
+    asked = "\n".join(c.content.text for c in editor.permissions[0]["tool_call"].content)
+    assert "echo guarded > out.txt # <U+202E>harmless" in asked and "\u202e" not in asked  # shown, not obeyed
 
 
 @pytest.mark.packaged_safety  # the editor is asked, bwrap or not
