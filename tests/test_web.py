@@ -260,6 +260,19 @@ def test_security_headers_and_no_inline_script(auth):
     assert "http://" not in html.replace("http://localhost", "") and "https://" not in html  # no CDN
 
 
+def test_the_server_process_is_not_dumpable():
+    import subprocess
+    import sys
+
+    # Commands let out of the sandbox run as this user: /proc/PID/environ of the server would give them the
+    # password and the API keys.
+    code = ("import ctypes; from anges.web import create_app; libc = ctypes.CDLL(None)\n"
+            "before = libc.prctl(3, 0, 0, 0, 0); create_app(password='a long passphrase')\n"
+            "print(before, libc.prctl(3, 0, 0, 0, 0))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["1", "0"], done.stderr
+
+
 def test_chat_ids_are_validated(auth):
     client, headers = auth
     for bad in ("bad.id", "..%2F..%2Fetc%2Fpasswd", "a" * 65, "%00", "semi;colon"):
