@@ -161,11 +161,14 @@ def protected_paths(writable: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def code_paths() -> list[str]:
-    """Where the code this process runs comes from: the interpreter and its prefixes, anges, the top-level
-    packages loaded, and `sys.path` ("" is the current directory)."""
+    """Where the code this process runs comes from: the interpreter and its prefixes, anges and the resources it
+    reads (its templates are code: Jinja2 reaches Python objects; config.yaml holds the default rules), the
+    top-level packages loaded, and `sys.path` ("" is the current directory)."""
     import anges
+    from anges.config import resource_path
 
     paths = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix, os.path.dirname(anges.__file__)]
+    paths += [str(resource_path(name)) for name in ("prompt_templates", "web", "config.yaml")]
     if sys.executable:
         paths += [os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))]
     for entry in sys.path:

@@ -449,6 +449,20 @@ def test_code_the_host_runs_stays_read_only_in_the_workspace(work, monkeypatch):
     assert app.data["exit_code"] == 0 and (work / "src" / "app.py").read_text() == "ok\n"  # the rest is writable
 
 
+def test_the_templates_and_defaults_anges_reads_stay_read_only_when_the_work_holds_them(tmp_path):
+    import subprocess
+
+    # In a source checkout (an editable install) they lie beside the package. A template is code (Jinja2
+    # reaches Python objects from what it is given); config.yaml holds the default rules. (A fresh process:
+    # pytest puts the checkout itself on sys.path, which protects it whole.)
+    code = ("import os; from anges.config import load_config, resource_path; from anges.sandbox import SandboxSettings\n"
+            "found = [str(resource_path(n).resolve()) for n in ('prompt_templates', 'web', 'config.yaml')]\n"
+            "settings = SandboxSettings.for_run(load_config().safety, os.path.dirname(os.path.commonpath(found)))\n"
+            "print([path for path in found if not settings.is_protected(path)])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.stdout == "[]\n", done.stdout + done.stderr
+
+
 def test_in_process_edits_of_protected_paths_ask(work, monkeypatch):
     from anges.policy import Policy
 
