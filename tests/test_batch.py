@@ -167,6 +167,19 @@ def test_the_batch_id_comes_from_the_task_files_name_and_place(tmp_path):
 # --- running -------------------------------------------------------------------------------------------------
 
 
+def test_the_setup_command_gets_the_environment_the_agents_commands_get(tmp_path):
+    env = {**os.environ, "OPENAI_API_KEY": "sk-model-key-material", "DEPLOY_TOKEN": "deploy-token-material",
+           "PASSED_TOKEN": "passed-token-material"}
+    setup = 'echo "key=${OPENAI_API_KEY:-unset} token=${DEPLOY_TOKEN:-unset} passed=${PASSED_TOKEN:-unset}" > env.txt'
+    path = task_file(tmp_path, {"id": "t", "task": "look", "setup": setup})
+    config = config_file(tmp_path, "agents:\n  common:\n    pass_env: [PASSED_TOKEN]\n")
+    out = batch(str(path), "--model", script(tmp_path, "m.json", complete()), "--config", config, "--sandbox", "off",
+                cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stderr
+    written = (BatchState(batch_id_for(path)).work_dir("t") / "env.txt").read_text()
+    assert written == "key=unset token=unset passed=passed-token-material\n"
+
+
 @pytest.mark.sandbox
 def test_workers_run_tasks_in_fresh_copies_and_results_say_how_each_ended(tmp_path):
     template = tmp_path / "template"
