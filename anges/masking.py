@@ -39,17 +39,18 @@ def is_credential(name: str) -> bool:
     return upper in CREDENTIAL_ENV_VARS or upper.endswith("_API_KEY")
 
 
-def is_secret_name(name: str) -> bool:
-    """True for a variable that holds a secret: a model credential, or a name ending in a SECRET_SUFFIXES word."""
-    return is_credential(name) or name.upper().endswith(SECRET_SUFFIXES)
+def is_secret_name(name: str, named: Iterable[str] = ()) -> bool:
+    """True for a variable that holds a secret: a model credential, a name ending in a SECRET_SUFFIXES word, or
+    one of `named` (the configuration's: a model's `api_key_env`, an MCP server's variables)."""
+    upper = name.upper()
+    return is_credential(name) or upper.endswith(SECRET_SUFFIXES) or upper in {n.upper() for n in named}
 
 
 def secret_values(environ: Mapping[str, str] = os.environ, secret_names: Iterable[str] = ()) -> list[str]:
-    """The values of the secret variables set in `environ` (and of those named in `secret_names`) that are long
-    enough to mask."""
-    named = {n.upper() for n in secret_names}
+    """The values of the secret variables set in `environ` (see is_secret_name) that are long enough to mask."""
+    named = tuple(secret_names)
     return [value for name, value in environ.items()
-            if (is_secret_name(name) or name.upper() in named) and len(value) >= MIN_SECRET_LENGTH]
+            if is_secret_name(name, named) and len(value) >= MIN_SECRET_LENGTH]
 
 
 def note_secret_file(path: str | os.PathLike) -> None:

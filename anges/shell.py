@@ -88,11 +88,9 @@ class _CappedBuffer:
 
 
 def scrubbed_environment(pass_through: Iterable[str] = (), secret_names: Iterable[str] = ()) -> dict[str, str]:
-    """A copy of os.environ without secrets (see masking.is_secret_name, and the `secret_names` configured, such
-    as a model's api_key_env), except the names in `pass_through`."""
-    keep, named = set(pass_through), {n.upper() for n in secret_names}
-    return {name: value for name, value in os.environ.items()
-            if name in keep or not (is_secret_name(name) or name.upper() in named)}
+    """A copy of os.environ without secrets (see masking.is_secret_name), except the names in `pass_through`."""
+    keep, named = set(pass_through), tuple(secret_names)
+    return {name: value for name, value in os.environ.items() if name in keep or not is_secret_name(name, named)}
 
 
 def find_shell() -> str:

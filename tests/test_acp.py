@@ -393,15 +393,19 @@ def test_mcp_servers_the_editor_passes_are_started_and_ended(tmp_path, work):
         assert not Path(f"/proc/{pid}").exists(), "the MCP server outlived anges acp"
 
 
-def test_secrets_in_replies_and_outputs_never_reach_the_editor(tmp_path, work):
+@pytest.mark.parametrize("variable", ["DEMO_API_KEY", "MY_LLM_KEY"])  # named like a secret, or by a model preset
+def test_secrets_in_replies_and_outputs_never_reach_the_editor(tmp_path, work, variable):
     secret = "s3cret-value-0123456789"
     model = scripted(tmp_path, reply({"action_type": "RUN_SHELL_CMD", "command": f"echo {secret}"},
                                      analysis=f"the key is {secret}", reasoning=f"print {secret}"),
                      complete(f"done with {secret}"))
     editor = Editor()
+    config = tmp_path / "models.yaml"
+    config.write_text(f"models:\n  mine: {{provider: openai, model: m, api_key_env: {variable}}}\n")
 
     async def main():
-        async with anges_acp(editor, "--model", model, cwd=work, env={**os.environ, "DEMO_API_KEY": secret}) as agent:
+        async with anges_acp(editor, "--model", model, "--config", str(config), cwd=work,
+                             env={**os.environ, variable: secret}) as agent:
             await agent.start()
             return agent, await prompt(agent, await new_session(agent, work), "use the key")
 
