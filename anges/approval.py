@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from anges.clipping import one_line
+from anges.clipping import clip, clip_lines, one_line
 from anges.events import Event, new_id
 from anges.exceptions import RunStopped
 from anges.printable import printable
@@ -423,18 +423,10 @@ ASK_PART = "  [v]iew it all, [n]o, [t]ell the agent why: "
 def summary(lines: list[str]) -> tuple[list[str], bool]:
     """The lines a request shows at first (head and tail of a long detail, long lines cut in the middle), and
     whether that is all of it."""
-    complete = len(lines) <= MAX_SHOWN_LINES
-    if not complete:
-        tail = MAX_SHOWN_LINES // 4
-        head = MAX_SHOWN_LINES - tail - 1
-        lines = [*lines[:head], f"… {len(lines) - head - tail} lines not shown (v shows them) …", *lines[-tail:]]
-    shown = []
-    for line in lines:
-        if len(line) > MAX_SHOWN_LINE:
-            complete = False
-            half = MAX_SHOWN_LINE // 2
-            line = f"{line[:half]} … {len(line) - 2 * half} characters not shown … {line[-half:]}"
-        shown.append(line)
+    complete = len(lines) <= MAX_SHOWN_LINES and all(len(line) <= MAX_SHOWN_LINE for line in lines)
+    shown: list[str] = []
+    for line in clip_lines(lines, MAX_SHOWN_LINES - 1, lambda cut: f"… {cut} lines not shown (v shows them) …"):
+        shown += clip(line, MAX_SHOWN_LINE).split("\n")
     return shown, complete
 
 
