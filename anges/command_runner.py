@@ -238,7 +238,7 @@ class CommandRunner:
 
     def _launch(self, scratch: str) -> tuple[socket.socket, subprocess.Popen]:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        argv = [sys.executable or "python3", "-I", "-S", RUNNER_SCRIPT, str(theirs.fileno())]
+        argv = [_python(), "-I", "-S", RUNNER_SCRIPT, str(theirs.fileno())]
         if self.settings is not None:
             argv = bwrap_argv(self.bwrap, self.settings, self.cwd, [scratch]) + ["--", *argv, "--namespace"]
         elif self.contain:
@@ -268,6 +268,11 @@ class CommandRunner:
         except OSError:
             return ""
         return f": {text.splitlines()[-1]}" if text else ""
+
+
+def _python() -> str:
+    """The interpreter itself, not a virtualenv's link to it (the runner needs only the standard library)."""
+    return os.path.realpath(sys.executable) if sys.executable else "python3"
 
 
 def _cleanup(scratch: str | None, control: socket.socket | None, process: subprocess.Popen | None) -> None:

@@ -687,3 +687,35 @@ def test_working_in_the_home_warns_and_keeps_the_startup_files(tmp_path, monkeyp
         assert f"commands may change everything in {home} (it holds your home directory)" in caplog.text
     finally:
         shutil.rmtree(home)
+
+
+RUN_ONE_COMMAND = """
+import sys
+from anges.command_runner import CommandRunner
+from anges.sandbox import SandboxSettings, availability
+from anges.shell import run_command
+runner = CommandRunner(sys.argv[1], SandboxSettings(writable=(sys.argv[1],)), availability().bwrap)
+try:
+    print(run_command("echo inside", cwd=sys.argv[1], runner=runner).stdout, end="")
+finally:
+    runner.close()
+"""
+
+
+@pytest.mark.sandbox
+def test_the_runner_starts_when_anges_and_its_python_live_under_tmp(work, tmp_path):
+    """A virtualenv or a checkout under /tmp (the sandbox's /tmp is private) still runs commands."""
+    import subprocess
+    import sysconfig
+
+    import anges
+
+    copy = tmp_path / "checkout"
+    shutil.copytree(Path(anges.__file__).parent, copy / "anges")
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    python = tmp_path / "venv" / "bin" / "python"
+    python.symlink_to(os.path.realpath(sys.executable))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(copy), sysconfig.get_paths()["purelib"]])}
+    done = subprocess.run([str(python), "-c", RUN_ONE_COMMAND, str(work)], capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert done.stdout == "inside\n", done.stderr
