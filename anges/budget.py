@@ -81,13 +81,12 @@ class Ledger:
         """Who answers when a reply does not say (the model's `name`)."""
         self.pending: dict = {}
 
-    def count(self, reply: str, attach: bool = True) -> None:
-        """Charge one model call by its reply (a `Completion` says what it used; a plain string is estimated)."""
+    def count(self, reply: str) -> None:
+        """Charge one model call by its reply (a `Completion` says what it used; a plain string is estimated), and
+        put it on the next recorded event: every call a run makes (summaries and titles too) shows in its usage."""
         usage = getattr(reply, "usage", None) or Usage(0, estimate_tokens(reply), estimated=True)
         model_name = getattr(reply, "model", "") or self.model_name
         cost = self.charge(usage, model_name)
-        if not attach:
-            return
         pending = self.pending
         for key, value in usage.to_dict().items():
             if key != "estimated":

@@ -1,0 +1,52 @@
+"""The project's instructions for agents: the AGENTS.md files of the working directory and its parents."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from anges.masking import mask_secrets
+
+FILE_NAME = "AGENTS.md"
+
+
+@dataclass(frozen=True)
+class ProjectFile:
+    """One AGENTS.md as the prompt shows it."""
+
+    path: str
+    text: str = ""
+    cut: bool = False
+    """True when the limit left out the end of the file (or all of it, when `text` is empty)."""
+    error: str = ""
+    """Why the file could not be read ("" when it was)."""
+
+
+def find_agents_md(cwd: str | os.PathLike) -> list[Path]:
+    """The AGENTS.md files from the repository root (the nearest directory up that holds `.git`) down to `cwd`,
+    nearest last; only `cwd`'s when it is in no repository."""
+    start = Path(cwd).resolve()
+    chain = [start, *start.parents]
+    root = next((directory for directory in chain if (directory / ".git").exists()), None)
+    directories = chain[: chain.index(root) + 1] if root is not None else [start]
+    return [directory / FILE_NAME for directory in reversed(directories) if (directory / FILE_NAME).is_file()]
+
+
+def read_agents_md(cwd: str | os.PathLike, limit: int, secrets: list[str]) -> list[ProjectFile]:
+    """The AGENTS.md files of `find_agents_md`, their secrets masked, within `limit` characters together: the
+    nearest file is kept first, so a farther one is cut at its end, or left out when no room is left."""
+    margin = max((len(secret) for secret in secrets), default=0)  # masked before the cut: no fragment is left
+    room, files = limit, []
+    for path in reversed(find_agents_md(cwd)):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as stream:
+                text = mask_secrets(stream.read(room + 1 + margin), secrets) if room > 0 else ""
+                more = len(text) > room or bool(stream.read(1))
+        except OSError as exc:
+            files.append(ProjectFile(str(path), error=exc.strerror or str(exc)))
+            continue
+        text = text[:room]
+        room -= len(text)
+        files.append(ProjectFile(str(path), text, cut=more))
+    return files[::-1]
