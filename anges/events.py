@@ -289,8 +289,7 @@ class EventKind:
     """False for events the model does not read (what follows says it all)."""
     in_report: bool = True
     """False for bookkeeping a transcript or an export leaves out."""
-    action: str = ""
-    """The name (as the action guides spell it) of the action that records it, if one does."""
+    action: str = ""  # the name (as the guides spell it) of the action that records it, if one does
 
 
 EVENT_KINDS: dict[str, EventKind] = {
@@ -330,39 +329,6 @@ def group_of(event: Event) -> str:
         data = event.data
         return "shell" if "command" in data else "tool" if "server" in data and "tool" in data else "other"
     return kind_of(event.type).group
-
-
-def history_label(event: Event) -> str:
-    """What the history the model reads calls an event: the action's name as its guide spells it (RUN_SHELL_CMD,
-    TASK_COMPLETE, ...) for an action's result, else the event type in capitals (NEW_REQUEST, ...)."""
-    named = event.data.get("action_type")
-    if isinstance(named, str) and named:
-        return named.upper()
-    return kind_of(event.type).action or event.type.upper()
-
-
-def turn_reasoning(event: Event, previous: str) -> str:
-    """The reasoning a view shows with `event`: "" when it is the `previous` one (see `reasoning_after`), since
-    every event of one reply carries the reply's reasoning and a turn shows it once."""
-    return "" if event.reasoning == previous else event.reasoning
-
-
-def reasoning_after(event: Event, previous: str) -> str:
-    """The reasoning in effect after `event`, given the one in effect before it: a request starts a new turn;
-    events without a reasoning of their own (approvals, bookkeeping) leave it as it was."""
-    if event.type in REQUEST_EVENT_TYPES:
-        return ""
-    if not event.reasoning or event.type == "child_agent_running":  # whose reasoning field holds JSON (0.1.x)
-        return previous
-    return event.reasoning
-
-
-def reasoning_before(events: list[Event], index: int) -> str:
-    """The reasoning in effect before `events[index]` (0-based): a backward scan to the turn that set it."""
-    for event in reversed(events[:index]):
-        if event.type in REQUEST_EVENT_TYPES or (event.reasoning and event.type != "child_agent_running"):
-            return reasoning_after(event, "")
-    return ""
 
 
 def status_of(event_type: str) -> str | None:

@@ -6,18 +6,9 @@ import json
 import re
 from typing import TYPE_CHECKING
 
-from anges.events import (
-    ChildReturn,
-    FileEdit,
-    ShellRun,
-    StepUsage,
-    kind_of,
-    reasoning_after,
-    stream_status,
-    turn_reasoning,
-    walk,
-)
+from anges.events import ChildReturn, FileEdit, ShellRun, StepUsage, kind_of, stream_status, walk
 from anges.printable import printable, printable_event, printable_texts
+from anges.turns import reasoning_after, turn_reasoning
 
 if TYPE_CHECKING:
     from anges.events import Event, EventStream

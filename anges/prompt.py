@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 from anges.attached import Attached
 from anges.clipping import clip, omission
 from anges.config import PromptConfig, resource_path
-from anges.events import EVENT_KINDS, REQUEST_EVENT_TYPES, history_label, reasoning_after, turn_reasoning
+from anges.events import EVENT_KINDS, REQUEST_EVENT_TYPES, kind_of
+from anges.turns import reasoning_after, turn_reasoning
 
 if TYPE_CHECKING:
     import jinja2
@@ -75,6 +76,15 @@ def format_event(index: int, event: Event, config: PromptConfig | None = None, r
         parts.append(f"REASONING:\n{reasoning}")
     parts.append(f"CONTENT:\n{content}")
     return "\n".join(parts)
+
+
+def history_label(event: Event) -> str:
+    """What the history calls an event: the name of the action that recorded it, as its guide spells it
+    (RUN_SHELL_CMD, TASK_COMPLETE, ...; a 0.1.x `action` is a RUN_SHELL_CMD), else its type in capitals."""
+    named = event.data.get("action_type")
+    if isinstance(named, str) and named:
+        return named.upper()
+    return kind_of(event.type).action or event.type.upper()
 
 
 def format_event_stream(stream: EventStream, config: PromptConfig) -> str:

@@ -18,15 +18,14 @@ from anges.events import (
     StepUsage,
     group_of,
     kind_of,
-    reasoning_after,
     shown_path,
     status_of,
     stream_status,
-    turn_reasoning,
     walk,
 )
 from anges.printable import printable, printable_event
 from anges.terminal import Spinner, Style, cut, is_terminal, render_markdown, seconds, wants_colour
+from anges.turns import reasoning_after, turn_reasoning
 
 if TYPE_CHECKING:
     from anges.events import Event

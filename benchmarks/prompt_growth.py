@@ -1,10 +1,11 @@
 """Prompt growth over a long run: 3,000 scripted steps, each a `RUN_SHELL_CMD`, in three requests of 1,000.
 
 Each command prints one line (`echo step N`), every tenth 150 lines (`seq 1 150`): real runs mix short and
-long results. A real agent with the default history settings (a fold into the rolling summary every 30 events, the newest 5
-kept) and a real store in a temporary ANGES_HOME; the scripted model answers each fold with a summary of about
-250 words. Prints the prompt's size at steps 300, 1,000 and 3,000, and how often, between two folds, a prompt
-starts with the whole previous one (its head: everything before the `# Now` tail, see `anges.prompt`). Run:
+long results. A real agent with the default history settings (a fold into the rolling summary every 30
+events, the newest 5 kept) and a real store in a temporary ANGES_HOME; the scripted model answers each fold
+with a summary of about 250 words. Prints the prompt's size at steps 300, 1,000 and 3,000, and how often,
+between two folds, a prompt starts with the whole previous one (and its head: everything before the `# Now`
+tail, see `anges.prompt`). Run:
     python benchmarks/prompt_growth.py [--steps 3000]
 """
 
