@@ -84,8 +84,9 @@ class AgentConfig(Section):
     model: str = ""
     """Empty = the global `model`."""
     max_consecutive_actions_to_summarize: int = 30
-    """Fold the history into the rolling summary once this many events came since the last fold (0 = not by
-    count); checked before each model call, so a finished task costs no summary call."""
+    """Fold the history into the rolling summary once this many events wait to be folded (those since the last
+    fold but the newest `prompt.recent_events_in_full`); 0 = not by count. Checked before each model call, so a
+    finished task costs no summary call."""
     max_number_of_events_to_exhaust: int = 80
     """Events since the last user input before the run stops."""
     max_model_calls: int = 120
@@ -135,7 +136,7 @@ class PromptConfig(Section):
     """Each event's text in the history is cut to this many characters (and `max_event_lines` lines), the same at
     every step, so between folds a prompt is the previous one with new text at the end."""
     history_window_chars: int = 40000
-    """Fold the events since the last fold into the rolling summary once they take more than this many
+    """Fold the history into the rolling summary once the events waiting to be folded fill more than this many
     characters (besides `max_consecutive_actions_to_summarize` events); 0 = by count only."""
     max_prompt_chars: int = 400000
     """No prompt is longer: a larger one first triggers a summary fold, then the middle of the history is cut."""

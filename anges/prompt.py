@@ -97,11 +97,12 @@ def format_event_stream(stream: EventStream, config: PromptConfig) -> str:
 
 
 def history_window(stream: EventStream, config: PromptConfig) -> tuple[int, int]:
-    """(events since the last fold, characters of the history the events a fold would take now fill)."""
+    """The events a fold would take now (all since the last fold but the newest `recent_events_in_full`): how
+    many, and how many characters of the history they fill."""
     formatted = _formatted(stream, config)
     foldable = len(stream.events_list) - config.recent_events_in_full
     chars = sum(len(block) + 2 for index, block in zip(formatted.indexes, formatted.blocks) if index <= foldable)
-    return len(stream.events_list) - formatted.settled, chars
+    return max(foldable - formatted.settled, 0), chars
 
 
 def folded_until(stream: EventStream) -> int:

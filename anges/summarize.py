@@ -2,8 +2,8 @@
 
 A fold asks the model to rewrite the history from the first event up to a point (the requests, the summary so
 far and the events since) as one summary, which then stands in for all of it. It happens before a model call,
-only when the events since the last fold fill the window, so the prompt's size stays flat and a finished task
-costs no summary call.
+only when the events waiting to be folded fill the window, so the prompt's size stays flat and a finished
+task costs no summary call.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ SUMMARY_WORDS = 400
 
 
 def fold_due(stream: EventStream, config: PromptConfig, threshold: int) -> int | None:
-    """The last event a fold should cover now, or None when the window is not full: `threshold` events since
-    the last fold (0 = no count), or more than `history_window_chars` characters of history a fold would take."""
+    """The last event a fold should cover now, or None when the window is not full: a fold would take
+    `threshold` events (0 = no count) or more than `history_window_chars` characters of history."""
     count, chars = history_window(stream, config)
     full = (threshold > 0 and count >= threshold) or 0 < config.history_window_chars < chars
     return fold_end(stream, config) if full else None

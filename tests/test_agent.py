@@ -212,7 +212,7 @@ def test_a_reasoning_models_think_block_is_dropped_from_summaries_and_titles(tmp
     model = ScriptedModel([reply(shell("echo a")), reply(shell("echo b")), complete()],
                           summary="<think>\nWhat happened? Two echoes.\n</think>\nRan two echo commands.",
                           title="<thinking>A short title.</thinking>\nEcho twice")
-    config = load_config(overrides={"agents": {"common": {"max_consecutive_actions_to_summarize": 3}},
+    config = load_config(overrides={"agents": {"common": {"max_consecutive_actions_to_summarize": 2}},
                                     "prompt": {"recent_events_in_full": 1}})
     agent, _ = make_agent(tmp_path, model, auto_entitle=True, config=config)
     stream = agent.run_with_new_request("go")

@@ -29,7 +29,7 @@ def test_edit_run_complete_through_the_sdk(request, tmp_path, monkeypatch, fixtu
     server.enqueue_text(reply({"action_type": "TASK_COMPLETE", "content": "app.py prints 42"}),
                         input_tokens=1400, output_tokens=20)
 
-    config = load_config(overrides={"agents": {"common": {"max_consecutive_actions_to_summarize": 3}},
+    config = load_config(overrides={"agents": {"common": {"max_consecutive_actions_to_summarize": 2}},
                                     "prompt": {"recent_events_in_full": 1}})
     agent = DefaultAgent(inference_func=get_model(preset, config), cmd_init_dir=tmp_path, config=config)
     stream = agent.run_with_new_request("write app.py that prints 42 and run it")

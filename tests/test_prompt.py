@@ -114,8 +114,8 @@ def test_the_cached_history_matches_a_fresh_format_as_the_stream_grows():
 def test_a_fold_is_due_by_count_or_by_characters_and_keeps_the_newest_events():
     stream = stream_with(10)
     config = PromptConfig(recent_events_in_full=2, history_window_chars=0)
-    assert fold_due(stream, config, threshold=11) is None
-    assert fold_due(stream, config, threshold=10) == 8 == fold_end(stream, config)
+    assert fold_due(stream, config, threshold=9) is None, "the two newest events do not count: they stay"
+    assert fold_due(stream, config, threshold=8) == 8 == fold_end(stream, config)
     stream.event_summaries_list.append(EventSummary("rolling", 1, 8, "S"))
     assert fold_due(stream, config, threshold=3) is None and fold_end(stream, config) is None
     for _ in range(2):
@@ -131,3 +131,16 @@ def test_split_prompt_finds_the_tail_after_the_history():
     head, tail = split_prompt("fixed\n\n# History\n\n## Event 1\n# Now\n(in content)\n\n# Now\n\nfeedback")
     assert head.endswith("(in content)") and tail == "\n\n# Now\n\nfeedback"
     assert split_prompt("no tail here") == ("no tail here", "")
+
+
+def test_after_a_fold_the_next_waits_for_threshold_new_events_however_many_are_kept():
+    stream = stream_with(20)
+    config = PromptConfig(recent_events_in_full=8, history_window_chars=0)
+    end = fold_due(stream, config, threshold=3)
+    assert end == 12
+    stream.event_summaries_list.append(EventSummary("rolling", 1, end, "S"))
+    for _ in range(2):
+        stream.add_event(Event("action", content="more"))
+        assert fold_due(stream, config, threshold=3) is None
+    stream.add_event(Event("action", content="more"))
+    assert fold_due(stream, config, threshold=3) == end + 3
