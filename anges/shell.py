@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 
 from anges.clipping import omission
 from anges.exceptions import SandboxError
-from anges.masking import is_credential, mask_cut_edges, mask_secrets
+from anges.masking import is_secret_name, mask_cut_edges, mask_secrets
 from anges.runner import KILL_GRACE, kill_group
 
 if TYPE_CHECKING:
-    from anges.sandbox import CommandRunner
+    from anges.command_runner import CommandRunner
 
 POLL_INTERVAL = 0.05
 BACKGROUND_LOG_CAP = 10_000_000
@@ -87,10 +87,10 @@ class _CappedBuffer:
         return head_text + omission(omitted, "bytes") + tail_text, omitted
 
 
-def scrubbed_environment(pass_through: Iterable[str] = ()) -> dict[str, str]:
-    """A copy of os.environ without model credentials, except the names in `pass_through`."""
-    keep = set(pass_through)
-    return {name: value for name, value in os.environ.items() if name in keep or not is_credential(name)}
+def scrubbed_environment(pass_through: Iterable[str] = (), secret_names: Iterable[str] = ()) -> dict[str, str]:
+    """A copy of os.environ without secrets (see masking.is_secret_name), except the names in `pass_through`."""
+    keep, named = set(pass_through), tuple(secret_names)
+    return {name: value for name, value in os.environ.items() if name in keep or not is_secret_name(name, named)}
 
 
 def find_shell() -> str:
@@ -119,7 +119,7 @@ def run_command(
 ) -> CommandResult:
     """Run `command` with bash in `cwd`; `prefix_cmd` is a shell fragment put before it; env defaults to scrubbed.
 
-    With a `runner` (anges.sandbox.CommandRunner) the run's runner process starts the command (in the
+    With a `runner` (anges.command_runner.CommandRunner) the run's runner process starts the command (in the
     sandbox when it has one) and owns it; without, this process does. A background command's output goes
     to a log capped at `log_cap` bytes (the oldest part dropped). Raises OSError when `cwd` does not exist
     or the shell cannot be started.
@@ -200,7 +200,7 @@ def _start_background(command: str, argv: list[str], cwd, env: dict[str, str], l
         # Reap the job when it ends so it never lingers as a zombie of ours.
         threading.Thread(target=proc.wait, args=(None,), name=f"anges-bg-{proc.pid}", daemon=True).start()
     else:
-        from anges.sandbox import Job
+        from anges.command_runner import Job
 
         runner.jobs.append(Job(command, proc, log_path))
     return CommandResult(command, None, "", "", time.monotonic() - started, pid=proc.pid, log_path=log_path)

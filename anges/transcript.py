@@ -129,6 +129,8 @@ class Renderer:
         else:
             status = s(f"exit {shell.exit_code}", "green" if shell.exit_code == 0 else "red")
             status += s(f" · {seconds(shell.duration)}", "dim")
+        if event.data.get("sandbox") == "none":
+            status += s(" · outside the sandbox" if event.data.get("escalated") else " · no sandbox", "yellow")
         return lines + [s("  └ ", "dim") + status]
 
     def _tool_call(self, event: Event) -> list[str]:

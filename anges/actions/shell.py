@@ -44,7 +44,7 @@ class RunShellCommand(Action):
                  "sandbox": ctx.sandbox.mode if ctx.sandbox is not None else "none", "escalated": ctx.escalated}
         if blocked:
             facts["blocked"] = blocked
-        outside = " outside the sandbox" if ctx.escalated else ""
+        outside = " outside the sandbox" if ctx.escalated else " without a sandbox" if ctx.sandbox is None else ""
         event = Event("action", message=f"ran `{shorten(command, 200)}`{outside}", data=facts)
         event.content = ShellRun.of(event).text()  # the model reads the facts; the store keeps them once
         return event
