@@ -23,22 +23,30 @@ class ProjectFile:
     """Why the file could not be read ("" when it was)."""
 
 
-def find_agents_md(cwd: str | os.PathLike) -> list[Path]:
-    """The AGENTS.md files from the repository root (the nearest directory up that holds `.git`) down to `cwd`,
-    nearest last; only `cwd`'s when it is in no repository."""
+def project_directories(cwd: str | os.PathLike) -> list[Path]:
+    """The repository root (the nearest directory up that holds `.git`) and each directory down to `cwd`; only
+    `cwd` when it is in no repository."""
     start = Path(cwd).resolve()
     chain = [start, *start.parents]
     root = next((directory for directory in chain if (directory / ".git").exists()), None)
-    directories = chain[: chain.index(root) + 1] if root is not None else [start]
-    return [directory / FILE_NAME for directory in reversed(directories) if (directory / FILE_NAME).is_file()]
+    return list(reversed(chain[: chain.index(root) + 1])) if root is not None else [start]
+
+
+def find_agents_md(cwd: str | os.PathLike) -> list[Path]:
+    """The AGENTS.md files of `project_directories`, nearest last."""
+    return [directory / FILE_NAME for directory in project_directories(cwd) if (directory / FILE_NAME).is_file()]
 
 
 def read_agents_md(cwd: str | os.PathLike, limit: int, secrets: list[str]) -> list[ProjectFile]:
     """The AGENTS.md files of `find_agents_md`, their secrets masked, within `limit` characters together: the
-    nearest file is kept first, so a farther one is cut at its end, or left out when no room is left."""
+    nearest file is kept first, so a farther one is cut at its end, or left out when no room is left. A link to
+    a file outside the project is not followed (a checkout could point one at a key file)."""
     margin = max((len(secret) for secret in secrets), default=0)  # masked before the cut: no fragment is left
-    room, files = limit, []
+    room, files, top = limit, [], project_directories(cwd)[0]
     for path in reversed(find_agents_md(cwd)):
+        if not path.resolve().is_relative_to(top):
+            files.append(ProjectFile(str(path), error="a link to a file outside the project, not followed"))
+            continue
         try:
             with open(path, encoding="utf-8", errors="replace") as stream:
                 text = mask_secrets(stream.read(room + 1 + margin), secrets) if room > 0 else ""

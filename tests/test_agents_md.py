@@ -123,3 +123,19 @@ def test_the_config_key_and_the_flag_turn_it_off(tmp_path):
     assert config_overrides(build_acp_parser().parse_args(["--no-agents-md"])) == {"prompt": {"agents_md": False}}
     batch = build_batch_parser().parse_args(["tasks.yaml", "--no-agents-md"])
     assert _batch_overrides(batch) == {"prompt": {"agents_md": False}}
+
+
+def test_a_link_out_of_the_project_is_not_followed(tmp_path):
+    secret_file = tmp_path / "home" / ".aws" / "credentials"
+    secret_file.parent.mkdir(parents=True)
+    secret_file.write_text("aws_secret_access_key = not-for-the-model\n")
+    work = tmp_path / "checkout"
+    (work / "docs").mkdir(parents=True)
+    (work / ".git").mkdir()
+    (work / "AGENTS.md").symlink_to(secret_file)
+    (work / "CONTRIBUTING.md").write_text("LINKED RULES\n")
+    (work / "docs" / "AGENTS.md").symlink_to("../CONTRIBUTING.md")
+
+    text = instructions(run(work / "docs").prompts[0])
+    assert "not-for-the-model" not in text and "(not read: a link to a file outside the project" in text
+    assert "LINKED RULES" in text, "a link within the project is read"
