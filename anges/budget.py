@@ -81,12 +81,15 @@ class Ledger:
         """Who answers when a reply does not say (the model's `name`)."""
         self.pending: dict = {}
 
-    def count(self, reply: str) -> None:
+    def count(self, reply: str, attach: bool = True) -> None:
         """Charge one model call by its reply (a `Completion` says what it used; a plain string is estimated), and
-        put it on the next recorded event: every call a run makes (summaries and titles too) shows in its usage."""
+        (unless not `attach`) put it on the next recorded event: the agent's calls, summaries and titles too, all
+        show in a run's usage."""
         usage = getattr(reply, "usage", None) or Usage(0, estimate_tokens(reply), estimated=True)
         model_name = getattr(reply, "model", "") or self.model_name
         cost = self.charge(usage, model_name)
+        if not attach:
+            return
         pending = self.pending
         for key, value in usage.to_dict().items():
             if key != "estimated":

@@ -236,13 +236,13 @@ class BaseAgent(Delegation):
         if notify and event.message:
             self.handle_user_visible_messages(AgentMessage(event.message, self, event))
 
-    def _call_model(self, prompt: str, temperature: float | None = None):
+    def _call_model(self, prompt: str, temperature: float | None = None, attach: bool = True):
         self._check_limits()
         temperature = self.config.model_settings.temperature if temperature is None else temperature
         prompt = clip(prompt, self.config.prompt.max_prompt_chars)
         reply = self._calls.call(lambda: self.inference_func(prompt, temperature=temperature), self._stop_requested,
                                  self._check_limits, self._state.budget)
-        self._state.ledger.count(reply if isinstance(reply, str) else "")
+        self._state.ledger.count(reply if isinstance(reply, str) else "", attach)
         return reply
 
     def _check_limits(self) -> None:
