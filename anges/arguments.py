@@ -30,7 +30,8 @@ def agent_type(text: str) -> str:
 
 
 def config_overrides(args: argparse.Namespace) -> dict:
-    """The config layer the flags make: --max-steps, --timeout, --action, --sandbox, --network, --approval."""
+    """The config layer the flags make: --max-steps, --timeout, --action, --sandbox, --network, --approval,
+    --no-agents-md."""
     common: dict = {}
     if getattr(args, "max_steps", None):
         common["max_number_of_events_to_exhaust"] = args.max_steps
@@ -42,4 +43,12 @@ def config_overrides(args: argparse.Namespace) -> dict:
     safety = {key: getattr(args, key, None) for key in ("sandbox", "network", "approval")}
     if any(value is not None for value in safety.values()):
         overrides["safety"] = {key: value for key, value in safety.items() if value is not None}
+    if getattr(args, "no_agents_md", False):
+        overrides["prompt"] = {"agents_md": False}
     return overrides
+
+
+def add_agents_md_flag(parser: argparse._ActionsContainer) -> None:
+    """--no-agents-md (read by `config_overrides`)."""
+    parser.add_argument("--no-agents-md", action="store_true",
+                        help="leave the project's AGENTS.md files out of the prompt (config: prompt.agents_md)")

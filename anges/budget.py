@@ -82,7 +82,9 @@ class Ledger:
         self.pending: dict = {}
 
     def count(self, reply: str, attach: bool = True) -> None:
-        """Charge one model call by its reply (a `Completion` says what it used; a plain string is estimated)."""
+        """Charge one model call by its reply (a `Completion` says what it used; a plain string is estimated), and
+        (unless not `attach`) put it on the next recorded event: the agent's calls, summaries and titles too, all
+        show in a run's usage."""
         usage = getattr(reply, "usage", None) or Usage(0, estimate_tokens(reply), estimated=True)
         model_name = getattr(reply, "model", "") or self.model_name
         cost = self.charge(usage, model_name)

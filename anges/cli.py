@@ -13,7 +13,7 @@ from importlib import import_module
 from pathlib import Path
 
 from anges import __version__
-from anges.arguments import agent_type, config_overrides, positive
+from anges.arguments import add_agents_md_flag, agent_type, config_overrides, positive
 from anges.exceptions import AngesError, UsageError
 from anges.printable import printable
 
@@ -82,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--action", metavar="NAME", action="append", dest="actions",
                        help="also offer this action: one a plug-in registers, or module:Class (repeatable; "
                             "see docs/plugins.md)")
+    add_agents_md_flag(agent)
 
     safety = parser.add_argument_group("safety (see docs/safety.md)")
     safety.add_argument("--sandbox", choices=("workspace", "read-only", "off"),
@@ -382,6 +383,7 @@ def build_batch_parser() -> argparse.ArgumentParser:
     defaults.add_argument("--template", metavar="DIR")
     defaults.add_argument("--path", metavar="DIR")
     defaults.add_argument("--setup", metavar="COMMAND")
+    add_agents_md_flag(defaults)
     parser.add_argument("--config", metavar="FILE", help="a config file layered over ~/.anges/config.yaml")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log messages, tracebacks")
     return parser
@@ -421,7 +423,10 @@ def run_batch(argv: list[str]) -> int:
 
 def _batch_overrides(args: argparse.Namespace) -> dict | None:
     safety = {key: value for key, value in (("sandbox", args.sandbox), ("network", args.network)) if value is not None}
-    return {"safety": safety} if safety else None
+    overrides = {"safety": safety} if safety else {}
+    if args.no_agents_md:
+        overrides["prompt"] = {"agents_md": False}
+    return overrides or None
 
 
 COMMANDS = {"run": run_task, "list": "list_streams", "show": "show_stream", "export": "export_stream",

@@ -54,14 +54,21 @@ def clip_lines(lines: list[str], limit: int, mark: Callable[[int], str]) -> list
     return lines[:head] + [mark(len(lines) - head - tail)] + lines[-tail:]
 
 
-def shorten(text: str, limit: int) -> str:
-    """The start of `text` within `limit` characters, ending in `…` when it was cut (for one-line labels)."""
-    return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
+def shorten(text: str, limit: int, at_word: bool = False) -> str:
+    """The start of `text` within `limit` characters, ending in `…` when it was cut (for one-line labels);
+    `at_word` cuts at the last space instead of mid-word (unless that would keep less than half)."""
+    if len(text) <= limit:
+        return text
+    head = text[: max(limit - 1, 0)]
+    if at_word and not text[len(head)].isspace():
+        space = head.rfind(" ")
+        head = (head[:space] if space > limit // 2 else head).rstrip()
+    return head + "…"
 
 
 def one_line(text: str, limit: int) -> str:
-    """`text` with its whitespace runs made single spaces, then `shorten`ed."""
-    return shorten(" ".join(text.split()), limit)
+    """`text` with its whitespace runs made single spaces, then `shorten`ed at a word boundary (titles)."""
+    return shorten(" ".join(text.split()), limit, at_word=True)
 
 
 def cap_event(event: Event, limit: int) -> None:

@@ -89,7 +89,9 @@ class AgentConfig(Section):
     model: str = ""
     """Empty = the global `model`."""
     max_consecutive_actions_to_summarize: int = 30
-    """Summarize after this many unsummarized action events."""
+    """Fold the history into the rolling summary once this many events wait to be folded (those since the last
+    fold but the newest `prompt.recent_events_in_full`); 0 = not by count. Checked before each model call, so a
+    finished task costs no summary call."""
     max_number_of_events_to_exhaust: int = 80
     """Events since the last user input before the run stops."""
     max_model_calls: int = 120
@@ -135,12 +137,26 @@ class PromptConfig(Section):
     template_dir: str = ""
     """A directory of your own .j2 templates, searched before the packaged ones."""
     recent_events_in_full: int = 5
-    max_event_lines: int = 100
-    max_event_chars: int = 5000
+    """The newest events a summary fold leaves out of the summary (they stay in the history as they were)."""
+    max_event_lines: int = 400
+    max_event_chars: int = 12000
+    """Each event's text in the history is cut to this many characters (and `max_event_lines` lines), the same at
+    every step, so between folds a prompt is the previous one with new text at the end."""
+    history_window_chars: int = 40000
+    """Fold the history into the rolling summary once the events waiting to be folded fill more than this many
+    characters (besides `max_consecutive_actions_to_summarize` events); 0 = by count only."""
     max_prompt_chars: int = 400000
-    """No prompt is longer: a larger one first triggers a summary, then the middle of the history is cut."""
+    """No prompt is longer: a larger one first triggers a summary fold, then the middle of the history is cut."""
     max_summary_chars: int = 8000
-    """A summary longer than this (the model is asked for about 300 words) is cut when it is recorded."""
+    """The rolling summary is cut to this when it is recorded (the model is asked for about 400 words)."""
+    max_folded_request_chars: int = 12000
+    """Characters of the user's requests shown beside the rolling summary, newest first (the latest whole);
+    older requests are left to the summary."""
+    agents_md: bool = True
+    """Put the AGENTS.md files of the working directory and its parents (up to the repository root) in the
+    prompt; `--no-agents-md` turns it off for one run."""
+    max_agents_md_chars: int = 16000
+    """Characters of AGENTS.md text in the prompt, all files together; the nearest file is kept first."""
 
 
 class WebConfig(Section):

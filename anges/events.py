@@ -35,7 +35,7 @@ def is_valid_id(uid: object) -> bool:
 
 
 def title_from(text: str, limit: int = 80) -> str:
-    """A one-line title made from a request."""
+    """A one-line title made from a request, cut at a word boundary."""
     return one_line(text, limit)
 
 
@@ -289,6 +289,7 @@ class EventKind:
     """False for events the model does not read (what follows says it all)."""
     in_report: bool = True
     """False for bookkeeping a transcript or an export leaves out."""
+    action: str = ""  # the name (as the guides spell it) of the action that records it, if one does
 
 
 EVENT_KINDS: dict[str, EventKind] = {
@@ -296,11 +297,11 @@ EVENT_KINDS: dict[str, EventKind] = {
     "follow_up_request": EventKind("Follow-up request", "request", "running"),
     "new_request_from_parent": EventKind("Request from the parent agent", "request", "running"),
     "follow_up_request_from_parent": EventKind("Follow-up from the parent agent", "request", "running"),
-    "action": EventKind("Command", "shell"),
-    "edit_file": EventKind("File edit", "edit"),
-    "task_completion": EventKind("Task completed", "answer", "completed"),
-    "agent_requested_help": EventKind("Help needed", "answer", "help_needed"),
-    "agent_text_response": EventKind("Answer", "answer", "answered"),
+    "action": EventKind("Command", "shell", action="RUN_SHELL_CMD"),  # the action's own name in `data` wins
+    "edit_file": EventKind("File edit", "edit", action="EDIT_FILE"),
+    "task_completion": EventKind("Task completed", "answer", "completed", action="TASK_COMPLETE"),
+    "agent_requested_help": EventKind("Help needed", "answer", "help_needed", action="HELP_NEEDED"),
+    "agent_text_response": EventKind("Answer", "answer", "answered", action="AGENT_TEXT_RESPONSE"),
     "task_interrupted": EventKind("Stopped", "interrupted", "interrupted"),
     "approval_requested": EventKind("Approval requested", "approval", in_prompt=False),
     "approval_decided": EventKind("Approval decision", "approval"),

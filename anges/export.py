@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from anges.events import ChildReturn, FileEdit, ShellRun, StepUsage, kind_of, stream_status, walk
 from anges.printable import printable, printable_event, printable_texts
+from anges.turns import reasoning_after, turn_reasoning
 
 if TYPE_CHECKING:
     from anges.events import Event, EventStream
@@ -33,15 +34,19 @@ def to_markdown(stream: EventStream, store: EventStore) -> str:
     if notes:
         lines += ["", "**Notes:**", ""] + [f"- {_one_line(note)}" for note in notes]
     counters: dict[str, int] = {}
+    turns: dict[str, str] = {}  # per stream, the reasoning in effect: a reply's reasoning shows once
     for depth, owner, event in walk(stream, store.load):
+        previous = turns.get(owner.uid, "")
+        turns[owner.uid] = reasoning_after(event, previous)
         if not kind_of(event.type).in_report:
             continue
         counters[owner.uid] = counters.get(owner.uid, 0) + 1
-        lines += ["", *_section(printable_event(event), depth, owner if depth else None, counters[owner.uid])]
+        lines += ["", *_section(printable_event(event), depth, owner if depth else None, counters[owner.uid],
+                                printable(turn_reasoning(event, previous)))]
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _section(event: Event, depth: int, child: EventStream | None, number: int) -> list[str]:
+def _section(event: Event, depth: int, child: EventStream | None, number: int, reasoning: str) -> list[str]:
     data = event.data
     shell, edit, returned = ShellRun.of(event), FileEdit.of(event), ChildReturn.of(event)
     tool_call = event.type == "action" and "server" in data and "tool" in data
@@ -54,8 +59,8 @@ def _section(event: Event, depth: int, child: EventStream | None, number: int) -
     where = f" — {printable(child.agent_type)} `{child.uid}`" if child is not None else ""
     stamp = event.created_at.strftime("%H:%M:%S")
     out = [f"{heading} {number}. {title}{where}", "", f"*{stamp}*"]
-    if event.reasoning.strip():
-        out += ["", *(f"> {line}" if line else ">" for line in event.reasoning.strip().splitlines())]
+    if reasoning.strip():
+        out += ["", *(f"> {line}" if line else ">" for line in reasoning.strip().splitlines())]
     out.append("")
     if shell is not None:
         out += _fence(shell.command, "bash")

@@ -25,6 +25,7 @@ from anges.events import (
 )
 from anges.printable import printable, printable_event
 from anges.terminal import Spinner, Style, cut, is_terminal, last_lines, render_markdown, seconds, wants_colour
+from anges.turns import reasoning_after, turn_reasoning
 
 if TYPE_CHECKING:
     from anges.events import Event
@@ -50,15 +51,19 @@ class Renderer:
         self.output_lines = 200 if verbose else 8
         self.diff_lines = 400 if verbose else 40
         self.reasoning_lines = 1000 if verbose else 3
+        self._turns: dict[str, str] = {}
+        """Per agent: the reasoning in effect (a reply's reasoning is shown with its first event only)."""
 
     def event(self, event: Event, depth: int = 0, agent: str = "", live: bool = False) -> list[str]:
         """The lines of one event; `live` leaves out the top-level request and answer (the user has or gets those)."""
         event, agent = printable_event(event), printable(agent)
+        previous = self._turns.get(agent, "")
+        self._turns[agent] = reasoning_after(event, previous)
         group = group_of(event)
         if not kind_of(event.type).in_report or (live and depth == 0 and group == "request"):
             return []
         # a child's return carries the reasoning of the step that delegated, already shown when it started
-        quiet = group in ("request", "interrupted", "child_exit")
+        quiet = group in ("request", "interrupted", "child_exit") or not turn_reasoning(event, previous)
         reasoning = [] if quiet else self._reasoning(event)
         body = [] if live and depth == 0 and group == "answer" else self._body(event, group, depth)
         usage = StepUsage.of(event.data) if self.verbose else None

@@ -90,5 +90,5 @@ def test_no_prompt_passes_max_prompt_chars_and_its_end_is_kept(tmp_path):
 
     prompt = model.prompts[0]
     assert len(prompt) <= 50_000 and "characters cut" in prompt
-    assert prompt.startswith("You are anges") and prompt.rstrip().endswith("Reply with the JSON object for your next step.")
-    assert "do it" in prompt  # the history sits at the end, so it is kept
+    assert prompt.startswith("You are anges") and prompt.rstrip().endswith("TYPE: NEW_REQUEST\nCONTENT:\ndo it")
+    # the history sits at the end, so it is kept

@@ -30,7 +30,7 @@ def test_a_replay_in_another_folder_fails_with_the_diff_unless_lenient(tmp_path)
     recording = "examples/recorded/fizzbuzz.jsonl"
     strict = replay_demo(tmp_path, f"replay:{recording}")
     assert strict.returncode == 4, strict.stderr
-    assert "call 1 of 4 recorded: the prompt differs from the recording" in strict.stderr
+    assert "call 1 of 3 recorded: the prompt differs from the recording" in strict.stderr
     assert "-- Working directory (commands start here; relative file paths resolve here): /tmp/anges-fizzbuzz" \
            in strict.stderr and f"+- Working directory (commands start here; relative file paths resolve here): " \
            f"{tmp_path}" in strict.stderr

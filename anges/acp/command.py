@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from anges.arguments import agent_type, config_overrides, positive
+from anges.arguments import add_agents_md_flag, agent_type, config_overrides, positive
 from anges.exceptions import UsageError
 
 ACP_EPILOG = """\
@@ -34,6 +34,7 @@ def build_acp_parser() -> argparse.ArgumentParser:
     parser.add_argument("--network", action="store_true", default=None, help="let sandboxed commands reach the network")
     parser.add_argument("--approval", choices=("ask", "auto", "deny"),
                         help="what an action that needs approval gets: ask in the editor (default), approved, declined")
+    add_agents_md_flag(parser)
     parser.add_argument("--log-file", metavar="FILE", help="write the log to FILE instead of stderr")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv: debug)")
     return parser

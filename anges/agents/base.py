@@ -161,10 +161,8 @@ class BaseAgent(Delegation):
     def _step(self) -> bool:
         """One reply and its actions; True when a returning action ended the run."""
         self._check_limits()
-        if self._execute(self._query()):
-            return True
-        self._state.history.summarize_actions_if_due(self.agent_config.max_consecutive_actions_to_summarize)
-        return False
+        self._state.history.fold_if_due(self.agent_config.max_consecutive_actions_to_summarize)
+        return self._execute(self._query())
 
     def _query(self) -> ParsedReply:
         """A valid reply from the model; an invalid or cut-off one is asked again, a bounded number of times."""
@@ -203,13 +201,11 @@ class BaseAgent(Delegation):
         return action.returning_action
 
     def _record_outcome(self, event: Event, reply: ParsedReply, permit: Permit | None = None) -> None:
-        """Record an action's event with the reply's reasoning and the approval it got (a task's end is summarized)."""
+        """Record an action's event with the reply's reasoning and the approval it got."""
         event.reasoning = event.reasoning or reply.reasoning
         event.analysis = event.analysis or reply.analysis
         if permit is not None and permit.facts():
             event.data.setdefault("approval", permit.facts())
-        if event.type == "task_completion":
-            self._state.history.summarize_task()
         self._record(event)
 
     def _record(self, event: Event, notify: bool = True) -> None:

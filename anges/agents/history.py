@@ -1,4 +1,4 @@
-"""Keeping the history short: summaries when actions pile up, after a task, or when the prompt is too long."""
+"""Keeping the history short: the rolling summary, folded when the window is full or the prompt too long."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 from anges import summarize
 from anges.agents.record import masked_title
-from anges.clipping import clip
 from anges.events import Event, EventStream
 from anges.exceptions import FormatError, ModelError, RunStopped
 from anges.parsing import strip_thinking
@@ -20,7 +19,7 @@ if TYPE_CHECKING:
 
 
 class History:
-    """The summaries and the title of one stream. A summary that fails is recorded; it never stops the run."""
+    """The rolling summary and the title of one stream. A fold that fails is recorded; it never stops the run."""
 
     def __init__(self, stream: EventStream, store: EventStore, config: PromptConfig, call: Callable[..., str],
                  record: Callable[[Event], None], logger: logging.Logger):
@@ -28,44 +27,37 @@ class History:
         self.store = store
         self.config = config
         self.call = call
-        """`call(prompt, attach=...)`: the agent's model call."""
+        """`call(prompt)`: the agent's model call (it counts the call, like every other)."""
         self.record = record
         self.logger = logger
+        self._retry_at = 0
+        """After a failed fold, the stream length at which the next one may be tried."""
 
-    def summarize_actions_if_due(self, threshold: int) -> None:
-        """Summarize the newest run of actions once it is `threshold` events long."""
-        due = summarize.action_range_due(self.stream, threshold, self.config.recent_events_in_full)
-        if due:
-            self.add_summary(*due, reason="actions")
-
-    def summarize_task(self) -> None:
-        """Summarize the task about to complete."""
-        task = summarize.task_range(self.stream)
-        if task:
-            self.add_summary(*task, reason="task_completion")
+    def fold_if_due(self, threshold: int) -> None:
+        """Fold the history into the rolling summary when the window is full (see `summarize.fold_due`)."""
+        end = summarize.fold_due(self.stream, self.config, threshold)
+        if end is not None and len(self.stream.events_list) >= self._retry_at:
+            if not self.fold(end, reason="window"):
+                self._retry_at = len(self.stream.events_list) + max(threshold // 2, 1)
 
     def shorten(self) -> bool:
-        """Summarize every unsummarized run of two or more events (the prompt is too long); True if one was added."""
-        added = False
-        for start, end in summarize.unsummarized_segments(self.stream, self.config.recent_events_in_full):
-            if end - start + 1 >= 2:
-                added = self.add_summary(start, end, reason="prompt_size") or added
-        return added
+        """Fold all but the newest events (the prompt is too long); True if the history got a new summary."""
+        end = summarize.fold_end(self.stream, self.config)
+        return end is not None and self.fold(end, reason="prompt_size")
 
-    def add_summary(self, start: int, end: int, reason: str) -> bool:
-        """Ask the model for a summary of events `start`..`end` and keep it; False (and a recorded event) if not."""
+    def fold(self, end: int, reason: str) -> bool:
+        """Ask the model for the rolling summary of events 1..`end` and keep it; False (and a recorded event) if
+        it gives none."""
         try:
-            summary = summarize.make_summary(lambda prompt: self.call(prompt, attach=False), self.stream, start, end,
-                                             reason, self.config)
+            summary = summarize.fold(self.call, self.stream, end, reason, self.config)
         except (ModelError, RunStopped, FormatError) as exc:
             if isinstance(exc, RunStopped) and exc.reason == "interrupt":
-                return False
-            self.logger.info("summary of events %d-%d failed: %s", start, end, exc)
-            note = f"summary of events {start} to {end} failed (the history is kept in full): {exc}"
+                raise
+            self.logger.info("summary of events 1-%d failed: %s", end, exc)
+            note = f"summary of events 1 to {end} failed (the history is kept in full): {exc}"
             self.record(Event("summary_failed", content=str(exc), message=note,
-                              data={"start": start, "end": end, "reason": reason, "error": str(exc)}))
+                              data={"start": 1, "end": end, "reason": reason, "error": str(exc)}))
             return False
-        summary.summary = clip(summary.summary, self.config.max_summary_chars)
         self.stream.event_summaries_list.append(summary)
         self.store.sync(self.stream)
         return True

@@ -6,6 +6,7 @@ import os
 import platform
 from typing import TYPE_CHECKING
 
+from anges.agents_md import ProjectFile, read_agents_md
 from anges.models.base import Prompt
 from anges.prompt import format_event_stream, render_template
 
@@ -25,12 +26,14 @@ class Prompter:
     def __init__(self, agent: BaseAgent):
         self.agent = agent
         self._facts: dict | None = None
+        self._project: list[ProjectFile] | None = None
         self._history = ""
         """The history the last prompt showed: where the next one may hit the provider's cache."""
 
     def new_run(self) -> None:
-        """Read the facts again (the sandbox may differ) and render every action's guide."""
+        """Read the facts and the project's AGENTS.md again (either may differ) and render every action's guide."""
         self._facts = None
+        self._project = None
         self._history = ""
         for action in self.agent.registered_actions:
             if action.guide_template:
@@ -38,13 +41,14 @@ class Prompter:
 
     def prompt(self, feedback: str = "") -> Prompt:
         """The full prompt for the next step; `feedback` says what was wrong with the last reply."""
-        agent = self.agent
+        agent, config = self.agent, self.agent.config.prompt
         events = agent.event_stream.events_list
-        history = format_event_stream(agent.event_stream, agent.config.prompt)
+        history = format_event_stream(agent.event_stream, config)
         text = render_template(
-            agent.agent_prompt_template, agent.config.prompt.template_dir,
+            agent.agent_prompt_template, config.template_dir,
             action_types=[a.type for a in agent.registered_actions],
             action_guides=[a.guide_prompt for a in agent.registered_actions], platform=self.facts(),
+            project_files=self.project_files(), project_limit=config.max_agents_md_chars,
             notes=agent.notes, history=history,
             background_jobs=agent.run_safety.job_lines() if agent.run_safety else [],
             after_edit=bool(events) and events[-1].type == "edit_file", feedback=feedback, agent=agent)
@@ -63,6 +67,15 @@ class Prompter:
         previous, self._history = self._history, history
         grown = start + len(previous) if previous and history.startswith(previous) else 0
         return Prompt(text, (fixed, grown, start + len(history)), (fixed, start + len(history)), key)
+
+    def project_files(self) -> list[ProjectFile]:
+        """The project's AGENTS.md files (none when `prompt.agents_md` is off), read once per run: they belong to
+        the prompt's stable prefix."""
+        if self._project is None:
+            config, agent = self.agent.config.prompt, self.agent
+            self._project = read_agents_md(agent.cmd_init_dir, config.max_agents_md_chars,
+                                           agent._secrets) if config.agents_md else []
+        return self._project
 
     def guide(self, action: Action) -> str:
         """The guide of one built-in action, rendered from its `guide_template`."""
