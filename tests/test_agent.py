@@ -50,7 +50,8 @@ def test_shell_edit_and_complete_are_recorded_and_persisted(tmp_path):
     assert (tmp_path / "hello.py").read_text() == "print('hi')\n"
     run = stream.events_list[2]
     assert run.data["exit_code"] == 0 and "hi" in run.content and run.data["command"] == "python3 hello.py"
-    assert "+print('hi')" in stream.events_list[1].content
+    created = stream.events_list[1].content  # a new file comes back as its size and first lines, not a diff
+    assert created == "NEW_FILE hello.py\nCreated hello.py: 1 line, 12 bytes. Its lines:\nprint('hi')"
     assert agent.status == "completed"
     loaded = EventStore().load(stream.uid)
     assert types(loaded) == types(stream)
@@ -333,10 +334,10 @@ def test_user_template_dir_overrides_packaged_templates(tmp_path):
 def test_old_events_are_truncated_recent_ones_full(tmp_path):
     config = load_config(overrides={"prompt": {"recent_events_in_full": 1, "max_event_chars": 300},
                                     "agents": {"common": {"max_consecutive_actions_to_summarize": 0}}})
-    agent, model = make_agent(tmp_path, [reply(shell("python3 -c \"print('x' * 20000)\"")), reply(shell("true")),
+    agent, model = make_agent(tmp_path, [reply(shell("python3 -c \"print('x' * 6000)\"")), reply(shell("true")),
                                          complete()], config=config)
     agent.run_with_new_request("go")
-    assert "x" * 20000 in model.prompts[1]
+    assert "x" * 6000 in model.prompts[1]
     assert "x" * 1000 not in model.prompts[2] and "characters cut]" in model.prompts[2]
 
 

@@ -53,6 +53,9 @@ class ActionContext:
     """What the runner's sandbox allows; None when the command runs without one."""
     escalated: bool = False
     """The command was approved to run outside the sandbox."""
+    output_dir: str | None = None
+    """Where a command's full output and log go when not in `runner`'s scratch directory (an escalated command's go
+    to the sandbox's, which sandboxed commands can read)."""
 
 
 class Action:
