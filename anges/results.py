@@ -42,6 +42,8 @@ class ShellRun:
     printed_bytes: int | None = None
     """What the command printed, stdout and stderr together, however much of it was kept (None: not recorded)."""
     printed_lines: int | None = None
+    cut: int = 0
+    """Bytes of the output left out of `stdout` and `stderr`."""
     output_path: str | None = None
     """The file with the whole output, when stdout or stderr was cut."""
     yielded: bool = False
@@ -61,7 +63,8 @@ class ShellRun:
                    data.get("duration") or 0.0, bool(data.get("timed_out")), bool(data.get("interrupted")),
                    data.get("pid"), data.get("log_path"), data.get("blocked") or "",
                    printed[0] + printed[1] if known else None, printed[2] + printed[3] if known else None,
-                   data.get("output_path"), bool(data.get("yielded")), data.get("result_format") or 1)
+                   (data.get("stdout_omitted") or 0) + (data.get("stderr_omitted") or 0), data.get("output_path"),
+                   bool(data.get("yielded")), data.get("result_format") or 1)
 
     @property
     def state(self) -> str:
