@@ -161,7 +161,8 @@ def _shares(out: int, err: int, budget: int) -> tuple[int, int]:
 
 
 class CappedLog:
-    """A log file that keeps its newest bytes: past `cap`, the oldest half is dropped and a marker line says so."""
+    """A log file that keeps its newest bytes: past `cap`, all but the newest quarter is dropped (so the bytes moved
+    to trim it are a third of those written) and a marker line says how much."""
 
     def __init__(self, path: str, cap: int):
         self.file = open(path, "r+b", buffering=0)  # noqa: SIM115  (closed by close())
@@ -175,7 +176,7 @@ class CappedLog:
             self.file.write(chunk)
             self.size += len(chunk)
             return
-        keep = self.cap // 2
+        keep = self.cap // 4
         if len(chunk) >= keep:
             tail = chunk[-keep:]
         else:
