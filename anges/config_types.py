@@ -126,7 +126,7 @@ class AgentConfig(Section):
     max_depth: int = 3
     """Nesting depth of orchestrators."""
     max_concurrent_children: int = 2
-    """Children an orchestrator runs at once."""
+    """Children an orchestrator runs at a time, whichever reply started them; more wait their turn."""
 
 
 class PromptConfig(Section):

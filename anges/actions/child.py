@@ -40,6 +40,8 @@ class ChildRun:
     ctx: ActionContext | None = None
     approval: dict = field(default_factory=dict)
     """The approval facts of the action that started it (recorded on its `new_child_agent` event)."""
+    start: int = 0
+    """Events its stream had when it started: what it records from there on is this run."""
 
     @property
     def name(self) -> str:
@@ -77,7 +79,8 @@ class CallChildAgent(Action):
         """Record `new_child_agent`/`resume_child_agent` and `child_agent_running` on the parent's stream."""
         stream, ctx = child.agent.event_stream, child.ctx
         child.agent.store.sync(stream)
-        info = {"agent_id": stream.uid, "starting_from": len(stream.events_list)}
+        child.start = len(stream.events_list)
+        info = {"agent_id": stream.uid, "starting_from": child.start}
         verb = "starts" if child.kind == "new_child_agent" else "resumes"
         data = {"agent_id": stream.uid, "agent_type": child.agent.agent_type, "directive": child.directive}
         ctx.record(Event(child.kind, reasoning=ctx.reply.reasoning, content=child.request,

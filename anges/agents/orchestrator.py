@@ -7,6 +7,7 @@ orchestrator gets a turn each time one returns, so it can react to a failure whi
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -32,6 +33,9 @@ class Children:
         self.execute = execute
         self.waiting: deque[ChildRun] = deque()
         self.running: dict[concurrent.futures.Future, ChildRun] = {}
+        self.stops: dict[str, threading.Event] = {}
+        self.failures: dict[str, str] = {}
+        """Why a child's run raised (its own stream says, unless it failed before recording anything)."""
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     def __bool__(self) -> bool:
@@ -43,6 +47,9 @@ class Children:
 
     def add(self, child: ChildRun) -> None:
         """Start `child` now if fewer than `limit` run, else when one returns."""
+        stop, inherited = threading.Event(), child.agent.interrupt_check
+        child.agent.interrupt_check = lambda: stop.is_set() or inherited()  # holds even before its run begins
+        self.stops[child.agent.uid] = stop
         self.waiting.append(child)
         self.start_waiting()
 
@@ -68,6 +75,7 @@ class Children:
         """Interrupt every running child and wait for it to return; (those that ran, those that never started)."""
         never_started, self.waiting = list(self.waiting), deque()
         for child in self.running.values():
+            self.stops[child.agent.uid].set()
             child.agent.interrupt(why)
         concurrent.futures.wait(self.running)
         return self._collect(list(self.running)), never_started
@@ -81,7 +89,10 @@ class Children:
         done = []
         for future in futures:
             child = self.running.pop(future)
-            future.exception()  # a child that failed has recorded how; its return is read from its stream all the same
+            self.stops.pop(child.agent.uid, None)
+            failure = future.exception()
+            if failure is not None:
+                self.failures[child.agent.uid] = f"{type(failure).__name__}: {failure}"
             done.append(child)
         return done
 
@@ -147,7 +158,11 @@ class Orchestrator(BaseAgent):
         team = self._children
         others = "" if stopped else _others(list(team.running.values()), list(team.waiting))
         for child in children:
-            self._record(self._finish(child, others))
+            failure = team.failures.pop(child.agent.uid, None)
+            if failure is not None and len(child.agent.event_stream.events_list) <= child.start:
+                self._record(error(f"child agent {child.name} could not run: {failure}"))
+            else:
+                self._record(self._finish(child, others))
         if self._state is not None:
             self._state.repeats = 0  # waiting again after a child returned is not the same step repeated
         team.start_waiting()
