@@ -54,7 +54,8 @@ class RunShellCommand(Action):
         if blocked:
             facts["blocked"] = blocked
         outside = " outside the sandbox" if ctx.escalated else ""
-        verb = "left running in the background" if result.yielded else "ran"
-        event = Event("action", message=f"{verb} `{shorten(command, 200)}`{outside}", data=facts)
+        shown = f"`{shorten(command, 200)}`{outside}"
+        message = f"left {shown} running in the background" if result.yielded else f"ran {shown}"
+        event = Event("action", message=message, data=facts)
         event.content = ShellRun.of(event).text()  # the model reads the facts; the store keeps them once
         return event
