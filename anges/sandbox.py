@@ -194,6 +194,17 @@ def explain_block(result, settings: SandboxSettings) -> str:
 # -- the runner -----------------------------------------------------------------------------------------------
 
 
+def _python() -> str:
+    """The interpreter itself, not a virtualenv's link to it (the runner needs only the standard library)."""
+    return os.path.realpath(sys.executable) if sys.executable else "python3"
+
+
+def _runner_paths() -> list[str]:
+    """What the runner needs that the sandbox's private /tmp would cover (anges or Python installed under /tmp)."""
+    needed = {os.path.dirname(RUNNER_SCRIPT), os.path.realpath(sys.base_prefix), os.path.dirname(_python())}
+    return sorted(_resolve(path) for path in needed if _inside(_resolve(path), "/tmp"))
+
+
 class RemoteProcess:
     """A command started by the runner: its pid (in the runner's view), exit watch and kill."""
 
@@ -355,9 +366,10 @@ class CommandRunner:
 
     def _launch(self, scratch: str) -> tuple[socket.socket, subprocess.Popen]:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        argv = [sys.executable or "python3", "-I", "-S", RUNNER_SCRIPT, str(theirs.fileno())]
+        argv = [_python(), "-I", "-S", RUNNER_SCRIPT, str(theirs.fileno())]
         if self.settings is not None:
-            argv = bwrap_argv(self.bwrap, self.settings, self.cwd, [scratch]) + ["--", *argv, "--namespace"]
+            shown = [scratch, *_runner_paths()]
+            argv = bwrap_argv(self.bwrap, self.settings, self.cwd, shown) + ["--", *argv, "--namespace"]
         else:
             argv += ["--parent", str(os.getpid())]
         with open(os.path.join(scratch, "runner.log"), "wb") as errors:

@@ -1,5 +1,7 @@
 """Small helpers shared by tests."""
 
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -44,3 +46,8 @@ def pids_running(token: str) -> list[int]:
         if token in cmdline and process_alive(int(entry.name)):
             found.append(int(entry.name))
     return found
+
+
+SANDBOX_PYTHON = os.path.realpath(sys.executable)
+"""A Python for commands run in the sandbox: the interpreter itself, since a virtualenv under /tmp is out of sight
+there (the sandbox's /tmp is private). It has only the standard library."""

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import pids_running, sleep_token
+from helpers import SANDBOX_PYTHON, pids_running, sleep_token
 
 from anges.batch.state import BatchState
 from anges.batch.tasks import TaskSpec, batch_id_for, load_tasks
@@ -371,7 +371,7 @@ def test_the_network_is_off_for_batch_tasks_unless_the_batch_turns_it_on(tmp_pat
     server = ThreadingHTTPServer(("127.0.0.1", 0), Hello)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        fetch = (f"{sys.executable} -c \"import urllib.request as u; "
+        fetch = (f"{SANDBOX_PYTHON} -c \"import urllib.request as u; "
                  f"print(u.urlopen('http://127.0.0.1:{server.server_port}/', timeout=10).read().decode())\"")
         model = script(tmp_path, "r.json", shell(fetch), complete())
         path = task_file(tmp_path, {"id": "t", "task": "fetch"})

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import pids_running, sleep_token
+from helpers import SANDBOX_PYTHON, pids_running, sleep_token
 
 from anges.agents import DefaultAgent
 from anges.config import load_config
@@ -19,7 +19,7 @@ from anges.models.scripted import ScriptedModel
 from anges.sandbox import CommandRunner, SandboxSettings, availability, hidden_paths
 from anges.shell import run_command
 
-PYTHON = sys.executable
+PYTHON = SANDBOX_PYTHON
 
 
 def reply(*actions):
@@ -315,7 +315,7 @@ def test_killing_the_anges_process_ends_the_runs_processes(work, sandbox):
     first, second = sleep_token(), sleep_token()
     step = reply(shell(f"setsid sleep {first} & nohup sleep {second} >/dev/null 2>&1 & wait"))
     (work / "model.json").write_text(json.dumps([step, complete()]))
-    proc = subprocess.Popen([PYTHON, "-m", "anges", "-q", "wait", "--sandbox", sandbox, "--approval", "auto",
+    proc = subprocess.Popen([sys.executable, "-m", "anges", "-q", "wait", "--sandbox", sandbox, "--approval", "auto",
                              "--model", f"scripted:{work / 'model.json'}"], cwd=work, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 20
@@ -334,3 +334,34 @@ def test_killing_the_anges_process_ends_the_runs_processes(work, sandbox):
     run_command("true", cwd=work, background=True, runner=(runner := CommandRunner(str(work))))
     runner.close()
     assert not any(path.exists() for path in stale)
+
+
+RUN_ONE_COMMAND = """
+import sys
+from anges.sandbox import CommandRunner, SandboxSettings, availability
+from anges.shell import run_command
+runner = CommandRunner(sys.argv[1], SandboxSettings(writable=(sys.argv[1],)), availability().bwrap)
+try:
+    print(run_command("echo inside", cwd=sys.argv[1], runner=runner).stdout, end="")
+finally:
+    runner.close()
+"""
+
+
+@pytest.mark.sandbox
+def test_the_runner_starts_when_anges_and_its_python_live_under_tmp(work, tmp_path):
+    """A virtualenv or a checkout under /tmp (the sandbox's /tmp is private) still runs commands."""
+    import subprocess
+    import sysconfig
+
+    import anges
+
+    copy = tmp_path / "checkout"
+    shutil.copytree(Path(anges.__file__).parent, copy / "anges")
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    python = tmp_path / "venv" / "bin" / "python"
+    python.symlink_to(os.path.realpath(sys.executable))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(copy), sysconfig.get_paths()["purelib"]])}
+    done = subprocess.run([str(python), "-c", RUN_ONE_COMMAND, str(work)], capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert done.stdout == "inside\n", done.stderr
