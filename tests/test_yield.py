@@ -6,7 +6,7 @@ import socket
 import time
 
 import pytest
-from helpers import pids_running
+from helpers import SANDBOX_PYTHON, pids_running
 
 from anges.agents import DefaultAgent
 from anges.config import load_config
@@ -31,8 +31,8 @@ def serve_fetch_and_read_the_log(work, safety, **run_args):
     """A run whose model starts a web server in the foreground, fetches a page from it, then reads its log."""
     (work / "hello.txt").write_text("served from the yielded server\n")
     port = free_port()
-    server = f"python3 -m http.server {port} --bind 127.0.0.1"
-    fetch = (f"python3 -c \"import urllib.request; "
+    server = f"{SANDBOX_PYTHON} -m http.server {port} --bind 127.0.0.1"
+    fetch = (f"{SANDBOX_PYTHON} -c \"import urllib.request; "
              f"print(urllib.request.urlopen('http://127.0.0.1:{port}/hello.txt').read().decode(), end='')\"")
 
     def read_log(prompt):
