@@ -19,20 +19,29 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from anges.clipping import clip, clip_lines, one_line
 from anges.events import Event, new_id
 from anges.exceptions import RunStopped
+from anges.printable import printable
 from anges.waiting import future_done, wait_for
 
 if TYPE_CHECKING:
     from anges.actions.base import ActionContext
     from anges.policy import Policy, Verdict
 
+LEAVING_THE_SANDBOX = ("escalation", "writable_paths", "protected_paths", "hidden_paths")
+"""The rules whose `ask` lets an action do what the sandbox forbids commands: --approval auto does not approve
+them unless `safety.auto_escalate` says so."""
+
 log = logging.getLogger("anges.approval")
 
 MODES = ("ask", "auto", "deny")
 POLL_SECONDS = 0.1
 MAX_DETAIL_CHARS = 20_000
+"""The most of a request's detail its recorded event keeps."""
 MAX_SHOWN_LINES = 60
+MAX_SHOWN_LINE = 400
+"""A request shows at most this many lines, of at most this many characters, before `v`."""
 _ALLOW_WORDS = ("allow", "approve", "approved", "yes", "y")
 _DENY_WORDS = ("deny", "decline", "declined", "no", "n")
 
@@ -64,11 +73,16 @@ class ApprovalRequest:
     """Set when the run stops before an answer: a channel should stop waiting and return."""
 
     def to_data(self) -> dict:
-        """JSON-able facts of the request."""
+        """JSON-able facts of the request; a detail over MAX_DETAIL_CHARS is cut, and `detail_cut` says so (a
+        channel showing the record must not offer approval for what it cannot show)."""
         keys = ("id", "action_type", "subject", "detail", "rule", "reason", "scope", "escalate", "justification",
                 "agent_id", "agent_type", "created_at")
         data = {key: getattr(self, key) for key in keys}
         data["request_id"] = data.pop("id")
+        data["detail_cut"] = len(self.detail) > MAX_DETAIL_CHARS
+        if data["detail_cut"]:
+            left = len(self.detail) - MAX_DETAIL_CHARS
+            data["detail"] = f"{self.detail[:MAX_DETAIL_CHARS]}\n… ({left} more characters)"
         return data
 
 
@@ -139,10 +153,12 @@ class Gate:
     One gate serves a run and its child agents, so they ask on the same channel and share "always" answers.
     """
 
-    def __init__(self, policy: Policy, mode: str, channel=None):
+    def __init__(self, policy: Policy, mode: str, channel=None, auto_escalate: bool = False):
         self.policy = policy
         self.mode = mode
         self.channel = channel
+        self.auto_escalate = auto_escalate
+        """--approval auto also approves leaving the sandbox (escalations, paths outside the writable ones)."""
         self.grants: set[tuple] = set()
         self._lock = threading.Lock()
 
@@ -158,6 +174,8 @@ class Gate:
             if verdict.grant in self.grants:
                 return Permit(True, verdict, Decision("allow", by="always"))
         if self.mode == "auto":
+            if verdict.rule in LEAVING_THE_SANDBOX and not self.auto_escalate:
+                return Permit(False, verdict, Decision("deny", by="auto"))
             return Permit(True, verdict, Decision("allow", by="auto"))
         if self.mode == "deny":
             return Permit(False, verdict, Decision("deny", by="approval=deny"))
@@ -190,7 +208,7 @@ class Gate:
         secrets = asker.secrets
         return ApprovalRequest(
             action_type=action_type, subject=mask_secrets(verdict.subject, secrets),
-            detail=mask_secrets(_detail(action_type, args, self.policy.cwd), secrets), rule=verdict.rule,
+            detail=mask_secrets(_detail(action_type, args, self.policy.cwd, verdict), secrets), rule=verdict.rule,
             reason=verdict.reason, scope=mask_secrets(verdict.scope, secrets), escalate=verdict.escalate,
             justification=mask_secrets(str(args.get("escalate") or ""), secrets) if verdict.escalate else "",
             agent_id=asker.agent_id, agent_type=asker.agent_type)
@@ -224,50 +242,70 @@ class Gate:
 
 def _request_text(request: ApprovalRequest) -> str:
     where = " (outside the sandbox)" if request.escalate else ""
-    return (f"waiting for approval: {request.action_type} {_shorten(request.subject)}{where} — {request.reason} "
+    return (f"waiting for approval: {request.action_type} {one_line(request.subject, 120)}{where} — {request.reason} "
             f"[{request.rule}]")
 
 
 def _decided_text(facts: dict) -> str:
     verb = {"allow": "approved", "deny": "declined", "cancelled": "approval cancelled"}[facts["decision"]]
-    return f"{verb} ({facts['by']}): {facts['action_type']} {_shorten(facts['subject'])}"
+    return f"{verb} ({facts['by']}): {facts['action_type']} {one_line(facts['subject'], 120)}"
 
 
-def _shorten(text: str, limit: int = 120) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+def _detail(action_type: str, args: dict, cwd: str, verdict: Verdict | None = None) -> str:
+    """What a person needs to see to decide: the command, the diff an edit would make, the tool's arguments.
 
-
-def _detail(action_type: str, args: dict, cwd: str) -> str:
-    """What a person needs to see to decide: the command, the diff an edit would make, the tool's arguments."""
+    Of a hidden file (a credential) nothing is read: the detail is what the model wrote, so a declined request
+    leaves none of the file in the record.
+    """
     import json
 
     if action_type == "RUN_SHELL_CMD":
-        text = str(args.get("command", ""))
-    elif action_type == "EDIT_FILE":
-        text = preview_edit(args, cwd)
-    else:
-        text = json.dumps({k: v for k, v in args.items() if k != "action_type"}, indent=2, ensure_ascii=False,
-                          default=str)
-    return text if len(text) <= MAX_DETAIL_CHARS else text[:MAX_DETAIL_CHARS] + "\n… (cut)"
+        return str(args.get("command", ""))
+    if action_type == "EDIT_FILE":
+        if verdict is not None and verdict.hidden:
+            return _unread_edit(args)
+        return preview_edit(args, cwd, resolved=verdict.paths[0] if verdict is not None and verdict.paths else None)
+    return json.dumps({k: v for k, v in args.items() if k != "action_type"}, indent=2, ensure_ascii=False,
+                      default=str)
 
 
-def preview_edit(args: dict, cwd: str, max_bytes: int = 5_000_000) -> str:
-    """The diff an EDIT_FILE action would make, computed on a copy of the file (the file is not touched)."""
-    import shutil
+def _unread_edit(args: dict) -> str:
+    text = f"{str(args.get('directive_line', '')).strip()}\n(a hidden file: its contents are not read or shown)"
+    if args.get("old_text"):
+        text += f"\nreplacing:\n{args['old_text']}"
+    return text + (f"\nwith:\n{args['content']}" if args.get("content") else "")
+
+
+def preview_edit(args: dict, cwd: str, max_bytes: int = 5_000_000, resolved: str | None = None) -> str:
+    """The diff an EDIT_FILE action would make, computed on a copy of the file (the file is not touched).
+
+    The file is read at `resolved` (the path the policy judged; else the directive's path, resolved now)
+    without following a symlink on the way.
+    """
+    import stat
     import tempfile
 
-    from anges.fileedit import EditError, apply_edit, edit_target
+    from anges.fileedit import EditError, apply_edit, edit_target, open_nofollow
 
     directive = str(args.get("directive_line", "")).strip()
     try:
         operation, path, arguments = edit_target(directive, cwd)
-        if os.path.isfile(path) and os.path.getsize(path) > max_bytes:
-            return f"{directive}\n(the file is too large to preview)"
+        real = resolved or os.path.realpath(path)
         with tempfile.TemporaryDirectory(prefix="anges-preview-") as scratch:
             copy = os.path.join(scratch, "f")
-            if os.path.isfile(path):
-                shutil.copyfile(path, copy)
+            try:
+                fd = open_nofollow(real, os.O_RDONLY | os.O_NONBLOCK)
+            except FileNotFoundError:
+                fd = None
+            if fd is not None:
+                with os.fdopen(fd, "rb") as source:
+                    info = os.fstat(source.fileno())
+                    if not stat.S_ISREG(info.st_mode):
+                        return f"{directive}\n(the edit would fail: not a regular file)"
+                    if info.st_size > max_bytes:
+                        return f"{directive}\n(the file is too large to preview)"
+                    with open(copy, "wb") as target:
+                        target.write(source.read(max_bytes + 1))
             result = apply_edit(f"{operation} {copy} {arguments}".strip(), str(args.get("content") or ""),
                                 base_dir=scratch, old_text=args.get("old_text"))
     except (EditError, OSError) as exc:
@@ -278,24 +316,13 @@ def preview_edit(args: dict, cwd: str, max_bytes: int = 5_000_000) -> str:
     return f"{directive}\n{diff or '(no change)'}"
 
 
-def printable(text: str) -> str:
-    """Control characters (escape sequences included) made visible, so untrusted text cannot drive the terminal."""
-    out = []
-    for char in text:
-        code = ord(char)
-        if char in "\n\t" or (32 <= code < 127) or code > 159:
-            out.append(char)
-        elif code < 32:
-            out.append("^" + chr(code + 64))
-        else:
-            out.append(f"\\x{code:02x}")
-    return "".join(out)
-
-
 class TerminalPrompt:
-    """Asks on the terminal: y yes, n no, a always (for the rest of the run), t no, and tell the agent why.
+    """Asks on the terminal: y yes, n no, a always (for the rest of the run), t no, and tell the agent why; v shows
+    a detail too long for the screen in full.
 
-    `pause` is a context manager factory that quiets other terminal output (the spinner) while asking.
+    y and a are refused until the person has seen the whole detail: a long command shows its head and tail,
+    and the part between needs `v`. `pause` is a context manager factory that quiets other terminal output
+    (the spinner) while asking.
     """
 
     name = "terminal"
@@ -312,37 +339,44 @@ class TerminalPrompt:
             if request.cancelled.is_set():
                 return Decision("cancelled", by="interrupt")
             self._discard_typed_ahead()
-            self._show(request)
+            seen = self._show(request)
             while True:
-                answer = self._read("  allow? [y]es, [n]o, [a]lways, [t]ell the agent why: ", request)
+                answer = self._read(ASK_ALL if seen else ASK_PART, request)
                 if answer is None:
                     return self._no_answer(request)
                 answer = answer.strip().lower()
-                if answer in ("y", "yes"):
+                if answer in ("v", "view"):
+                    self._write(_framed(printable(request.detail).splitlines()))
+                    seen = True
+                elif answer in ("y", "yes", "a", "always") and not seen:
+                    self._write("  part of it is not on the screen: view it all with v before you approve it\n")
+                elif answer in ("y", "yes"):
                     return Decision("allow", by=self.name)
-                if answer in ("n", "no"):
+                elif answer in ("n", "no"):
                     return Decision("deny", by=self.name)
-                if answer in ("a", "always"):
+                elif answer in ("a", "always"):
                     return Decision("allow", always=True, by=self.name)
-                if answer in ("t", "tell"):
+                elif answer in ("t", "tell"):
                     why = self._read("  tell the agent: ", request)
                     if why is None:
                         return self._no_answer(request)
                     return Decision("deny", feedback=why.strip(), by=self.name)
-                self._write("  please answer y, n, a or t\n")
+                else:
+                    self._write(f"  please answer {'y, n, a, t or v' if seen else 'v, n or t'}\n")
 
-    def _show(self, request: ApprovalRequest) -> None:
-        head = f"\n? {request.action_type} needs your approval — {request.reason} [{request.rule}]\n"
-        lines = printable(request.detail).splitlines() or [""]
-        shown = lines[:MAX_SHOWN_LINES]
-        if len(lines) > len(shown):
-            shown.append(f"… {len(lines) - len(shown)} more lines")
-        body = "".join(f"  │ {line}\n" for line in shown)
+    def _show(self, request: ApprovalRequest) -> bool:
+        """Show the request; True when all of its detail is on the screen."""
+        head = f"\n? {request.action_type} needs your approval — {printable(request.reason)} [{request.rule}]\n"
+        shown, complete = summary(printable(request.detail).splitlines() or [""])
+        body = _framed(shown)
         if request.escalate:
             why = printable(request.justification) or "(no reason given)"
-            body += f"  this command runs OUTSIDE the sandbox; the agent says why: {why}\n"
-        body += f"  always = for the rest of this run: {printable(request.scope)}\n"
+            body += f"  this command runs OUTSIDE the sandbox; the agent says why: {one_line(why, 300)}\n"
+        body += f"  always = for the rest of this run: {one_line(printable(request.scope), 300)}\n"
+        if not complete:
+            body += "  (only part of it is shown: v shows it all)\n"
         self._write(head + body)
+        return complete
 
     def _read(self, prompt: str, request: ApprovalRequest) -> str | None:
         """A line typed by the person; None when the request is cancelled or input ends."""
@@ -380,3 +414,21 @@ class TerminalPrompt:
     def _write(self, text: str) -> None:
         self.out.write(text)
         self.out.flush()
+
+
+ASK_ALL = "  allow? [y]es, [n]o, [a]lways, [t]ell the agent why: "
+ASK_PART = "  [v]iew it all, [n]o, [t]ell the agent why: "
+
+
+def summary(lines: list[str]) -> tuple[list[str], bool]:
+    """The lines a request shows at first (head and tail of a long detail, long lines cut in the middle), and
+    whether that is all of it."""
+    complete = len(lines) <= MAX_SHOWN_LINES and all(len(line) <= MAX_SHOWN_LINE for line in lines)
+    shown: list[str] = []
+    for line in clip_lines(lines, MAX_SHOWN_LINES - 1, lambda cut: f"… {cut} lines not shown (v shows them) …"):
+        shown += clip(line, MAX_SHOWN_LINE).split("\n")
+    return shown, complete
+
+
+def _framed(lines: list[str]) -> str:
+    return "".join(f"  │ {line}\n" for line in lines)

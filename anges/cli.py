@@ -136,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
     verbose = 0
+    from anges.sandbox import protect_process_memory
+
+    protect_process_memory()  # commands (ours or others') cannot read the API keys from /proc/PID/environ
     try:
         if argv[:1] == ["ui"]:
             return run_ui(argv[1:])

@@ -80,6 +80,9 @@ def load_config(path: str | os.PathLike | None = None, overrides: dict | None = 
         if not explicit_path.is_file():
             raise ConfigError(f"{explicit_path}: config file not found")
         layers.append((str(explicit_path), _read_yaml(explicit_path)))
+        from anges.masking import note_secret_file
+
+        note_secret_file(explicit_path)  # it may hold keys: commands do not see it
     if overrides:
         layers.append(("arguments", overrides))
     return _from_layers(layers)

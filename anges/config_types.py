@@ -210,15 +210,16 @@ def _default_rules() -> list[SafetyRule]:
     deny, ask = "deny", "ask"
     return [
         SafetyRule("RUN_SHELL_CMD",
-                   r"re:\brm\s+(-\S+\s+)*(--no-preserve-root\b|(/|/\*|~/?|\$HOME/?|\$\{HOME\}/?)(\s|;|&|\||\)|$))",
-                   deny, "deletes the root or home directory"),
+                   r"re:\brm\s+(-\S+\s+){0,32}(--no-preserve-root\b|(/[/.]*\*?|~/?\*?|\$HOME/?\*?|\$\{HOME\}/?\*?)"
+                   r"(\s|;|&|\||\)|$))", deny, "deletes the root or home directory"),
         SafetyRule("RUN_SHELL_CMD", r"re:\bmkfs(\.\w+)?\b", deny, "formats a file system"),
-        SafetyRule("RUN_SHELL_CMD", r"re:(>|\bof=)\s*/dev/(sd|hd|vd|xvd|nvme|mmcblk|dm-|md|disk|loop)", deny,
+        SafetyRule("RUN_SHELL_CMD",
+                   r"re:(>|\bof=|\btee\s+(-\S+\s+){0,32})\s*/dev/(sd|hd|vd|xvd|nvme|mmcblk|dm-|md|disk|loop)", deny,
                    "writes to a block device"),
-        SafetyRule("RUN_SHELL_CMD", r"re:(\w+|:)\s*\(\)\s*\{[^}]*\1\s*\|\s*\1\s*&", deny, "a fork bomb"),
-        SafetyRule("RUN_SHELL_CMD", r"re:(^|[;&|(`]|\$\(|\b(then|do|else|xargs|exec|env|nohup|time))\s*sudo\b", ask,
+        SafetyRule("RUN_SHELL_CMD", r"re:(?<!\w)(\w+|:)\s*\(\)\s*\{[^}]{0,200}\1\s*\|\s*\1\s*&", deny, "a fork bomb"),
+        SafetyRule("RUN_SHELL_CMD", r"re:(^|[\s;&|(`{])(\S{0,200}/)?(sudo|su|doas|pkexec|run0)(\s|$|[;&|)])", ask,
                    "runs as another user"),
-        SafetyRule("RUN_SHELL_CMD", r"re:\bgit\b[^;&|]*\bpush\b", ask, "publishes to a remote repository"),
+        SafetyRule("RUN_SHELL_CMD", r"re:\bgit\b[^;&|\n]{0,300}?\bpush\b", ask, "publishes to a remote repository"),
         SafetyRule("USE_MCP_TOOL", "*", ask, "MCP tools may act outside the sandbox; allow trusted ones by rule"),
     ]
 
@@ -236,6 +237,14 @@ class SafetyConfig(Section):
     """More paths hidden from commands, beside the built-in credential places and ANGES_HOME."""
     approval: Literal["", "ask", "auto", "deny"] = ""
     """What an `ask` becomes: ask (a person), auto (approved) or deny; empty = ask where someone can answer."""
+    auto_escalate: bool = False
+    """Let --approval auto also approve leaving the sandbox: escalated commands, and in-process edits and reads
+    outside the writable paths, of protected paths or of hidden paths."""
+    bwrap: str = ""
+    """The bwrap to use (an absolute path); empty = the first in /usr/bin, /bin, /usr/sbin, /sbin, /usr/local/bin."""
+    contain_unsandboxed: bool = True
+    """Run commands that run without the sandbox in a PID namespace of their own (through bwrap, when it works),
+    so none outlives the run; setuid programs (sudo) cannot gain privileges there."""
     keep_background: bool = False
     """Keep background jobs running after the run ends (until the agent is closed or anges exits)."""
     background_log_cap: int = 10_000_000

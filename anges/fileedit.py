@@ -1,20 +1,23 @@
 """The file-editing engine behind EDIT_FILE: parse a directive, change the file atomically, show the diff.
 
-An edit holds an exclusive flock on the file from the read to the replace, so concurrent edits (other
-agents, other processes) each see the previous one's result. The file keeps its owner, group and mode; a
-file with hard links is rewritten in place so every link sees the change.
+An edit resolves the path once (symlinks included) and then reaches the file through a descriptor of its
+directory, opening every component without following symlinks: a link swapped in after the path was checked
+makes the edit fail instead of sending it elsewhere. It holds an exclusive flock on the file from the read to
+the replace, so concurrent edits (other agents, other processes) each see the previous one's result. The file
+keeps its owner, group and mode; a file with hard links is rewritten in place so every link sees the change.
 """
 
 from __future__ import annotations
 
 import difflib
+import errno
 import fcntl
 import os
 import re
 import secrets
 import stat
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
 from anges.exceptions import AngesError
@@ -68,17 +71,34 @@ def summarize_diff(diff: str) -> str:
             "to keep]\n")
 
 
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 @dataclass
 class _Target:
     path: str
+    """Absolute, as the directive names it (through symlinks, if any)."""
     shown: str
     base: str
+    real: str = ""
+    """The resolved path the edit reads and writes."""
+    dir_fd: int | None = None
+    """Its directory, opened without following symlinks (None while the directory does not exist)."""
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.real)
 
 
 def apply_edit(
-    directive_line: str, content: str, *, base_dir: str | os.PathLike, old_text: str | None = None
+    directive_line: str, content: str, *, base_dir: str | os.PathLike, old_text: str | None = None,
+    resolved: str | None = None,
 ) -> EditResult:
-    """Apply one EDIT_FILE directive (NEW_FILE, INSERT_LINES, REMOVE_LINES, REPLACE_LINES, REPLACE_TEXT)."""
+    """Apply one EDIT_FILE directive (NEW_FILE, INSERT_LINES, REMOVE_LINES, REPLACE_LINES, REPLACE_TEXT).
+
+    `resolved` is the real path the policy judged: the edit refuses when the directive's path no longer leads
+    there, and never follows a symlink after that check.
+    """
     words = directive_line.strip().split(None, 1)
     operation = words[0].upper() if words else ""
     if operation not in OPERATIONS:
@@ -86,20 +106,19 @@ def apply_edit(
             f"Unknown edit directive {directive_line.strip()!r}; start it with one of: {', '.join(OPERATIONS)}"
         )
     rest = words[1].strip() if len(words) > 1 else ""
-    if operation in ("NEW_FILE", "REPLACE_TEXT"):
-        target = _target(rest, base_dir, operation)
-        with _locked(target):
-            if operation == "NEW_FILE":
-                return _new_file(target, content)
-            return _replace_text(target, content, old_text)
+    match = None
     if operation == "INSERT_LINES":
         match = _argument(_LINE_ARGUMENT, rest, operation)
-        target = _target(match["path"], base_dir, operation)
-        with _locked(target):
+    elif operation in ("REMOVE_LINES", "REPLACE_LINES"):
+        match = _argument(_RANGE_ARGUMENT, rest, operation)
+    target = _target(match["path"] if match else rest, base_dir, operation)
+    with _opened(target, resolved), _locked(target):
+        if operation == "NEW_FILE":
+            return _new_file(target, content)
+        if operation == "REPLACE_TEXT":
+            return _replace_text(target, content, old_text)
+        if operation == "INSERT_LINES":
             return _insert_lines(target, int(match["n"]), content)
-    match = _argument(_RANGE_ARGUMENT, rest, operation)
-    target = _target(match["path"], base_dir, operation)
-    with _locked(target):
         return _replace_range(target, operation, int(match["x"]), int(match["y"]), content)
 
 
@@ -126,29 +145,94 @@ def _target(raw: str, base_dir: str | os.PathLike, operation: str) -> _Target:
 
 
 @contextmanager
+def _opened(target: _Target, resolved: str | None) -> Iterator[None]:
+    """Resolve the target once and hold its directory open (reached without following symlinks) for the edit."""
+    target.real = os.path.realpath(target.path)
+    if resolved is not None and target.real != resolved:
+        raise EditError(f"{target.shown} changed after it was checked: it led to {resolved} and now leads to "
+                        f"{target.real}; the file was not edited")
+    try:
+        target.dir_fd = open_directory(os.path.dirname(target.real))
+    except OSError as error:
+        if not isinstance(error, FileNotFoundError) and _symlink_on_the_way(target.real):
+            raise _moved(target, error) from error
+        target.dir_fd = None  # missing (or a file stands there): made, or refused, when the file is written
+    try:
+        yield
+    finally:
+        if target.dir_fd is not None:
+            os.close(target.dir_fd)
+            target.dir_fd = None
+
+
+def open_directory(real_dir: str, create: bool = False) -> int:
+    """A descriptor of the directory at `real_dir` (absolute and resolved), reached from / without following any
+    symlink; with `create`, missing directories are made. OSError (ELOOP, ENOTDIR) where a symlink now stands."""
+    fd = os.open("/", _DIRECTORY)
+    try:
+        for part in (p for p in real_dir.split(os.sep) if p):
+            try:
+                inner = os.open(part, _DIRECTORY, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                with suppress(FileExistsError):
+                    os.mkdir(part, 0o777, dir_fd=fd)
+                inner = os.open(part, _DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_nofollow(real_path: str, flags: int = os.O_RDONLY) -> int:
+    """Open the file at `real_path` (absolute and resolved) without following any symlink on the way."""
+    directory = open_directory(os.path.dirname(real_path))
+    try:
+        return os.open(os.path.basename(real_path), flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
+    finally:
+        os.close(directory)
+
+
+def _symlink_on_the_way(real_path: str) -> bool:
+    """True when some component of a resolved path is a symlink now (it was not when it was resolved)."""
+    parts = real_path.split(os.sep)
+    return any(os.path.islink(os.sep.join(parts[:n]) or os.sep) for n in range(2, len(parts) + 1))
+
+
+def _moved(target: _Target, error: OSError) -> EditError:
+    if error.errno == errno.ELOOP or (error.errno == errno.ENOTDIR and _symlink_on_the_way(target.real)):
+        return EditError(f"{target.shown} changed after it was checked: a symlink now stands on the way to "
+                         f"{target.real}; the file was not edited")
+    return EditError(f"Cannot open {target.shown}: {error.strerror or error}")
+
+
+@contextmanager
 def _locked(target: _Target) -> Iterator[None]:
     """Hold an exclusive flock on the file `target` names (if it exists) while it is read, changed and replaced.
 
-    A replace puts a new inode at the path: a waiter that locked the old one opens the path again.
+    A replace puts a new inode at the name: a waiter that locked the old one opens the name again.
     """
-    path = os.path.realpath(target.path)
+    if target.dir_fd is None:
+        yield  # a new file in a new directory: nothing to lock yet
+        return
     while True:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        except (FileNotFoundError, NotADirectoryError):
+            fd = os.open(target.name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         dir_fd=target.dir_fd)
+        except FileNotFoundError:
             yield  # a new file: nothing to lock yet
             return
         except OSError as error:
-            raise EditError(f"Cannot open {target.shown}: {error.strerror}") from error
+            raise _moved(target, error) from error
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             locked = os.fstat(fd)
             if not stat.S_ISREG(locked.st_mode):
                 raise EditError(f"{target.shown} is not a regular file; EDIT_FILE only edits text files")
-            try:
-                current = os.stat(path)
-            except FileNotFoundError:
-                current = None
+            current = _lstat(target)
             if current is not None and (current.st_dev, current.st_ino) == (locked.st_dev, locked.st_ino):
                 yield
                 return
@@ -156,16 +240,33 @@ def _locked(target: _Target) -> Iterator[None]:
             os.close(fd)
 
 
+def _lstat(target: _Target) -> os.stat_result | None:
+    try:
+        return os.stat(target.name, dir_fd=target.dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
 def _read(target: _Target, operation: str) -> str:
     try:
-        with open(target.path, "rb") as handle:
-            data = handle.read()
+        if target.dir_fd is None:
+            raise FileNotFoundError
+        fd = os.open(target.name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=target.dir_fd)
     except FileNotFoundError:
         raise EditError(
             f"{target.shown} does not exist; {operation} edits an existing file, NEW_FILE creates one"
         ) from None
     except OSError as error:
+        raise _moved(target, error) from error
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise EditError(f"{target.shown} is not a regular file; EDIT_FILE only edits text files")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read()
+    except OSError as error:
         raise EditError(f"Cannot read {target.shown}: {error.strerror}") from error
+    finally:
+        os.close(fd)
     if b"\0" in data:
         raise EditError(f"{target.shown} is a binary file; EDIT_FILE only edits text files")
     try:
@@ -175,7 +276,7 @@ def _read(target: _Target, operation: str) -> str:
 
 
 def _new_file(target: _Target, content: str) -> EditResult:
-    old = _read(target, "NEW_FILE") if os.path.exists(target.path) else None
+    old = _read(target, "NEW_FILE") if target.dir_fd is not None and _lstat(target) is not None else None
     text = content if not content or content.endswith("\n") else content + "\n"
     return _write(target, "NEW_FILE", old, text)
 
@@ -242,64 +343,69 @@ def _split_lines(text: str) -> list[str]:
 
 def _write(target: _Target, operation: str, old: str | None, new: str) -> EditResult:
     if old != new:
-        path = os.path.realpath(target.path)  # through symlinks: the link stays, its target changes
-        _make_parents(target, os.path.dirname(path))
+        if target.dir_fd is None:
+            _make_parents(target)
         try:
-            _replace_contents(path, new.encode("utf-8"))
+            replace_contents(target.dir_fd, target.name, new.encode("utf-8"))
         except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise _moved(target, error) from error
             raise EditError(f"Cannot write {target.shown}: {error.strerror or error}") from error
     return EditResult(target.path, operation, _diff(target, old, new), created=old is None,
                       size=len(new.encode("utf-8")))
 
 
-def _make_parents(target: _Target, directory: str) -> None:
+def _make_parents(target: _Target) -> None:
     """Create the missing directories above the file, refusing those a path inside the working directory would
     reach outside it through a symlink (a dangling link must not plant directories elsewhere)."""
-    if os.path.isdir(directory):
-        return
+    directory = os.path.dirname(target.real)
     real_base = os.path.realpath(target.base)
     written_inside = os.path.commonpath([target.base, target.path]) == target.base
     if written_inside and os.path.commonpath([real_base, directory]) != real_base:
         raise EditError(f"Refusing to create {directory}: {target.shown} leads there through a symlink, outside the "
                         f"working directory {target.base}")
     try:
-        os.makedirs(directory, exist_ok=True)
+        target.dir_fd = open_directory(directory, create=True)
     except OSError as error:
-        raise EditError(f"Cannot write {target.shown}: {error.strerror or error}") from error
+        raise _moved(target, error) if _symlink_on_the_way(target.real) else EditError(
+            f"Cannot write {target.shown}: {error.strerror or error}") from error
 
 
-def _replace_contents(path: str, data: bytes) -> None:
-    """Give the file at `path` the contents `data`, keeping its owner, group, mode and hard links.
+def replace_contents(dir_fd: int, name: str, data: bytes) -> None:
+    """Give the file `name` in the directory `dir_fd` the contents `data`, keeping its owner, group, mode and hard
+    links; a symlink standing there is an OSError (ELOOP), never followed.
 
     Normally a temporary file beside it, renamed over it (a crash leaves the old or the new file). A file
     with other hard links, or whose owner we cannot give the new inode, is rewritten in place instead.
     """
     try:
-        old = os.stat(path)
+        old = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         old = None
+    if old is not None and stat.S_ISLNK(old.st_mode):
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), name)
     if old is not None and old.st_nlink > 1:
-        _rewrite_in_place(path, data)
+        _rewrite_in_place(dir_fd, name, data)
         return
-    directory, name = os.path.split(path)
-    temporary = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.tmp")
+    temporary = f".{name}.{secrets.token_hex(4)}.tmp"
     # 0o666 lets the kernel apply the umask, as it would for a file created by any editor.
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666,
+                 dir_fd=dir_fd)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             if old is not None and not _same_owner(handle.fileno(), old):
-                os.unlink(temporary)
-                _rewrite_in_place(path, data)
+                os.unlink(temporary, dir_fd=dir_fd)
+                _rewrite_in_place(dir_fd, name, data)
                 return
             if old is not None:
                 os.fchmod(handle.fileno(), stat.S_IMODE(old.st_mode))
             os.fsync(handle.fileno())
-        os.replace(temporary, path)
+        os.replace(temporary, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
+        with suppress(FileNotFoundError):
+            os.unlink(temporary, dir_fd=dir_fd)
         raise
 
 
@@ -315,8 +421,8 @@ def _same_owner(fd: int, old: os.stat_result) -> bool:
     return True
 
 
-def _rewrite_in_place(path: str, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY)
+def _rewrite_in_place(dir_fd: int, name: str, data: bytes) -> None:
+    fd = os.open(name, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
     try:
         view = memoryview(data)
         while view:

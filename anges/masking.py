@@ -30,6 +30,7 @@ MIN_SECRET_LENGTH = 8
 """Shorter values are not masked: they would mask ordinary words."""
 _FRAGMENT = 4
 """The shortest end of a secret masked where a cut splits it."""
+_secret_files: set[str] = set()
 
 
 def is_credential(name: str) -> bool:
@@ -38,14 +39,28 @@ def is_credential(name: str) -> bool:
     return upper in CREDENTIAL_ENV_VARS or upper.endswith("_API_KEY")
 
 
-def is_secret_name(name: str) -> bool:
-    """True for a variable that holds a secret: a model credential, or a name ending in a SECRET_SUFFIXES word."""
-    return is_credential(name) or name.upper().endswith(SECRET_SUFFIXES)
+def is_secret_name(name: str, named: Iterable[str] = ()) -> bool:
+    """True for a variable that holds a secret: a model credential, a name ending in a SECRET_SUFFIXES word, or
+    one of `named` (the configuration's: a model's `api_key_env`, an MCP server's variables)."""
+    upper = name.upper()
+    return is_credential(name) or upper.endswith(SECRET_SUFFIXES) or upper in {n.upper() for n in named}
 
 
-def secret_values(environ: Mapping[str, str] = os.environ) -> list[str]:
-    """The values of the secret variables set in `environ` that are long enough to mask."""
-    return [value for name, value in environ.items() if is_secret_name(name) and len(value) >= MIN_SECRET_LENGTH]
+def secret_values(environ: Mapping[str, str] = os.environ, secret_names: Iterable[str] = ()) -> list[str]:
+    """The values of the secret variables set in `environ` (see is_secret_name) that are long enough to mask."""
+    named = tuple(secret_names)
+    return [value for name, value in environ.items()
+            if is_secret_name(name, named) and len(value) >= MIN_SECRET_LENGTH]
+
+
+def note_secret_file(path: str | os.PathLike) -> None:
+    """Remember a file anges read secrets from (a --config or --mcp-config file): the sandbox hides it."""
+    _secret_files.add(os.path.abspath(os.path.expanduser(os.fspath(path))))
+
+
+def secret_files() -> list[str]:
+    """The files noted by `note_secret_file`."""
+    return sorted(_secret_files)
 
 
 def mask_secrets(text: str, secrets: Iterable[str]) -> str:

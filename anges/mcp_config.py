@@ -107,6 +107,9 @@ def specs_from_config(config: MCPConfig, extra: str | os.PathLike | Mapping | No
 
 
 def _read_json(path: Path) -> Any:
+    from anges.masking import note_secret_file
+
+    note_secret_file(path)  # its env and headers hold secrets: commands do not see it
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

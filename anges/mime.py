@@ -9,9 +9,11 @@ the retry policy, error classification and usage accounting are the providers' o
 from __future__ import annotations
 
 import base64
+import errno
 import mimetypes
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,8 +68,23 @@ class MimeInput:
         return {"source": self.source, "mime_type": self.mime_type, "bytes": len(self.data)}
 
 
-def load_inputs(sources: list, cwd: str | os.PathLike, max_file_bytes: int) -> list[MimeInput]:
-    """Read local files (relative to `cwd`) and accept URLs; MimeError names the first input that cannot be used."""
+def is_url(source: str) -> bool:
+    """True for an input read as a link (http or https); anything else is a local path."""
+    return urlparse(source.strip()).scheme in ("http", "https")
+
+
+def local_path(source: str, cwd: str | os.PathLike) -> str:
+    """The resolved path of a local input or output, as the reader and the policy both see it."""
+    return os.path.realpath(os.path.join(cwd, os.path.expanduser(source.strip())))
+
+
+def load_inputs(sources: list, cwd: str | os.PathLike, max_file_bytes: int,
+                checked: tuple[str, ...] | None = None) -> list[MimeInput]:
+    """Read local files (relative to `cwd`) and accept URLs; MimeError names the first input that cannot be used.
+
+    `checked` are the resolved paths the policy judged: a file that now resolves elsewhere is refused, and none
+    is read through a symlink swapped in after the check.
+    """
     if not isinstance(sources, list) or not sources:
         raise MimeError("`inputs` must be a non-empty list of file paths or URLs")
     inputs = []
@@ -75,30 +92,59 @@ def load_inputs(sources: list, cwd: str | os.PathLike, max_file_bytes: int) -> l
         if not isinstance(source, str) or not source.strip():
             raise MimeError(f"each input must be a file path or URL (a string), got {source!r}")
         source = source.strip()
-        if urlparse(source).scheme in ("http", "https"):
+        if is_url(source):
             inputs.append(MimeInput(source, mime_type=_url_type(source), url=source))
         else:
-            inputs.append(_read_file(source, Path(cwd), max_file_bytes))
+            inputs.append(_read_file(source, cwd, max_file_bytes, checked))
     return inputs
 
 
-def _read_file(source: str, cwd: Path, max_file_bytes: int) -> MimeInput:
-    path = (cwd / Path(source).expanduser()).resolve()
-    if not path.exists():
-        raise MimeError(f"{source}: no such file (relative paths start at {cwd})")
-    if not path.is_file():
-        raise MimeError(f"{source}: not a regular file")
-    size = path.stat().st_size
-    if max_file_bytes and size > max_file_bytes:
-        raise MimeError(f"{source}: {size} bytes is over the limit of {max_file_bytes} bytes per file "
-                        "(mime_reader.max_file_bytes); shrink or split it first")
-    if size == 0:
-        raise MimeError(f"{source}: the file is empty")
+def write_answer(output: str, cwd: str | os.PathLike, text: str, checked: tuple[str, ...] | None = None) -> str:
+    """Write the answer to `output` (relative to `cwd`) the way EDIT_FILE writes: to the path the policy judged,
+    with no symlink followed after the check. Returns the path written; OSError when it cannot be."""
+    from anges.fileedit import open_directory, replace_contents
+
+    path = local_path(output, cwd)
+    if checked is not None and path not in checked:
+        raise OSError(errno.ESTALE, f"{output} changed after it was checked (it now leads to {path})")
+    directory = open_directory(os.path.dirname(path), create=True)
     try:
-        data = path.read_bytes()
+        replace_contents(directory, os.path.basename(path), (text + "\n").encode("utf-8"))
+    finally:
+        os.close(directory)
+    return path
+
+
+def _read_file(source: str, cwd: str | os.PathLike, max_file_bytes: int, checked: tuple[str, ...] | None) -> MimeInput:
+    from anges.fileedit import open_nofollow
+
+    path = local_path(source, cwd)
+    if checked is not None and path not in checked:
+        raise MimeError(f"{source} changed after it was checked (it now leads to {path}); not read")
+    try:
+        fd = open_nofollow(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise MimeError(f"{source}: no such file (relative paths start at {cwd})") from None
     except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise MimeError(f"{source} changed after it was checked (a symlink now stands on the way); not read") \
+                from None
         raise MimeError(f"{source}: cannot read: {exc.strerror or exc}") from None
-    mime_type = sniff(data) or mimetypes.guess_type(path.name)[0] or ""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise MimeError(f"{source}: not a regular file")
+    with os.fdopen(fd, "rb") as handle:
+        if max_file_bytes and info.st_size > max_file_bytes:
+            raise MimeError(f"{source}: {info.st_size} bytes is over the limit of {max_file_bytes} bytes per file "
+                            "(mime_reader.max_file_bytes); shrink or split it first")
+        if info.st_size == 0:
+            raise MimeError(f"{source}: the file is empty")
+        try:
+            data = handle.read(max_file_bytes + 1 if max_file_bytes else -1)
+        except OSError as exc:
+            raise MimeError(f"{source}: cannot read: {exc.strerror or exc}") from None
+    mime_type = sniff(data) or mimetypes.guess_type(path)[0] or ""
     if mime_type not in SUPPORTED:
         raise MimeError(f"{source}: unsupported type {mime_type or 'unknown'}; READ_MIME_FILES reads images "
                         f"(PNG, JPEG, WebP, GIF, HEIC) and PDF files")

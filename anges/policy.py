@@ -1,4 +1,11 @@
-"""The policy: one function decides every action — allow, ask or deny — from the rules and the sandbox."""
+"""The policy: one function decides every action — allow, ask or deny — from the rules and the sandbox.
+
+Rules on a command's text are a guard against accidents, not a boundary: a shell offers endless ways to spell
+a command, so the sandbox is what holds. The policy fails safe where it can: every deny rule is checked before
+any allow or ask rule, and matches the command as written and with its quotes and backslashes removed; an allow
+rule (but `*`, which means every command) covers one simple command only, and an "always" answer the same
+command text.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +18,9 @@ from dataclasses import dataclass
 from anges.config import SafetyConfig, SafetyRule
 from anges.sandbox import SandboxSettings
 
+_COMPOUND = re.compile(r"[;&|`<>\n\r]|\$\(")
+"""What makes a command more than one simple command: separators, pipes, substitutions, redirections."""
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -20,7 +30,7 @@ class Verdict:
     """allow, ask or deny."""
     rule: str = ""
     """What decided: `safety.rules[N]`, `safety.default_rules[N]`, `escalation`, `unsandboxed`, `writable_paths`,
-    `hidden_paths`, or "" (nothing objected)."""
+    `protected_paths`, `hidden_paths`, or "" (nothing objected)."""
     reason: str = ""
     subject: str = ""
     """The command, path, server.tool or directive the decision is about."""
@@ -30,6 +40,11 @@ class Verdict:
     """The same, in words."""
     escalate: bool = False
     """The command asks to run outside the sandbox."""
+    paths: tuple[str, ...] = ()
+    """The resolved local paths judged (an edit's file; READ_MIME_FILES' inputs and output): the action must use
+    these, and no other, or refuse."""
+    hidden: bool = False
+    """Some judged path is hidden from commands: its contents must not be shown or recorded before approval."""
 
 
 class Policy:
@@ -46,75 +61,95 @@ class Policy:
         self._patterns: dict[str, re.Pattern] = {}
 
     def decide(self, action_type: str, args: dict) -> Verdict:
-        """The decision for one action: the first matching rule, then the sandbox's limits, else allow."""
+        """The decision for one action: any deny rule; an escalation; the first allow or ask rule; the sandbox's
+        limits; else allow."""
         action_type = action_type.upper()
         subjects = self.subjects(action_type, args)
         subject = subjects[0] if subjects else ""
-        escalate = action_type == "RUN_SHELL_CMD" and bool(args.get("escalate")) and self.sandboxed
-        matched_rule = None
+        paths = self.paths(action_type, args)
+        texts = subjects + ([unquoted(subject)] if action_type == "RUN_SHELL_CMD" else [])
         for name, rule in self.rules:
-            matched = self._matching(rule, action_type, subjects)
+            matched = self._matching(rule, action_type, texts) if rule.decision == "deny" else None
+            if matched is not None:
+                return Verdict("deny", name, rule.reason or f"matches {rule.match!r}", _shown(matched, subjects),
+                               paths=paths)
+        if action_type == "RUN_SHELL_CMD" and args.get("escalate") and self.sandboxed:
+            return Verdict("ask", "escalation", "the command asks to run outside the sandbox", subject,
+                           (action_type, "escalation", subject), "this exact command, outside the sandbox",
+                           escalate=True)
+        for name, rule in self.rules:
+            matched = self._matching(rule, action_type, texts) if rule.decision != "deny" else None
             if matched is None:
                 continue
-            if rule.decision == "deny":
-                return Verdict("deny", name, rule.reason or f"matches {rule.match!r}", matched)
-            matched_rule = (name, rule, matched)
-            break
-        if escalate:
-            return Verdict("ask", "escalation", "the command asks to run outside the sandbox", subject,
-                           (action_type, "escalation", subject), "this same command, outside the sandbox",
-                           escalate=True)
-        if matched_rule is None:
-            return self._limits(action_type, args, subject)
-        name, rule, matched = matched_rule
-        if rule.decision == "allow":
-            return Verdict("allow", name, subject=matched)
-        return Verdict("ask", name, rule.reason or f"matches {rule.match!r}", matched, (action_type, name),
-                       f"{action_type} matching {rule.match}")
+            if rule.decision == "allow":
+                if action_type == "RUN_SHELL_CMD" and rule.match != "*" and not is_simple(subject):
+                    continue  # `make *` covers one simple command, never what follows a `;` or a `|`
+                return Verdict("allow", name, subject=_shown(matched, subjects), paths=paths)
+            return self._ask(action_type, name, rule.reason or f"matches {rule.match!r}", _shown(matched, subjects),
+                             paths)
+        return self._limits(action_type, subject, paths, args)
 
     def subjects(self, action_type: str, args: dict) -> list[str]:
         """What rules match against: the command; the resolved path; server.tool; inputs and output; directive."""
         if action_type == "RUN_SHELL_CMD":
             return [str(args.get("command", ""))]
         if action_type == "EDIT_FILE":
-            path = self._edit_path(args)
-            return [path] if path else []
+            return list(self.paths(action_type, args))
         if action_type == "USE_MCP_TOOL":
             return [f"{str(args.get('mcp_server_name', '')).strip()}.{str(args.get('tool_name', '')).strip()}"]
         if action_type == "READ_MIME_FILES":
-            inputs = [str(i) for i in args.get("inputs") or [] if isinstance(i, (str, os.PathLike))]
-            output = str(args.get("output") or "").strip()
-            return [self._local(i) for i in inputs] + ([self._resolve(output)] if output else [])
+            from anges.mime import is_url
+
+            urls = [i.strip() for i in _strings(args.get("inputs")) if is_url(i)]
+            return [*urls, *self.paths(action_type, args)]
         if action_type == "CALL_CHILD_AGENT":
             return [str(args.get("directive", ""))]
         return [json.dumps({k: v for k, v in args.items() if k != "action_type"}, sort_keys=True, default=str)]
 
+    def paths(self, action_type: str, args: dict) -> tuple[str, ...]:
+        """The resolved local paths an action reads or writes in-process (resolved as the action resolves them)."""
+        if action_type == "EDIT_FILE":
+            path = self._edit_path(args)
+            return (path,) if path else ()
+        if action_type == "READ_MIME_FILES":
+            from anges.mime import is_url, local_path
+
+            reads = [local_path(i, self.cwd) for i in _strings(args.get("inputs")) if i.strip() and not is_url(i)]
+            return (*reads, *self._mime_output(args))
+        return ()
+
     # -- helpers ----------------------------------------------------------------------------------------------
 
-    def _limits(self, action_type: str, args: dict, subject: str) -> Verdict:
+    def _ask(self, action_type: str, rule: str, reason: str, subject: str, paths: tuple[str, ...]) -> Verdict:
+        """An `ask`; "always" approves the same action on the same subject only (for a command: this exact text)."""
+        scope = "this exact command" if action_type == "RUN_SHELL_CMD" else f"{action_type} of {subject}"
+        hidden = any(self.settings.is_hidden(p) for p in paths)
+        return Verdict("ask", rule, reason, subject, (action_type, rule, subject), scope, paths=paths, hidden=hidden)
+
+    def _limits(self, action_type: str, subject: str, paths: tuple[str, ...], args: dict) -> Verdict:
         """The sandbox's rule when no configured rule matched."""
         if action_type == "RUN_SHELL_CMD" and not self.sandboxed:
-            return Verdict("ask", "unsandboxed", self.unsandboxed_reason, subject, (action_type, "unsandboxed"),
-                           "every command run without the sandbox")
-        if action_type == "EDIT_FILE" and subject:
-            return self._path_check(action_type, read=[], write=[subject])
+            return self._ask(action_type, "unsandboxed", self.unsandboxed_reason, subject, ())
+        if action_type == "EDIT_FILE" and paths:
+            return self._path_check(action_type, read=[], write=list(paths))
         if action_type == "READ_MIME_FILES":
-            output = str(args.get("output") or "").strip()
-            reads = [self._local(i) for i in args.get("inputs") or [] if isinstance(i, str) and not _is_url(i)]
-            return self._path_check(action_type, read=reads, write=[self._resolve(output)] if output else [])
-        return Verdict("allow", subject=subject)
+            write = list(self._mime_output(args))
+            return self._path_check(action_type, read=[p for p in paths if p not in write], write=write)
+        return Verdict("allow", subject=subject, paths=paths)
 
     def _path_check(self, action_type: str, read: list[str], write: list[str]) -> Verdict:
-        for path in read + write:
+        paths = (*read, *write)
+        for path in paths:
             if self.settings.is_hidden(path):
-                return Verdict("ask", "hidden_paths", "a credential place hidden from commands", path,
-                               (action_type, "hidden_paths", path), f"{action_type} of {path}")
+                return self._ask(action_type, "hidden_paths", "a credential place hidden from commands", path, paths)
         for path in write:
+            if self.settings.is_protected(path):
+                return self._ask(action_type, "protected_paths", "read-only in the sandbox: a repository's .git, "
+                                 "code anges itself runs, or a shell startup file", path, paths)
             if not self.settings.can_write(path):
                 where = ", ".join(self.settings.writable) or "nothing (read-only sandbox)"
-                return Verdict("ask", "writable_paths", f"outside the writable paths ({where})", path,
-                               (action_type, "writable_paths", path), f"{action_type} of {path}")
-        return Verdict("allow", subject=(write or read or [""])[0])
+                return self._ask(action_type, "writable_paths", f"outside the writable paths ({where})", path, paths)
+        return Verdict("allow", subject=(write or read or [""])[0], paths=paths)
 
     def _matching(self, rule: SafetyRule, action_type: str, subjects: list[str]) -> str | None:
         """The first subject the rule matches, or None."""
@@ -135,16 +170,32 @@ class Policy:
         from anges.fileedit import EditError, edit_target
 
         try:
-            return self._resolve(edit_target(str(args.get("directive_line", "")), self.cwd)[1])
+            return os.path.realpath(edit_target(str(args.get("directive_line", "")), self.cwd)[1])
         except EditError:
             return ""  # the edit fails on its own with a message for the model
 
-    def _local(self, item: str) -> str:
-        return item if _is_url(item) else self._resolve(item)
+    def _mime_output(self, args: dict) -> tuple[str, ...]:
+        from anges.mime import local_path
 
-    def _resolve(self, path: str) -> str:
-        return os.path.realpath(os.path.join(self.cwd, os.path.expanduser(path)))
+        output = str(args.get("output") or "").strip()
+        return (local_path(output, self.cwd),) if output else ()
 
 
-def _is_url(text: str) -> bool:
-    return re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*://", text) is not None
+def is_simple(command: str) -> bool:
+    """True for one simple command: no `;`, `&`, `|`, newline, command substitution or redirection (quoted or
+    not: this errs on the side of asking)."""
+    return _COMPOUND.search(command) is None
+
+
+def unquoted(command: str) -> str:
+    """The command with its quotes and backslashes removed (`r""m -rf '/'` becomes `rm -rf /`), for deny rules."""
+    return re.sub(r"\\(.)", r"\1", command.replace("\\\n", "")).replace("'", "").replace('"', "")
+
+
+def _shown(matched: str, subjects: list[str]) -> str:
+    """The subject as given (a deny rule may have matched the command's unquoted form)."""
+    return matched if matched in subjects or not subjects else subjects[0]
+
+
+def _strings(value) -> list[str]:
+    return [str(item) for item in value if isinstance(item, (str, os.PathLike))] if isinstance(value, list) else []

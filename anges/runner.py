@@ -11,7 +11,8 @@ but those sessions; the control socket's end (or SIGTERM) ends them all and the 
 
 With `--namespace` the runner is inside bwrap's PID namespace, so the run's processes are every process
 it can see. Without, it is a child subreaper: orphans of the run (`&`, `nohup`, `setsid`, daemons)
-become its children, so the run's processes are its descendants.
+become its children, so the run's processes are its descendants; and every command's environment carries
+`ANGES_RUN=TOKEN` (`--token`), which finds those that escaped the tree by killing the runner itself.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import threading
 import time
 
 KILL_GRACE = 0.5
+MARKER = "ANGES_RUN"
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 MAX_FDS = 4
@@ -202,9 +204,10 @@ class _Op:
 class Server:
     """Starts commands on request, reaps every child, and ends the run's processes on request or at the end."""
 
-    def __init__(self, control: socket.socket, namespace: bool):
+    def __init__(self, control: socket.socket, namespace: bool, token: str = ""):
         self.control = control
         self.namespace = namespace
+        self.token = token
         self.selector = selectors.DefaultSelector()
         self.lock = threading.Lock()
         self.children: dict[int, _Op] = {}
@@ -262,9 +265,10 @@ class Server:
 
     def _spawn(self, op: _Op, request: dict) -> None:
         out, err = op.fds
+        env = {**request["env"], MARKER: self.token} if self.token else request["env"]
         try:
             with self.lock:
-                op.proc = subprocess.Popen(request["argv"], cwd=request["cwd"], env=request["env"],
+                op.proc = subprocess.Popen(request["argv"], cwd=request["cwd"], env=env,
                                            stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
                 self.children[op.proc.pid] = op
                 self.groups.add(op.proc.pid)
@@ -325,7 +329,7 @@ class Server:
         if not os.path.isdir("/proc/self"):
             return [pgid for pgid in self.groups if pgid not in keep and signal_group(pgid, 0)]
         me = os.getpid()
-        stats = {pid: _stat(pid) for pid in _running_pids()}
+        stats = {pid: _stat(pid) for pid in _all_pids()}  # zombies too: a zombie's live children are still ours
         if self.namespace:
             mine = {pid for pid in stats if pid not in (1, me)}
         else:
@@ -333,7 +337,43 @@ class Server:
             while frontier:
                 frontier = {pid for pid, stat in stats.items() if stat[1] in frontier and pid not in mine}
                 mine |= frontier
-        return [pid for pid in mine if stats[pid][3] not in keep]
+            mine |= set(marked_pids(self.token, stats)) - {me}
+        return [pid for pid in mine if stats[pid][0] not in ("", "Z", "X") and stats[pid][3] not in keep]
+
+
+def marked_pids(token: str, stats: dict | None = None) -> list[int]:
+    """Processes whose environment carries `ANGES_RUN=token` (live ones; those we may read)."""
+    if not token:
+        return []
+    marker = f"{MARKER}={token}".encode()
+    found = []
+    for pid in stats if stats is not None else _all_pids():
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                environ = handle.read()
+        except OSError:
+            continue
+        if marker in environ.split(b"\0"):
+            found.append(pid)
+    return found
+
+
+def end_marked(token: str, attempts: int = 20) -> None:
+    """SIGKILL every process marked with `token` (they may fork meanwhile: a few rounds)."""
+    if not token or not os.path.isdir("/proc/self"):
+        return
+    for _ in range(attempts):
+        live = [pid for pid in marked_pids(token) if _stat(pid)[0] not in ("", "Z", "X") and pid != os.getpid()]
+        if not live:
+            return
+        for pid in live:
+            _kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
+
+
+def _all_pids() -> list[int]:
+    with os.scandir("/proc") as entries:
+        return [int(entry.name) for entry in entries if entry.name.isdigit()]
 
 
 def _kill(pid: int, signum: int) -> None:
@@ -343,7 +383,7 @@ def _kill(pid: int, signum: int) -> None:
         pass  # gone meanwhile, or not ours to signal
 
 
-def _prctl(option: int, value: int) -> bool:
+def prctl(option: int, value: int) -> bool:
     try:
         import ctypes
 
@@ -357,12 +397,13 @@ def main(argv: list[str]) -> int:
     control = socket.socket(fileno=int(argv[0]))
     namespace = "--namespace" in argv
     if not namespace and sys.platform.startswith("linux"):
-        _prctl(PR_SET_CHILD_SUBREAPER, 1)
-        _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        prctl(PR_SET_CHILD_SUBREAPER, 1)
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         if "--parent" in argv and os.getppid() != int(argv[argv.index("--parent") + 1]):
             return 0  # the agent died before we could watch it
 
-    server = Server(control, namespace)
+    token = argv[argv.index("--token") + 1] if "--token" in argv else ""
+    server = Server(control, namespace, token)
     signal.signal(signal.SIGTERM, server.stop)
     signal.signal(signal.SIGHUP, server.stop)
     server.serve()

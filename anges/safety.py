@@ -5,14 +5,15 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from anges.approval import MODES, Gate, Permit
+from anges.command_runner import CommandRunner, Job
 from anges.exceptions import ConfigError
 from anges.policy import Policy
-from anges.sandbox import CommandRunner, Job, SandboxSettings, availability
+from anges.sandbox import SandboxSettings, availability
 
 if TYPE_CHECKING:
     from anges.actions.base import ActionContext
@@ -38,11 +39,12 @@ def approval_mode(configured: str, approval: Callable | str | None) -> tuple[str
 class Runners:
     """The run's runner processes, started on first use: one in the sandbox, one for commands let out of it."""
 
-    def __init__(self, cwd: str, settings: SandboxSettings, bwrap: str, log_cap: int):
+    def __init__(self, cwd: str, settings: SandboxSettings, bwrap: str, log_cap: int, contain: bool = False):
         self.cwd = cwd
         self.settings = settings
         self.bwrap = bwrap
         self.log_cap = log_cap
+        self.contain = contain
         self._runners: dict[bool, CommandRunner] = {}
         self._lock = threading.Lock()
 
@@ -53,7 +55,8 @@ class Runners:
         with self._lock:  # child agents may ask at the same moment
             if sandboxed not in self._runners:
                 settings = self.settings if sandboxed else None
-                self._runners[sandboxed] = CommandRunner(self.cwd, settings, self.bwrap, self.log_cap)
+                self._runners[sandboxed] = CommandRunner(self.cwd, settings, self.bwrap, self.log_cap,
+                                                         contain=self.contain and not sandboxed)
             return self._runners[sandboxed]
 
     def jobs(self) -> list[Job]:
@@ -84,7 +87,7 @@ class RunSafety:
                  runners: Runners | None = None):
         self.config = safety
         self.settings = SandboxSettings.for_run(safety, cwd)
-        found = availability() if self.settings.enabled else None
+        found = availability(safety.bwrap, self.settings.writable) if self.settings.enabled else None
         self.sandboxed = found is not None and found.ok
         if found is None:
             self.unsandboxed_reason = "the sandbox is off (safety.sandbox: off)"
@@ -92,8 +95,18 @@ class RunSafety:
             self.unsandboxed_reason = "" if found.ok else f"the sandbox is not available: {found.reason}"
         self.policy = Policy(safety, self.settings, cwd, self.sandboxed, self.unsandboxed_reason)
         mode, channel = approval_mode(safety.approval, approval)
-        self.gate = Gate(self.policy, mode, channel)
-        self.runners = runners or Runners(cwd, self.settings, found.bwrap if found else "", safety.background_log_cap)
+        self.gate = Gate(self.policy, mode, channel, auto_escalate=safety.auto_escalate)
+        bwrap = found.bwrap if found is not None and found.ok else self._containing_bwrap()
+        self.runners = runners or Runners(cwd, self.settings, bwrap, safety.background_log_cap,
+                                          contain=safety.contain_unsandboxed)
+
+    def _containing_bwrap(self) -> str:
+        """The bwrap that gives commands run without the sandbox a PID namespace of their own; "" when none works
+        (or the sandbox did not: then it cannot either)."""
+        if not self.config.contain_unsandboxed or self.settings.enabled:
+            return ""
+        found = availability(self.config.bwrap, self.settings.writable, quiet=True)
+        return found.bwrap if found.ok else ""
 
     def permit(self, ctx: ActionContext, action_type: str, args: dict, remaining: int = 0) -> Permit | None:
         """The gate's answer for one action; a declined action (or an approval) is recorded, with the reason.
@@ -112,7 +125,8 @@ class RunSafety:
         runner = self.runners.get(sandboxed=self.sandboxed and not permit.escalate)
         inside = self.runners.get(sandboxed=True) if permit.escalate and self.sandboxed else None
         return replace(ctx, runner=runner, sandbox=runner.settings if runner is not None else None,
-                       escalated=permit.escalate, output_dir=inside.scratch if inside is not None else None)
+                       escalated=permit.escalate, checked_paths=permit.verdict.paths,
+                       output_dir=inside.scratch if inside is not None else None)
 
     def end(self) -> Runners | None:
         """End the run's processes; returns the runners when background jobs are kept running."""
@@ -120,9 +134,10 @@ class RunSafety:
 
     def facts(self) -> dict:
         """What the prompt's Environment section says about the sandbox."""
+        approval = self.gate.mode if self.gate.mode != "ask" or self.gate.channel else "deny"
         return {"mode": self.settings.mode, "sandboxed": self.sandboxed, "writable": list(self.settings.writable),
-                "network": self.settings.network, "reason": self.unsandboxed_reason,
-                "approval": self.gate.mode if self.gate.mode != "ask" or self.gate.channel else "deny",
+                "network": self.settings.network, "reason": self.unsandboxed_reason, "approval": approval,
+                "can_escalate": approval == "ask" or (approval == "auto" and self.gate.auto_escalate),
                 "keep_background": self.config.keep_background,
                 # a rule may allow commands without the sandbox (a batch run with --sandbox off adds one)
                 "commands_allowed": self.policy.decide("RUN_SHELL_CMD", {"command": ""}).decision == "allow"}
@@ -178,7 +193,21 @@ def terminal_approval(safety: SafetyConfig, pause=None) -> tuple[Callable | None
         elif safety.approval == "ask":
             notes.append("--approval ask needs a terminal to ask on; actions that need approval will be declined")
     no_one_approves = safety.approval != "auto" and (channel is None or safety.approval == "deny")
-    if no_one_approves and (safety.sandbox == "off" or not availability().ok):
+    if no_one_approves and (safety.sandbox == "off" or not availability(safety.bwrap).ok):
         notes.append("commands run without a sandbox need approval, and none can be given here: add --approval auto "
                      "to run them")
     return channel, notes
+
+
+def run_secrets(config, pass_env: Iterable[str] = (), mcp=None) -> tuple[list[str], dict[str, str]]:
+    """The secret values a run masks, and the environment its commands get: without any secret variable (see
+    masking.is_secret_name), nor those the configuration names (each model's `api_key_env`, the variables given
+    to MCP servers), unless `pass_env` lists them."""
+    from anges.masking import secret_values
+    from anges.shell import scrubbed_environment
+
+    names = [preset.api_key_env for preset in config.models.values() if preset.api_key_env]
+    if mcp is not None:
+        names += [name for spec in mcp.specs.values() for name in spec.env]
+    secrets = secret_values(secret_names=names) + (mcp.secrets if mcp is not None else [])
+    return secrets, scrubbed_environment(pass_env, names)

@@ -1,45 +1,63 @@
-"""The run's command runner: one process per run, inside a bubblewrap sandbox or not, owning every process started.
+"""The bubblewrap sandbox: what it allows (`SandboxSettings`, from the `safety` config section), whether it works
+here (`availability()`, probed once per process), and the bwrap arguments of a run (`bwrap_argv`).
 
-`CommandRunner` launches `anges/runner.py` (in `bwrap` when sandboxed) once per run; each command then
-costs about what an unsandboxed command costs. `availability()` probes once per process whether `bwrap`
-works. `SandboxSettings` says what the sandbox allows; it is built from the `safety` config section.
+The run's runner process that commands start from is `command_runner.CommandRunner`.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
-import threading
-import time
-import weakref
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 
-from anges.exceptions import SandboxError
-from anges.runner import KILL_GRACE, Channel, select_read, send_fds
+from anges.runner import prctl
 
 log = logging.getLogger("anges.sandbox")
 
-CREDENTIAL_PATHS = ("~/.ssh", "~/.aws", "~/.config/gcloud", "~/.azure", "~/.netrc", "~/.docker", "~/.kube",
-                    "~/.gnupg", "~/.git-credentials", "~/.config/gh", "~/.pypirc", "~/.npmrc",
-                    "/run/docker.sock", "/var/run/docker.sock")
-"""Hidden inside the sandbox, with ANGES_HOME, the ssh-agent socket and `safety.hidden_paths`."""
-START_TIMEOUT = 10.0
-REPLY_TIMEOUT = 10.0
-RUNNER_SCRIPT = str(Path(__file__).with_name("runner.py"))
-SCRATCH_PREFIX = "anges-run-"
+CREDENTIAL_PATHS = (
+    "~/.ssh", "~/.aws", "~/.config/gcloud", "~/.azure", "~/.netrc", "~/.docker", "~/.kube", "~/.gnupg",
+    "~/.git-credentials", "~/.config/git/credentials", "~/.config/gh", "~/.config/hub", "~/.pypirc", "~/.npmrc",
+    "~/.yarnrc.yml", "~/.cargo/credentials", "~/.cargo/credentials.toml", "~/.gem/credentials", "~/.m2/settings.xml",
+    "~/.gradle/gradle.properties", "~/.composer/auth.json", "~/.config/composer/auth.json", "~/.pgpass",
+    "~/.my.cnf", "~/.vault-token", "~/.terraform.d", "~/.terraformrc", "~/.cache/huggingface/token",
+    "~/.huggingface/token", "~/.config/rclone", "~/.config/op", "~/.config/containers/auth.json",
+    "~/.config/sops", "~/.s3cfg", "~/.boto", "~/.oci", "~/.config/doctl", "~/.local/share/keyrings",
+    "~/.password-store", "~/.bash_history", "~/.zsh_history", "~/.python_history", "~/.psql_history",
+    "~/.mysql_history", "~/.node_repl_history", "~/.local/share/fish/fish_history", "~/.mozilla",
+    "~/.config/google-chrome", "~/.config/chromium", "~/.config/BraveSoftware", "~/.config/microsoft-edge",
+    "~/.colima", "~/.lima", "~/.rd", "/var/lib/lxd/unix.socket", "/var/snap/lxd/common/lxd/unix.socket",
+    "/var/lib/incus/unix.socket",
+)
+"""Hidden inside the sandbox, with ANGES_HOME, the config files anges read, the ssh-agent socket, every Unix
+socket of the host, and `safety.hidden_paths`."""
+XDG_CREDENTIAL_PATHS = ("gcloud", "gh", "hub", "git/credentials", "rclone", "op", "containers/auth.json", "sops")
+"""The same places under $XDG_CONFIG_HOME, when it is set."""
+RUNTIME_DIRS = ("/run", "/var/run")
+"""Where daemons keep their sockets (D-Bus, systemd, Docker, containerd...): an empty private directory in the
+sandbox, as is $XDG_RUNTIME_DIR."""
+STARTUP_FILES = ("~/.bashrc", "~/.bash_profile", "~/.bash_login", "~/.bash_logout", "~/.profile", "~/.zshrc",
+                 "~/.zshenv", "~/.zprofile", "~/.zlogin", "~/.config/fish", "~/.config/autostart",
+                 "~/.config/systemd", "~/.config/environment.d", "~/.pam_environment", "~/.xprofile",
+                 "~/.xsession", "~/.xinitrc", "~/.local/bin", "~/.gitconfig", "~/.config/git", "~/.vimrc",
+                 "~/.config/nvim", "~/.emacs", "~/.emacs.d", "~/.config/direnv")
+"""Files the user's shell, session, git or editor runs: read-only in the sandbox even when the home is the working
+directory (git's `core.fsmonitor` or `core.pager` in ~/.gitconfig would run in every repository)."""
+VCS_DIRS = (".git", ".hg")
+"""A repository's own directory in a writable one stays read-only: its hooks and config run outside the sandbox."""
+TRUSTED_BWRAP_DIRS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin", "/run/current-system/sw/bin",
+                      "/nix/var/nix/profiles/default/bin")
+"""Where `bwrap` is looked for (never on PATH, which a project's environment may change); `safety.bwrap` names
+another."""
+RESOLV_CONF = "/etc/resolv.conf"
 
 _READ_ONLY_MARKS = ("Read-only file system",)
 _NETWORK_MARKS = ("Network is unreachable", "Temporary failure in name resolution", "Could not resolve host",
                   "Name or service not known", "No address associated with hostname", "getaddrinfo failed",
                   "nodename nor servname", "Failed to establish a new connection", "network is unreachable")
+PR_SET_DUMPABLE = 4
 
 
 @dataclass(frozen=True)
@@ -55,24 +73,34 @@ class SandboxSettings:
     """Absolute, resolved paths commands cannot see."""
     workdir: str = ""
     """The resolved working directory: visible (read-only mode) or writable, even inside a hidden path."""
+    protected: tuple[str, ...] = ()
+    """Paths inside the writable directories that stay read-only: `.git`, the code anges itself runs, the
+    shell's startup files. What a command could plant there would run outside the sandbox later."""
 
     @classmethod
     def for_run(cls, safety, cwd: str) -> SandboxSettings:
         """The settings of a run in `cwd` under the `safety` config section."""
         writable: tuple[str, ...] = ()
         if safety.sandbox != "read-only":  # with the sandbox off, in-process edits keep the workspace's limits
-            writable = _unique(_resolve(p) for p in [cwd, *(_expand(p, cwd) for p in safety.writable_paths)])
+            extra = [_expand(p, cwd) for p in safety.writable_paths]
+            writable = _unique(_resolve(p) for p in [cwd, *(p for p in extra if _exists_or_warn(p))])
+        _warn_wide(writable)
         return cls(mode=safety.sandbox, network=safety.network, writable=writable, hidden=hidden_paths(safety),
-                   workdir=_resolve(cwd))
+                   workdir=_resolve(cwd), protected=protected_paths(writable))
 
     @property
     def enabled(self) -> bool:
         return self.mode != "off"
 
     def can_write(self, path: str) -> bool:
-        """True when `path` (resolved, symlinks included) lies in a writable directory."""
+        """True when `path` (resolved, symlinks included) lies in a writable directory, outside the protected."""
         real = _resolve(path)
-        return any(_inside(real, root) for root in self.writable)
+        return any(_inside(real, root) for root in self.writable) and not self.is_protected(real)
+
+    def is_protected(self, path: str) -> bool:
+        """True when `path` (resolved) is or lies under a protected path."""
+        real = _resolve(path)
+        return any(_inside(real, kept) for kept in self.protected)
 
     def is_hidden(self, path: str) -> bool:
         """True when `path` (resolved) lies under a hidden path, outside the work and writable folders inside it."""
@@ -91,26 +119,100 @@ class Availability:
     bwrap: str = ""
 
 
-def hidden_paths(safety) -> tuple[str, ...]:
-    """Credential places and ANGES_HOME (resolved), plus the configured `hidden_paths`, that exist."""
-    from anges.config import anges_home
+def protect_process_memory() -> None:
+    """Make this process non-dumpable, so a command running as the same (non-root) user cannot read its memory
+    or environment (/proc/PID/environ holds the model's API key); Linux only, a no-op elsewhere."""
+    if sys.platform.startswith("linux"):
+        prctl(PR_SET_DUMPABLE, 0)
 
-    candidates = [*CREDENTIAL_PATHS, str(anges_home()), *safety.hidden_paths]
-    agent_socket = os.environ.get("SSH_AUTH_SOCK")
-    if agent_socket:
-        candidates.append(agent_socket)
+
+def hidden_paths(safety) -> tuple[str, ...]:
+    """Credential places, ANGES_HOME and the config files anges read (resolved), plus `hidden_paths`, that exist."""
+    from anges.config import anges_home
+    from anges.masking import secret_files
+
+    candidates = [*CREDENTIAL_PATHS, str(anges_home()), *secret_files(), *safety.hidden_paths]
+    xdg_config = os.environ.get("XDG_CONFIG_HOME")
+    if xdg_config:
+        candidates += [os.path.join(xdg_config, name) for name in XDG_CREDENTIAL_PATHS]
+    for name in ("ANGES_CONFIG", "SSH_AUTH_SOCK"):
+        if os.environ.get(name):
+            candidates.append(os.environ[name])
     found = (_resolve(os.path.expanduser(p)) for p in candidates)
     return _unique(p for p in found if os.path.lexists(p))
 
 
-def availability() -> Availability:
-    """Whether `bwrap` works on this machine (probed once per process and `bwrap` location)."""
+def protected_paths(writable: tuple[str, ...]) -> tuple[str, ...]:
+    """What stays read-only inside the writable directories: each one's `.git` (`.hg`), the code this process runs (the
+    interpreter's prefixes, the anges package, `sys.path`), and the shell's startup files."""
+    code = code_paths()
+    candidates = [os.path.join(root, name) for root in writable for name in VCS_DIRS] + code
+    candidates += [os.path.expanduser(p) for p in STARTUP_FILES]
+    found = []
+    for path in candidates:
+        real = _resolve(path)
+        if real in writable:
+            if path in code:
+                _warn_once(f"{real} is on Python's import path and writable by commands: code planted there could "
+                           "run in anges' own process; run anges from another directory")
+        elif _inside_any(real, writable) and os.path.lexists(real):
+            found.append(real)
+    return _unique(found)
+
+
+def code_paths() -> list[str]:
+    """Where the code this process runs comes from: the interpreter and its prefixes, anges and the resources it
+    reads (its templates are code: Jinja2 reaches Python objects; config.yaml holds the default rules), the
+    top-level packages loaded, and `sys.path` ("" is the current directory)."""
+    import anges
+    from anges.config import resource_path
+
+    paths = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix, os.path.dirname(anges.__file__)]
+    paths += [str(resource_path(name)) for name in ("prompt_templates", "web", "config.yaml")]
+    if sys.executable:
+        paths += [os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))]
+    for entry in sys.path:
+        entry = entry or os.getcwd()
+        if os.path.isabs(entry) and os.path.exists(entry):
+            paths.append(entry)
+    for name, module in list(sys.modules.items()):
+        where = getattr(module, "__file__", None)
+        if "." not in name and isinstance(where, str) and os.path.isabs(where):
+            paths.append(os.path.dirname(where) if os.path.basename(where) == "__init__.py" else where)
+    return list(dict.fromkeys(paths))
+
+
+def availability(bwrap: str = "", writable: tuple[str, ...] = (), quiet: bool = False) -> Availability:
+    """Whether `bwrap` works on this machine (probed once per process and `bwrap` location). `bwrap` is the
+    configured `safety.bwrap`; without it, bwrap is looked for in the system's directories only. One inside the
+    `writable` directories (which commands could replace) is refused before it is ever run."""
     if not sys.platform.startswith("linux"):
-        return _warn_once(Availability(False, f"the sandbox needs Linux and bubblewrap; this is {sys.platform}"))
-    bwrap = shutil.which("bwrap")
-    if bwrap is None:
-        return _warn_once(Availability(False, "bwrap was not found on PATH (install the 'bubblewrap' package)"))
-    return _warn_once(_probe(bwrap))
+        found = Availability(False, f"the sandbox needs Linux and bubblewrap; this is {sys.platform}")
+    else:
+        path = find_bwrap(bwrap)
+        if isinstance(path, Availability):
+            found = path
+        elif _inside_any(_resolve(path), writable):
+            found = Availability(False, f"bwrap at {path} lies in a directory commands may write")
+        else:
+            found = _probe(path)
+    return found if quiet else _say_once(found)
+
+
+def find_bwrap(configured: str = "") -> str | Availability:
+    """The bwrap to use: `configured` (an absolute path), else the first in TRUSTED_BWRAP_DIRS; or why not."""
+    if configured:
+        if not os.path.isabs(configured):
+            return Availability(False, f"safety.bwrap must be an absolute path, not {configured!r}")
+        if not os.access(configured, os.X_OK) or os.path.isdir(configured):
+            return Availability(False, f"bwrap was not found at {configured} (safety.bwrap)")
+        return configured
+    for directory in TRUSTED_BWRAP_DIRS:
+        candidate = os.path.join(directory, "bwrap")
+        if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
+            return candidate
+    return Availability(False, f"bwrap was not found in {', '.join(TRUSTED_BWRAP_DIRS[:5])} (install the "
+                               "'bubblewrap' package, or name it with safety.bwrap)")
 
 
 @lru_cache(maxsize=4)
@@ -130,44 +232,124 @@ def _probe(bwrap: str) -> Availability:
 _warned: set[str] = set()
 
 
-def _warn_once(found: Availability) -> Availability:
-    if not found.ok and found.reason not in _warned:
-        _warned.add(found.reason)
-        log.warning("anges: the sandbox is not available: %s. Commands will run without it, and each one needs "
-                    "approval (--approval).", found.reason)
+def _say_once(found: Availability) -> Availability:
+    if not found.ok:
+        _warn_once(f"the sandbox is not available: {found.reason}. Commands will run without it, and each one "
+                   "needs approval (--approval)")
     return found
 
 
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        log.warning("anges: %s.", message)
+
+
 def bwrap_argv(bwrap: str, settings: SandboxSettings, cwd: str, visible: list[str]) -> list[str]:
-    """The bwrap arguments for one run: read-only root, writable dirs, private /tmp, hidden credentials."""
-    argv = [bwrap, *_isolation(settings.network), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--tmpfs", "/tmp"]
+    """The bwrap arguments for one run: a read-only root, the writable directories (minus the protected paths),
+    private /tmp and runtime directories, hidden credentials and host sockets."""
+    argv = [bwrap, *_isolation(settings.network), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    private = private_dirs()
     real_cwd = _resolve(cwd)
     if not any(_inside(real_cwd, root) for root in settings.writable):
         visible = [real_cwd, *visible]  # read-only mode: the working directory is still there to read
+    # The interpreter and the runner must stay visible when they live in a directory the sandbox makes private.
+    visible = [*_lost_code(private, settings.writable), *visible]
+    if settings.network:
+        visible = [*_resolver_files(private), *visible]
     shown = (*settings.writable, *visible)
     # A hidden directory that holds the work (a batch's work dirs are in ANGES_HOME) stays hidden but for the
-    # work: an empty tmpfs, the work bound into it, then made read-only (parents first, so children nest in it).
-    around = sorted((path for path in settings.hidden if os.path.isdir(path)
-                     and any(_inside(root, path) and root != path for root in shown)), key=len)
-    for path in around:
-        argv += ["--tmpfs", path]
-    for path in settings.writable:
-        argv += ["--bind", path, path]
-    for path in visible:
-        argv += ["--ro-bind", path, path]
-    for path in around:
-        argv += ["--remount-ro", path]
+    # work: an empty tmpfs, the work bound into it, then made read-only.
+    around = [path for path in settings.hidden
+              if os.path.isdir(path) and any(_inside(root, path) and root != path for root in shown)]
+    mounts = [(path, ["--tmpfs", path]) for path in (*private, *around)]
+    mounts += [(path, ["--bind", path, path]) for path in settings.writable]
+    mounts += [(path, ["--ro-bind", path, path]) for path in (*visible, *settings.protected)]
     for path in settings.hidden:
         if path in around or path in shown:
             continue  # the work itself is never hidden
-        if any(_inside(path, outer) for outer in around) and not any(_inside(path, root) for root in shown):
-            continue  # already hidden with the directory around it
+        if _inside_any(path, (*around, *private)) and not _inside_any(path, shown):
+            continue  # already hidden with the directory around it, or gone with its private directory
         if os.path.isdir(path):
-            argv += ["--tmpfs", path, "--remount-ro", path]
+            around.append(path)
+            mounts.append((path, ["--tmpfs", path]))
         else:
-            argv += ["--ro-bind", "/dev/null", path]
+            mounts.append((path, ["--ro-bind", "/dev/null", path]))
+    for path in host_sockets():
+        if _inside_any(path, shown) or not _inside_any(path, (*settings.hidden, *private)):
+            mounts.append((path, ["--ro-bind", "/dev/null", path]))  # visible in the sandbox: cover it
+    # A mount hides what was mounted below it before: parents first, then what nests in them; an empty
+    # directory is made read-only last, once what is bound into it is in place.
+    for _, mount in sorted(mounts, key=lambda item: _depth(item[0])):
+        argv += mount
+    for path in sorted(around, key=_depth):
+        argv += ["--remount-ro", path]
     return argv + ["--chdir", cwd]
+
+
+def contained_argv(bwrap: str) -> list[str]:
+    """bwrap arguments that change nothing but the PID namespace: for commands run outside the sandbox, so every
+    process they start still ends with the run (and a command cannot see, or signal, the agent)."""
+    return [bwrap, "--dev-bind", "/", "/", "--unshare-pid", "--die-with-parent", "--proc", "/proc"]
+
+
+def private_dirs() -> list[str]:
+    """Directories the sandbox replaces with empty private ones: /tmp, and the runtime directories where daemons
+    keep their sockets (/run, /var/run, $XDG_RUNTIME_DIR)."""
+    found = ["/tmp"]
+    for path in (*RUNTIME_DIRS, os.environ.get("XDG_RUNTIME_DIR") or ""):
+        if path and os.path.isabs(path) and os.path.isdir(path) and not os.path.islink(path):
+            real = _resolve(path)
+            if not _inside_any(real, found):
+                found.append(real)
+    return found
+
+
+def host_sockets() -> list[str]:
+    """The path of every Unix socket bound on this machine (in this network namespace) that still exists.
+
+    A read-only file system does not stop connect(): a daemon listening there would run what a command sends.
+    """
+    import stat
+
+    try:
+        with open("/proc/net/unix", encoding="utf-8", errors="replace") as table:
+            lines = table.read().splitlines()[1:]
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        fields = line.split(None, 7)
+        path = fields[7] if len(fields) == 8 else ""
+        if not path.startswith("/"):
+            continue  # unnamed, or abstract (@name): those live in the network namespace
+        try:
+            if stat.S_ISSOCK(os.lstat(path).st_mode):
+                found.append(path)
+        except OSError:
+            continue
+    return list(dict.fromkeys(found))
+
+
+def _lost_code(private: list[str], writable: tuple[str, ...]) -> list[str]:
+    """What the runner needs (the interpreter, its prefixes, runner.py) where it lies in a private directory and
+    would vanish in the sandbox. The runner runs isolated (`python -I -S`): no other `sys.path` entry is shown."""
+    lost = []
+    paths = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix, os.path.dirname(__file__)]
+    if sys.executable:
+        paths += [os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))]
+    for path in paths:
+        real = _resolve(path)
+        if os.path.exists(real) and _inside_any(real, private) and not _inside_any(real, writable):
+            lost.append(real)
+    return _unique(lost)
+
+
+def _resolver_files(private: list[str]) -> list[str]:
+    """What name resolution reads from a private directory: /etc/resolv.conf is often a link into /run
+    (systemd-resolved, resolvconf, NetworkManager)."""
+    real = _resolve(RESOLV_CONF)
+    return [real] if real != RESOLV_CONF and os.path.isfile(real) and _inside_any(real, private) else []
 
 
 def _isolation(network: bool) -> list[str]:
@@ -191,268 +373,35 @@ def explain_block(result, settings: SandboxSettings) -> str:
     return ""
 
 
-# -- the runner -----------------------------------------------------------------------------------------------
-
-
-def _python() -> str:
-    """The interpreter itself, not a virtualenv's link to it (the runner needs only the standard library)."""
-    return os.path.realpath(sys.executable) if sys.executable else "python3"
-
-
-def _runner_paths() -> list[str]:
-    """What the runner needs that the sandbox's private /tmp would cover (anges or Python installed under /tmp)."""
-    needed = {os.path.dirname(RUNNER_SCRIPT), os.path.realpath(sys.base_prefix), os.path.dirname(_python())}
-    return sorted(_resolve(path) for path in needed if _inside(_resolve(path), "/tmp"))
-
-
-class RemoteProcess:
-    """A command started by the runner: its pid (in the runner's view), exit watch and kill."""
-
-    def __init__(self, channel: Channel, pid: int):
-        self.channel = channel
-        self.pid = pid
-        self.returncode: int | None = None
-
-    def exit_fd(self) -> int | None:
-        """A descriptor that becomes readable when the command's shell ends."""
-        return self.channel.fileno()
-
-    def poll(self) -> int | None:
-        """The exit code if the shell has ended, without waiting."""
-        if self.returncode is None and not self.channel.ended:
-            readable, _, _ = select_read([self.channel.sock], 0)
-            if readable:
-                self.channel.pump()
-            self._absorb()
-        return self.returncode
-
-    def wait(self, timeout: float | None) -> bool:
-        """Wait up to `timeout` seconds for the shell to end; True when it has (or the runner is gone)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None and not self.channel.ended:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                return False
-            select_read([self.channel.sock], left)
-        return True
-
-    def kill(self, grace: float = KILL_GRACE) -> None:
-        """SIGTERM the command's process group, then SIGKILL what is left after `grace` seconds."""
-        if not self.channel.send({"kill": grace}):
-            return
-        deadline = time.monotonic() + grace + REPLY_TIMEOUT
-        try:
-            while self.channel.fill(deadline - time.monotonic()):
-                self._absorb()
-                killed = any("killed" in m for m in self.channel.messages)
-                self.channel.messages.clear()
-                if killed:
-                    return
-        except BaseException:
-            self.close()  # the runner kills the group at once when its socket closes
-            raise
-
-    def close(self) -> None:
-        self.channel.close()
-
-    def _absorb(self) -> None:
-        for message in self.channel.messages:
-            if "exit" in message:
-                self.returncode = message["exit"]
-        self.channel.messages = [m for m in self.channel.messages if "exit" not in m]
-
-
-@dataclass
-class Job:
-    """A background command of the run: what it is, where its log is, and whether it still runs."""
-
-    command: str
-    process: object
-    log_path: str
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def status(self) -> str:
-        """`running`, `exited with code N` or `killed by signal N`."""
-        code = self.process.poll()
-        if code is None:
-            return "running"
-        return f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
-
-
-class CommandRunner:
-    """The run's runner process: starts every command of the run and ends them all when the run ends."""
-
-    def __init__(self, cwd: str, settings: SandboxSettings | None = None, bwrap: str = "",
-                 log_cap: int = 10_000_000):
-        self.cwd = cwd
-        self.settings = settings if settings is not None and settings.enabled else None
-        self.bwrap = bwrap
-        self.log_cap = log_cap
-        self._scratch: str | None = None
-        self.jobs: list[Job] = []
-        self.control: socket.socket | None = None
-        self.process: subprocess.Popen | None = None
-        self._lock = threading.RLock()
-        self._finalizer = weakref.finalize(self, _cleanup, None, None, None)
-
-    @property
-    def scratch(self) -> str:
-        """The run's scratch directory (background logs), made on first use and removed by close()."""
-        with self._lock:
-            if self._scratch is None:
-                _remove_stale_scratch()
-                self._scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
-                self._finalizer.detach()
-                self._finalizer = weakref.finalize(self, _cleanup, self._scratch, None, None)
-            return self._scratch
-
-    def spawn(self, argv: list[str], cwd: str, env: dict[str, str], stdout: int, stderr: int) -> RemoteProcess:
-        """Start `argv` in its own session with the given outputs; OSError when it cannot start."""
-        control = self._started()
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        channel = Channel(ours)
-        try:
-            send_fds(control, {"op": "spawn"}, [theirs.fileno(), stdout, stderr])
-        except OSError as exc:
-            channel.close()
-            raise SandboxError(f"the command runner stopped: {exc}") from None
-        finally:
-            theirs.close()
-        channel.send({"argv": argv, "cwd": cwd, "env": env})
-        reply = channel.receive(REPLY_TIMEOUT)
-        if reply is None or "pid" not in reply:
-            channel.close()
-            if reply is not None and "error" in reply:
-                raise OSError(reply.get("errno") or 0, reply["error"])
-            raise SandboxError(f"the command runner did not answer{self._log_tail()}")
-        return RemoteProcess(channel, reply["pid"])
-
-    def end_processes(self, keep_jobs: bool = False) -> None:
-        """End every process of the run, except the background jobs when `keep_jobs`."""
-        if self.control is None:
-            return
-        keep = [job.pid for job in self.jobs if keep_jobs and job.status() == "running"]
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        channel = Channel(ours)
-        try:
-            send_fds(self.control, {"op": "end", "keep": keep}, [theirs.fileno()])
-            channel.receive(KILL_GRACE + REPLY_TIMEOUT)
-        except OSError:
-            pass  # the runner is gone, and its processes with it
-        finally:
-            theirs.close()
-            channel.close()
-
-    def close(self) -> None:
-        """End every process of the run and the runner; remove the scratch files (background logs)."""
-        with self._lock:
-            control, process, self.control, self.process = self.control, self.process, None, None
-        for job in self.jobs:
-            job.process.close()
-        self._finalizer.detach()
-        _cleanup(self._scratch, control, process)
-
-    def _started(self) -> socket.socket:
-        with self._lock:
-            if self.control is None:
-                scratch = self.scratch
-                self.control, self.process = self._launch(scratch)
-                self._finalizer.detach()
-                self._finalizer = weakref.finalize(self, _cleanup, scratch, self.control, self.process)
-            return self.control
-
-    def _launch(self, scratch: str) -> tuple[socket.socket, subprocess.Popen]:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        argv = [_python(), "-I", "-S", RUNNER_SCRIPT, str(theirs.fileno())]
-        if self.settings is not None:
-            shown = [scratch, *_runner_paths()]
-            argv = bwrap_argv(self.bwrap, self.settings, self.cwd, shown) + ["--", *argv, "--namespace"]
-        else:
-            argv += ["--parent", str(os.getpid())]
-        with open(os.path.join(scratch, "runner.log"), "wb") as errors:
-            try:
-                process = _spawn_from_keeper(argv, pass_fds=(theirs.fileno(),), env={"PATH": os.defpath},
-                                             stdin=subprocess.DEVNULL, stdout=errors, stderr=errors,
-                                             start_new_session=True)
-            except OSError as exc:
-                ours.close()
-                raise SandboxError(f"the command runner could not start: {exc}") from None
-            finally:
-                theirs.close()
-        readable, _, _ = select_read([ours], START_TIMEOUT)
-        if not readable or ours.recv(16) != b"ready":
-            _cleanup(None, ours, process)
-            what = "the sandbox" if self.settings is not None else "the command runner"
-            raise SandboxError(f"{what} did not start{self._log_tail()}")
-        return ours, process
-
-    def _log_tail(self) -> str:
-        try:
-            text = Path(self._scratch or "", "runner.log").read_text(errors="replace").strip()
-        except OSError:
-            return ""
-        return f": {text.splitlines()[-1]}" if text else ""
-
-
-def _cleanup(scratch: str | None, control: socket.socket | None, process: subprocess.Popen | None) -> None:
-    if control is not None:
-        control.close()  # the runner ends every process of the run, then itself
-    if process is not None:
-        try:
-            process.wait(KILL_GRACE + 2)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-    if scratch is not None:
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _remove_stale_scratch() -> None:
-    """Remove the scratch directories of anges processes that died without cleaning up (kill -9)."""
-    root = tempfile.gettempdir()
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return
-    for name in names:
-        pid = name[len(SCRATCH_PREFIX):].split("-", 1)[0]
-        if name.startswith(SCRATCH_PREFIX) and pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's
-    return True
-
-
-_keeper: ThreadPoolExecutor | None = None
-_keeper_lock = threading.Lock()
-
-
-def _spawn_from_keeper(argv: list[str], **kwargs) -> subprocess.Popen:
-    """Start a process from one long-lived thread: bwrap's --die-with-parent (and the runner's parent-death
-    signal) follow the thread that started them, and a run's own thread may end before the run's runner does."""
-    global _keeper
-    with _keeper_lock:
-        if _keeper is None:
-            _keeper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="anges-spawner")
-    return _keeper.submit(subprocess.Popen, argv, **kwargs).result()
-
-
 def _resolve(path: str) -> str:
     return os.path.realpath(os.path.expanduser(path))
 
 
 def _expand(path: str, cwd: str) -> str:
     return os.path.join(cwd, os.path.expanduser(path))
+
+
+def _exists_or_warn(path: str) -> bool:
+    if os.path.isdir(path):
+        return True
+    _warn_once(f"safety.writable_paths: {path} is not a directory; left out")
+    return False
+
+
+def _warn_wide(writable: tuple[str, ...]) -> None:
+    home = _resolve("~")
+    for root in writable:
+        if root == "/" or _inside(home, root):
+            _warn_once(f"commands may change everything in {root} (it holds your home directory); the shell's "
+                       "startup files stay read-only, but work in a project directory if you can")
+
+
+def _depth(path: str) -> int:
+    return path.rstrip(os.sep).count(os.sep)
+
+
+def _inside_any(path: str, roots) -> bool:
+    return any(_inside(path, root) for root in roots)
 
 
 def _inside(path: str, root: str) -> bool:

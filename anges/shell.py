@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 
 from anges.capture import READ_SIZE, CappedLog, Capture
 from anges.exceptions import SandboxError
-from anges.masking import is_credential
+from anges.masking import is_secret_name
 from anges.runner import KILL_GRACE, kill_group
 
 if TYPE_CHECKING:
-    from anges.sandbox import CommandRunner
+    from anges.command_runner import CommandRunner
 
 POLL_INTERVAL = 0.05
 BACKGROUND_LOG_CAP = 10_000_000
@@ -60,10 +60,10 @@ class CommandResult:
         return data
 
 
-def scrubbed_environment(pass_through: Iterable[str] = ()) -> dict[str, str]:
-    """A copy of os.environ without model credentials, except the names in `pass_through`."""
-    keep = set(pass_through)
-    return {name: value for name, value in os.environ.items() if name in keep or not is_credential(name)}
+def scrubbed_environment(pass_through: Iterable[str] = (), secret_names: Iterable[str] = ()) -> dict[str, str]:
+    """A copy of os.environ without secrets (see masking.is_secret_name), except the names in `pass_through`."""
+    keep, named = set(pass_through), tuple(secret_names)
+    return {name: value for name, value in os.environ.items() if name in keep or not is_secret_name(name, named)}
 
 
 def find_shell() -> str:
@@ -94,7 +94,7 @@ def run_command(
 ) -> CommandResult:
     """Run `command` with bash in `cwd`; `prefix_cmd` is a shell fragment put before it; env defaults to scrubbed.
 
-    With a `runner` (anges.sandbox.CommandRunner) the run's runner process starts the command (in the
+    With a `runner` (anges.command_runner.CommandRunner) the run's runner process starts the command (in the
     sandbox when it has one) and owns it; without, this process does. The result keeps `output_cap` bytes of
     the output (stdout and stderr together, head and tail, cut at line ends); past that, the whole output also
     goes to a file in `output_dir` (if given), capped at `log_cap` bytes (the oldest part dropped). A command
@@ -199,7 +199,7 @@ def _keep_going(command: str, proc, streams: list, log: CappedLog | None, log_pa
         # Reap the job when it ends so it never lingers as a zombie of ours.
         threading.Thread(target=_reap, args=(proc,), name=f"anges-bg-{proc.pid}", daemon=True).start()
     else:
-        from anges.sandbox import Job
+        from anges.command_runner import Job
 
         runner.jobs.append(Job(command, proc, log_path))
 

@@ -129,6 +129,8 @@ class Renderer:
             status += s(f" · {seconds(shell.duration)}", "dim")
         if shell.cut and shell.printed_bytes is not None and not shell.yielded:
             status += s(f" · printed {shell.printed_lines:,} lines, {shell.printed_bytes:,} bytes (cut above)", "dim")
+        if event.data.get("sandbox") == "none":
+            status += s(" · outside the sandbox" if event.data.get("escalated") else " · no sandbox", "yellow")
         return lines + [s("  └ ", "dim") + status]
 
     def _tool_call(self, event: Event) -> list[str]:

@@ -1,4 +1,5 @@
-"""Round-trip time of run_command("true"): directly, through the run's runner, and through it in the bwrap sandbox.
+"""Round-trip time of run_command("true"): directly, through the run's runner (plain, and in a PID namespace of its
+own as commands outside the sandbox run), and through it in the bwrap sandbox.
 
 Run with `PYTHONPATH=. python benchmarks/shell.py [--runs N]`.
 """
@@ -8,7 +9,9 @@ import statistics
 import tempfile
 import time
 
-from anges.sandbox import CommandRunner, SandboxSettings, availability
+from anges.command_runner import CommandRunner
+from anges.config import load_config
+from anges.sandbox import SandboxSettings, availability
 from anges.shell import run_command
 
 
@@ -50,7 +53,10 @@ def main() -> None:
         if not found.ok:
             print(f"sandboxed: not measured ({found.reason})")
             return
-        runner = CommandRunner(cwd, SandboxSettings(writable=(cwd,)), found.bwrap)
+        runner = CommandRunner(cwd, bwrap=found.bwrap, contain=True)
+        report("runner, own PID namespace", measure(runs, cwd, runner))  # commands run outside the sandbox
+        runner.close()
+        runner = CommandRunner(cwd, SandboxSettings.for_run(load_config().safety, cwd), found.bwrap)
         started = time.perf_counter()
         run_command("true", cwd=cwd, runner=runner)
         print(f"runner start (bwrap sandbox): {(time.perf_counter() - started) * 1000:.1f} ms")

@@ -18,8 +18,9 @@ import subprocess
 import pytest
 
 SKIP_VARIABLE = "ANGES_TEST_SKIP"
-WITHOUT_SANDBOX = {"safety": {"sandbox": "off", "approval": "auto"}}
-"""The ANGES_HOME config of tests where the sandbox group cannot run (deny rules still hold)."""
+WITHOUT_SANDBOX = {"safety": {"sandbox": "off", "approval": "auto", "auto_escalate": True}}
+"""The ANGES_HOME config of tests where the sandbox group cannot run (deny rules still hold; edits outside the
+working directory are approved as the sandbox's absence allows commands)."""
 
 
 def chromium_path() -> str:

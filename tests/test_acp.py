@@ -159,8 +159,8 @@ def test_later_prompts_are_follow_ups_and_session_load_replays_the_history(tmp_p
 
 @pytest.mark.packaged_safety  # the editor is asked, bwrap or not
 def test_a_permission_request_answered_reject_then_allow_always(tmp_path, work):
-    model = scripted(tmp_path, shell("echo guarded one > one.txt"), shell("echo guarded two > two.txt"),
-                     shell("echo guarded three > three.txt"), complete())
+    model = scripted(tmp_path, shell("echo guarded one > one.txt"), shell("echo guarded two >> two.txt"),
+                     shell("echo guarded two >> two.txt"), complete())
     editor = Editor(answers=["reject", "always"])
 
     async def main():
@@ -171,7 +171,7 @@ def test_a_permission_request_answered_reject_then_allow_always(tmp_path, work):
 
     session, stop = run(main())
     assert stop == "end_turn"
-    assert len(editor.permissions) == 2, "an always answer covers the rest of the run"
+    assert len(editor.permissions) == 2, "an always answer covers the same command for the rest of the run"
     first, second = editor.permissions
     assert [(o.option_id, o.kind) for o in first["options"]] == [
         ("allow", "allow_once"), ("always", "allow_always"), ("reject", "reject_once")]
@@ -184,7 +184,7 @@ def test_a_permission_request_answered_reject_then_allow_always(tmp_path, work):
     assert calls[1]["statuses"] == ["pending", "in_progress", "pending", "in_progress", "completed"]
     assert calls[2]["statuses"] == ["pending", "in_progress", "completed"]
     assert not (work / "one.txt").exists()
-    assert (work / "two.txt").read_text() == "guarded two\n" and (work / "three.txt").exists()
+    assert (work / "two.txt").read_text() == "guarded two\nguarded two\n"
     decided = [e.data for e in EventStore().load(session).events_list if e.type == "approval_decided"]
     assert [(d["decision"], d["always"], d["by"]) for d in decided] == [("deny", False, "editor"),
                                                                         ("allow", True, "editor")]
@@ -192,7 +192,7 @@ def test_a_permission_request_answered_reject_then_allow_always(tmp_path, work):
 
 @pytest.mark.packaged_safety  # the editor is asked, bwrap or not
 def test_a_permission_request_the_editor_cancels_declines_the_action(tmp_path, work):
-    model = scripted(tmp_path, shell("echo guarded > out.txt"), complete("gave up"))
+    model = scripted(tmp_path, shell("echo guarded > out.txt # \u202eharmless"), complete("gave up"))
     editor = Editor(answers=["cancelled"])
 
     async def main():
@@ -206,6 +206,8 @@ def test_a_permission_request_the_editor_cancels_declines_the_action(tmp_path, w
     assert not (work / "out.txt").exists()
     decided = [e.data for e in EventStore().load(session).events_list if e.type == "approval_decided"]
     assert [(d["decision"], d["by"]) for d in decided] == [("deny", "editor")]
+    asked = "\n".join(c.content.text for c in editor.permissions[0]["tool_call"].content)
+    assert "echo guarded > out.txt # <U+202E>harmless" in asked and "\u202e" not in asked  # shown, not obeyed
 
 
 @pytest.mark.packaged_safety  # the editor is asked, bwrap or not
@@ -391,15 +393,19 @@ def test_mcp_servers_the_editor_passes_are_started_and_ended(tmp_path, work):
         assert not Path(f"/proc/{pid}").exists(), "the MCP server outlived anges acp"
 
 
-def test_secrets_in_replies_and_outputs_never_reach_the_editor(tmp_path, work):
+@pytest.mark.parametrize("variable", ["DEMO_API_KEY", "MY_LLM_KEY"])  # named like a secret, or by a model preset
+def test_secrets_in_replies_and_outputs_never_reach_the_editor(tmp_path, work, variable):
     secret = "s3cret-value-0123456789"
     model = scripted(tmp_path, reply({"action_type": "RUN_SHELL_CMD", "command": f"echo {secret}"},
                                      analysis=f"the key is {secret}", reasoning=f"print {secret}"),
                      complete(f"done with {secret}"))
     editor = Editor()
+    config = tmp_path / "models.yaml"
+    config.write_text(f"models:\n  mine: {{provider: openai, model: m, api_key_env: {variable}}}\n")
 
     async def main():
-        async with anges_acp(editor, "--model", model, cwd=work, env={**os.environ, "DEMO_API_KEY": secret}) as agent:
+        async with anges_acp(editor, "--model", model, "--config", str(config), cwd=work,
+                             env={**os.environ, variable: secret}) as agent:
             await agent.start()
             return agent, await prompt(agent, await new_session(agent, work), "use the key")
 
@@ -419,9 +425,11 @@ def test_stdout_carries_only_protocol_even_when_something_writes_to_descriptor_1
     # The command writes straight to the anges process's stdout descriptor: it must land on stderr.
     model = scripted(tmp_path, shell("echo STRAY-OUTPUT > /proc/$(cat ../acp.pid)/fd/1"), complete("wrote"))
     editor = Editor()
+    (tmp_path / "uncontained.yaml").write_text("safety: {contain_unsandboxed: false}\n")  # else it cannot see us
 
     async def main():
-        async with anges_acp(editor, "--model", model, "--sandbox", "off", "--approval", "auto", cwd=work) as agent:
+        async with anges_acp(editor, "--model", model, "--sandbox", "off", "--approval", "auto", "--config",
+                             str(tmp_path / "uncontained.yaml"), cwd=work) as agent:
             (tmp_path / "acp.pid").write_text(str(agent.process.pid))
             await agent.start()
             stop = await prompt(agent, await new_session(agent, work), "write to stdout")

@@ -544,7 +544,8 @@ def test_a_resumed_stream_keeps_its_directory_prefix_and_notes(tmp_path):
 
 def test_tokens_usable_by_commands_are_still_masked_in_the_record(tmp_path, monkeypatch):
     monkeypatch.setenv("GITHUB_TOKEN", "ghp_exampleTOKEN1234567890")
-    agent, model = make_agent(tmp_path, [reply(shell("echo $GITHUB_TOKEN")), complete()])
+    config = load_config(overrides={"agents": {"common": {"pass_env": ["GITHUB_TOKEN"]}}})
+    agent, model = make_agent(tmp_path, [reply(shell("echo $GITHUB_TOKEN")), complete()], config=config)
     stream = agent.run_with_new_request("use the token")
-    assert "[REDACTED]" in stream.events_list[1].data["stdout"], "the command could read it (not a model key)"
+    assert "[REDACTED]" in stream.events_list[1].data["stdout"], "the command could read it (passed through)"
     assert "ghp_exampleTOKEN" not in json.dumps(stream.to_dict()) and "ghp_exampleTOKEN" not in model.prompts[1]

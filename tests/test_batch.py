@@ -167,6 +167,19 @@ def test_the_batch_id_comes_from_the_task_files_name_and_place(tmp_path):
 # --- running -------------------------------------------------------------------------------------------------
 
 
+def test_the_setup_command_gets_the_environment_the_agents_commands_get(tmp_path):
+    env = {**os.environ, "OPENAI_API_KEY": "sk-model-key-material", "DEPLOY_TOKEN": "deploy-token-material",
+           "PASSED_TOKEN": "passed-token-material"}
+    setup = 'echo "key=${OPENAI_API_KEY:-unset} token=${DEPLOY_TOKEN:-unset} passed=${PASSED_TOKEN:-unset}" > env.txt'
+    path = task_file(tmp_path, {"id": "t", "task": "look", "setup": setup})
+    config = config_file(tmp_path, "agents:\n  common:\n    pass_env: [PASSED_TOKEN]\n")
+    out = batch(str(path), "--model", script(tmp_path, "m.json", complete()), "--config", config, "--sandbox", "off",
+                cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stderr
+    written = (BatchState(batch_id_for(path)).work_dir("t") / "env.txt").read_text()
+    assert written == "key=unset token=unset passed=passed-token-material\n"
+
+
 @pytest.mark.sandbox
 def test_workers_run_tasks_in_fresh_copies_and_results_say_how_each_ended(tmp_path):
     template = tmp_path / "template"
@@ -435,15 +448,17 @@ def test_with_the_sandbox_off_a_batch_tells_the_model_its_commands_run(tmp_path)
 
 @pytest.mark.packaged_safety  # the fallback without bwrap, as its users get it
 def test_without_a_sandbox_the_batch_is_refused_unless_it_runs_with_the_sandbox_off(tmp_path):
+    (tmp_path / "no-bwrap.yaml").write_text(f"safety: {{bwrap: {tmp_path / 'empty-bin' / 'bwrap'}}}\n")
     env = {**os.environ, "PATH": str(tmp_path / "empty-bin")}  # no bwrap
     model = script(tmp_path, "r.json", shell("echo ran > ran.txt"), complete())
     path = task_file(tmp_path, {"id": "t", "task": "run"})
-    refused = batch(str(path), "--model", model, cwd=tmp_path, env=env)
+    refused = batch(str(path), "--model", model, "--config", "no-bwrap.yaml", cwd=tmp_path, env=env)
     assert refused.returncode == 2
-    assert "anges: the sandbox is not available here: bwrap was not found on PATH" in refused.stderr
+    assert "anges: the sandbox is not available here: bwrap was not found at" in refused.stderr
     assert "run the batch with --sandbox off" in refused.stderr and "Traceback" not in refused.stderr
     assert EventStore().list() == []
-    allowed = batch(str(path), "--model", model, "--sandbox", "off", cwd=tmp_path, env=env)
+    allowed = batch(str(path), "--model", model, "--sandbox", "off", "--config", "no-bwrap.yaml", cwd=tmp_path,
+                    env=env)
     assert allowed.returncode == 0, allowed.stderr
     assert (BatchState(batch_id_for(path)).work_dir("t") / "ran.txt").read_text() == "ran\n"
 
@@ -453,7 +468,8 @@ def test_a_worker_without_a_sandbox_fails_its_task_with_the_reason(tmp_path, mon
     # What a Ray worker on a node without bwrap does (the local engine refuses the whole batch first).
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
     job = Job(TaskSpec("t", "run", model=script(tmp_path, "r.json", complete())), "b", "stream1")
-    done = run_task(job, load_config(), EventStore(), tmp_path, True, threading.Event())
+    config = load_config(overrides={"safety": {"bwrap": str(tmp_path / "empty-bin" / "bwrap")}})
+    done = run_task(job, config, EventStore(), tmp_path, True, threading.Event())
     assert done["status"] == "error" and done["stream_id"] is None
     assert done["error"].startswith(f"the sandbox is not available on {socket.gethostname()}: bwrap was not found")
     assert not EventStore().exists("stream1")

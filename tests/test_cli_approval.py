@@ -20,11 +20,11 @@ def start(tmp_path, *replies):
 
 def test_the_prompt_answers_yes_no_always_and_tell(tmp_path):
     term = start(tmp_path, shell("echo ask-yes > y.txt"), shell("echo ask-no > n.txt"), shell("echo ask-tell > t.txt"),
-                 shell("echo ask-always-1 > a1.txt"), shell("echo ask-always-2 > a2.txt"), complete("finished"))
+                 shell("echo ask-always >> a.txt"), shell("echo ask-always >> a.txt"), complete("finished"))
 
     shown = term.expect(PROMPT)
     assert "RUN_SHELL_CMD needs your approval — the test asks [safety.rules[0]]" in shown
-    assert "│ echo ask-yes > y.txt" in shown and "always = for the rest of this run" in shown
+    assert "│ echo ask-yes > y.txt" in shown and "always = for the rest of this run: this exact command" in shown
     term._read(0.5)  # the spinner would redraw every 0.1 s if it were not held back
     assert not any(frame in term.output[term.position:] for frame in SPINNER_FRAMES)
     term.send("y\r")
@@ -34,16 +34,17 @@ def test_the_prompt_answers_yes_no_always_and_tell(tmp_path):
     term.send("t\r")
     term.expect("tell the agent: ")
     term.send("use the Makefile\r")
-    assert "echo ask-always-1" in term.expect(PROMPT)
+    assert "echo ask-always" in term.expect(PROMPT)
     term.send("a\r")
-    assert PROMPT not in term.expect("finished")  # ask-always-2 matches the same rule: not asked again
+    assert PROMPT not in term.expect("finished")  # the same command again: not asked again
     assert term.wait() == 0
 
-    assert sorted(p.name for p in tmp_path.glob("*.txt")) == ["a1.txt", "a2.txt", "y.txt"]
+    assert sorted(p.name for p in tmp_path.glob("*.txt")) == ["a.txt", "y.txt"]
+    assert (tmp_path / "a.txt").read_text() == "ask-always\nask-always\n"
     decided = [e.data for e in only_stream().events_list if e.type == "approval_decided"]
     assert [(d["subject"].split()[1], d["decision"], d["always"], d["by"]) for d in decided] == [
         ("ask-yes", "allow", False, "terminal"), ("ask-no", "deny", False, "terminal"),
-        ("ask-tell", "deny", False, "terminal"), ("ask-always-1", "allow", True, "terminal")]
+        ("ask-tell", "deny", False, "terminal"), ("ask-always", "allow", True, "terminal")]
     assert decided[2]["feedback"] == "use the Makefile"
     assert "✗ declined by you: RUN_SHELL_CMD echo ask-no > n.txt" in SGR.sub("", term.output)
 
@@ -80,16 +81,40 @@ def test_without_bwrap_the_cli_says_so_once_and_every_command_needs_approval(tmp
 
     from test_cli import anges
 
-    env = {**os.environ, "PATH": str(tmp_path / "empty-bin")}
+    fake_bin = tmp_path / "bin"  # a bwrap on PATH does not count: anges looks in the system's directories
+    fake_bin.mkdir()
+    (fake_bin / "bwrap").write_text("#!/bin/sh\nexit 0\n")
+    (fake_bin / "bwrap").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}"}
+    (tmp_path / "nobwrap.yaml").write_text(f"safety:\n  bwrap: {tmp_path / 'none' / 'bwrap'}\n")
     steps = (shell("echo one > 1.txt"), shell("echo two > 2.txt"), complete())
-    declined = anges("-q", "task", "--model", scripted(tmp_path, *steps), cwd=tmp_path, env=env)
+    declined = anges("-q", "task", "--config", "nobwrap.yaml", "--model", scripted(tmp_path, *steps), cwd=tmp_path,
+                     env=env)
     assert not list(tmp_path.glob("*.txt"))
-    allowed = anges("-q", "task", "--approval", "auto", "--model", scripted(tmp_path, *steps, name="b.json"),
-                    cwd=tmp_path, env=env)
+    allowed = anges("-q", "task", "--config", "nobwrap.yaml", "--approval", "auto", "--model",
+                    scripted(tmp_path, *steps, name="b.json"), cwd=tmp_path, env=env)
 
     assert declined.returncode == 0, declined.stderr
-    assert declined.stderr.count("the sandbox is not available: bwrap was not found on PATH") == 1
+    assert declined.stderr.count(f"the sandbox is not available: bwrap was not found at {tmp_path}/none/bwrap") == 1
     assert "add --approval auto" in declined.stderr
     assert "declined (no one can approve here): RUN_SHELL_CMD echo one > 1.txt" in declined.stderr
     assert allowed.returncode == 0 and (tmp_path / "1.txt").exists() and (tmp_path / "2.txt").exists()
     assert "not available" in allowed.stderr and "add --approval auto" not in allowed.stderr
+    assert SGR.sub("", allowed.stderr).count("exit 0 · ") == 2 and allowed.stderr.count("no sandbox") == 2
+
+
+def test_a_long_command_needs_viewing_in_full_before_yes(tmp_path):
+    lines = [f"echo step-{n} >> log.txt" for n in range(100)]
+    command = "\n".join(["echo ask-long", *lines[:50], "echo HIDDEN-PART > hidden.txt", *lines[50:]])
+    term = start(tmp_path, shell(command), complete("finished"))
+
+    shown = term.expect("[v]iew it all, [n]o, [t]ell the agent why: ")
+    assert "HIDDEN-PART" not in shown and "lines not shown (v shows them)" in shown
+    term.send("y\r")
+    term.expect("view it all with v before you approve it")
+    term.send("v\r")
+    assert "HIDDEN-PART" in term.expect(PROMPT)
+    term.send("y\r")
+    term.expect("finished")
+    assert term.wait() == 0
+    assert (tmp_path / "hidden.txt").read_text() == "HIDDEN-PART\n"

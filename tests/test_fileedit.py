@@ -1,3 +1,4 @@
+import errno
 import json
 import os
 import stat
@@ -536,3 +537,111 @@ def test_a_path_written_outside_the_working_directory_may_still_create_its_direc
     apply_edit(f"NEW_FILE {tmp_path / 'alias' / 'elsewhere' / 'deep' / 'f.txt'}", "x", base_dir=work)
 
     assert (outside / "deep" / "f.txt").read_text() == "x\n"
+
+
+# the path checked is the path written: no symlink is followed after the check
+
+SWAPPER = """
+import os, sys
+os.chdir(sys.argv[1])
+while True:
+    os.symlink(sys.argv[2], "t1"); os.replace("t1", "d")
+    os.symlink("real", "t2"); os.replace("t2", "d")
+"""
+
+
+def test_an_edit_refuses_a_path_that_changed_after_it_was_checked(tmp_path):
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    (work / "real").mkdir(parents=True)
+    outside.mkdir()
+    (work / "d").symlink_to("real")
+    checked = os.path.realpath(work / "d" / "evil.sh")
+    (work / "d").unlink()
+    (work / "d").symlink_to(outside)  # swapped between the check and the edit
+
+    with pytest.raises(EditError, match="changed after it was checked"):
+        apply_edit("NEW_FILE d/evil.sh", "echo pwned", base_dir=work, resolved=checked)
+
+    assert list(outside.iterdir()) == [] and list((work / "real").iterdir()) == []
+
+
+def test_the_walk_to_a_checked_path_follows_no_symlink(tmp_path):
+    from anges.fileedit import open_directory, open_nofollow
+
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    (work / "real").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "secret.txt").write_text("KEY MATERIAL\n")
+    (work / "real" / "secret.txt").write_text("ordinary\n")
+    checked_dir, checked_file = str(work / "real"), str(work / "real" / "secret.txt")
+    os.rename(work / "real", work / "gone")
+    (work / "real").symlink_to(outside)  # swapped in after the paths were resolved and checked
+
+    with pytest.raises(OSError) as walked:
+        open_directory(checked_dir)
+    with pytest.raises(OSError):
+        open_nofollow(checked_file)
+    with pytest.raises(EditError, match="changed after it was checked"):
+        apply_edit("REPLACE_LINES real/secret.txt 1-1", "x", base_dir=work, resolved=checked_file)
+
+    assert walked.value.errno in (errno.ENOTDIR, errno.ELOOP)
+    assert (outside / "secret.txt").read_text() == "KEY MATERIAL\n"
+
+
+def test_racing_symlink_swaps_never_let_agent_edits_land_outside(tmp_path):
+    from anges.agents import DefaultAgent
+    from anges.config import load_config
+    from anges.models.scripted import ScriptedModel
+
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    (work / "real").mkdir(parents=True)
+    outside.mkdir()
+    (work / "d").symlink_to("real")
+    edits = [{"analysis": "", "reasoning": "r", "actions": [
+        {"action_type": "EDIT_FILE", "directive_line": f"NEW_FILE d/evil{n}.sh", "content": "echo pwned"}]}
+        for n in range(200)]
+    done = {"analysis": "", "reasoning": "r", "actions": [{"action_type": "TASK_COMPLETE", "content": "done"}]}
+    swapper = subprocess.Popen([sys.executable, "-c", SWAPPER, str(work), str(outside)])
+    try:
+        agent = DefaultAgent(inference_func=ScriptedModel([*edits, done]), cmd_init_dir=work, approval="deny",
+                             config=load_config(overrides={"safety": {"sandbox": "off"}}))
+        stream = agent.run_with_new_request("race")
+    finally:
+        swapper.kill()
+        swapper.wait()
+
+    written = [e for e in stream.events_list if e.type == "edit_file" and "error" not in e.data]
+    assert list(outside.iterdir()) == [], "an edit landed outside the working directory"
+    assert written and len(list((work / "real").iterdir())) == len(written)
+
+
+def test_a_link_swapped_while_the_person_reads_the_prompt_does_not_redirect_the_edit(tmp_path):
+    from anges.agents import DefaultAgent
+    from anges.config import load_config
+    from anges.models.scripted import ScriptedModel
+
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    (work / "real").mkdir(parents=True)
+    outside.mkdir()
+    (work / "d").symlink_to("real")
+    requests = []
+
+    def swap_then_approve(request):  # what a command left running in the background could do meanwhile
+        requests.append(request)
+        (work / "d").unlink()
+        (work / "d").symlink_to(outside)
+        return "allow"
+
+    edit = {"action_type": "EDIT_FILE", "directive_line": "NEW_FILE d/run.sh", "content": "echo pwned"}
+    steps = [{"analysis": "", "reasoning": "r", "actions": [edit]},
+             {"analysis": "", "reasoning": "r", "actions": [{"action_type": "TASK_COMPLETE", "content": "done"}]}]
+    rules = [{"action": "EDIT_FILE", "match": "*.sh", "decision": "ask", "reason": "scripts are reviewed"}]
+    agent = DefaultAgent(inference_func=ScriptedModel(steps), cmd_init_dir=work, approval=swap_then_approve,
+                         config=load_config(overrides={"safety": {"rules": rules}}))
+    stream = agent.run_with_new_request("edit")
+
+    [request] = requests
+    assert request.subject == str(work / "real" / "run.sh")  # what the person approved
+    assert list(outside.iterdir()) == []
+    [event] = [e for e in stream.events_list if e.type == "edit_file"]
+    assert "changed after it was checked" in event.content and "the file was not edited" in event.content

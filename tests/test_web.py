@@ -260,6 +260,19 @@ def test_security_headers_and_no_inline_script(auth):
     assert "http://" not in html.replace("http://localhost", "") and "https://" not in html  # no CDN
 
 
+def test_the_server_process_is_not_dumpable():
+    import subprocess
+    import sys
+
+    # Commands let out of the sandbox run as this user: /proc/PID/environ of the server would give them the
+    # password and the API keys.
+    code = ("import ctypes; from anges.web import create_app; libc = ctypes.CDLL(None)\n"
+            "before = libc.prctl(3, 0, 0, 0, 0); create_app(password='a long passphrase')\n"
+            "print(before, libc.prctl(3, 0, 0, 0, 0))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["1", "0"], done.stderr
+
+
 def test_chat_ids_are_validated(auth):
     client, headers = auth
     for bad in ("bad.id", "..%2F..%2Fetc%2Fpasswd", "a" * 65, "%00", "semi;colon"):
@@ -487,8 +500,8 @@ def test_off_localhost_the_sandbox_cannot_be_off_unless_the_config_allows_it(cap
     assert main_ui(["--host", "192.0.2.1", "--port", "0", "--password", PASSWORD, "--sandbox", "off"]) == 2
     assert "refusing to serve on 192.0.2.1: the sandbox is off" in capsys.readouterr().err
 
-    monkeypatch.setenv("PATH", str(tmp_path / "no-bwrap-here"))  # the fallback, with every command approved
-    unavailable = load_config(overrides={"safety": {"sandbox": "workspace", "approval": "auto"}})
+    missing = str(tmp_path / "no-bwrap-here" / "bwrap")  # the fallback, with every command approved
+    unavailable = load_config(overrides={"safety": {"sandbox": "workspace", "approval": "auto", "bwrap": missing}})
     with pytest.raises(ConfigError, match="the sandbox is not available and approval is auto"):
         serve(unavailable, host="0.0.0.0", port=0, password=PASSWORD)
 
@@ -553,9 +566,9 @@ def test_the_page_says_how_commands_are_sandboxed_and_approved(store, tmp_path, 
     assert "No sandbox &middot; approvals: ask" in off
     assert 'title="safety.sandbox is off: commands run with your rights; you approve each command"' in off
     assert 'data-sandboxed="false"' in off and "shows a card here to approve or deny" in off
-    monkeypatch.setenv("PATH", str(tmp_path / "no-bwrap-here"))
-    fallback = page({"sandbox": "workspace", "approval": "deny"})
-    assert "the sandbox is not available: bwrap was not found on PATH" in fallback
+    missing = tmp_path / "no-bwrap-here" / "bwrap"
+    fallback = page({"sandbox": "workspace", "approval": "deny", "bwrap": str(missing)})
+    assert f"the sandbox is not available: bwrap was not found at {missing}" in fallback
     assert "every command is declined (approval: deny)" in fallback and "approvals: deny" in fallback
 
 

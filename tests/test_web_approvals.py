@@ -121,14 +121,15 @@ def test_denied_with_feedback_the_model_is_told_why_and_the_command_never_runs(a
     assert "The user says: use the build directory instead" in model.prompts[1]
 
 
-def test_always_approves_the_same_rule_for_the_rest_of_the_run(auth, app, store, model, tmp_path):
-    model.enqueue(shell("touch one.txt"), shell("touch two.txt"), complete("both"))
+def test_always_approves_the_same_command_for_the_rest_of_the_run(auth, app, store, model, tmp_path):
+    model.enqueue(shell("touch one.txt"), shell("touch one.txt"), complete("both"))
     uid = start(auth)
     asked = pending_request(store, uid)
+    assert asked["scope"] == "this exact command"
     assert answer(auth, uid, asked["request_id"], "always").status_code == 202
     wait_idle(app, uid)
 
-    assert (tmp_path / "one.txt").exists() and (tmp_path / "two.txt").exists()
+    assert (tmp_path / "one.txt").exists() and len([e for e in store.load(uid).events_list if e.type == "action"]) == 2
     assert [e.type for e in store.load(uid).events_list].count("approval_requested") == 1
     [first] = decided(store, uid)
     assert first["always"] is True
@@ -239,7 +240,7 @@ def test_stop_while_waiting_cancels_the_request_and_ends_the_run_at_once(auth, a
 
 def test_the_feed_shows_the_request_and_its_decision_as_text(auth, app, store, model):
     client, _ = auth
-    payload = "touch '<img src=x onerror=alert(1)>.txt'"
+    payload = "touch '<img src=x onerror=alert(1)>.txt' # \u202eharmless"  # a bidi override reorders what shows
     model.enqueue(shell(payload), complete("done"))
     uid = start(auth)
     asked = pending_request(store, uid)
@@ -247,7 +248,8 @@ def test_the_feed_shows_the_request_and_its_decision_as_text(auth, app, store, m
                          lambda events, comments: any(s["type"] == "approval_requested" for s in steps_of(events)))
     [card] = [s for s in steps_of(events) if s["type"] == "approval_requested"]
     assert card["kind"] == "approval"
-    assert card["approval"]["subject"] == payload and card["approval"]["detail"] == payload
+    shown = payload.replace("\u202e", "<U+202E>")
+    assert card["approval"]["subject"] == shown and card["approval"]["detail"] == shown
     assert card["approval"]["request_id"] == asked["request_id"] and card["approval"]["channel"] == "web"
     assert card["approval"]["agent_id"] == uid and card["approval"]["scope"]
     assert not any(key.endswith("_html") and value for key, value in card.items())  # nothing as HTML
@@ -346,3 +348,17 @@ def test_with_approval_deny_configured_the_web_chat_declines_without_a_card(stor
     wait_idle(app, uid)
     assert types(store, uid) == ["new_request", "approval_decided", "task_completion"]
     assert decided(store, uid)[0]["by"] == "approval=deny" and not (tmp_path / "no.txt").exists()
+
+
+def test_a_command_too_long_for_the_card_is_not_run_on_an_approve(auth, app, store, model, tmp_path):
+    command = f"touch long.txt; echo {'x' * 25_000}; touch hidden-in-the-tail.txt"
+    model.enqueue(shell(command), complete("gave up"))
+    uid = start(auth)
+    asked = pending_request(store, uid)
+    assert asked["detail_cut"] and "hidden-in-the-tail" not in asked["detail"]  # the card cannot show it all
+    assert answer(auth, uid, asked["request_id"], "allow").status_code == 202
+    wait_idle(app, uid)
+
+    assert not (tmp_path / "long.txt").exists() and not (tmp_path / "hidden-in-the-tail.txt").exists()
+    [decision] = decided(store, uid)
+    assert decision["decision"] == "deny" and "too long to review in the web chat" in decision["feedback"]

@@ -73,7 +73,7 @@ def test_approve_a_command_from_the_page_and_it_runs(page, server, model, tmp_pa
     expect(card.locator(".approval-reason")).to_have_text("touching files needs a person here [safety.rules[0]]")
     expect(card.locator("pre.output")).to_have_text("touch approved.txt")
     expect(card.locator("button[data-decision=always]")).to_have_attribute(
-        "title", "Run it, and for the rest of this run: RUN_SHELL_CMD matching re:^touch ")
+        "title", "Run it, and for the rest of this run: this exact command")
     expect(page.locator("#working-text")).to_have_text("Waiting for approval…")
     assert not (tmp_path / "approved.txt").exists()
 
@@ -116,7 +116,7 @@ def test_deny_after_a_reload_and_tell_the_agent_why(page, server, model, tmp_pat
 
 def test_a_second_tab_sees_the_request_answers_it_and_the_first_sees_the_decision(context, server, model, tmp_path):
     release = threading.Event()
-    model.enqueue(shell("touch one.txt"), shell("touch two.txt"), gate(release, complete("Both made.")))
+    model.enqueue(shell("touch one.txt"), shell("touch one.txt"), gate(release, complete("Both made.")))
     first = context.new_page()
     log_in(first, server)
     send(first, "make two files")
@@ -131,11 +131,12 @@ def test_a_second_tab_sees_the_request_answers_it_and_the_first_sees_the_decisio
         expect(card).to_have_attribute("data-state", "allow")
         expect(card.locator(".approval-outcome")).to_have_text("Approved in the web chat, and for the rest of this run.")
         expect(card.locator(".approval-controls")).to_be_hidden()
-    expect(first.locator(".step-shell .command")).to_have_text(["touch one.txt", "touch two.txt"])  # no 2nd card
+    # "Always" covers the same command again: no second card.
+    expect(first.locator(".step-shell .command")).to_have_text(["touch one.txt", "touch one.txt"])
     expect(first.locator(".card.approval")).to_have_count(1)
     release.set()
     expect(second.locator(".answer-task_completion")).to_contain_text("Both made.")
-    assert (tmp_path / "one.txt").exists() and (tmp_path / "two.txt").exists()
+    assert (tmp_path / "one.txt").exists()
 
 
 def test_an_answer_that_lost_the_race_says_so(context, server, model, tmp_path):

@@ -49,6 +49,9 @@ def create_app(config: Config | None = None, store: EventStore | None = None, *,
     directory of chats that set none (default: the current directory); an event feed ends after
     `sse_lifetime` seconds and the browser resumes it.
     """
+    from anges.sandbox import protect_process_memory
+
+    protect_process_memory()  # a command run as this user cannot read the password or API keys from /proc
     config = config or load_config()
     store = store or EventStore()
     if password is None:

@@ -16,6 +16,7 @@ from anges.events import (
     group_of,
     shown_path,
 )
+from anges.printable import printable_texts
 
 # No <img>: a picture in model output would be fetched from wherever it points (a tracking pixel); Markdown
 # images become links instead (see _image_as_link).
@@ -111,7 +112,8 @@ def step_view(event: Event, index: int, cwd: str = "") -> dict:
     elif kind == "answer":
         view["body_html"] = markdown_html(event.content)
     elif kind == "approval":
-        view["approval"] = {key: data.get(key) for key in APPROVAL_FACTS[event.type]}
+        # Shown as the terminal shows it: a bidirectional override must not reorder what a person approves.
+        view["approval"] = {key: printable_texts(data.get(key)) for key in APPROVAL_FACTS[event.type]}
         view["message"] = event.message
     elif kind == "interrupted":
         view["reason"] = data.get("reason", "")

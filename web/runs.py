@@ -42,7 +42,7 @@ def sandbox_summary(config: Config) -> dict:
 
     safety = config.safety
     approval = safety.approval or "ask"
-    found = availability() if safety.sandbox != "off" else None
+    found = availability(safety.bwrap) if safety.sandbox != "off" else None
     if found is None:
         label, detail = "No sandbox", "safety.sandbox is off: commands run with your rights"
     elif not found.ok:

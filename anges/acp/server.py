@@ -126,8 +126,8 @@ class AngesAgent:
     def _open(self, stream, cwd: str, mcp_servers) -> Session:
         """A session on `stream` working in `cwd`, with the client's MCP servers (plus the configured ones)."""
         from anges.agents import agent_class
-        from anges.masking import secret_values
         from anges.mcp import manager_for
+        from anges.safety import run_secrets
 
         if not os.path.isabs(cwd) or not os.path.isdir(cwd):
             raise RequestError(-32602, f"cwd must be an absolute path to a directory, got {cwd!r}")
@@ -139,8 +139,7 @@ class AngesAgent:
             mcp = manager_for(config, mcp_config(mcp_servers) if mcp_servers else None)
         except AngesError as exc:
             raise RequestError(-32602, str(exc)) from None
-        session = Session(stream.uid, self.client, self.loop, os.path.abspath(cwd),
-                          secret_values() + (mcp.secrets if mcp is not None else []))
+        session = Session(stream.uid, self.client, self.loop, os.path.abspath(cwd), run_secrets(config, (), mcp)[0])
         try:
             agent = agent_class(agent_type)(
                 inference_func=session.watch(model), event_stream=stream, cmd_init_dir=session.cwd, config=config,

@@ -34,6 +34,7 @@ from anges.acp.plan import plan_entries
 from anges.events import REQUEST_EVENT_TYPES, RETURN_TO_PARENT_EVENT_TYPES
 from anges.exceptions import FormatError
 from anges.parsing import parse_reply
+from anges.printable import printable
 
 ANSWER_TYPES = ("task_completion", "agent_text_response", "agent_requested_help")
 RETURNING_ACTIONS = ("TASK_COMPLETE", "HELP_NEEDED", "AGENT_TEXT_RESPONSE")
@@ -339,12 +340,14 @@ class UpdateMapper:
 
 
 def _request_text(request) -> str:
-    """What a person reads to decide on a permission request."""
+    """What a person reads to decide on a permission request (control characters and bidirectional overrides
+    shown as marks, so what shows is what runs)."""
     lines = [f"{request.reason} [{request.rule}]"]
     if request.action_type == "RUN_SHELL_CMD":
-        lines.append(_fenced(request.detail))
+        lines.append(_fenced(printable(request.detail)))
     if request.escalate:
-        lines.append(f"This command runs **outside the sandbox**. The agent says why: {request.justification or '-'}")
+        why = printable(request.justification or "-")
+        lines.append(f"This command runs **outside the sandbox**. The agent says why: {why}")
     lines.append(f"“Always allow” approves {request.scope} until this prompt is done.")
     return "\n\n".join(lines)
 

@@ -10,11 +10,12 @@ from anges.events import RETURN_TO_PARENT_EVENT_TYPES
 
 if TYPE_CHECKING:
     from anges.actions.child import Delegator
+    from anges.command_runner import CommandRunner
     from anges.config_types import AgentConfig, Config
     from anges.events import Event
     from anges.models.base import Usage
     from anges.parsing import Param, ParsedReply
-    from anges.sandbox import CommandRunner, SandboxSettings
+    from anges.sandbox import SandboxSettings
 
 
 def _no_charge(usage: Usage | None, model_name: str) -> float | None:
@@ -53,6 +54,9 @@ class ActionContext:
     """What the runner's sandbox allows; None when the command runs without one."""
     escalated: bool = False
     """The command was approved to run outside the sandbox."""
+    checked_paths: tuple[str, ...] | None = None
+    """The resolved paths the policy judged for this action: it reads and writes these, or refuses (None: not
+    checked, e.g. an action run directly)."""
     output_dir: str | None = None
     """Where a command's full output and log go when not in `runner`'s scratch directory (an escalated command's go
     to the sandbox's, which sandboxed commands can read)."""

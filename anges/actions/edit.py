@@ -23,8 +23,10 @@ class EditFile(Action):
         from anges.fileedit import EditError, apply_edit
 
         directive = args["directive_line"].strip()
+        resolved = ctx.checked_paths[0] if ctx.checked_paths else None
         try:
-            result = apply_edit(directive, args.get("content") or "", base_dir=ctx.cwd, old_text=args.get("old_text"))
+            result = apply_edit(directive, args.get("content") or "", base_dir=ctx.cwd, old_text=args.get("old_text"),
+                                resolved=resolved)
         except EditError as exc:
             event = Event("edit_file", message=f"could not edit: {directive}",
                           data={"directive": directive, "error": str(exc)})

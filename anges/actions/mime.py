@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from anges.actions.base import Action, ActionContext
 from anges.events import Event
@@ -27,7 +26,7 @@ class ReadMimeFiles(Action):
 
     def run(self, ctx: ActionContext, args: dict) -> Event:
         from anges.exceptions import ModelError
-        from anges.mime import MimeError, load_inputs
+        from anges.mime import MimeError, load_inputs, write_answer
 
         config = ctx.app_config
         question, output = args["question"].strip(), (args.get("output") or "").strip()
@@ -36,7 +35,7 @@ class ReadMimeFiles(Action):
                  "mime_model": config.mime_reader.model, "output": output or None}
         started = time.monotonic()
         try:
-            inputs = load_inputs(args.get("inputs"), ctx.cwd, config.mime_reader.max_file_bytes)
+            inputs = load_inputs(args.get("inputs"), ctx.cwd, config.mime_reader.max_file_bytes, ctx.checked_paths)
             facts["inputs"] = [item.describe() for item in inputs]
             answer = self._reader(config).ask(question, inputs)
         except (MimeError, ModelError) as exc:
@@ -52,7 +51,7 @@ class ReadMimeFiles(Action):
         text = str(answer).strip()
         if output:
             try:
-                path = _write(Path(ctx.cwd), output, text)
+                path = write_answer(output, ctx.cwd, text, ctx.checked_paths)
             except OSError as exc:
                 return _error(facts, f"the answer could not be written to {output}: {exc.strerror or exc}", "output",
                               started, answer=text)
@@ -69,13 +68,6 @@ class ReadMimeFiles(Action):
         if name not in self._readers:
             self._readers[name] = MimeReader(config)
         return self._readers[name]
-
-
-def _write(cwd: Path, output: str, text: str) -> Path:
-    path = cwd / Path(output).expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text + "\n", encoding="utf-8")
-    return path
 
 
 def _error(facts: dict, message: str, kind: str, started: float, answer: str = "") -> Event:

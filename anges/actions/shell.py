@@ -53,7 +53,7 @@ class RunShellCommand(Action):
                  "result_format": RESULT_FORMAT}
         if blocked:
             facts["blocked"] = blocked
-        outside = " outside the sandbox" if ctx.escalated else ""
+        outside = " outside the sandbox" if ctx.escalated else " without a sandbox" if ctx.sandbox is None else ""
         shown = f"`{shorten(command, 200)}`{outside}"
         message = f"left {shown} running in the background" if result.yielded else f"ran {shown}"
         event = Event("action", message=message, data=facts)

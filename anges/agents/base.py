@@ -21,12 +21,11 @@ from anges.clipping import cap_event, clip
 from anges.config import default_config
 from anges.events import Event, EventStream, new_id
 from anges.exceptions import FormatError, ModelReplyError, RunStopped
-from anges.masking import mask_event, secret_values
+from anges.masking import mask_event
 from anges.models import get_model
 from anges.parsing import ParsedReply, parse_reply
 from anges.prompt import render_template
-from anges.safety import SafetyShare
-from anges.shell import scrubbed_environment
+from anges.safety import SafetyShare, run_secrets
 from anges.store import EventStore, status_of
 
 if TYPE_CHECKING:
@@ -106,8 +105,7 @@ class BaseAgent(Delegation):
         stream = self._open_stream(event_stream)
         self._interrupted.clear()
         self._interrupt_why, self._state = "", None
-        self._secrets = secret_values() + (self.mcp.secrets if self.mcp is not None else [])
-        env = scrubbed_environment(self.agent_config.pass_env)
+        self._secrets, env = run_secrets(self.config, self.agent_config.pass_env, self.mcp)
         with self.store.run_lock(stream.uid):
             self.store.clear_stop(stream.uid)
             if abandoned := abandoned_run(stream):

@@ -109,12 +109,13 @@ def run_task(job: Job, config: Config, store: EventStore, workdir: Path, fresh: 
 
 def _run_setup(spec: TaskSpec, workdir: Path, config: Config, stop: threading.Event) -> str | None:
     """Run the task's setup command; the error text when it fails."""
-    from anges.masking import secret_values
+    from anges.safety import run_secrets
     from anges.shell import run_command
 
     agent_config = config.agent(spec.agent)
-    done = run_command(spec.setup, cwd=workdir, timeout=spec.timeout or agent_config.shell_cmd_timeout,
-                       interrupt_check=stop.is_set, output_cap=2 * MAX_ERROR_TAIL, secrets=secret_values())
+    secrets, env = run_secrets(config, agent_config.pass_env)  # the agent's commands get the same environment
+    done = run_command(spec.setup, cwd=workdir, env=env, timeout=spec.timeout or agent_config.shell_cmd_timeout,
+                       interrupt_check=stop.is_set, output_cap=2 * MAX_ERROR_TAIL, secrets=secrets)
     if done.interrupted:
         return None
     if done.timed_out:
@@ -159,7 +160,7 @@ def missing_sandbox(safety: SafetyConfig, where: str) -> str | None:
 
     if safety.sandbox == "off":
         return None
-    found = availability()
+    found = availability(safety.bwrap)
     if found.ok:
         return None
     return (f"the sandbox is not available {where}: {found.reason}. Nobody can approve commands run without it "
