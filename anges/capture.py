@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from anges.clipping import cut_at_lines, line_omission
-from anges.masking import mask_cut_edges, mask_secrets
+from anges.masking import MIN_SECRET_LENGTH, REDACTED, mask_cut_edges, mask_secrets
 
 READ_SIZE = 65536
 OUTPUT_FILE_PREFIX = "anges-out-"
@@ -86,10 +86,11 @@ class Capture:
     the rest to the other); once they outgrow it, everything printed also goes to a file in `directory` (None: no
     file) that keeps at most `file_cap` bytes, the newest."""
 
-    def __init__(self, budget: int, directory: str | None, file_cap: int):
+    def __init__(self, budget: int, directory: str | None, file_cap: int, secrets: Iterable[str] = ()):
         self.budget = max(budget, 0)
         self.directory = directory
         self.file_cap = file_cap
+        self.secrets = list(secrets)
         keep = max(self.budget, 1)
         self.stdout = StreamView(keep, self)
         self.stderr = StreamView(keep, self)
@@ -115,7 +116,7 @@ class Capture:
             try:
                 fd, path = tempfile.mkstemp(prefix=OUTPUT_FILE_PREFIX, suffix=".log", dir=directory)
                 os.close(fd)
-                self.log, self.path = CappedLog(path, self.file_cap), path
+                self.log, self.path = CappedLog(path, self.file_cap, self.secrets), path
             except OSError:
                 return None  # no room for the file (or the run's directory went away): the model gets the cut only
             for chunk in chunks:
@@ -146,7 +147,7 @@ class Capture:
         try:
             self.log.write(chunk)
         except OSError:
-            self.log.close()  # the file is as complete as it could be made
+            self.log.abandon()  # the file is as complete as it could be made
             self.log = None
 
 
@@ -160,18 +161,68 @@ def _shares(out: int, err: int, budget: int) -> tuple[int, int]:
     return budget - half, half
 
 
+class SecretFilter:
+    """Masks known secrets in bytes written as they come, holding back only an end that could begin one."""
+
+    def __init__(self, secrets: Iterable[str]):
+        found = {secret.encode() for secret in secrets if len(secret) >= MIN_SECRET_LENGTH}
+        self.secrets = sorted(found, key=len, reverse=True)
+        self.held = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        """What can be written of `chunk` now, masked."""
+        if not self.secrets:
+            return chunk
+        data = self.held + chunk
+        for secret in self.secrets:
+            data = data.replace(secret, REDACTED.encode())
+        keep = self._open_end(data)
+        self.held = data[len(data) - keep:]
+        return data[:len(data) - keep]
+
+    def flush(self) -> bytes:
+        """The end held back (the stream ended before it could become a secret)."""
+        held, self.held = self.held, b""
+        return held
+
+    def _open_end(self, data: bytes) -> int:
+        longest = 0
+        for secret in self.secrets:
+            for size in range(min(len(secret) - 1, len(data)), longest, -1):
+                if data.endswith(secret[:size]):
+                    longest = size
+                    break
+        return longest
+
+
 class CappedLog:
     """A log file that keeps its newest bytes: past `cap`, all but the newest quarter is dropped (so the bytes moved
-    to trim it are a third of those written) and a marker line says how much."""
+    to trim it are a third of those written) and a marker line says how much. Known `secrets` are masked."""
 
-    def __init__(self, path: str, cap: int):
+    def __init__(self, path: str, cap: int, secrets: Iterable[str] = ()):
         self.file = open(path, "r+b", buffering=0)  # noqa: SIM115  (closed by close())
         self.cap = max(cap, 2 * READ_SIZE)
+        self.filter = SecretFilter(secrets)
         self.size = 0
         self.marker = 0
         self.dropped = 0
 
     def write(self, chunk: bytes) -> None:
+        """Add what the command printed (a secret it ends with the start of waits for the next write)."""
+        self._store(self.filter.feed(chunk))
+
+    def close(self) -> None:
+        """Write what was held back and close the file."""
+        try:
+            self._store(self.filter.flush())
+        finally:
+            self.file.close()
+
+    def abandon(self) -> None:
+        """Close the file after a write failed (it was removed, or the disk is full): nothing more goes in."""
+        self.file.close()
+
+    def _store(self, chunk: bytes) -> None:
         if self.size + len(chunk) <= self.cap:
             self.file.write(chunk)
             self.size += len(chunk)
@@ -188,9 +239,6 @@ class CappedLog:
         self.file.write(marker + tail)
         self.file.truncate()
         self.size, self.marker = len(marker) + len(tail), len(marker)
-
-    def close(self) -> None:
-        self.file.close()
 
     def __enter__(self) -> CappedLog:
         return self

@@ -97,7 +97,8 @@ def run_command(
     With a `runner` (anges.command_runner.CommandRunner) the run's runner process starts the command (in the
     sandbox when it has one) and owns it; without, this process does. The result keeps `output_cap` bytes of
     the output (stdout and stderr together, head and tail, cut at line ends); past that, the whole output also
-    goes to a file in `output_dir` (if given), capped at `log_cap` bytes (the oldest part dropped). A command
+    goes to a file in `output_dir` (if given), capped at `log_cap` bytes (the oldest part dropped), `secrets`
+    masked as in the result. A command
     still running after `yield_after` seconds (0 = never; it runs until `timeout`) goes on in the background
     with its output in that file; a background command's output goes to such a file in `log_dir` (default:
     `output_dir`, then the runner's scratch directory). Raises OSError when `cwd` does not exist or the shell
@@ -107,7 +108,7 @@ def run_command(
     env = scrubbed_environment() if env is None else env
     log_dir = log_dir or output_dir or (runner.scratch if runner else tempfile.gettempdir())
     if background:
-        return _start_background(command, argv, cwd, env, log_dir, runner, log_cap)
+        return _start_background(command, argv, cwd, env, log_dir, runner, log_cap, list(secrets))
     limits = _Limits(timeout, yield_after if 0 < yield_after < timeout else None, output_cap, log_cap)
     return _run_foreground(command, argv, cwd, env, limits, interrupt_check, list(secrets), runner, output_dir,
                            log_dir)
@@ -170,7 +171,7 @@ def _start(argv: list[str], cwd, env: dict[str, str], stdout: int, stderr: int, 
 
 
 def _start_background(command: str, argv: list[str], cwd, env: dict[str, str], log_dir: str | None, runner,
-                      log_cap: int) -> CommandResult:
+                      log_cap: int, secrets: list[str]) -> CommandResult:
     started = time.monotonic()
     fd, log_path = tempfile.mkstemp(prefix="anges-bg-", suffix=".log", dir=log_dir)
     os.close(fd)
@@ -184,7 +185,7 @@ def _start_background(command: str, argv: list[str], cwd, env: dict[str, str], l
     finally:
         os.close(write_end)
     try:
-        log = CappedLog(log_path, log_cap)
+        log = CappedLog(log_path, log_cap, secrets)
     except OSError:
         log = None
     _keep_going(command, proc, [open(read_end, "rb", buffering=0)], log, log_path, runner)  # noqa: SIM115
@@ -225,14 +226,17 @@ def _copy_to_log(streams: list, log: CappedLog | None) -> None:
                     try:
                         log.write(chunk)
                     except OSError:
-                        log.close()  # the log was removed with the run's scratch files: read on, keep nothing
+                        log.abandon()  # the log was removed with the run's scratch files: read on, keep nothing
                         log = None
     finally:
         selector.close()
         for stream in streams:
             stream.close()
         if log is not None:
-            log.close()
+            try:
+                log.close()
+            except OSError:
+                log.abandon()  # removed with the run's scratch files meanwhile
 
 
 def _run_foreground(command, argv, cwd, env, limits: _Limits, interrupt_check, secrets, runner, output_dir,
@@ -249,7 +253,7 @@ def _run_foreground(command, argv, cwd, env, limits: _Limits, interrupt_check, s
     finally:
         os.close(out_write)
         os.close(err_write)
-    capture = Capture(limits.output_cap, output_dir, limits.log_cap)
+    capture = Capture(limits.output_cap, output_dir, limits.log_cap, secrets)
     streams = {open(out_read, "rb", buffering=0): capture.stdout,  # noqa: SIM115
                open(err_read, "rb", buffering=0): capture.stderr}  # noqa: SIM115
     yield_at = None if limits.yield_after is None else started + limits.yield_after

@@ -469,3 +469,26 @@ def test_a_secret_straddling_the_output_cut_leaves_no_fragment(tmp_path):
     assert head.startswith("a" * 45 + "[REDACTED]") and tail.endswith("[REDACTED]" + "c" * 40)
     for size in range(4, len(secret)):
         assert secret[:size] not in result.stdout and secret[-size:] not in result.stdout
+
+
+def test_known_secrets_are_masked_in_the_output_file_and_in_a_background_log(tmp_path):
+    secret = "sk-live-ABCDEFGHIJKLMNOP0123456789"
+    printer = f"yes 'before {secret} after' | head -n 20000"
+
+    full = run_command(printer, cwd=tmp_path, output_cap=1000, output_dir=str(tmp_path), secrets=[secret])
+    job = run_command(printer, cwd=tmp_path, background=True, log_dir=str(tmp_path), secrets=[secret])
+
+    masked = ["before [REDACTED] after"] * 20000  # every line, those a read split included
+    assert Path(full.output_path).read_text().splitlines() == masked
+    log = Path(job.log_path)
+    assert wait_until(lambda: log.read_text().count("\n") == 20000, 10)
+    assert log.read_text().splitlines() == masked
+
+
+def test_the_end_of_a_stream_that_looks_like_a_secrets_start_is_written_at_the_end(tmp_path):
+    secret = "sk-live-ABCDEFGHIJKLMNOP0123456789"
+
+    result = run_command("seq 1 2000; printf 'tail sk-live-ABC'", cwd=tmp_path, output_cap=500,
+                         output_dir=str(tmp_path), secrets=[secret])
+
+    assert Path(result.output_path).read_text().endswith("2000\ntail sk-live-ABC")
