@@ -160,7 +160,8 @@ class CommandRunner:
             channel.close()
             if reply is not None and "error" in reply:
                 raise OSError(reply.get("errno") or 0, reply["error"])
-            raise SandboxError(f"the command runner did not answer{self._log_tail()}")
+            raise SandboxError("the command runner did not answer (a command may have killed it; the next command "
+                               f"starts a new one){self._log_tail()}")
         return RemoteProcess(channel, reply["pid"])
 
     def _request_spawn(self, stdout: int, stderr: int, retry: bool = True) -> Channel | None:

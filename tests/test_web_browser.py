@@ -480,7 +480,8 @@ def test_ten_tabs_stay_usable_and_stop_works_in_the_last(browser, server, model,
         context.close()
 
 
-def test_a_2000_step_chat_opens_in_under_two_seconds(page, server):
+def test_a_2000_step_chat_opens_whole_and_at_its_end(page, server):
+    """How fast it opens is measured by benchmarks/web_feed.py; here: every step, in order, scrolled to the end."""
     stream = EventStream(title="A long chat")
     stream.add_event(Event("new_request", content="Do two thousand things."))
     for n in range(1, 2000):
@@ -492,11 +493,8 @@ def test_a_2000_step_chat_opens_in_under_two_seconds(page, server):
             stream.add_event(Event("agent_text_response", content=f"Checked *{n}* of them; [notes](https://x.example)."))
     server.store.sync(stream)
     log_in(page, server)
-    started = time.monotonic()
     page.goto(f"{server.url}/chat/{stream.uid}")
     page.wait_for_function("() => document.querySelectorAll('#steps > li.step').length === 2000", polling="raf")
-    elapsed = time.monotonic() - started
-    assert elapsed < 2.0, f"the chat took {elapsed:.2f} s to open"
     assert page.evaluate("(() => { const box = document.getElementById('transcript');"
                          " return box.scrollHeight - box.scrollTop - box.clientHeight; })()") < 2, "not at the end"
     expect(page.locator("#steps > li.step").last.locator(".command")).to_have_text("ls dir1999")
