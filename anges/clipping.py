@@ -14,6 +14,31 @@ def omission(count: int, unit: str = "characters") -> str:
     return f"\n... [{count} {unit} cut] ...\n"
 
 
+def line_omission(lines: int, size: int) -> str:
+    """The marker standing in for whole lines cut from a command's output: `\\n... [N lines (M bytes) cut] ...\\n`."""
+    return omission(lines, f"lines ({size} bytes)")
+
+
+def cut_at_lines(head: bytes, tail: bytes, size: int, budget: int) -> tuple[bytes, bytes]:
+    """What to keep of a text of `size` bytes, given its first bytes `head` and its last bytes `tail`: a head and a
+    tail of at most `budget` bytes together, each cut at a line end unless that would waste half its share (one
+    huge line is cut where it must be). The text itself when it fits."""
+    if size <= budget:
+        return head[:size], b""
+    share = budget // 2
+    start = head[:share]
+    end = start.rfind(b"\n") + 1
+    if end > share // 2:
+        start = start[:end]
+    room = budget - len(start)
+    rest = tail[len(tail) - room:] if room > 0 else b""
+    begin = rest.find(b"\n") + 1
+    at_line_start = len(tail) > room and tail[len(tail) - room - 1:len(tail) - room] == b"\n"
+    if not at_line_start and 0 < begin < len(rest) and begin <= len(rest) // 2:
+        rest = rest[begin:]
+    return start, rest
+
+
 def clipped(text: str, limit: int = 0, lines: int = 0) -> tuple[str, int]:
     """`text` cut to its head and tail around one `omission` marker, and the number of characters cut.
 

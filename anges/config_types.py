@@ -112,8 +112,15 @@ class AgentConfig(Section):
     """Default seconds for one shell command."""
     max_shell_cmd_timeout: float = 1800
     """A command may ask for at most this many seconds."""
-    shell_output_cap: int = 50000
-    """Characters of a command's output kept (head and tail)."""
+    shell_output_cap: int = 8000
+    """Bytes of a command's output (stdout and stderr together) its result keeps: the head and tail, cut at line ends,
+    with a marker saying how many lines and bytes were cut; the whole output then goes to a file named in the result
+    (up to `safety.background_log_cap` bytes, for as long as the request runs). Also the characters kept of an MCP
+    tool's result."""
+    shell_background_after: float = 30
+    """Seconds after which a command still running goes on in the background (as if `run_in_background` had been
+    asked): the model gets its pid, its output so far and its log. A command may ask for another value
+    (`background_after`); 0 = wait for every command until its timeout."""
     event_text_cap: int = 120000
     """Characters of each text of a recorded event (content, reasoning, output, diff, ...); a longer text is cut
     (head and tail) and a longer diff becomes a count of the lines it changes. The change itself is made."""
@@ -128,7 +135,7 @@ class AgentConfig(Section):
     max_depth: int = 3
     """Nesting depth of orchestrators."""
     max_concurrent_children: int = 2
-    """Children an orchestrator runs at once."""
+    """Children an orchestrator runs at a time, whichever reply started them; more wait their turn."""
 
 
 class PromptConfig(Section):
@@ -264,7 +271,7 @@ class SafetyConfig(Section):
     keep_background: bool = False
     """Keep background jobs running after the run ends (until the agent is closed or anges exits)."""
     background_log_cap: int = 10_000_000
-    """Bytes kept of each background job's log (the oldest are dropped)."""
+    """Bytes kept of each background job's log and of each command's full-output file (the oldest are dropped)."""
     rules: list[SafetyRule] = Field(default_factory=list)
     """Your rules, checked first."""
     default_rules: list[SafetyRule] = Field(default_factory=_default_rules)

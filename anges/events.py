@@ -13,6 +13,7 @@ from typing import Any
 
 from anges.clipping import one_line
 from anges.exceptions import InvalidStreamId, StreamNotFound
+from anges.results import FileEdit, ShellRun
 
 RETURN_TO_PARENT_EVENT_TYPES = ["task_interrupted", "task_completion", "agent_requested_help", "agent_text_response"]
 REQUEST_EVENT_TYPES = ("new_request", "follow_up_request", "new_request_from_parent", "follow_up_request_from_parent")
@@ -348,92 +349,6 @@ def shown_path(path: str, cwd: str) -> str:
     """`path` relative to `cwd` when it is inside it (how views show the files an agent touched)."""
     base = cwd.rstrip("/")
     return path[len(base) + 1:] if base and path.startswith(base + "/") else path
-
-
-@dataclass(frozen=True)
-class ShellRun:
-    """The facts of a RUN_SHELL_CMD event, and the text the model reads of them."""
-
-    command: str
-    exit_code: int | None = None
-    stdout: str = ""
-    stderr: str = ""
-    duration: float = 0.0
-    timed_out: bool = False
-    interrupted: bool = False
-    pid: int | None = None
-    log_path: str | None = None
-    blocked: str = ""
-    """How the sandbox likely caused a failure ("" when it did not)."""
-
-    @classmethod
-    def of(cls, event: Event) -> ShellRun | None:
-        """The facts of `event`, or None when it is not a command's result."""
-        data = event.data
-        if event.type != "action" or not isinstance(data.get("command"), str):
-            return None
-        return cls(data["command"], data.get("exit_code"), data.get("stdout") or "", data.get("stderr") or "",
-                   data.get("duration") or 0.0, bool(data.get("timed_out")), bool(data.get("interrupted")),
-                   data.get("pid"), data.get("log_path"), data.get("blocked") or "")
-
-    @property
-    def state(self) -> str:
-        """How the command ended: exited, timed_out, interrupted or background (started, still running)."""
-        if self.timed_out or self.interrupted:
-            return "timed_out" if self.timed_out else "interrupted"
-        return "background" if self.exit_code is None and self.pid is not None else "exited"
-
-    def output(self) -> str:
-        """stdout, then stderr under a `STDERR:` label ("" if neither)."""
-        gap = "" if not self.stdout or self.stdout.endswith("\n") else "\n"
-        return f"{self.stdout}{gap}STDERR:\n{self.stderr}" if self.stderr else self.stdout
-
-    def text(self) -> str:
-        """The result as the model reads it (the event's content)."""
-        if self.state == "background":
-            return f"COMMAND: {self.command}\nStarted in the background: pid {self.pid}, output in {self.log_path}"
-        status = {"timed_out": f"KILLED after the timeout ({self.duration:.0f} s)",
-                  "interrupted": "KILLED: the run was interrupted"}.get(self.state, f"EXIT CODE: {self.exit_code}")
-        parts = [f"COMMAND: {self.command}", status]
-        parts += [f"STDOUT:\n{self.stdout}"] if self.stdout else []
-        parts += [f"STDERR:\n{self.stderr}"] if self.stderr else []
-        parts += [] if self.stdout or self.stderr else ["(no output)"]
-        if self.blocked:
-            parts.append(f"SANDBOX: {self.blocked}. If the task needs this, run the command again with `escalate` set "
-                         "to a one-line reason (a person decides); do not retry it unchanged.")
-        return "\n".join(parts)
-
-
-@dataclass(frozen=True)
-class FileEdit:
-    """The facts of an EDIT_FILE event (of a 0.1.x one too: its directive and diff are read from the content)."""
-
-    directive: str
-    path: str = ""
-    operation: str = ""
-    diff: str = ""
-    error: str | None = None
-    lines_added: int = 0
-    lines_removed: int = 0
-
-    @classmethod
-    def of(cls, event: Event) -> FileEdit | None:
-        """The facts of `event`, or None when it is not a file edit."""
-        data = event.data
-        if event.type != "edit_file":
-            return None
-        if "directive" not in data:
-            lines = event.content.splitlines()
-            start = next((i for i, line in enumerate(lines) if line.startswith("--- ")), len(lines))
-            return cls(lines[0] if lines else "", diff="\n".join(lines[start:]))
-        return cls(data["directive"], data.get("path") or "", data.get("operation") or "", data.get("diff") or "",
-                   data.get("error"), data.get("lines_added") or 0, data.get("lines_removed") or 0)
-
-    def text(self) -> str:
-        """The result as the model reads it (the event's content)."""
-        if self.error is not None:
-            return f"EDIT FAILED: {self.error}\nThe file was not changed."
-        return f"{self.directive}\n{self.diff or '(no change)'}"
 
 
 def derived_content(event: Event) -> str | None:

@@ -46,12 +46,14 @@ class EditResult:
     operation: str
     diff: str
     created: bool
+    size: int = 0
+    """Bytes of the file after the edit."""
 
     def to_data(self) -> dict:
         """JSON-able facts for Event.data."""
         added, removed = count_changes(self.diff)
         return {"path": self.path, "operation": self.operation, "created": self.created, "lines_added": added,
-                "lines_removed": removed}
+                "lines_removed": removed, "size": self.size}
 
 
 def count_changes(diff: str) -> tuple[int, int]:
@@ -349,7 +351,8 @@ def _write(target: _Target, operation: str, old: str | None, new: str) -> EditRe
             if error.errno == errno.ELOOP:
                 raise _moved(target, error) from error
             raise EditError(f"Cannot write {target.shown}: {error.strerror or error}") from error
-    return EditResult(target.path, operation, _diff(target, old, new), created=old is None)
+    return EditResult(target.path, operation, _diff(target, old, new), created=old is None,
+                      size=len(new.encode("utf-8")))
 
 
 def _make_parents(target: _Target) -> None:

@@ -151,6 +151,7 @@ actions = Registry("action", "register_actions", {
     "HELP_NEEDED": "anges.actions.replies:HelpNeeded",
     "AGENT_TEXT_RESPONSE": "anges.actions.replies:AgentTextResponse",
     "CALL_CHILD_AGENT": "anges.actions.child:CallChildAgent",
+    "WAIT_FOR_CHILDREN": "anges.actions.child:WaitForChildren",
 }, name_attr="type", base="anges.actions.base:Action", key=str.upper)
 """Action types (RUN_SHELL_CMD, ...) -> `Action` subclasses. USE_MCP_TOOL is not here: it needs the MCP servers."""
 

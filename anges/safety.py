@@ -123,8 +123,10 @@ class RunSafety:
     def equip(self, ctx: ActionContext, permit: Permit) -> ActionContext:
         """The context a permitted action runs with: the sandbox's runner, or the unsandboxed one if it escalated."""
         runner = self.runners.get(sandboxed=self.sandboxed and not permit.escalate)
+        inside = self.runners.get(sandboxed=True) if permit.escalate and self.sandboxed else None
         return replace(ctx, runner=runner, sandbox=runner.settings if runner is not None else None,
-                       escalated=permit.escalate, checked_paths=permit.verdict.paths)
+                       escalated=permit.escalate, checked_paths=permit.verdict.paths,
+                       output_dir=inside.scratch if inside is not None else None)
 
     def end(self) -> Runners | None:
         """End the run's processes; returns the runners when background jobs are kept running."""

@@ -1,4 +1,5 @@
-"""The command runner behind RUN_SHELL_CMD: bounded output, timeouts, interrupts and background jobs."""
+"""The command runner behind RUN_SHELL_CMD: bounded output, timeouts, interrupts, background jobs, and commands that
+move to the background when they run past their yield point."""
 
 from __future__ import annotations
 
@@ -8,14 +9,13 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from anges.clipping import omission
+from anges.capture import READ_SIZE, CappedLog, Capture
 from anges.exceptions import SandboxError
-from anges.masking import is_secret_name, mask_cut_edges, mask_secrets
+from anges.masking import is_secret_name
 from anges.runner import KILL_GRACE, kill_group
 
 if TYPE_CHECKING:
@@ -25,7 +25,6 @@ POLL_INTERVAL = 0.05
 BACKGROUND_LOG_CAP = 10_000_000
 # Seconds we keep reading after the shell exits while a backgrounded descendant still holds the pipes open.
 DRAIN_AFTER_EXIT = 0.25
-READ_SIZE = 65536
 
 
 @dataclass
@@ -43,48 +42,22 @@ class CommandResult:
     stderr_omitted: int = 0
     pid: int | None = None
     log_path: str | None = None
+    stdout_bytes: int = 0
+    """What the command printed, in bytes and lines (the outputs above may be cut)."""
+    stderr_bytes: int = 0
+    stdout_lines: int = 0
+    stderr_lines: int = 0
+    output_path: str | None = None
+    """The file holding the whole output (up to its cap) when the outputs above were cut; the log of a command that
+    moved to the background."""
+    yielded: bool = False
+    """The command was still running at its yield point and went on in the background (pid, log_path)."""
 
     def to_data(self) -> dict:
         """JSON-able facts for Event.data, without the outputs."""
         data = asdict(self)
         del data["stdout"], data["stderr"]
         return data
-
-
-class _CappedBuffer:
-    """Keeps the first and last bytes of a stream and counts what falls in between."""
-
-    def __init__(self, cap: int):
-        self.head_cap = cap // 2
-        self.tail_cap = cap - self.head_cap
-        self.head = bytearray()
-        self.tail: deque[bytes] = deque()
-        self.tail_size = 0
-        self.total = 0
-
-    def add(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        room = self.head_cap - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        if not chunk:
-            return
-        self.tail.append(chunk)
-        self.tail_size += len(chunk)
-        while self.tail_size - len(self.tail[0]) >= self.tail_cap:
-            self.tail_size -= len(self.tail.popleft())
-
-    def render(self, secrets: Iterable[str] = ()) -> tuple[str, int]:
-        """The kept text, secrets masked, with a marker where bytes were dropped; and the number dropped."""
-        tail = b"".join(self.tail)[-self.tail_cap :] if self.tail_cap else b""
-        omitted = self.total - len(self.head) - len(tail)
-        head_text = mask_secrets(self.head.decode("utf-8", errors="replace"), secrets)
-        if not omitted:
-            return mask_secrets(head_text + tail.decode("utf-8", errors="replace"), secrets), 0
-        tail_text = mask_secrets(tail.decode("utf-8", errors="replace"), secrets)
-        head_text, tail_text = mask_cut_edges(head_text, tail_text, secrets)
-        return head_text + omission(omitted, "bytes") + tail_text, omitted
 
 
 def scrubbed_environment(pass_through: Iterable[str] = (), secret_names: Iterable[str] = ()) -> dict[str, str]:
@@ -110,26 +83,43 @@ def run_command(
     timeout: float = 600,
     background: bool = False,
     env: dict[str, str] | None = None,
-    output_cap: int = 50_000,
+    output_cap: int = 8000,
     interrupt_check: Callable[[], bool] | None = None,
     secrets: Iterable[str] = (),
     log_dir: str | None = None,
     runner: CommandRunner | None = None,
     log_cap: int = BACKGROUND_LOG_CAP,
+    yield_after: float = 0,
+    output_dir: str | None = None,
 ) -> CommandResult:
     """Run `command` with bash in `cwd`; `prefix_cmd` is a shell fragment put before it; env defaults to scrubbed.
 
     With a `runner` (anges.command_runner.CommandRunner) the run's runner process starts the command (in the
-    sandbox when it has one) and owns it; without, this process does. A background command's output goes
-    to a log capped at `log_cap` bytes (the oldest part dropped). Raises OSError when `cwd` does not exist
-    or the shell cannot be started.
+    sandbox when it has one) and owns it; without, this process does. The result keeps `output_cap` bytes of
+    the output (stdout and stderr together, head and tail, cut at line ends); past that, the whole output also
+    goes to a file in `output_dir` (if given), capped at `log_cap` bytes (the oldest part dropped), `secrets`
+    masked as in the result. A command
+    still running after `yield_after` seconds (0 = never; it runs until `timeout`) goes on in the background
+    with its output in that file; a background command's output goes to such a file in `log_dir` (default:
+    `output_dir`, then the runner's scratch directory). Raises OSError when `cwd` does not exist or the shell
+    cannot be started.
     """
     argv = [find_shell(), "-c", _script(command, prefix_cmd)]
     env = scrubbed_environment() if env is None else env
+    log_dir = log_dir or output_dir or (runner.scratch if runner else tempfile.gettempdir())
     if background:
-        return _start_background(command, argv, cwd, env, log_dir or (runner.scratch if runner else None), runner,
-                                 log_cap)
-    return _run_foreground(command, argv, cwd, env, timeout, output_cap, interrupt_check, list(secrets), runner)
+        return _start_background(command, argv, cwd, env, log_dir, runner, log_cap, list(secrets))
+    limits = _Limits(timeout, yield_after if 0 < yield_after < timeout else None, output_cap, log_cap)
+    return _run_foreground(command, argv, cwd, env, limits, interrupt_check, list(secrets), runner, output_dir,
+                           log_dir)
+
+
+@dataclass(frozen=True)
+class _Limits:
+    timeout: float
+    yield_after: float | None
+    output_cap: int
+    log_cap: int
 
 
 class _LocalProcess:
@@ -181,7 +171,7 @@ def _start(argv: list[str], cwd, env: dict[str, str], stdout: int, stderr: int, 
 
 
 def _start_background(command: str, argv: list[str], cwd, env: dict[str, str], log_dir: str | None, runner,
-                      log_cap: int) -> CommandResult:
+                      log_cap: int, secrets: list[str]) -> CommandResult:
     started = time.monotonic()
     fd, log_path = tempfile.mkstemp(prefix="anges-bg-", suffix=".log", dir=log_dir)
     os.close(fd)
@@ -194,69 +184,63 @@ def _start_background(command: str, argv: list[str], cwd, env: dict[str, str], l
         raise
     finally:
         os.close(write_end)
-    threading.Thread(target=_copy_to_log, args=(read_end, log_path, log_cap), name=f"anges-log-{proc.pid}",
-                     daemon=True).start()
+    try:
+        log = CappedLog(log_path, log_cap, secrets)
+    except OSError:
+        log = None
+    _keep_going(command, proc, [open(read_end, "rb", buffering=0)], log, log_path, runner)  # noqa: SIM115
+    return CommandResult(command, None, "", "", time.monotonic() - started, pid=proc.pid, log_path=log_path)
+
+
+def _keep_going(command: str, proc, streams: list, log: CappedLog | None, log_path: str, runner) -> None:
+    """Leave `proc` running as a background job of the run: a thread copies its output to its log until it and
+    its children close their ends."""
+    threading.Thread(target=_copy_to_log, args=(streams, log), name=f"anges-log-{proc.pid}", daemon=True).start()
     if runner is None:
         # Reap the job when it ends so it never lingers as a zombie of ours.
-        threading.Thread(target=proc.wait, args=(None,), name=f"anges-bg-{proc.pid}", daemon=True).start()
+        threading.Thread(target=_reap, args=(proc,), name=f"anges-bg-{proc.pid}", daemon=True).start()
     else:
         from anges.command_runner import Job
 
         runner.jobs.append(Job(command, proc, log_path))
-    return CommandResult(command, None, "", "", time.monotonic() - started, pid=proc.pid, log_path=log_path)
 
 
-def _copy_to_log(read_end: int, path: str, cap: int) -> None:
-    """Copy a job's output to its log until the job and its children close it; keep at most `cap` bytes."""
-    with open(read_end, "rb", buffering=0) as source:
-        try:
-            log = CappedLog(path, cap)
-        except OSError:
-            return
-        with log:
-            while chunk := source.read(READ_SIZE):
-                try:
-                    log.write(chunk)
-                except OSError:
-                    return  # the log was removed with the run's scratch files
+def _reap(proc) -> None:
+    proc.wait(None)
+    proc.close()
 
 
-class CappedLog:
-    """A log file that keeps its newest bytes: past `cap`, the oldest half is dropped and a marker line says so."""
-
-    def __init__(self, path: str, cap: int):
-        self.file = open(path, "r+b", buffering=0)  # noqa: SIM115  (closed by __exit__)
-        self.cap = max(cap, 2 * READ_SIZE)
-        self.size = 0
-        self.marker = 0
-        self.dropped = 0
-
-    def write(self, chunk: bytes) -> None:
-        if self.size + len(chunk) <= self.cap:
-            self.file.write(chunk)
-            self.size += len(chunk)
-            return
-        keep = self.cap // 2
-        if len(chunk) >= keep:
-            tail = chunk[-keep:]
-        else:
-            self.file.seek(max(self.size - (keep - len(chunk)), self.marker))
-            tail = self.file.read() + chunk
-        self.dropped += self.size - self.marker + len(chunk) - len(tail)
-        marker = f"[anges: the oldest {self.dropped} bytes of this log were dropped]\n".encode()
-        self.file.seek(0)
-        self.file.write(marker + tail)
-        self.file.truncate()
-        self.size, self.marker = len(marker) + len(tail), len(marker)
-
-    def __enter__(self) -> CappedLog:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.file.close()
+def _copy_to_log(streams: list, log: CappedLog | None) -> None:
+    """Copy what `streams` carry to `log` until every one is closed at the other end."""
+    selector = selectors.DefaultSelector()
+    for stream in streams:
+        selector.register(stream, selectors.EVENT_READ)
+    try:
+        while selector.get_map():
+            for key, _ in selector.select():
+                chunk = os.read(key.fd, READ_SIZE)
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                    key.fileobj.close()
+                elif log is not None:
+                    try:
+                        log.write(chunk)
+                    except OSError:
+                        log.abandon()  # the log was removed with the run's scratch files: read on, keep nothing
+                        log = None
+    finally:
+        selector.close()
+        for stream in streams:
+            stream.close()
+        if log is not None:
+            try:
+                log.close()
+            except OSError:
+                log.abandon()  # removed with the run's scratch files meanwhile
 
 
-def _run_foreground(command, argv, cwd, env, timeout, output_cap, interrupt_check, secrets, runner) -> CommandResult:
+def _run_foreground(command, argv, cwd, env, limits: _Limits, interrupt_check, secrets, runner, output_dir,
+                    log_dir) -> CommandResult:
     started = time.monotonic()
     out_read, out_write = os.pipe()
     err_read, err_write = os.pipe()
@@ -269,39 +253,60 @@ def _run_foreground(command, argv, cwd, env, timeout, output_cap, interrupt_chec
     finally:
         os.close(out_write)
         os.close(err_write)
-    out, err = _CappedBuffer(output_cap), _CappedBuffer(output_cap)
-    streams = {open(out_read, "rb", buffering=0): out, open(err_read, "rb", buffering=0): err}  # noqa: SIM115
-    stop, finished = None, False
+    capture = Capture(limits.output_cap, output_dir, limits.log_cap, secrets)
+    streams = {open(out_read, "rb", buffering=0): capture.stdout,  # noqa: SIM115
+               open(err_read, "rb", buffering=0): capture.stderr}  # noqa: SIM115
+    yield_at = None if limits.yield_after is None else started + limits.yield_after
+    stop = None
     try:
-        stop = _pump(proc, streams, started + timeout, interrupt_check)
-        finished = True
+        stop = _pump(proc, streams, started + limits.timeout, yield_at, interrupt_check)
+        if stop == "yield":
+            return _yielded(command, proc, streams, capture, log_dir, runner, secrets, started)
+    except BaseException:
+        stop = "error"
+        raise
     finally:
-        if stop or not finished:
-            proc.kill()
-            _drain(streams, time.monotonic() + DRAIN_AFTER_EXIT)
-        for stream in streams:
-            stream.close()
-        proc.wait(None)
-        proc.close()
+        if stop != "yield":
+            _end(proc, streams, kill=stop is not None)
+            capture.close()
     if proc.returncode is None and not stop:
         raise SandboxError("the command runner stopped before the command ended")
-    stdout, stdout_omitted = out.render(secrets)
-    stderr, stderr_omitted = err.render(secrets)
-    return CommandResult(
-        command=command,
-        exit_code=None if stop else proc.returncode,
-        stdout=stdout,
-        stderr=stderr,
-        duration=time.monotonic() - started,
-        timed_out=stop == "timeout",
-        interrupted=stop == "interrupt",
-        stdout_omitted=stdout_omitted,
-        stderr_omitted=stderr_omitted,
-    )
+    return _result(command, capture.render(secrets), started, exit_code=None if stop else proc.returncode,
+                   timed_out=stop == "timeout", interrupted=stop == "interrupt")
 
 
-def _pump(proc, streams: dict, deadline: float, interrupt_check) -> str | None:
-    """Read output until the command ends; return "timeout" or "interrupt" if it must be stopped."""
+def _end(proc, streams: dict, kill: bool) -> None:
+    """Kill the command (when `kill`), read what is left of its output, and let go of it."""
+    if kill:
+        proc.kill()
+        _drain(streams, time.monotonic() + DRAIN_AFTER_EXIT)
+    for stream in streams:
+        stream.close()
+    proc.wait(None)
+    proc.close()
+
+
+def _yielded(command, proc, streams: dict, capture: Capture, log_dir, runner, secrets, started) -> CommandResult:
+    """The result of a command still running at its yield point, which goes on as a background job of the run."""
+    log_path = capture.open_file(log_dir) or os.devnull  # no file could be made: its output is read and dropped
+    rendered = capture.render(secrets)
+    open_streams = [stream for stream in streams if not stream.closed]
+    _keep_going(command, proc, open_streams, capture.take_log(), log_path, runner)
+    rendered.output_path = log_path
+    return _result(command, rendered, started, exit_code=None, pid=proc.pid, log_path=log_path, yielded=True)
+
+
+def _result(command: str, rendered, started: float, **facts) -> CommandResult:
+    return CommandResult(command=command, stdout=rendered.stdout, stderr=rendered.stderr,
+                         duration=time.monotonic() - started, stdout_omitted=rendered.stdout_omitted,
+                         stderr_omitted=rendered.stderr_omitted, stdout_bytes=rendered.stdout_bytes,
+                         stderr_bytes=rendered.stderr_bytes, stdout_lines=rendered.stdout_lines,
+                         stderr_lines=rendered.stderr_lines, output_path=rendered.output_path, **facts)
+
+
+def _pump(proc, streams: dict, deadline: float, yield_at: float | None, interrupt_check) -> str | None:
+    """Read output until the command ends; "timeout" or "interrupt" if it must be stopped, "yield" if it is still
+    running at `yield_at`."""
     selector = selectors.DefaultSelector()
     for stream, buffer in streams.items():
         selector.register(stream, selectors.EVENT_READ, buffer)
@@ -322,6 +327,8 @@ def _pump(proc, streams: dict, deadline: float, interrupt_check) -> str | None:
                 next_check = now + POLL_INTERVAL
             if exited_at is not None and (not selector.get_map() or now - exited_at >= DRAIN_AFTER_EXIT):
                 return None
+            if exited_at is None and yield_at is not None and now >= yield_at:
+                return "yield"
             wait = min(POLL_INTERVAL, deadline - now)
             exited = _read_ready(selector, wait) if selector.get_map() else proc.wait(wait)
             if exited_at is None and (exited or (exit_fd is None and proc.poll() is not None)):

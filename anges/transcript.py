@@ -124,11 +124,16 @@ class Renderer:
             status = s(f"killed after the timeout ({shell.duration:.0f} s)", "red")
         elif shell.state == "interrupted":
             status = s("killed: interrupted", "yellow")
+        elif shell.yielded:
+            status = s(f"still running after {seconds(shell.duration)}: went on in the background as pid {shell.pid}, "
+                       f"output in {shell.log_path}", "cyan")
         elif shell.state == "background":
             status = s(f"started in the background: pid {shell.pid}, output in {shell.log_path}", "cyan")
         else:
             status = s(f"exit {shell.exit_code}", "green" if shell.exit_code == 0 else "red")
             status += s(f" · {seconds(shell.duration)}", "dim")
+        if shell.cut and shell.printed_bytes is not None and not shell.yielded:
+            status += s(f" · printed {shell.printed_lines:,} lines, {shell.printed_bytes:,} bytes (cut above)", "dim")
         if event.data.get("sandbox") == "none":
             status += s(" · outside the sandbox" if event.data.get("escalated") else " · no sandbox", "yellow")
         return lines + [s("  └ ", "dim") + status]

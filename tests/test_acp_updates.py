@@ -60,3 +60,32 @@ def test_a_missing_or_binary_file_has_no_whole_text(tmp_path):
 ])
 def test_the_first_list_of_the_reasoning_is_the_plan(text, entries):
     assert plan_entries(text) == entries
+
+
+def test_a_parents_reply_while_its_child_runs_is_shown_as_the_parents(tmp_path):
+    import itertools
+    import json
+
+    from anges.acp.updates import Speaker, UpdateMapper
+    from anges.events import Event
+
+    def answer(*actions):
+        return json.dumps({"analysis": "", "reasoning": "thinking", "actions": list(actions)})
+
+    sent = []
+    mapper = UpdateMapper(sent.append, str(tmp_path), itertools.count())
+    parent, child = Speaker("parent000001", "orchestrator"), Speaker("child0000001", "task_executor", "parent000001", 1)
+    mapper.event(Event("new_request", content="go"), parent)
+    mapper.event(Event("new_request_from_parent", content="work"), child)
+    mapper.reply(answer({"action_type": "CALL_CHILD_AGENT", "directive": "NEW_CHILD_AGENT TASK_EXECUTOR",
+                         "agent_input": "more"}), "parent000001")
+    mapper.reply(answer({"action_type": "RUN_SHELL_CMD", "command": "ls"}), "child0000001")
+    mapper.event(Event("new_child_agent", content="more", data={"agent_id": "child0000002",
+                                                                "agent_type": "task_executor"}), parent)
+    mapper.reply(answer({"action_type": "WAIT_FOR_CHILDREN"}), "parent000001")
+
+    thoughts = [u.content.text for u in sent if u.session_update == "agent_thought_chunk"]
+    assert thoughts == ["thinking", "[task_executor] thinking", "thinking"]
+    started = [u.title for u in sent if u.session_update == "tool_call"]
+    assert started == ["Delegate to task_executor", "[task_executor] ls"], "waiting is no tool call"
+    assert not [u for u in sent if getattr(u, "status", "") == "failed"], "the child's reply closed none of the parent's"

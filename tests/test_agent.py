@@ -50,7 +50,8 @@ def test_shell_edit_and_complete_are_recorded_and_persisted(tmp_path):
     assert (tmp_path / "hello.py").read_text() == "print('hi')\n"
     run = stream.events_list[2]
     assert run.data["exit_code"] == 0 and "hi" in run.content and run.data["command"] == "python3 hello.py"
-    assert "+print('hi')" in stream.events_list[1].content
+    created = stream.events_list[1].content  # a new file comes back as its size and first lines, not a diff
+    assert created == "NEW_FILE hello.py\nCreated hello.py: 1 line, 12 bytes. Its lines:\nprint('hi')"
     assert agent.status == "completed"
     loaded = EventStore().load(stream.uid)
     assert types(loaded) == types(stream)

@@ -447,6 +447,7 @@ def test_to_data_is_json_facts(tmp_path):
         "created": True,
         "lines_added": 2,
         "lines_removed": 0,
+        "size": 4,
     }
 
 

@@ -1,5 +1,6 @@
 """Orchestrators delegating to child agents, driven by scripted models per agent type."""
 
+import re
 import threading
 import time
 
@@ -43,6 +44,10 @@ def child(directive, agent_input):
 
 def complete(content):
     return reply({"action_type": "TASK_COMPLETE", "content": content})
+
+
+def wait():
+    return reply({"action_type": "WAIT_FOR_CHILDREN"})
 
 
 def shell(command):
@@ -117,7 +122,8 @@ def test_resume_an_earlier_child(tmp_path):
     first = {}
 
     def resume(prompt):
-        first.setdefault("id", prompt.split('"agent_id": "')[1].split('"')[0])
+        assert '"agent_id"' not in prompt, "child ids are shown plainly, not as a JSON blob"
+        first.setdefault("id", re.search(r"Child agent TASK_EXECUTOR (\w{12}) is running\.", prompt).group(1))
         return reply(child(f"RESUME_CHILD_AGENT {first['id']}", "now also write b.txt"))
 
     model = RoutedModel(
@@ -165,7 +171,8 @@ def test_depth_exhausted_refuses_nested_orchestrators(tmp_path):
 
 def test_two_children_run_concurrently(tmp_path):
     def timed(name):
-        return shell(f"date +%s.%N > {name}.start; sleep 1; date +%s.%N > {name}.end")
+        pause = 0.5 if name == "left" else 2
+        return shell(f"date +%s.%N > {name}.start; sleep {pause}; date +%s.%N > {name}.end")
 
     def executor(prompt):
         name = "left" if "task LEFT" in prompt.split("# History")[1] else "right"
@@ -174,7 +181,7 @@ def test_two_children_run_concurrently(tmp_path):
 
     model = RoutedModel(
         orchestrator=[reply(child("NEW_CHILD_AGENT TASK_EXECUTOR", "task LEFT"),
-                            child("NEW_CHILD_AGENT TASK_EXECUTOR", "task RIGHT")), complete("both")],
+                            child("NEW_CHILD_AGENT TASK_EXECUTOR", "task RIGHT")), wait(), complete("both")],
         task_executor=[executor] * 4,
     )
     stream = orchestrator(tmp_path, model).run_with_new_request("go")
@@ -183,9 +190,15 @@ def test_two_children_run_concurrently(tmp_path):
     assert spans["left"][0] < spans["right"][1] and spans["right"][0] < spans["left"][1], spans
     exits = [e for e in stream.events_list if e.type == "child_agent_task_completion"]
     assert [e.content.split("\n")[1] for e in exits] == ["left done", "right done"]
+    right = stream.events_list[3].data["agent_id"]
+    assert exits[0].content.endswith(f"Still running: TASK_EXECUTOR {right}.")
+    assert exits[1].content.endswith("No other child agent is running.")
     assert types(stream) == ["new_request", "new_child_agent", "child_agent_running", "new_child_agent",
                              "child_agent_running", "child_agent_task_completion", "child_agent_task_completion",
                              "task_completion"]
+    assert [e.reasoning for e in exits] == ["", ""], "a child's report does not repeat the plan that started it"
+    turns = [p for p in model.models["orchestrator"].prompts if p.startswith(ROLE_MARKS["orchestrator"])]
+    assert len(turns) == 3, "a turn when the left child returned, another for the right"
 
 
 def test_interrupt_during_grandchild_sleep_ends_every_stream(tmp_path):
@@ -251,3 +264,106 @@ def test_a_childs_own_model_call_limit_stops_it_before_its_parents(tmp_path):
     assert (stop["reason"], stop["limit"]) == ("model_call_limit", 3)
     assert model.models["task_executor"].calls == 3
     assert stream.events_list[-1].type == "task_completion", "the parent's budget is not used up"
+
+
+def test_the_parent_gets_a_turn_when_a_child_fails_while_another_still_runs(tmp_path):
+    token = sleep_token()
+    seen = {}
+
+    def react(prompt):  # the orchestrator's turn after the failing child returned
+        seen["slow_running"] = bool(pids_running(token))
+        seen["prompt"] = prompt
+        return reply({"action_type": "HELP_NEEDED", "content": "the database child is blocked; stopping"})
+
+    def executor(prompt):
+        history = prompt.split("# History")[1]
+        if "task FAILS" not in history:
+            return shell(f"touch slow.started; sleep {token}")
+        if "slow.started" not in history:
+            return shell("while [ ! -e slow.started ]; do sleep 0.05; done; sleep 0.2")
+        return reply({"action_type": "HELP_NEEDED", "content": "no database credentials"})
+
+    model = RoutedModel(
+        orchestrator=[reply(child("NEW_CHILD_AGENT TASK_EXECUTOR", "task SLOW"),
+                            child("NEW_CHILD_AGENT TASK_EXECUTOR", "task FAILS")), react],
+        task_executor=[executor] * 3,
+    )
+    started = time.monotonic()
+    stream = orchestrator(tmp_path, model).run_with_new_request("go")
+
+    assert time.monotonic() - started < 20, "the parent did not wait for the slow child"
+    assert seen["slow_running"], "the parent's turn came while the slow child was still running"
+    slow = stream.events_list[1].data["agent_id"]
+    assert f"no database credentials\n\nStill running: TASK_EXECUTOR {slow}." in seen["prompt"]
+    assert types(stream) == ["new_request", "new_child_agent", "child_agent_running", "new_child_agent",
+                             "child_agent_running", "child_agent_agent_requested_help",
+                             "child_agent_task_interrupted", "agent_requested_help"]
+    stopped = EventStore().load(slow)
+    assert stopped.events_list[-1].type == "task_interrupted"
+    assert "the parent agent ended its turn" in stopped.events_list[-1].content
+    assert not pids_running(token)
+
+
+def test_at_most_n_children_run_at_a_time_across_replies(tmp_path):
+    config = load_config(overrides={"agents": {"orchestrator": {"max_concurrent_children": 1}}})
+
+    def timed(prompt):
+        name = "first" if "task FIRST" in prompt.split("# History")[1] else "second"
+        if f"{name}.end" in prompt.split("# History")[1]:
+            return complete(f"{name} done")
+        return shell(f"date +%s.%N > {name}.start; sleep 0.3; date +%s.%N > {name}.end")
+
+    model = RoutedModel(
+        orchestrator=[reply(child("NEW_CHILD_AGENT TASK_EXECUTOR", "task FIRST"),
+                            child("NEW_CHILD_AGENT TASK_EXECUTOR", "task SECOND")), wait(), complete("both")],
+        task_executor=[timed] * 4,
+    )
+    stream = orchestrator(tmp_path, model, config=config).run_with_new_request("go")
+
+    first_end = float((tmp_path / "first.end").read_text())
+    assert float((tmp_path / "second.start").read_text()) >= first_end, "the second child waited for a free place"
+    assert types(stream) == ["new_request", "new_child_agent", "child_agent_running", "child_agent_task_completion",
+                             "new_child_agent", "child_agent_running", "child_agent_task_completion",
+                             "task_completion"]
+    second = stream.events_list[4].data["agent_id"]
+    assert stream.events_list[3].content.endswith(f"Waiting to start: TASK_EXECUTOR {second}.")
+    guide = model.models["orchestrator"].prompts[0].split("## CALL_CHILD_AGENT")[1].split("\n## ")[0]
+    assert "At most 1 of your children run at a time (counting those started in earlier replies)" in guide
+
+
+def test_waiting_with_no_child_running_and_resuming_a_running_child_are_refused(tmp_path):
+    holder = {}
+
+    def resume_running(prompt):
+        holder["id"] = re.search(r"Child agent TASK_EXECUTOR (\w{12}) is running\.", prompt).group(1)
+        return reply(child(f"RESUME_CHILD_AGENT {holder['id']}", "do more"))
+
+    def executor(prompt):
+        history = prompt.split("# History")[1]
+        pause = "sleep 2" if "task LONG" in history else "true"
+        return shell(pause) if f"COMMAND: {pause}" not in history else complete("done")
+
+    model = RoutedModel(
+        orchestrator=[wait(), reply(child("NEW_CHILD_AGENT TASK_EXECUTOR", "task LONG"),
+                                    child("NEW_CHILD_AGENT TASK_EXECUTOR", "task SHORT")),
+                      resume_running, wait(), complete("done")],
+        task_executor=[executor] * 4,
+    )
+    stream = orchestrator(tmp_path, model).run_with_new_request("go")
+
+    errors = [e.data["error"] for e in stream.events_list if e.data.get("error")]
+    assert len(errors) == 2 and "no child agent is running, so there is nothing to wait for" in errors[0]
+    assert errors[1].startswith(f"child {holder['id']} has not returned yet")
+    assert types(stream)[-3:] == ["action", "child_agent_task_completion", "task_completion"]
+
+
+def test_a_child_is_told_that_its_final_report_goes_to_its_parent(tmp_path):
+    model = RoutedModel(orchestrator=[reply(child("NEW_CHILD_AGENT TASK_EXECUTOR", "hi")), complete("fin")],
+                        task_executor=[complete("child says hi")])
+    orchestrator(tmp_path, model).run_with_new_request("go")
+
+    child_prompt = model.models["task_executor"].prompts[0]
+    parent_prompt = model.models["orchestrator"].prompts[0]
+    assert "A parent agent started you" in child_prompt and "A parent agent started you" not in parent_prompt
+    assert "`content` (string, required) tells your parent agent (it reads nothing else of your work)" in child_prompt
+    assert "`content` (string, required) tells the user" in parent_prompt

@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -8,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import pids_running, sleep_token
 
 from anges.masking import CREDENTIAL_ENV_VARS, mask_secrets, secret_values
 from anges.shell import CommandResult, run_command, scrubbed_environment
@@ -179,29 +181,102 @@ def test_returns_when_the_shell_exits_even_if_a_background_child_keeps_the_pipes
         os.kill(read_pids(tmp_path / "bg.pid")[0], signal.SIGKILL)
 
 
-def test_large_output_keeps_head_and_tail_and_counts_the_middle(tmp_path):
-    full = "".join(f"{n}\n" for n in range(1, 20001)).encode()
+def test_large_output_keeps_whole_lines_at_head_and_tail_and_counts_the_middle(tmp_path):
+    full = "".join(f"{n}\n" for n in range(1, 20001))
 
     result = run_command("seq 1 20000", cwd=tmp_path, output_cap=1000)
 
-    head, marker_and_tail = result.stdout.split("\n... [", 1)
-    omitted_text, tail = marker_and_tail.split(" bytes cut] ...\n", 1)
-    assert result.stdout_omitted == int(omitted_text) == len(full) - 1000
-    assert head == full[:500].decode()
-    assert tail.encode() == full[-500:]
-    assert result.stdout.startswith("1\n2\n3\n")
-    assert result.stdout.endswith("19999\n20000\n")
+    marker = re.search(r"\n\.\.\. \[(\d+) lines \((\d+) bytes\) cut\] \.\.\.\n", result.stdout)
+    head, tail = result.stdout[: marker.start() + 1], result.stdout[marker.end():]
+    first, last = head.splitlines(), tail.splitlines()
+    assert first == [str(n) for n in range(1, len(first) + 1)] and head.endswith("\n")
+    assert last == [str(n) for n in range(20001 - len(last), 20001)]
+    assert len(head) + len(tail) <= 1000 and len(head) + len(tail) > 900
+    assert int(marker.group(1)) == 20000 - len(first) - len(last)
+    assert int(marker.group(2)) == result.stdout_omitted == len(full) - len(head) - len(tail)
+    assert (result.stdout_bytes, result.stdout_lines) == (len(full), 20000)
     assert result.stderr_omitted == 0
 
 
-def test_stderr_is_capped_independently(tmp_path):
+def test_one_huge_line_is_cut_by_characters(tmp_path):
+    result = run_command("head -c 100000 /dev/zero | tr '\\0' x", cwd=tmp_path, output_cap=1000)
+
+    head, tail = re.split(r"\n\.\.\. \[0 lines \(\d+ bytes\) cut\] \.\.\.\n", result.stdout)
+    assert head == "x" * 500 and tail == "x" * 500
+    assert (result.stdout_omitted, result.stdout_bytes, result.stdout_lines) == (99000, 100000, 1)
+
+
+def test_stdout_and_stderr_share_the_cap_and_a_short_stream_leaves_its_share_to_the_other(tmp_path):
     result = run_command("seq 1 5000 >&2; echo small", cwd=tmp_path, output_cap=200)
 
     assert result.stdout == "small\n"
     assert result.stdout_omitted == 0
-    assert result.stderr_omitted > 0
-    assert result.stderr.endswith("5000\n")
-    assert "bytes cut]" in result.stderr
+    assert result.stderr.endswith("5000\n") and "lines (" in result.stderr
+    kept = len(re.sub(r"\n\.\.\. \[.*\] \.\.\.\n", "\n", result.stderr)) - 1
+    assert 150 < kept <= 200 - len("small\n")
+
+
+def test_the_whole_output_goes_to_a_file_only_when_it_is_cut(tmp_path):
+    files = tmp_path / "out"
+    files.mkdir()
+
+    small = run_command("seq 1 10", cwd=tmp_path, output_cap=1000, output_dir=str(files))
+    large = run_command("seq 1 3000; echo problem >&2; seq 3001 6000", cwd=tmp_path, output_cap=1000,
+                        output_dir=str(files))
+
+    assert small.output_path is None and small.stdout_omitted == 0
+    assert [p.name for p in files.iterdir()] == [Path(large.output_path).name]
+    saved = Path(large.output_path).read_text()
+    assert saved.replace("problem\n", "") == "".join(f"{n}\n" for n in range(1, 6001))
+    assert "problem\n" in saved and large.stderr == "problem\n"
+
+
+def test_the_output_file_keeps_the_newest_bytes_past_its_cap(tmp_path):
+    result = run_command("seq 1 200000", cwd=tmp_path, output_cap=1000, output_dir=str(tmp_path), log_cap=300_000)
+
+    saved = Path(result.output_path).read_text()
+    dropped = int(re.match(r"\[anges: the oldest (\d+) bytes of this log were dropped\]\n", saved).group(1))
+    assert saved.endswith("199999\n200000\n") and len(saved) < 300_000
+    assert dropped + len(saved.split("\n", 1)[1]) == result.stdout_bytes
+
+
+def test_a_command_still_running_at_its_yield_point_goes_on_in_the_background(tmp_path):
+    token = sleep_token()
+    command = f"echo started; echo warming >&2; sleep {token}; echo never"
+    started = time.monotonic()
+
+    result = run_command(command, cwd=tmp_path, timeout=600, yield_after=0.5, output_dir=str(tmp_path))
+
+    try:
+        assert time.monotonic() - started < 5
+        assert result.yielded and result.exit_code is None and not result.timed_out
+        assert (result.stdout, result.stderr) == ("started\n", "warming\n")
+        assert result.log_path == result.output_path and Path(result.log_path).parent == tmp_path
+        assert Path(result.log_path).read_text() in ("started\nwarming\n", "warming\nstarted\n")
+        assert pids_running(token)
+    finally:
+        os.killpg(result.pid, signal.SIGKILL)
+    assert wait_until(lambda: not pids_running(token), 5)
+
+
+def test_the_log_of_a_yielded_command_goes_on_after_the_yield(tmp_path):
+    result = run_command("echo one; sleep 1; echo two", cwd=tmp_path, yield_after=0.3, output_dir=str(tmp_path))
+
+    assert result.yielded and result.stdout == "one\n"
+    assert wait_until(lambda: Path(result.log_path).read_text() == "one\ntwo\n", 5)
+
+
+def test_a_command_that_ends_before_its_yield_point_is_an_ordinary_result(tmp_path):
+    result = run_command("sleep 0.2; echo done", cwd=tmp_path, yield_after=5, output_dir=str(tmp_path))
+
+    assert (result.exit_code, result.stdout, result.yielded, result.pid) == (0, "done\n", False, None)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_no_yield_point_waits_until_the_timeout(tmp_path):
+    result = run_command("sleep 100", cwd=tmp_path, timeout=0.5, yield_after=0)
+
+    assert result.timed_out and not result.yielded
 
 
 def test_output_below_the_cap_is_untouched(tmp_path):
@@ -225,7 +300,7 @@ def test_a_gigabyte_of_output_does_not_grow_memory(tmp_path):
         run_command("echo warm", cwd=sys.argv[1])
         before = peak_kb()
         result = run_command("yes | head -c 1000000000", cwd=sys.argv[1], timeout=120)
-        print(json.dumps({"growth_kb": peak_kb() - before, "omitted": result.stdout_omitted,
+        print(json.dumps({"growth_kb": peak_kb() - before, "omitted": result.stdout_omitted, "size": result.stdout_bytes,
                           "length": len(result.stdout), "exit_code": result.exit_code,
                           "start": result.stdout[:6], "end": result.stdout[-6:]}))
         """
@@ -238,7 +313,7 @@ def test_a_gigabyte_of_output_does_not_grow_memory(tmp_path):
     assert completed.returncode == 0, completed.stderr
     report = json.loads(completed.stdout)
     assert report["exit_code"] == 0
-    assert report["omitted"] == 1_000_000_000 - 50_000
+    assert report["omitted"] == 1_000_000_000 - 8000 and report["size"] == 1_000_000_000
     assert report["growth_kb"] < 100 * 1024
     assert report["start"] == "y\ny\ny\n"
     assert report["end"] == "y\ny\ny\n"
@@ -370,6 +445,12 @@ def test_to_data_is_json_facts_without_outputs(tmp_path):
         "stderr_omitted": 0,
         "pid": None,
         "log_path": None,
+        "stdout_bytes": 4,
+        "stderr_bytes": 0,
+        "stdout_lines": 1,
+        "stderr_lines": 0,
+        "output_path": None,
+        "yielded": False,
     }
 
 
@@ -383,8 +464,31 @@ def test_a_secret_straddling_the_output_cut_leaves_no_fragment(tmp_path):
     secret = "sk-live-ABCDEFGHIJKLMNOP"
     script = f"printf '%s' \"$(printf 'a%.0s' $(seq 45)){secret}$(printf 'b%.0s' $(seq 300)){secret}$(printf 'c%.0s' $(seq 40))\""
     result = run_command(script, cwd=tmp_path, output_cap=100, secrets=[secret])
-    head, tail = result.stdout.split(" bytes cut] ...")
+    head, tail = result.stdout.split(" bytes) cut] ...")
     assert result.stdout_omitted > 0
     assert head.startswith("a" * 45 + "[REDACTED]") and tail.endswith("[REDACTED]" + "c" * 40)
     for size in range(4, len(secret)):
         assert secret[:size] not in result.stdout and secret[-size:] not in result.stdout
+
+
+def test_known_secrets_are_masked_in_the_output_file_and_in_a_background_log(tmp_path):
+    secret = "sk-live-ABCDEFGHIJKLMNOP0123456789"
+    printer = f"yes 'before {secret} after' | head -n 20000"
+
+    full = run_command(printer, cwd=tmp_path, output_cap=1000, output_dir=str(tmp_path), secrets=[secret])
+    job = run_command(printer, cwd=tmp_path, background=True, log_dir=str(tmp_path), secrets=[secret])
+
+    masked = ["before [REDACTED] after"] * 20000  # every line, those a read split included
+    assert Path(full.output_path).read_text().splitlines() == masked
+    log = Path(job.log_path)
+    assert wait_until(lambda: log.read_text().count("\n") == 20000, 10)
+    assert log.read_text().splitlines() == masked
+
+
+def test_the_end_of_a_stream_that_looks_like_a_secrets_start_is_written_at_the_end(tmp_path):
+    secret = "sk-live-ABCDEFGHIJKLMNOP0123456789"
+
+    result = run_command("seq 1 2000; printf 'tail sk-live-ABC'", cwd=tmp_path, output_cap=500,
+                         output_dir=str(tmp_path), secrets=[secret])
+
+    assert Path(result.output_path).read_text().endswith("2000\ntail sk-live-ABC")

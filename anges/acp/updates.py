@@ -38,6 +38,8 @@ from anges.printable import printable
 
 ANSWER_TYPES = ("task_completion", "agent_text_response", "agent_requested_help")
 RETURNING_ACTIONS = ("TASK_COMPLETE", "HELP_NEEDED", "AGENT_TEXT_RESPONSE")
+NOT_TOOL_CALLS = (*RETURNING_ACTIONS, "WAIT_FOR_CHILDREN")
+"""Actions that are no tool call: the turn's answer, or an orchestrator waiting for its children."""
 KINDS = {"RUN_SHELL_CMD": "execute", "EDIT_FILE": "edit", "READ_MIME_FILES": "read", "CALL_CHILD_AGENT": "think"}
 TITLE_CHARS = 160
 DECIDERS = {"editor": "you", "approval=deny": "--approval deny", "no_one": "no one (no one can approve here)"}
@@ -104,10 +106,11 @@ class UpdateMapper:
 
     # -- what feeds it ------------------------------------------------------------------------------------------
 
-    def reply(self, text: str) -> None:
-        """A model reply just arrived: show its thoughts and announce its actions (when the caller is known)."""
+    def reply(self, text: str, agent_id: str = "") -> None:
+        """A model reply just arrived: show its thoughts and announce its actions (when the caller is known: the
+        running agent `agent_id`, else the one agent that can be calling)."""
         with self._lock:
-            speaker = self._caller()
+            speaker = self._speakers.get(agent_id) if agent_id in self._running else self._caller()
             if speaker is None:
                 return
             try:
@@ -123,7 +126,7 @@ class UpdateMapper:
                 self._show_plan(speaker, reply.reasoning)
             calls = [self._open(speaker, args["action_type"], args, "pending",
                                 raw_input={k: v for k, v in args.items() if k != "action_type"})
-                     for args in reply.actions if args["action_type"] not in RETURNING_ACTIONS]
+                     for args in reply.actions if args["action_type"] not in NOT_TOOL_CALLS]
             if calls:  # the agent starts on the first at once (and says so if it must ask first)
                 self._update(calls[0], "in_progress")
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from anges.actions.base import Action, ActionContext
@@ -31,10 +30,23 @@ class Delegator(Protocol):
 
 @dataclass
 class ChildRun:
-    """A child agent ready to run, and the request it gets."""
+    """A child agent ready to run, the request it gets, and the reply that asked for it."""
 
     agent: Any
     request: str
+    kind: str = "new_child_agent"
+    """new_child_agent or resume_child_agent."""
+    directive: str = ""
+    ctx: ActionContext | None = None
+    approval: dict = field(default_factory=dict)
+    """The approval facts of the action that started it (recorded on its `new_child_agent` event)."""
+    start: int = 0
+    """Events its stream had when it started: what it records from there on is this run."""
+
+    @property
+    def name(self) -> str:
+        """How the model calls it: `TASK_EXECUTOR k3Jd9aQw2LxZ`."""
+        return f"{self.agent.agent_type.upper()} {self.agent.event_stream.uid}"
 
 
 class CallChildAgent(Action):
@@ -48,10 +60,11 @@ class CallChildAgent(Action):
         prepared = self.prepare(ctx, args)
         if isinstance(prepared, Event):
             return prepared
+        self.announce(prepared)
         return self.finish(self.execute(prepared))
 
     def prepare(self, ctx: ActionContext, args: dict) -> ChildRun | Event:
-        """Build the child and record `new_child_agent`/`resume_child_agent` and `child_agent_running`."""
+        """The child the action asks for, built but not started; or the error event when it cannot be had."""
         words = args["directive"].split()
         verb = words[0].upper() if words else ""
         target = words[1] if len(words) == 2 else ""
@@ -59,23 +72,38 @@ class CallChildAgent(Action):
             return self._new_child(ctx, target.upper(), args)
         if verb == "RESUME_CHILD_AGENT" and target:
             return self._resumed_child(ctx, target, args)
-        return _error(f"directive {args['directive']!r} is not valid: use `NEW_CHILD_AGENT <TYPE>` "
-                      f"(TYPE one of {', '.join(_parent(ctx).child_types())}) or `RESUME_CHILD_AGENT <child id>`")
+        return error(f"directive {args['directive']!r} is not valid: use `NEW_CHILD_AGENT <TYPE>` "
+                     f"(TYPE one of {', '.join(_parent(ctx).child_types())}) or `RESUME_CHILD_AGENT <child id>`")
+
+    def announce(self, child: ChildRun) -> None:
+        """Record `new_child_agent`/`resume_child_agent` and `child_agent_running` on the parent's stream."""
+        stream, ctx = child.agent.event_stream, child.ctx
+        child.agent.store.sync(stream)
+        child.start = len(stream.events_list)
+        info = {"agent_id": stream.uid, "starting_from": child.start}
+        verb = "starts" if child.kind == "new_child_agent" else "resumes"
+        data = {"agent_id": stream.uid, "agent_type": child.agent.agent_type, "directive": child.directive}
+        ctx.record(Event(child.kind, reasoning=ctx.reply.reasoning, content=child.request,
+                         message=f"{verb} child agent {child.agent.agent_type} {stream.uid}",
+                         data={**data, **({"approval": child.approval} if child.approval else {})}))
+        running = f"Child agent {child.name} is running."
+        ctx.record(Event("child_agent_running", content=running, message=running, data=info))
 
     def execute(self, child: ChildRun) -> ChildRun:
         """Run the child until it returns."""
         child.agent.run_with_new_request(child.request)
         return child
 
-    def finish(self, child: ChildRun) -> Event:
-        """The parent's `child_agent_<exit type>` event carrying the child's final content."""
+    def finish(self, child: ChildRun, others: str = "") -> Event:
+        """The parent's `child_agent_<exit type>` event carrying the child's final content; `others` says what the
+        parent's other children are doing."""
         stream = child.agent.event_stream
         exit_event = stream.events_list[-1]
-        who = f"{child.agent.agent_type} {stream.uid}"
+        content = f"Child agent {child.name} returned ({exit_event.type}):\n{exit_event.content}"
         return Event(
             type=f"child_agent_{exit_event.type}",
-            content=f"Child agent {who} returned ({exit_event.type}):\n{exit_event.content}",
-            message=f"child agent {who} returned: {exit_event.type}",
+            content=f"{content}\n\n{others}" if others else content,
+            message=f"child agent {child.agent.agent_type} {stream.uid} returned: {exit_event.type}",
             data={"agent_id": stream.uid, "agent_type": child.agent.agent_type, "exit_type": exit_event.type,
                   **({"reason": exit_event.data["reason"]} if "reason" in exit_event.data else {})},
         )
@@ -85,9 +113,10 @@ class CallChildAgent(Action):
         allowed = parent.child_types()
         if child_type not in allowed:
             why = " (the nesting depth limit is reached)" if child_type in parent.child_types(any_depth=True) else ""
-            return _error(f"cannot start a child of type {child_type!r}{why}; valid types: {', '.join(allowed)}")
+            return error(f"cannot start a child of type {child_type!r}{why}; valid types: {', '.join(allowed)}")
         stream = EventStream(parent_event_stream_uids=parent.parent_ids + [parent.uid], agent_type=child_type.lower())
-        return self._announce(ctx, "new_child_agent", parent.make_child(child_type.lower(), stream), args)
+        child = parent.make_child(child_type.lower(), stream)
+        return ChildRun(child, args["agent_input"], "new_child_agent", args["directive"], ctx)
 
     def _resumed_child(self, ctx: ActionContext, child_id: str, args: dict) -> ChildRun | Event:
         parent = _parent(ctx)
@@ -96,25 +125,26 @@ class CallChildAgent(Action):
         except (StreamNotFound, InvalidStreamId):
             stream = None
         if stream is None or stream.parent_event_stream_uids[-1:] != [parent.uid]:
-            return _error(f"{child_id!r} is not one of your child agents; resume only ids from your "
-                          f"NEW_CHILD_AGENT results, or start a new child")
+            return error(f"{child_id!r} is not one of your child agents; resume only ids from your "
+                         f"NEW_CHILD_AGENT results, or start a new child")
         if stream.agent_type.upper() not in parent.child_types(any_depth=True):
-            return _error(f"child {child_id!r} has agent type {stream.agent_type!r}, which cannot be resumed")
-        return self._announce(ctx, "resume_child_agent", parent.make_child(stream.agent_type, stream), args)
+            return error(f"child {child_id!r} has agent type {stream.agent_type!r}, which cannot be resumed")
+        child = parent.make_child(stream.agent_type, stream)
+        return ChildRun(child, args["agent_input"], "resume_child_agent", args["directive"], ctx)
 
-    def _announce(self, ctx: ActionContext, kind: str, child, args: dict) -> ChildRun:
-        stream = child.event_stream
-        child.store.sync(stream)
-        info = {"agent_id": stream.uid, "starting_from": len(stream.events_list)}
-        verb = "starts" if kind == "new_child_agent" else "resumes"
-        ctx.record(Event(kind, reasoning=ctx.reply.reasoning, content=args["agent_input"],
-                         message=f"{verb} child agent {child.agent_type} {stream.uid}",
-                         data={"agent_id": stream.uid, "agent_type": child.agent_type, "directive": args["directive"]}))
 
-        running = f"child agent {child.agent_type} {stream.uid} is running"
-        ctx.record(Event("child_agent_running", reasoning=json.dumps(info), content=running, message=running,
-                         data=info))
-        return ChildRun(child, args["agent_input"])
+class WaitForChildren(Action):
+    """Lets the running child agents go on; an orchestrator's next turn comes when one returns."""
+
+    type = "WAIT_FOR_CHILDREN"
+    guide_template = "actions/wait_for_children.j2"
+    unique_action = True
+    params: dict[str, Param] = {}
+
+    def run(self, ctx: ActionContext, args: dict) -> Event:
+        """Reached only when no child runs (an orchestrator waits for running ones itself)."""
+        return error("no child agent is running, so there is nothing to wait for: start one with CALL_CHILD_AGENT, "
+                     "or end your turn", action_type=self.type)
 
 
 def _parent(ctx: ActionContext) -> Delegator:
@@ -123,7 +153,7 @@ def _parent(ctx: ActionContext) -> Delegator:
     return ctx.delegator
 
 
-def _error(message: str) -> Event:
-    return Event("action", content=f"CALL_CHILD_AGENT FAILED: {message}", message=f"could not delegate: {message}",
-                 data={"action_type": "CALL_CHILD_AGENT", "error": message})
-
+def error(message: str, action_type: str = CallChildAgent.type) -> Event:
+    """The event of a delegation that could not be done, telling the model why."""
+    return Event("action", content=f"{action_type} FAILED: {message}", message=f"could not delegate: {message}",
+                 data={"action_type": action_type, "error": message})

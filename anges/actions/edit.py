@@ -5,6 +5,7 @@ from __future__ import annotations
 from anges.actions.base import Action, ActionContext
 from anges.events import Event, FileEdit
 from anges.parsing import Param
+from anges.results import RESULT_FORMAT
 
 
 class EditFile(Action):
@@ -30,7 +31,9 @@ class EditFile(Action):
             event = Event("edit_file", message=f"could not edit: {directive}",
                           data={"directive": directive, "error": str(exc)})
         else:
-            event = Event("edit_file", message=f"edited `{result.path}`",
-                          data={**result.to_data(), "directive": directive, "diff": result.diff})
+            verb = "created" if result.created else "edited"
+            event = Event("edit_file", message=f"{verb} `{result.path}`",
+                          data={**result.to_data(), "directive": directive, "diff": result.diff,
+                                "result_format": RESULT_FORMAT})
         event.content = FileEdit.of(event).text()  # the model reads the facts; the store keeps them once
         return event

@@ -6,6 +6,7 @@ from anges.actions.base import Action, ActionContext
 from anges.clipping import shorten
 from anges.events import Event, ShellRun
 from anges.parsing import Param
+from anges.results import RESULT_FORMAT
 
 
 class RunShellCommand(Action):
@@ -17,6 +18,8 @@ class RunShellCommand(Action):
         "command": Param(str, non_empty=True),
         "shell_cmd_timeout": Param(int, required=False),
         "run_in_background": Param(bool, required=False),
+        "background_after": Param(int, required=False,
+                                  description="seconds after which a command still running goes on in the background"),
         "escalate": Param(str, required=False, description="why the command must run outside the sandbox"),
     }
 
@@ -26,6 +29,9 @@ class RunShellCommand(Action):
 
         command = args["command"]
         timeout = min(args.get("shell_cmd_timeout") or ctx.config.shell_cmd_timeout, ctx.config.max_shell_cmd_timeout)
+        yield_after = args.get("background_after")
+        yield_after = ctx.config.shell_background_after if yield_after is None else max(yield_after, 0)
+        output_dir = ctx.output_dir or (ctx.runner.scratch if ctx.runner is not None else None)
         result = run_command(
             command,
             cwd=ctx.cwd,
@@ -38,13 +44,18 @@ class RunShellCommand(Action):
             secrets=ctx.secrets,
             runner=ctx.runner,
             log_cap=ctx.app_config.safety.background_log_cap,
+            yield_after=yield_after,
+            output_dir=output_dir,
         )
         blocked = explain_block(result, ctx.sandbox) if ctx.sandbox is not None else ""
         facts = {**result.to_data(), "action_type": self.type, "stdout": result.stdout, "stderr": result.stderr,
-                 "sandbox": ctx.sandbox.mode if ctx.sandbox is not None else "none", "escalated": ctx.escalated}
+                 "sandbox": ctx.sandbox.mode if ctx.sandbox is not None else "none", "escalated": ctx.escalated,
+                 "result_format": RESULT_FORMAT}
         if blocked:
             facts["blocked"] = blocked
         outside = " outside the sandbox" if ctx.escalated else " without a sandbox" if ctx.sandbox is None else ""
-        event = Event("action", message=f"ran `{shorten(command, 200)}`{outside}", data=facts)
+        shown = f"`{shorten(command, 200)}`{outside}"
+        message = f"left {shown} running in the background" if result.yielded else f"ran {shown}"
+        event = Event("action", message=message, data=facts)
         event.content = ShellRun.of(event).text()  # the model reads the facts; the store keeps them once
         return event

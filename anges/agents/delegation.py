@@ -14,6 +14,10 @@ if TYPE_CHECKING:
 class Delegation:
     """The part of `BaseAgent` that starts child agents (CALL_CHILD_AGENT uses it through `ActionContext`)."""
 
+    children_run_concurrently = False
+    """Children run while the agent waits for the next to return (the orchestrator); otherwise one at a time, each
+    until it returns."""
+
     def make_child(self: BaseAgent, agent_type: str, event_stream: EventStream) -> BaseAgent:
         """A child agent that inherits this agent's model, config, store, directory, notes, handlers (delta handlers
         too), limits and safety (one sandbox, policy and approval channel for the whole tree)."""

@@ -1,40 +1,186 @@
-"""The orchestrator: plans with analyzers, delegates to executors and nested orchestrators, re-plans."""
+"""The orchestrator: plans with analyzers, delegates to executors and nested orchestrators, re-plans.
+
+Its children run while it waits: at most `max_concurrent_children` at a time (more wait their turn), and the
+orchestrator gets a turn each time one returns, so it can react to a failure while the others go on.
+"""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+import concurrent.futures
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from anges.actions.child import CallChildAgent, ChildRun
+from anges.actions.child import CallChildAgent, ChildRun, WaitForChildren, error
 from anges.agents.base import BaseAgent
-from anges.parsing import ParsedReply
+from anges.waiting import wait_for
+
+if TYPE_CHECKING:
+    from anges.actions.base import Action, ActionContext
+    from anges.approval import Permit
+    from anges.parsing import ParsedReply
+
+STOPPED_BY_PARENT = "the parent agent ended its turn"
+
+
+class Children:
+    """The children an orchestrator started and that have not returned yet: running (at most `limit`) or waiting."""
+
+    def __init__(self, limit: int, announce: Callable[[ChildRun], None], execute: Callable[[ChildRun], ChildRun]):
+        self.limit = max(limit, 1)
+        self.announce = announce
+        self.execute = execute
+        self.waiting: deque[ChildRun] = deque()
+        self.running: dict[concurrent.futures.Future, ChildRun] = {}
+        self.stops: dict[str, threading.Event] = {}
+        self.failures: dict[str, str] = {}
+        """Why a child's run raised (its own stream says, unless it failed before recording anything)."""
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def ids(self) -> set[str]:
+        """The stream ids of the children not returned yet."""
+        return {child.agent.uid for child in (*self.waiting, *self.running.values())}
+
+    def add(self, child: ChildRun) -> None:
+        """Start `child` now if fewer than `limit` run, else when one returns."""
+        stop, inherited = threading.Event(), child.agent.interrupt_check
+        child.agent.interrupt_check = lambda: stop.is_set() or inherited()  # holds even before its run begins
+        self.stops[child.agent.uid] = stop
+        self.waiting.append(child)
+        self.start_waiting()
+
+    def start_waiting(self) -> None:
+        """Start waiting children while there is room (each is announced on the parent's stream first)."""
+        while self.waiting and len(self.running) < self.limit:
+            child = self.waiting.popleft()
+            self.announce(child)
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(self.limit, thread_name_prefix="anges-child")
+            self.running[self._pool.submit(self.execute, child)] = child
+
+    def returned(self, stop: Callable[[], bool]) -> list[ChildRun]:
+        """Wait until a running child returns (or `stop()`); the children that have returned, in starting order."""
+        def some_done(seconds: float) -> bool:
+            return bool(concurrent.futures.wait(self.running, seconds, concurrent.futures.FIRST_COMPLETED).done)
+
+        if self.running:
+            wait_for(some_done, stop)
+        return self._collect([future for future in self.running if future.done()])
+
+    def stop(self, why: str) -> tuple[list[ChildRun], list[ChildRun]]:
+        """Interrupt every running child and wait for it to return; (those that ran, those that never started)."""
+        never_started, self.waiting = list(self.waiting), deque()
+        for child in self.running.values():
+            self.stops[child.agent.uid].set()
+            child.agent.interrupt(why)
+        concurrent.futures.wait(self.running)
+        return self._collect(list(self.running)), never_started
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+
+    def _collect(self, futures: list) -> list[ChildRun]:
+        done = []
+        for future in futures:
+            child = self.running.pop(future)
+            self.stops.pop(child.agent.uid, None)
+            failure = future.exception()
+            if failure is not None:
+                self.failures[child.agent.uid] = f"{type(failure).__name__}: {failure}"
+            done.append(child)
+        return done
 
 
 class Orchestrator(BaseAgent):
-    """Delegates rather than acts; children of one reply run concurrently."""
+    """Delegates rather than acts; its children run while it waits, and it gets a turn as each returns."""
 
     agent_type = "orchestrator"
     template = "agents/orchestrator.j2"
-    action_types = ("CALL_CHILD_AGENT", "TASK_COMPLETE", "HELP_NEEDED", "AGENT_TEXT_RESPONSE")
+    action_types = ("CALL_CHILD_AGENT", "WAIT_FOR_CHILDREN", "TASK_COMPLETE", "HELP_NEEDED", "AGENT_TEXT_RESPONSE")
     can_be_child = True
     mcp_tools = False  # it delegates; its children get the tools
+    children_run_concurrently = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        action = self._actions_by_type().get(CallChildAgent.type) or CallChildAgent()
+        self._children = Children(self.agent_config.max_concurrent_children, action.announce, action.execute)
+        self._finish = action.finish
+
+    def _step(self) -> bool:
+        try:
+            return super()._step()
+        except BaseException:  # the run stops (a limit, an interrupt, a bug): its children stop first
+            self._stop_children("the parent agent stopped")
+            raise
 
     def _execute(self, reply: ParsedReply) -> bool:
-        calls = [a for a in reply.actions if a["action_type"] == CallChildAgent.type]
-        if len(calls) < 2 or len(calls) != len(reply.actions):
-            return super()._execute(reply)
-        for args in calls:
-            self._check_limits()
-            self._state.count_repeats(args)
-        action = self._actions_by_type()[CallChildAgent.type]
-        ctx = replace(self._state.context, reply=reply)
-        permitted = [(args, permit) for args in calls if (permit := self.run_safety.permit(ctx, action.type, args))]
-        prepared = [(action.prepare(ctx, args), permit) for args, permit in permitted]
-        runs = [item for item, _ in prepared if isinstance(item, ChildRun)]
-        workers = max(1, min(self.agent_config.max_concurrent_children, len(runs)))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="anges-child") as pool:
-            finished = iter(list(pool.map(action.execute, runs)))
-        for item, permit in prepared:
-            event = action.finish(next(finished)) if isinstance(item, ChildRun) else item
-            self._record_outcome(event, reply, permit)
+        """The reply's actions (starting a child does not wait for it); then, unless one of them went wrong, wait
+        until a child returns. A returning action first stops the children still running."""
+        actions = self._actions_by_type()
+        if self._children and any(actions[a["action_type"]].returning_action for a in reply.actions):
+            self._stop_children(STOPPED_BY_PARENT)
+        before = len(self.event_stream.events_list)
+        if super()._execute(reply):
+            return True
+        if self._children and not any(e.data.get("error") or e.data.get("decision") == "deny"
+                                      for e in self.event_stream.events_list[before:]):
+            self._record_returns(self._children.returned(self._stop_requested))
         return False
+
+    def _run_action(self, action: Action, args: dict, ctx: ActionContext, permit: Permit | None = None) -> bool:
+        if isinstance(action, WaitForChildren) and self._children:
+            return False  # the wait comes once the whole reply has run
+        if not isinstance(action, CallChildAgent):
+            return super()._run_action(action, args, ctx, permit)
+        try:
+            prepared = action.prepare(ctx, args)
+        except Exception as exc:  # as with any action: a failure is a result the model reads
+            prepared = error(f"{type(exc).__name__}: {exc}")
+        if isinstance(prepared, ChildRun) and prepared.agent.uid in self._children.ids():
+            prepared = error(f"child {prepared.agent.uid} has not returned yet: resume it after its report, or "
+                             "start another child")
+        if isinstance(prepared, ChildRun):
+            prepared.approval = permit.facts() if permit is not None else {}
+            self._children.add(prepared)
+        else:
+            self._record_outcome(prepared, ctx.reply, permit)
+        return False
+
+    def _record_returns(self, children: list[ChildRun], stopped: bool = False) -> None:
+        """Record each returned child's report (with what the other children are doing), then start waiting ones."""
+        team = self._children
+        others = "" if stopped else _others(list(team.running.values()), list(team.waiting))
+        for child in children:
+            failure = team.failures.pop(child.agent.uid, None)
+            if failure is not None and len(child.agent.event_stream.events_list) <= child.start:
+                self._record(error(f"child agent {child.name} could not run: {failure}"))
+            else:
+                self._record(self._finish(child, others))
+        if self._state is not None:
+            self._state.repeats = 0  # waiting again after a child returned is not the same step repeated
+        team.start_waiting()
+        if not team:
+            team.close()
+
+    def _stop_children(self, why: str) -> None:
+        if not self._children:
+            return
+        ran, never_started = self._children.stop(why)
+        self._record_returns(ran, stopped=True)
+        for child in never_started:
+            self._record(error(f"the child agent asked for with {child.directive!r} was not started: {why} first"))
+
+
+def _others(running: list[ChildRun], waiting: list[ChildRun]) -> str:
+    if not running and not waiting:
+        return "No other child agent is running."
+    parts = [f"Still running: {', '.join(c.name for c in running)}." if running else "",
+             f"Waiting to start: {', '.join(c.name for c in waiting)}." if waiting else ""]
+    return " ".join(part for part in parts if part)

@@ -1,0 +1,158 @@
+"""Long outputs cost once: a result keeps a few KB cut at line ends, the whole output waits in a file the model can
+read (in the sandbox too), a new file comes back as its size and first lines, a long command is clipped; streams
+recorded before keep their texts."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from anges.agents import DefaultAgent
+from anges.config import load_config
+from anges.events import Event
+from anges.models.scripted import ScriptedModel
+from anges.store import EventStore
+
+SEQ = "".join(f"{n}\n" for n in range(1, 50001))
+FULL_OUTPUT = re.compile(r"FULL OUTPUT: (\d+) lines \((\d+) bytes\) in (\S+),")
+
+
+def reply(*actions):
+    return {"analysis": "", "reasoning": "step", "actions": list(actions)}
+
+
+def shell(command, **extra):
+    return reply({"action_type": "RUN_SHELL_CMD", "command": command, **extra})
+
+
+def complete():
+    return reply({"action_type": "TASK_COMPLETE", "content": "done"})
+
+
+def read_the_named_file(prompt):
+    path = FULL_OUTPUT.search(prompt.split("# History")[1]).group(3)
+    return shell(f"wc -l < '{path}'; tail -n 1 '{path}'; ls '{path}'")
+
+
+def run(cwd, replies, **overrides):
+    model = ScriptedModel(replies)
+    agent = DefaultAgent(inference_func=model, cmd_init_dir=cwd, config=load_config(overrides=overrides))
+    return agent.run_with_new_request("count"), model
+
+
+@pytest.fixture
+def work(tmp_path):
+    path = tmp_path / "work"
+    path.mkdir()
+    return path
+
+
+def check_the_full_output_was_read(work, stream):
+    first, second = [e for e in stream.events_list if e.type == "action"]
+    lines, size, path = FULL_OUTPUT.search(first.content).groups()
+    assert (int(lines), int(size)) == (50000, len(SEQ)) == (first.data["stdout_lines"], first.data["stdout_bytes"])
+    assert len(first.data["stdout"]) < 8100 and first.data["stdout"].startswith("1\n2\n")
+    assert first.data["stdout"].endswith("49999\n50000\n")
+    assert re.search(r"\n\.\.\. \[\d+ lines \(\d+ bytes\) cut\] \.\.\.\n", first.content)
+    assert second.data["stdout"] == f"50000\n50000\n{path}\n", second.content
+    assert list(work.iterdir()) == [], "the working directory is not used for outputs"
+    assert not Path(path).exists(), "the file goes with the run"
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize("mode", ["workspace", "read-only"])
+def test_the_next_command_reads_the_whole_output_in_the_sandbox(work, mode):
+    stream, _ = run(work, [shell("seq 1 50000"), read_the_named_file, complete()],
+                    safety={"sandbox": mode, "approval": "auto"})
+
+    assert stream.events_list[1].data["sandbox"] == mode
+    check_the_full_output_was_read(work, stream)
+
+
+def test_the_next_command_reads_the_whole_output_without_a_sandbox(work):
+    stream, _ = run(work, [shell("seq 1 50000"), read_the_named_file, complete()],
+                    safety={"sandbox": "off", "approval": "auto"})
+
+    assert stream.events_list[1].data["sandbox"] == "none"
+    check_the_full_output_was_read(work, stream)
+
+
+@pytest.mark.sandbox
+def test_an_escalated_commands_output_is_readable_inside_the_sandbox(work):
+    stream, _ = run(work, [shell("seq 1 50000", escalate="needs the host"), read_the_named_file, complete()],
+                    safety={"approval": "auto", "auto_escalate": True})
+
+    assert stream.events_list[1].data["escalated"] and stream.events_list[1].data["sandbox"] == "none"
+    assert [e for e in stream.events_list if e.type == "action"][1].data["sandbox"] == "workspace"
+    check_the_full_output_was_read(work, stream)
+
+
+def test_the_result_cap_is_configurable_and_a_short_output_names_no_file(work):
+    stream, model = run(work, [shell("seq 1 300"), shell("seq 1 3"), complete()],
+                        agents={"common": {"shell_output_cap": 200}})
+
+    cut, whole = [e for e in stream.events_list if e.type == "action"]
+    assert len(cut.data["stdout"]) < 260 and "FULL OUTPUT: 300 lines" in cut.content
+    assert whole.content == "COMMAND: seq 1 3\nEXIT CODE: 0\nSTDOUT:\n1\n2\n3\n"
+    assert whole.data["output_path"] is None
+
+
+def test_the_model_reads_the_text_recorded_for_an_event_and_it_survives_a_reload(work):
+    stream, model = run(work, [shell("seq 1 50000"), shell("true"), complete()])
+
+    first = stream.events_list[1]
+    assert first.content in model.prompts[1] and first.content in model.prompts[2]
+    assert len(model.prompts[1]) - len(model.prompts[0]) < 9000, "the result adds about 8 KB, not the 290 KB printed"
+    assert EventStore().load(stream.uid).events_list[1].content == first.content
+
+
+def test_a_created_file_comes_back_as_its_size_and_first_lines_and_a_long_heredoc_is_clipped(work):
+    body = "".join(f"line {n}\t \n" for n in range(1, 101))
+    heredoc = "cat > made.txt <<'EOF'\n" + body + "EOF\nwc -l made.txt"
+    stream, model = run(work, [
+        reply({"action_type": "EDIT_FILE", "directive_line": "NEW_FILE notes.txt", "content": body}),
+        shell(heredoc), complete()])
+
+    created, ran = stream.events_list[1], stream.events_list[2]
+    lines = created.content.splitlines()
+    assert lines[:2] == ["NEW_FILE notes.txt", f"Created notes.txt: 100 lines, {len(body)} bytes. Its first lines:"]
+    assert lines[2:12] == [f"line {n}\t " for n in range(1, 11)] and lines[12:] == ["(and 90 more lines)"]
+    assert created.data["diff"].count("\n+line") == 100, "the facts keep the whole diff for the views"
+    assert (work / "notes.txt").read_text() == body
+    command = ran.content.split("\nEXIT CODE: 0")[0]
+    assert command.startswith("COMMAND: cat > made.txt <<'EOF'\nline 1\t \n") and command.endswith("EOF\nwc -l made.txt")
+    assert "line 50\t" not in command and "characters cut]" in command
+    assert ran.data["command"] == heredoc and ran.data["stdout"] == "100 made.txt\n"
+    assert "line 50\t" not in model.prompts[2]
+
+
+def test_events_recorded_by_anges_0_2_keep_their_texts(work):
+    output = "x" * 20000 + "\n"
+    shell_facts = {"command": "python3 big.py", "exit_code": 0, "duration": 0.1, "timed_out": False,
+                   "interrupted": False, "stdout_omitted": 0, "stderr_omitted": 0, "pid": None, "log_path": None,
+                   "action_type": "RUN_SHELL_CMD", "stdout": output, "stderr": "", "sandbox": "workspace",
+                   "escalated": False}
+    diff = "--- /dev/null\n+++ b/a.txt\n@@ -0,0 +1 @@\n+hello\n"
+    edit_facts = {"path": str(work / "a.txt"), "operation": "NEW_FILE", "created": True, "lines_added": 1,
+                  "lines_removed": 0, "directive": "NEW_FILE a.txt", "diff": diff}
+    old_shell = {**Event("action", data=shell_facts).to_dict()}
+    old_edit = {**Event("edit_file", data=edit_facts).to_dict()}
+    del old_shell["content"], old_edit["content"]  # format 2 leaves out a content its facts rebuild
+
+    assert Event.from_dict(old_shell).content == f"COMMAND: python3 big.py\nEXIT CODE: 0\nSTDOUT:\n{output}"
+    assert Event.from_dict(old_edit).content == f"NEW_FILE a.txt\n{diff}"
+
+
+def test_show_reports_the_true_size_of_what_a_command_printed(work):
+    stream, _ = run(work, [shell("seq 1 50000"), complete()])
+
+    shown = subprocess.run([sys.executable, "-m", "anges", "show", stream.uid],
+                           capture_output=True, text=True, cwd=work, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert f"printed 50,000 lines, {len(SEQ):,} bytes (cut above)" in shown.stdout
+    raw = json.loads(subprocess.run([sys.executable, "-m", "anges", "show", stream.uid, "--json"],
+                                    capture_output=True, text=True, cwd=work, timeout=60).stdout)
+    assert raw["events_list"][1]["data"]["stdout_bytes"] == len(SEQ)

@@ -1,0 +1,98 @@
+"""A command that does not end costs its yield point, not its timeout: still running then, it goes on in the
+background (pid, output so far, log), still serves the next step, and ends with the run."""
+
+import re
+import socket
+import time
+
+import pytest
+from helpers import SANDBOX_PYTHON, pids_running
+
+from anges.agents import DefaultAgent
+from anges.config import load_config
+from anges.models.scripted import ScriptedModel
+
+
+def reply(*actions):
+    return {"analysis": "", "reasoning": "step", "actions": list(actions)}
+
+
+def shell(command, **extra):
+    return reply({"action_type": "RUN_SHELL_CMD", "command": command, **extra})
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def serve_fetch_and_read_the_log(work, safety, **run_args):
+    """A run whose model starts a web server in the foreground, fetches a page from it, then reads its log."""
+    (work / "hello.txt").write_text("served from the yielded server\n")
+    port = free_port()
+    server = f"{SANDBOX_PYTHON} -m http.server {port} --bind 127.0.0.1"
+    fetch = (f"{SANDBOX_PYTHON} -c \"import urllib.request; "
+             f"print(urllib.request.urlopen('http://127.0.0.1:{port}/hello.txt').read().decode(), end='')\"")
+
+    def read_log(prompt):
+        log = re.search(r"its output continuing in (\S+) ", prompt).group(1)
+        return shell(f"cat {log}")
+
+    model = ScriptedModel([shell(server, **run_args), shell(fetch), read_log,
+                           reply({"action_type": "TASK_COMPLETE", "content": "served"})])
+    overrides = {"safety": safety, "agents": {"common": {"shell_cmd_timeout": 600}}}
+    if "background_after" not in run_args:
+        overrides["agents"]["common"]["shell_background_after"] = 1
+    agent = DefaultAgent(inference_func=model, cmd_init_dir=work, config=load_config(overrides=overrides))
+    started = time.monotonic()
+    stream = agent.run_with_new_request("serve the folder")
+    return stream, model, time.monotonic() - started, f"http.server {port}"
+
+
+def check(stream, model, took, server):
+    served, fetched, log = [e for e in stream.events_list if e.type == "action"]
+    assert took < 30, "the server step returned at its yield point, not after the 600 s timeout"
+    assert served.data["yielded"] and served.data["exit_code"] is None and not served.data["timed_out"]
+    assert 1 <= served.data["duration"] < 10
+    assert re.search(r"STILL RUNNING after 1 s, so it went on in the background: pid \d+", served.content)
+    assert f"pid {served.data['pid']}" in model.prompts[1].split("# Background jobs of this run")[1]
+    assert ": running; log " in model.prompts[1]
+    assert fetched.data["exit_code"] == 0 and fetched.data["stdout"] == "served from the yielded server\n"
+    assert '"GET /hello.txt HTTP/1.1" 200' in log.data["stdout"], "the log goes on after the yield"
+    deadline = time.monotonic() + 5
+    while pids_running(server) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pids_running(server), "the server ends with the run"
+
+
+@pytest.fixture
+def work(tmp_path):
+    path = tmp_path / "work"
+    path.mkdir()
+    return path
+
+
+@pytest.mark.sandbox
+def test_a_foreground_server_yields_serves_the_next_step_and_ends_with_the_run_in_the_sandbox(work):
+    stream, model, took, server = serve_fetch_and_read_the_log(work, {"approval": "auto"}, background_after=1)
+
+    assert stream.events_list[1].data["sandbox"] == "workspace"
+    check(stream, model, took, server)
+
+
+def test_a_foreground_server_yields_serves_the_next_step_and_ends_with_the_run_without_a_sandbox(work):
+    stream, model, took, server = serve_fetch_and_read_the_log(work, {"sandbox": "off", "approval": "auto"})
+
+    assert stream.events_list[1].data["sandbox"] == "none"
+    check(stream, model, took, server)
+
+
+def test_background_after_zero_waits_for_the_command(work):
+    model = ScriptedModel([shell("sleep 1.5; echo finished", background_after=0),
+                           reply({"action_type": "TASK_COMPLETE", "content": "ok"})])
+    config = load_config(overrides={"agents": {"common": {"shell_background_after": 0.5}}})
+    stream = DefaultAgent(inference_func=model, cmd_init_dir=work, config=config).run_with_new_request("wait")
+
+    event = stream.events_list[1]
+    assert (event.data["yielded"], event.data["exit_code"], event.data["stdout"]) == (False, 0, "finished\n")
