@@ -138,7 +138,7 @@ class PromptConfig(Section):
     """A directory of your own .j2 templates, searched before the packaged ones."""
     recent_events_in_full: int = 5
     """The newest events a summary fold leaves out of the summary (they stay in the history as they were)."""
-    max_event_lines: int = 400
+    max_event_lines: int = 4000
     max_event_chars: int = 12000
     """Each event's text in the history is cut to this many characters (and `max_event_lines` lines), the same at
     every step, so between folds a prompt is the previous one with new text at the end."""
