@@ -42,6 +42,7 @@ setup(
         "nh3>=0.2.14",
         "pydantic>=2.7",
         "pluggy>=1.2",
+        "jiter>=0.5",  # a streaming reply's partial JSON (already a dependency of openai)
     ],
     extras_require={
         "anthropic": [],  # the Anthropic SDK is a core dependency now; the extra stays for old install commands
@@ -59,6 +60,7 @@ setup(
             "ray>=2.9",
             "rich>=13",
             "agent-client-protocol>=0.12",
+            "pyte>=0.8",  # a terminal emulator: what the CLI draws, as a person sees it
         ],
     },
     entry_points={"console_scripts": ["anges=anges.cli:main"]},

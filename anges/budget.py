@@ -123,3 +123,8 @@ class Ledger:
                 event.data[key] = pending[key]
         event.est_input_token = pending.get("input_tokens", 0)
         event.est_output_token = pending.get("output_tokens", 0)
+
+
+def cache_hit_ratio(cached_tokens: int, input_tokens: int) -> float | None:
+    """The share of input tokens the provider read from its prompt cache (None before any input)."""
+    return round(cached_tokens / input_tokens, 3) if input_tokens > 0 else None

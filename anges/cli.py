@@ -220,10 +220,12 @@ def _build_agent(args: argparse.Namespace, output):
     channel, notes = terminal_approval(config.safety, pause=getattr(output, "paused", None))
     for note in notes:
         print(f"anges: {note}", file=sys.stderr)
-    return agent_class(agent_type)(
+    agent = agent_class(agent_type)(
         inference_func=output.watch(model), event_stream=stream, cmd_init_dir=workdir, prefix_cmd=prefix,
         config=config, store=store, notes=_notes(args), message_handlers=[output.on_message],
         mcp=manager_for(config, mcp_file), approval=channel)
+    agent.delta_handlers.append(output.on_delta)
+    return agent
 
 
 def _interact(session, first: str | None, quiet: bool) -> int:

@@ -46,6 +46,9 @@ class ModelPreset(Section):
     """Extra HTTP headers sent with every request (gateways, proxies, attribution)."""
     api_version: str = ""
     """Gemini API version (v1, v1beta, ...); empty = the SDK's default (or GOOGLE_GENAI_API_VERSION)."""
+    prompt_cache_key: bool | None = None
+    """OpenAI only: send each run's `prompt_cache_key` (None = only to api.openai.com; other servers may reject
+    an unknown parameter)."""
 
 
 class ModelSettings(Section):
@@ -57,6 +60,8 @@ class ModelSettings(Section):
     """Seconds for one HTTP request."""
     json_mode: bool = False
     """Ask the endpoint for JSON output where it supports it."""
+    stream: bool = True
+    """Stream each reply: its text shows as it arrives, and a stop closes the stream at once."""
 
 
 class RetryConfig(Section):
@@ -93,6 +98,8 @@ class AgentConfig(Section):
     """Model calls per request, retries and summaries included (a child's also count against its parent's)."""
     max_invalid_replies: int = 3
     """Consecutive invalid replies before the run stops."""
+    max_cut_off_replies: int = 3
+    """Consecutive replies cut off at `max_output_tokens` before the run stops (each is asked again, shorter)."""
     max_repeated_actions: int = 5
     """The same action with the same arguments this many times in a row stops the run."""
     timeout: float = 0

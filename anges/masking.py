@@ -93,3 +93,15 @@ def mask_event(event: Event, secrets: list[str]) -> None:
     data = json.dumps(event.data)
     if any(secret in data for secret in secrets):
         event.data = json.loads(mask_secrets(data, secrets))
+
+
+def settled_length(text: str, secrets: Iterable[str]) -> int:
+    """How much of a text still arriving can be shown: all but an end that may be the start of a secret (of at
+    least a few characters: fewer give nothing away)."""
+    end = len(text)
+    for secret in (s for s in secrets if len(s) >= MIN_SECRET_LENGTH):
+        for size in range(min(len(secret) - 1, len(text)), _FRAGMENT - 1, -1):
+            if text.endswith(secret[:size]):
+                end = min(end, len(text) - size)
+                break
+    return end

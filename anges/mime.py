@@ -203,6 +203,9 @@ class MimeReader:
         except FormatError:
             raise ModelReplyError(f"{self.model.name}: the answer was cut off while the model was thinking",
                                   kind="truncated", usage=answer.usage) from None
+        if not text and answer.finish_reason == "length":
+            raise ModelReplyError(f"{self.model.name}: the answer was cut off at max_output_tokens before any text",
+                                  kind="truncated", usage=answer.usage)
         return Completion(text, answer.usage, answer.model, answer.latency, answer.finish_reason)
 
     def content(self, question: str, inputs: list[MimeInput]) -> Any:

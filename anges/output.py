@@ -4,6 +4,10 @@ JSON lines, one object each:
 - `{"type": "run_started", "stream_id", "agent_type", "model", "request", "resumed", "cwd", "time"}`
 - `{"type": "event", "stream_id", "agent_type", "parent_ids", "depth", "event": {Event.to_dict()}}` for each
   event, children's included, as it is recorded
+- `{"type": "delta", "stream_id", "agent_type", "parent_ids", "depth", "call", "field", "text"}` as a reply
+  streams: `text` was added to its `field` ("analysis" or "reasoning"); `call` numbers the agent's model calls
+  (a new number starts a new reply), and `"restart": true` says a retried attempt starts the reply's text again.
+  Deltas are not stored: the `event` lines that follow carry the finished reply
 - `{"type": "run_finished", "stream_id", "status", "exit_code", "reason", "answer", "usage", "duration"}`
 
 `json` prints a single object: the `run_finished` fields plus `request` and `events` (the event objects).
@@ -44,6 +48,12 @@ class JsonLinesOutput:
         self.emit({"type": "event", "stream_id": message.agent_id, "agent_type": message.agent_type,
                    "parent_ids": list(message.parent_ids), "depth": message.depth, "event": message.event.to_dict()})
 
+    def on_delta(self, delta) -> None:
+        record = {"type": "delta", "stream_id": delta.agent_id, "agent_type": delta.agent_type,
+                  "parent_ids": list(delta.parent_ids), "depth": delta.depth, "call": delta.call,
+                  "field": delta.field, "text": delta.text}
+        self.emit({**record, "restart": True} if delta.restart else record)
+
     def interrupting(self) -> None:
         """Nothing to say: the `task_interrupted` event follows."""
 
@@ -68,6 +78,9 @@ class JsonOutput(JsonLinesOutput):
 
     def on_message(self, message) -> None:
         """The events are read from the store when the run ends."""
+
+    def on_delta(self, delta) -> None:
+        """Only the finished run is printed."""
 
     def finished(self, outcome: Outcome, exit_code: int) -> None:
         events = [{"stream_id": stream.uid, "agent_type": stream.agent_type, "depth": depth, "event": event.to_dict()}

@@ -160,6 +160,28 @@ def strip_thinking(body: str) -> str:
     return body
 
 
+def partial_reply(text: str) -> dict:
+    """The fields of a reply still arriving, as far as they go (a string cut mid-way included): {} until its JSON
+    object starts (after any reasoning block, and an opening ``` fence)."""
+    import jiter
+
+    body = text.lstrip("\ufeff").lstrip()
+    if _THINK_OPEN.match(body):
+        try:
+            body = strip_thinking(body)
+        except FormatError:  # the block is still open
+            return {}
+    if body.startswith("```"):
+        body = body[body.find("\n") + 1:] if "\n" in body else ""
+    if not body.startswith("{"):
+        return {}
+    try:
+        value = jiter.from_json(body.encode(), partial_mode="trailing-strings")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def _unfence(body: str) -> str:
     """The inside of a reply that is exactly one ``` fence; otherwise the text unchanged."""
     if body.startswith("```") and body.endswith("```") and "\n" in body:

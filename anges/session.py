@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from anges.budget import cache_hit_ratio
 from anges.events import StepUsage, walk
 
 if TYPE_CHECKING:
@@ -51,7 +52,8 @@ class Outcome:
         return final.content if final is not None and self.status != "interrupted" else None
 
     def usage(self) -> dict:
-        """Tokens, model calls and cost of the request, children included."""
+        """Tokens (and the share of input read from the provider's cache), model calls and cost of the request,
+        children included."""
         total = {"input_tokens": 0, "output_tokens": 0, "cached_tokens": 0, "model_calls": 0, "estimated": False}
         cost = None
         for usage in filter(None, (StepUsage.of(event.data) for _, _, event in self.events)):
@@ -62,6 +64,7 @@ class Outcome:
                 cost = (cost or 0.0) + usage.cost
         if cost is not None:
             total["cost"] = round(cost, 6)
+        total["cache_hit_ratio"] = cache_hit_ratio(total["cached_tokens"], total["input_tokens"])
         return total
 
 
@@ -70,6 +73,7 @@ class Output(Protocol):
 
     def watch(self, model): ...
     def on_message(self, message) -> None: ...
+    def on_delta(self, delta) -> None: ...
     def started(self, agent: BaseAgent, request: str) -> None: ...
     def interrupting(self) -> None: ...
     def finished(self, outcome: Outcome, exit_code: int) -> None: ...

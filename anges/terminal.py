@@ -7,11 +7,14 @@ import re
 import shutil
 import threading
 import time
+import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
 SPINNER_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+LIVE_LINES = 4
+"""Lines of a streaming reply shown under the spinner (its last ones)."""
 _CODES = {"bold": "1", "dim": "2", "italic": "3", "underline": "4", "red": "31", "green": "32", "yellow": "33",
           "blue": "34", "magenta": "35", "cyan": "36"}
 
@@ -42,7 +45,8 @@ class Style:
 
 
 class Spinner:
-    """A one-line activity indicator with elapsed time, redrawn by a daemon thread; only on a terminal."""
+    """A one-line activity indicator with elapsed time, redrawn by a daemon thread, and under it the last lines of
+    the text arriving (a streaming reply); only on a terminal. Both are erased before other output is written."""
 
     def __init__(self, out: TextIO, style: Style, enabled: bool):
         self.out = out
@@ -50,19 +54,29 @@ class Spinner:
         self.enabled = enabled
         self.lock = threading.RLock()
         self._label = ""
+        self._live: list[str] = []
         self._since = time.monotonic()
-        self._shown = False
+        self._shown = 0
+        """Lines drawn now (0: nothing), the cursor on the last of them."""
+        self._frame = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self, label: str) -> None:
         """Show `label` from now on, with the time since this call (child agents may call this concurrently)."""
         with self.lock:
-            self._label, self._since = label, time.monotonic()
+            self._label, self._since, self._live = label, time.monotonic(), []
             if self.enabled and self._thread is None:
                 self._stop.clear()
                 self._thread = threading.Thread(target=self._spin, name="anges-spinner", daemon=True)
                 self._thread.start()
+
+    def live(self, lines: list[str]) -> None:
+        """Show these lines (already printable and cut to the width) under the spinner until the next `start`."""
+        with self.lock:
+            self._live = lines
+            if self.enabled and self._thread is not None:
+                self._draw()
 
     def stop(self) -> None:
         """Stop and erase the spinner."""
@@ -87,26 +101,51 @@ class Spinner:
                 self._since = since
 
     def clear(self) -> None:
-        """Erase the spinner line so other output can take its place (it comes back on the next tick)."""
+        """Erase what the spinner drew so other output can take its place (it comes back on the next tick)."""
         with self.lock:
             if self._shown:
-                self.out.write("\r\x1b[K")
+                up = f"\x1b[{self._shown - 1}A" if self._shown > 1 else ""
+                self.out.write(f"\r{up}\x1b[J")
                 self.out.flush()
-                self._shown = False
+                self._shown = 0
 
     def _spin(self) -> None:
-        frame = 0
         while not self._stop.wait(0.1):
             with self.lock:
-                if not self._label:
-                    continue
-                elapsed = time.monotonic() - self._since
-                glyph = SPINNER_FRAMES[frame % len(SPINNER_FRAMES)]
-                text = cut(f"{glyph} {self._label} {seconds(elapsed)}", shutil.get_terminal_size().columns - 1)
-                self.out.write("\r\x1b[K" + self.style(text, "cyan"))
-                self.out.flush()
-                self._shown = True
-            frame += 1
+                if self._label:
+                    self._draw()
+            self._frame += 1
+
+    def _draw(self) -> None:
+        elapsed = time.monotonic() - self._since
+        glyph = SPINNER_FRAMES[self._frame % len(SPINNER_FRAMES)]
+        text = cut(f"{glyph} {self._label} {seconds(elapsed)}", shutil.get_terminal_size().columns - 1)
+        lines = [self.style(text, "cyan")] + [self.style(line, "dim", "italic") for line in self._live]
+        up = f"\x1b[{self._shown - 1}A" if self._shown > 1 else ""
+        self.out.write(f"\r{up}\x1b[J" + "\n".join(lines))
+        self.out.flush()
+        self._shown = len(lines)
+
+
+def last_lines(text: str, width: int, count: int = LIVE_LINES) -> list[str]:
+    """The last `count` lines of `text` wrapped to `width` columns (wide characters take two)."""
+    lines: list[str] = []
+    for paragraph in text.splitlines()[-count:]:
+        line, used = "", 0
+        for char in paragraph.expandtabs(4):
+            size = _columns(char)
+            if used + size > width:
+                lines.append(line)
+                line, used = "", 0
+            line, used = line + char, used + size
+        lines.append(line)
+    return lines[-count:]
+
+
+def _columns(char: str) -> int:
+    if unicodedata.combining(char):
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
 
 
 # --- Markdown for a terminal ---------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from anges.events import (
     walk,
 )
 from anges.printable import printable, printable_event
-from anges.terminal import Spinner, Style, cut, is_terminal, render_markdown, seconds, wants_colour
+from anges.terminal import Spinner, Style, cut, is_terminal, last_lines, render_markdown, seconds, wants_colour
 from anges.turns import reasoning_after, turn_reasoning
 
 if TYPE_CHECKING:
@@ -240,6 +240,16 @@ class Transcript:
         lines = self.renderer.event(event, message.depth, agent, live=True)
         self.write(lines)
 
+    def on_delta(self, delta) -> None:
+        """Delta handler: the analysis and reasoning of the reply streaming now, under the spinner (a terminal's
+        only; the step's event, drawn when it is recorded, takes their place)."""
+        if self.quiet or not self.spinner.enabled:
+            return
+        text = "\n".join(part.strip() for part in (delta.analysis, delta.reasoning) if part.strip())
+        tag = f"[{delta.agent_type} {delta.agent_id}] " if delta.depth else ""
+        width = (self.renderer.width or shutil.get_terminal_size().columns) - 1
+        self.spinner.live(last_lines(printable(tag + text), width))
+
     def note(self, text: str, *styles: str) -> None:
         """A line of our own (status, hints), unless quiet."""
         if not self.quiet:
@@ -276,6 +286,9 @@ class TextOutput:
     def on_message(self, message) -> None:
         self.transcript.on_message(message)
 
+    def on_delta(self, delta) -> None:
+        self.transcript.on_delta(delta)
+
     def started(self, agent, request: str) -> None:
         self.transcript.renderer.cwd = agent.cmd_init_dir
         if self.verbose:
@@ -302,7 +315,7 @@ class TextOutput:
 
 
 def status_line(outcome) -> str:
-    """`completed in 4.2s · 3 model calls · 1,234 tokens · stream ID (resume: anges --resume ID)`."""
+    """`completed in 4.2s · 3 model calls · 1,234 tokens · 62% of input cached · stream ID (resume: ...)`."""
     usage = outcome.usage()
     word = SHOWN_STATUS.get(outcome.status, (outcome.status, ""))[0]
     parts = [f"{word} in {seconds(outcome.duration)}"]
@@ -311,6 +324,8 @@ def status_line(outcome) -> str:
     tokens = usage["input_tokens"] + usage["output_tokens"]
     if tokens:
         parts.append(f"{tokens:,} tokens" + (" (estimated)" if usage["estimated"] else ""))
+    if usage["cached_tokens"]:
+        parts.append(f"{usage['cache_hit_ratio']:.0%} of input cached")
     if "cost" in usage:
         parts.append(f"${usage['cost']:.4f}")
     uid = outcome.stream.uid
@@ -399,6 +414,7 @@ def _activity(reply) -> str:
 STOP_REASONS = {"interrupt": "interrupted", "timeout": "out of time", "event_limit": "out of steps",
                 "model_call_limit": "out of model calls", "repetition": "stuck repeating itself",
                 "invalid_replies": "the model's replies were invalid", "model_error": "the model failed",
+                "reply_cut_off": "the model's replies were cut off at max_output_tokens",
                 "model_setup": "the model is not usable", "abandoned": "its process ended without finishing",
                 "budget": "over budget"}
 

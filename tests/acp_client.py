@@ -90,7 +90,17 @@ class Editor(Client):
         return [u.content.text for u in self.updates if isinstance(u, kind)]
 
     def thoughts(self) -> list[str]:
-        return self.texts(AgentThoughtChunk)
+        """The thoughts shown, chunks in a row joined (a streamed reply's thoughts come in pieces)."""
+        thoughts: list[str] = []
+        joined = False
+        for update in self.updates:
+            if isinstance(update, AgentThoughtChunk):
+                if joined:
+                    thoughts[-1] += update.content.text
+                else:
+                    thoughts.append(update.content.text)
+            joined = isinstance(update, AgentThoughtChunk)
+        return thoughts
 
     def messages(self) -> list[str]:
         return self.texts(AgentMessageChunk)

@@ -393,6 +393,27 @@ def test_mcp_servers_the_editor_passes_are_started_and_ended(tmp_path, work):
         assert not Path(f"/proc/{pid}").exists(), "the MCP server outlived anges acp"
 
 
+def test_a_streaming_replys_thoughts_arrive_in_chunks_before_its_tool_call_and_only_once(tmp_path, work):
+    analysis = "The project has one module, app.py, with three lines; the user wants to know what it holds."
+    reasoning = "Print the file so the answer quotes it exactly, then answer with what it printed."
+    model = scripted(tmp_path, reply({"action_type": "RUN_SHELL_CMD", "command": "cat app.py"}, analysis=analysis,
+                                     reasoning=reasoning), answer("It holds a, b and c."))
+    editor = Editor()
+
+    async def main():
+        async with anges_acp(editor, "--model", model, cwd=work) as agent:
+            await agent.start()
+            return await prompt(agent, await new_session(agent, work), "what is in app.py?")
+
+    assert run(main()) == "end_turn"
+    kinds = editor.kinds()
+    first_call = kinds.index("tool_call")
+    assert kinds[:first_call] == ["agent_thought_chunk"] * first_call and first_call > 2, "streamed in pieces"
+    chunks = [u.content.text for u in editor.updates[:first_call]]
+    assert "".join(chunks) == f"{analysis}\n\n{reasoning}"
+    assert editor.thoughts() == [f"{analysis}\n\n{reasoning}", "answer"], "no thought is sent twice"
+
+
 @pytest.mark.parametrize("variable", ["DEMO_API_KEY", "MY_LLM_KEY"])  # named like a secret, or by a model preset
 def test_secrets_in_replies_and_outputs_never_reach_the_editor(tmp_path, work, variable):
     secret = "s3cret-value-0123456789"

@@ -106,7 +106,8 @@ def test_without_bwrap_the_cli_says_so_once_and_every_command_needs_approval(tmp
 def test_a_long_command_needs_viewing_in_full_before_yes(tmp_path):
     lines = [f"echo step-{n} >> log.txt" for n in range(100)]
     command = "\n".join(["echo ask-long", *lines[:50], "echo HIDDEN-PART > hidden.txt", *lines[50:]])
-    term = start(tmp_path, shell(command), complete("finished"))
+    reply = shell(command) | {"reasoning": "run the long script"}  # the reasoning streams live: not the command
+    term = start(tmp_path, reply, complete("finished"))
 
     shown = term.expect("[v]iew it all, [n]o, [t]ell the agent why: ")
     assert "HIDDEN-PART" not in shown and "lines not shown (v shows them)" in shown

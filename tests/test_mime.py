@@ -73,7 +73,7 @@ def test_gemini_gets_inline_bytes_and_links_and_the_answer_is_recorded(files, ge
     ], "gemini:gemini-2.5-flash", monkeypatch, gemini_server.env)
 
     (request,) = gemini_server.requests
-    assert request.path.endswith("/models/gemini-2.5-flash:generateContent")
+    assert request.path.endswith("/models/gemini-2.5-flash:streamGenerateContent?alt=sse")
     assert request.headers["x-goog-api-key"] == TEST_KEY
     (content,) = request.body["contents"]
     image, pdf, video, question = content["parts"]

@@ -31,7 +31,7 @@ def test_the_prompt_goes_as_one_user_message_with_the_key(anthropic_server):
     assert request.path == "/v1/messages"
     assert request.headers["authorization"] == f"Bearer {TEST_KEY}"
     assert "anthropic-version" in request.headers
-    assert request.body == {"model": "claude-test", "max_tokens": 321,
+    assert request.body == {"model": "claude-test", "max_tokens": 321, "stream": True,
                             "messages": [{"role": "user", "content": "Say hi."}]}
 
 
@@ -68,7 +68,7 @@ def test_claude_on_vertex_ai_through_a_gateway(anthropic_server):
 
     assert model("hi") == "ok"
     request = anthropic_server.requests[0]
-    assert request.path == "/projects/proj/locations/us-east5/publishers/anthropic/models/claude-test:rawPredict"
+    assert request.path == "/projects/proj/locations/us-east5/publishers/anthropic/models/claude-test:streamRawPredict"
     assert request.headers["authorization"] == "Bearer gateway-token"
     assert request.body["messages"] == [{"role": "user", "content": "hi"}]
 

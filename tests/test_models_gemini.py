@@ -29,7 +29,7 @@ def test_the_prompt_goes_as_one_user_turn_with_the_key_in_its_header(gemini_serv
     model("Say hi.", temperature=0.2)
 
     request = gemini_server.requests[0]
-    assert request.path.endswith("/models/gemini-test:generateContent")
+    assert request.path.endswith("/models/gemini-test:streamGenerateContent?alt=sse")
     assert request.headers["x-goog-api-key"] == TEST_KEY
     assert request.body["contents"] == [{"role": "user", "parts": [{"text": "Say hi."}]}]
     assert request.body["generationConfig"] == {"temperature": 0.2, "maxOutputTokens": 321}
@@ -119,14 +119,14 @@ def test_the_sdk_base_url_variable_keeps_working(gemini_server, monkeypatch):
     model = get_model("gemini:gemini-2.5-flash", Config())
 
     assert model("hi") == "ok"
-    assert gemini_server.requests[0].path.endswith("/models/gemini-2.5-flash:generateContent")
+    assert gemini_server.requests[0].path.endswith("/models/gemini-2.5-flash:streamGenerateContent?alt=sse")
 
 
 def test_api_version_from_the_preset(gemini_server):
     gemini_server.enqueue_text("ok")
     model, _ = make(gemini_server, api_version="v1beta")
     model("hi")
-    assert gemini_server.requests[0].path == "/v1beta/models/gemini-test:generateContent"
+    assert gemini_server.requests[0].path == "/v1beta/models/gemini-test:streamGenerateContent?alt=sse"
 
 
 def test_vertex_ai_express_mode(gemini_server, monkeypatch):
@@ -137,7 +137,7 @@ def test_vertex_ai_express_mode(gemini_server, monkeypatch):
 
     assert model("hi") == "ok"
     assert model.label == "Vertex AI"
-    assert gemini_server.requests[0].path == "/v1beta1/publishers/google/models/gemini-test:generateContent"
+    assert gemini_server.requests[0].path == "/v1beta1/publishers/google/models/gemini-test:streamGenerateContent?alt=sse"
 
 
 def test_vertex_ai_without_project_or_credentials_says_what_to_set(monkeypatch):

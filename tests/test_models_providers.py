@@ -2,63 +2,15 @@
 
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
-from wire_servers import (
-    TEST_KEY,
-    AnthropicWireServer,
-    GeminiWireServer,
-    OpenAIWireServer,
-    Scripted,
-    WireServer,
-    sleeper,
-)
+from wire_servers import Scripted
 
-from anges.config import ModelPreset, ModelSettings, RetryConfig
+from anges.config import ModelSettings, RetryConfig
 from anges.exceptions import ModelCancelled, ModelError, ModelReplyError, ModelSetupError
-from anges.models.anthropic_model import AnthropicModel
 from anges.models.base import Completion
 from anges.models.cancel import CancelToken, cancellable
-from anges.models.gemini_model import GeminiModel
-from anges.models.openai_model import OpenAIModel
 from anges.parsing import strip_thinking
-
-FAST = RetryConfig(max_attempts=3, max_total_seconds=30, initial_backoff=0.01, max_backoff=0.02)
-PROVIDERS = {
-    "openai": (OpenAIWireServer, OpenAIModel, "OPENAI_API_KEY"),
-    "gemini": (GeminiWireServer, GeminiModel, "GEMINI_API_KEY"),
-    "anthropic": (AnthropicWireServer, AnthropicModel, "ANTHROPIC_API_KEY"),
-}
-
-
-
-@dataclass
-class Wire:
-    """A provider's server, and a way to build its model pointed at that server."""
-
-    provider: str
-    server: WireServer
-    model_class: type
-    key_env: str
-
-    def model(self, settings: ModelSettings | None = None, retry: RetryConfig = FAST, real_waits: bool = False,
-              **preset: Any):
-        waits, sleep = sleeper()
-        options = {"model": "test-model", "base_url": self.server.base_url, "api_key_env": self.key_env, **preset}
-        model = self.model_class(ModelPreset(provider=self.provider, **options),
-                                 settings or ModelSettings(request_timeout=5), retry,
-                                 sleep=None if real_waits else sleep)
-        return model, waits
-
-
-@pytest.fixture(params=sorted(PROVIDERS))
-def wire(request, clean_model_env, monkeypatch):
-    server_class, model_class, key_env = PROVIDERS[request.param]
-    monkeypatch.setenv(key_env, TEST_KEY)
-    with server_class() as server:
-        yield Wire(request.param, server, model_class, key_env)
 
 
 def test_a_reply_carries_text_usage_model_and_finish_reason(wire):

@@ -590,3 +590,40 @@ def _wait_for(condition, timeout=10.0):
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.02)
+
+
+def test_a_streaming_reply_grows_live_as_text_before_its_step_arrives(browser, openai_server, tmp_path, monkeypatch):
+    from wire_servers import TEST_KEY
+
+    from anges.config import ModelPreset, ModelSettings
+    from anges.models.openai_model import OpenAIModel
+
+    monkeypatch.setenv("OPENAI_API_KEY", TEST_KEY)
+    analysis = "<img src=x onerror=window.__xss=1> Reading the folder before anything else."
+    text = json.dumps(shell("ls", reasoning="Then count the files and answer.") | {"analysis": analysis})
+    cut = text.index("Reading the folder") + len("Reading the")
+    openai_server.enqueue_text(text, chunks=[text[:cut], text[cut:]], gap=4)  # the server waits in the middle
+    openai_server.enqueue_text(json.dumps(complete("One file.")))
+    model = OpenAIModel(ModelPreset("openai", "gpt-test", openai_server.base_url, "OPENAI_API_KEY"),
+                        ModelSettings(request_timeout=30))
+    server = LiveServer(model, tmp_path)
+    context = browser.new_context(viewport={"width": 1280, "height": 820})
+    context.set_default_timeout(WAIT)
+    page = context.new_page()
+    page.add_init_script(TRAP)
+    page.dialogs = []
+    try:
+        log_in(page, server)
+        send(page, "how many files?")
+        live = page.locator("#steps > li.step-live .live-text")
+        expect(live).to_have_text("<img src=x onerror=window.__xss=1> Reading the")  # the first piece, as text
+        assert page.locator(".step-shell").count() == 0, "the step has not arrived yet"
+        assert page.locator("#steps img").count() == 0
+        expect(page.locator(".step-shell .command")).to_have_text("ls", timeout=15_000)
+        expect(page.locator("#steps > li.step-live")).to_have_count(0)  # the step took its place
+        expect(page.locator(".step-shell .reasoning")).to_have_text("Then count the files and answer.")
+        expect(page.locator(".answer-task_completion")).to_contain_text("One file.")
+        assert_safe(page)
+    finally:
+        context.close()
+        server.close()

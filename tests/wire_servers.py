@@ -8,6 +8,11 @@ Each server answers from a queue of scripted responses and records every request
     server.requests[-1].body["messages"]
 
 A request that finds the queue empty gets a 500 whose message says so (and counts in `unscripted`).
+
+A request that asks for a stream (OpenAI and Anthropic `"stream": true`, Gemini `:streamGenerateContent`) gets
+the same scripted reply as server-sent events, its text in pieces (`chunks=[...]`, default a few), `gap`
+seconds apart; `stall=S` sends the text pieces, then holds the stream open for S seconds without ending it
+(a client hanging up is noted in `hangups`). `sent` keeps the `time.monotonic()` each text piece left at.
 The fixtures `openai_server`, `gemini_server` and `anthropic_server` start one and close it afterwards.
 """
 
@@ -57,6 +62,12 @@ class Scripted:
     """Close the connection without answering."""
     hold: float = 0.0
     """Seconds to hold the request open without answering, watching for the client to hang up."""
+    chunks: list[str] | None = None
+    """Streamed: the pieces the text goes in (None: a few of about equal size)."""
+    gap: float = 0.0
+    """Streamed: seconds between two pieces of text."""
+    stall: float = 0.0
+    """Streamed: after the text, hold the stream open this long without ending it."""
 
 
 class WireServer:
@@ -71,7 +82,9 @@ class WireServer:
         self.unscripted = 0
         """Requests that found the queue empty."""
         self.hangups: list[float] = []
-        """`time.monotonic()` of each held request (`enqueue_hold`) whose client closed the connection."""
+        """`time.monotonic()` of each held request (`enqueue_hold`, a `stall`) whose client closed the connection."""
+        self.sent: list[float] = []
+        """`time.monotonic()` of each streamed piece of text, as it was written."""
         self._queue: deque[Scripted] = deque()
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -121,11 +134,14 @@ class WireServer:
             self._queue.extend([response] * times)
 
     def enqueue_text(self, text: str, *, input_tokens: int = 10, output_tokens: int = 5, cached_tokens: int = 0,
-                     model: str | None = None, delay: float = 0.0, times: int = 1, **extra: Any) -> None:
-        """A normal reply with these usage numbers; `extra` are provider-specific fields of the message."""
+                     model: str | None = None, delay: float = 0.0, times: int = 1, chunks: list[str] | None = None,
+                     gap: float = 0.0, stall: float = 0.0, **extra: Any) -> None:
+        """A normal reply with these usage numbers; `extra` are provider-specific fields of the message; `chunks`,
+        `gap` and `stall` shape it when it is streamed."""
+        assert chunks is None or "".join(chunks) == text, "the chunks must make up the text"
         usage = {"input": input_tokens, "output": output_tokens, "cached": cached_tokens}
         body = lambda request: self.render_text(request, text, usage, model, "stop", extra)
-        self.enqueue(Scripted(body=body, delay=delay), times)
+        self.enqueue(Scripted(body=body, delay=delay, chunks=chunks, gap=gap, stall=stall), times)
 
     def enqueue_truncated(self, text: str, *, input_tokens: int = 10, output_tokens: int = 5) -> None:
         """A reply cut off at the max-tokens limit."""
@@ -191,6 +207,16 @@ class WireServer:
     def render_error(self, status: int, message: str) -> Any:
         return {"error": {"code": status, "message": message}}
 
+    first_event: str | None = None
+    """The SSE event name a stream starts with (where the format names its events)."""
+
+    def wants_stream(self, request: Request) -> bool:
+        return isinstance(request.body, dict) and request.body.get("stream") is True
+
+    def render_stream(self, request: Request, body: Any, chunks: list[str] | None) -> tuple[list, list, list]:
+        """A reply body as server-sent events: (those before the text, one per piece of text, those after)."""
+        raise NotImplementedError
+
     def model_of(self, request: Request) -> str:
         return (request.body or {}).get("model", "") if isinstance(request.body, dict) else ""
 
@@ -231,6 +257,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
             return
         payload = scripted.body(request) if callable(scripted.body) else scripted.body
+        if scripted.status == 200 and self.wire.wants_stream(request):
+            events = ([], [], [_sse(payload, self.wire.first_event)]) if isinstance(payload, (str, bytes)) else (
+                self.wire.render_stream(request, payload, scripted.chunks))  # not JSON: sent as one event all the same
+            self._stream(scripted, *events)
+            return
         data = json.dumps(payload).encode() if not isinstance(payload, (bytes, str)) else (
             payload.encode() if isinstance(payload, str) else payload)
         try:
@@ -246,6 +277,38 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_GET = do_POST
 
+    def _stream(self, scripted: Scripted, head: list[str], texts: list[str], tail: list[str]) -> None:
+        """Send events in chunked transfer encoding; a stall holds the stream open after the text."""
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            for name, value in scripted.headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            for event in head:
+                self._chunk(event)
+            for index, event in enumerate(texts):
+                if index and scripted.gap and self.wire._closing.wait(scripted.gap):
+                    return
+                self._chunk(event)
+                with self.wire._lock:
+                    self.wire.sent.append(time.monotonic())
+            if scripted.stall:
+                self._hold(scripted.stall)
+                return
+            for event in tail:
+                self._chunk(event)
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def _chunk(self, event: str) -> None:
+        data = event.encode()
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
     def _hold(self, seconds: float) -> None:
         """Say nothing until the client hangs up (noted in `wire.hangups`), the server closes or time is up."""
         self.close_connection = True
@@ -259,6 +322,23 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
         pass
+
+
+def _sse(data: Any, event: str | None = None) -> str:
+    head = f"event: {event}\n" if event else ""
+    if isinstance(data, bytes):
+        data = data.decode("utf-8", "replace")
+    return f"{head}data: {json.dumps(data) if not isinstance(data, str) else data}\n\n"
+
+
+def _split(text: str, chunks: list[str] | None, count: int = 3) -> list[str]:
+    """The pieces a text is streamed in: as scripted, or `count` of about equal size."""
+    if chunks is not None:
+        return list(chunks)
+    if not text:
+        return []
+    size = max(1, -(-len(text) // count))
+    return [text[i:i + size] for i in range(0, len(text), size)]
 
 
 def _peek(connection: socket.socket) -> bytes:
@@ -297,6 +377,24 @@ class OpenAIWireServer(WireServer):
         return {"error": {"message": message, "type": kinds.get(status, "server_error"), "param": None,
                           "code": "invalid_api_key" if status == 401 else None}}
 
+    def render_stream(self, request, body, chunks):
+        base = {key: body.get(key) for key in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+        head, texts, tail = [], [], []
+        for choice in body.get("choices") or []:
+            index, message = choice.get("index", 0), dict(choice.get("message") or {})
+            delta = lambda fields, finish=None, index=index: _sse({**base, "choices": [
+                {"index": index, "delta": fields, "finish_reason": finish, "logprobs": None}]})
+            content = message.pop("content", None) or ""
+            head.append(delta({"role": message.pop("role", "assistant"), "content": "", **{
+                key: value for key, value in message.items() if value is not None}}))
+            texts += [delta({"content": piece}) for piece in _split(content, chunks)]
+            tail.append(delta({}, choice.get("finish_reason")))
+        options = request.body.get("stream_options") or {}
+        if options.get("include_usage") and body.get("usage"):
+            tail.append(_sse({**base, "choices": [], "usage": body["usage"]}))
+        tail.append(_sse("[DONE]"))
+        return head, texts, tail
+
     def _completion(self, request, message, finish, usage, model):
         return {
             "id": f"chatcmpl-{len(self.requests)}",
@@ -317,7 +415,7 @@ class GeminiWireServer(WireServer):
     """`POST /{version}/models/{model}:generateContent` (and the Vertex AI `.../publishers/google/models/...`)."""
 
     name = "gemini"
-    route = re.compile(r"^/[^/]+/(?:.*/)?models/[^/:]+:generateContent$")
+    route = re.compile(r"^/[^/]+/(?:.*/)?models/[^/:]+:(?:generateContent|streamGenerateContent\?alt=sse)$")
     STATUS_NAMES: ClassVar[dict[int, str]] = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
                     429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
 
@@ -335,6 +433,28 @@ class GeminiWireServer(WireServer):
                      "finishReason": "MAX_TOKENS" if finish == "length" else "STOP", "index": 0}
         others = {key: value for key, value in extra.items() if key != "parts"}
         return self._response(request, [candidate], usage, model, **others)
+
+    def wants_stream(self, request):
+        return ":streamGenerateContent" in request.path
+
+    def render_stream(self, request, body, chunks):
+        candidates = body.get("candidates")
+        if not candidates:
+            return [], [], [_sse(body)]
+        first = dict(candidates[0])
+        content = first.get("content") or {}
+        parts = content.get("parts") or []
+        text = "".join(part.get("text", "") for part in parts if not part.get("thought"))
+        others = [part for part in parts if part.get("thought") or "text" not in part]
+        base = {key: value for key, value in body.items() if key not in ("candidates", "usageMetadata")}
+        response = lambda parts, **fields: _sse({**base, "candidates": [
+            {"content": {"role": "model", "parts": parts}, "index": 0, **fields}]})
+        head = [response(others)] if others else []
+        texts = [response([{"text": piece}]) for piece in _split(text, chunks)]
+        last = {key: value for key, value in first.items() if key not in ("content", "index")}
+        tail = [_sse({**base, "usageMetadata": body.get("usageMetadata"), "candidates": [
+            {"content": {"role": "model", "parts": [{"text": ""}]}, "index": 0, **last}]})]
+        return head, texts, tail
 
     def render_blocked(self, request, where: str = "prompt", reason: str = "SAFETY"):
         usage = {"input": 10, "output": 0, "cached": 0}
@@ -361,7 +481,8 @@ class AnthropicWireServer(WireServer):
     """`POST /v1/messages` (and the Vertex AI `.../publishers/anthropic/models/{model}:rawPredict`)."""
 
     name = "anthropic"
-    route = re.compile(r"^(/v1/messages|.*/publishers/anthropic/models/[^/:]+:rawPredict)$")
+    route = re.compile(r"^(/v1/messages|.*/publishers/anthropic/models/[^/:]+:(?:rawPredict|streamRawPredict))$")
+    first_event = "message_start"
     ERROR_TYPES: ClassVar[dict[int, str]] = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                    404: "not_found_error", 429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
 
@@ -370,7 +491,7 @@ class AnthropicWireServer(WireServer):
         return {"ANTHROPIC_BASE_URL": self.base_url, "ANTHROPIC_API_KEY": TEST_KEY}
 
     def model_of(self, request):
-        match = re.search(r"models/([^/:]+):rawPredict", request.path)
+        match = re.search(r"models/([^/:]+):(?:stream)?[rR]awPredict", request.path)
         return match.group(1) if match else super().model_of(request)
 
     def render_text(self, request, text, usage, model, finish, extra):
@@ -383,6 +504,33 @@ class AnthropicWireServer(WireServer):
 
     def render_error(self, status, message):
         return {"type": "error", "error": {"type": self.ERROR_TYPES.get(status, "api_error"), "message": message}}
+
+    def render_stream(self, request, body, chunks):
+        message = {**body, "content": [], "stop_reason": None, "stop_sequence": None}
+        usage = dict(body.get("usage") or {})
+        message["usage"] = {**usage, "output_tokens": 1}
+        head, texts, tail = [_sse({"type": "message_start", "message": message}, "message_start")], [], []
+        for index, block in enumerate(body.get("content") or []):
+            if block.get("type") == "text":
+                into = texts
+                start = {"type": "text", "text": ""}
+                deltas = [{"type": "text_delta", "text": piece} for piece in _split(block["text"], chunks)]
+            else:  # thinking
+                into = head
+                start = {"type": "thinking", "thinking": "", "signature": ""}
+                deltas = [{"type": "thinking_delta", "thinking": block.get("thinking", "")},
+                          {"type": "signature_delta", "signature": block.get("signature", "")}]
+            head.append(_sse({"type": "content_block_start", "index": index, "content_block": start},
+                             "content_block_start"))
+            into += [_sse({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta")
+                     for delta in deltas]
+            (tail if into is texts else head).append(
+                _sse({"type": "content_block_stop", "index": index}, "content_block_stop"))
+        tail.append(_sse({"type": "message_delta", "delta": {"stop_reason": body.get("stop_reason"),
+                                                             "stop_sequence": None},
+                          "usage": {"output_tokens": usage.get("output_tokens", 0)}}, "message_delta"))
+        tail.append(_sse({"type": "message_stop"}, "message_stop"))
+        return head, texts, tail
 
     def _message(self, request, content, stop_reason, usage, model):
         return {
@@ -435,6 +583,53 @@ def anthropic_server(clean_model_env):
     """An Anthropic messages server on 127.0.0.1 (and no provider variables in the environment)."""
     with AnthropicWireServer() as server:
         yield server
+
+
+PROVIDERS = {
+    "openai": (OpenAIWireServer, "anges.models.openai_model:OpenAIModel", "OPENAI_API_KEY"),
+    "gemini": (GeminiWireServer, "anges.models.gemini_model:GeminiModel", "GEMINI_API_KEY"),
+    "anthropic": (AnthropicWireServer, "anges.models.anthropic_model:AnthropicModel", "ANTHROPIC_API_KEY"),
+}
+"""Each provider: its server, its model class, its key variable."""
+
+
+def fast_retry():
+    """A retry policy with tiny waits."""
+    from anges.config import RetryConfig
+
+    return RetryConfig(max_attempts=3, max_total_seconds=30, initial_backoff=0.01, max_backoff=0.02)
+
+
+@dataclass
+class Wire:
+    """A provider's server, and a way to build its model pointed at that server."""
+
+    provider: str
+    server: WireServer
+    model_class: type
+    key_env: str
+
+    def model(self, settings=None, retry=None, real_waits: bool = False, **preset: Any):
+        from anges.config import ModelPreset, ModelSettings
+
+        waits, sleep = sleeper()
+        options = {"model": "test-model", "base_url": self.server.base_url, "api_key_env": self.key_env, **preset}
+        model = self.model_class(ModelPreset(provider=self.provider, **options),
+                                 settings or ModelSettings(request_timeout=5), retry or fast_retry(),
+                                 sleep=None if real_waits else sleep)
+        return model, waits
+
+
+@pytest.fixture(params=sorted(PROVIDERS))
+def wire(request, clean_model_env, monkeypatch):
+    """Each provider in turn: its server on 127.0.0.1 and its model class (`wire.model()` builds one)."""
+    from importlib import import_module
+
+    server_class, where, key_env = PROVIDERS[request.param]
+    module, _, name = where.partition(":")
+    monkeypatch.setenv(key_env, TEST_KEY)
+    with server_class() as server:
+        yield Wire(request.param, server, getattr(import_module(module), name), key_env)
 
 
 def sleeper() -> tuple[list[float], Callable[[float], None]]:

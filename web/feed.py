@@ -3,10 +3,12 @@ the child agents it runs, which ends once no run is active on the chat.
 
 Messages: `steps` {block, steps} (block "" is the chat, "7" the child run started at the chat's step 7,
 "7/3" the one that child started at its step 3); `child` {block, uid, title, status} when a child's title
-or status changes; `status` (the chat's state and totals) on change; `gone` when the chat is deleted; and
-`end` {reason}: "finished" (no run is active: the page opens a new feed when one starts), "lifetime" (open
-a new one now) or "login" (the session ended). A page resumes with `from` (the chat's next step index) and
-`blocks` ("7:12,7/3:4": the next step index of each child block still open on the page).
+or status changes; `live` {block, call, analysis, reasoning} while a reply streams in the chat or a child
+(the texts so far, the last LIVE_CHARS of each; the block's next `steps` replaces it); `status` (the chat's
+state and totals) on change; `gone` when the chat is deleted; and `end` {reason}: "finished" (no run is
+active: the page opens a new feed when one starts), "lifetime" (open a new one now) or "login" (the session
+ended). A page resumes with `from` (the chat's next step index) and `blocks` ("7:12,7/3:4": the next step
+index of each child block still open on the page).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ MAX_BLOCKS = 500
 """Open child blocks a page may ask to resume."""
 STEPS_PER_MESSAGE = 200
 """A long history goes out in messages of this many steps, so the page can show them in a few batches."""
+LIVE_CHARS = 4000
+"""The end of a streaming reply's analysis and reasoning that a `live` message carries."""
 
 
 class BadCursor(ValueError):
@@ -65,6 +69,8 @@ class Reader:
     """The last `child` message sent for this block."""
     totals: Totals | None = None
     """Steps, tokens and cost so far (kept for the chat only)."""
+    live: dict | None = None
+    """The streaming reply last sent for this block."""
 
 
 def feed(web, uid: str, next_index: int, open_blocks: dict[str, int]) -> Iterator[str]:
@@ -93,6 +99,9 @@ def feed(web, uid: str, next_index: int, open_blocks: dict[str, int]) -> Iterato
             for message in _follow_child(store, child, children, open_blocks):
                 yield message
                 sent = True
+        for message in _live(web.runs.live(uid), [chat, *children]):
+            yield message
+            sent = True
         status = {"uid": uid, "title": chat.title, **shown_status(web, uid, chat.stored), **chat.totals.to_dict()}
         if status != last_status:
             yield _sse("status", status)
@@ -118,6 +127,17 @@ def shown_status(web, uid: str, stored: str) -> dict:
     running = web.runs.started_here(uid) or (stored == "running" and web.store.is_running(uid))
     status = "running" if running else "interrupted" if stored == "running" else stored
     return {"status": status, "running": running}
+
+
+def _live(replies: dict[str, dict], readers: list[Reader]) -> Iterator[str]:
+    """A `live` message for each block whose streaming reply grew since the last one."""
+    for reader in readers:
+        reply = replies.get(reader.uid)
+        if reply is None or reply == reader.live or reader.done:
+            continue
+        reader.live = reply
+        texts = {name: reply[name][-LIVE_CHARS:] for name in ("analysis", "reasoning")}
+        yield _sse("live", {"block": reader.block, "call": reply["call"], **texts})
 
 
 def _follow_child(store, reader: Reader, children: list[Reader], open_blocks: dict[str, int]) -> Iterator[str]:

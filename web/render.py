@@ -6,6 +6,7 @@ from functools import lru_cache
 
 import nh3
 
+from anges.budget import cache_hit_ratio
 from anges.events import (
     REQUEST_EVENT_TYPES,
     Event,
@@ -137,7 +138,8 @@ def _kind(event: Event) -> str:
 
 def _usage(data: dict) -> dict:
     usage = StepUsage.of(data) or StepUsage()
-    out = {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens, "model_calls": usage.model_calls}
+    out = {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens, "model_calls": usage.model_calls,
+           "cached_tokens": usage.cached_tokens}
     if usage.cost is not None:
         out["cost"] = usage.cost
     if usage.model:
@@ -146,12 +148,13 @@ def _usage(data: dict) -> dict:
 
 
 class Totals:
-    """Running totals for the status line: steps, tokens, cost."""
+    """Running totals for the status line: steps, tokens (and the share of input read from the cache), cost."""
 
     def __init__(self):
         self.steps = 0
         self.input_tokens = 0
         self.output_tokens = 0
+        self.cached_tokens = 0
         self.cost = 0.0
         self.priced = False
         self.model = ""
@@ -162,6 +165,7 @@ class Totals:
         usage = _usage(event.data or {})
         self.input_tokens += usage["input_tokens"]
         self.output_tokens += usage["output_tokens"]
+        self.cached_tokens += usage["cached_tokens"]
         if "cost" in usage:
             self.cost += usage["cost"]
             self.priced = True
@@ -169,4 +173,6 @@ class Totals:
 
     def to_dict(self) -> dict:
         return {"steps": self.steps, "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                "cached_tokens": self.cached_tokens,
+                "cache_hit_ratio": cache_hit_ratio(self.cached_tokens, self.input_tokens),
                 "cost": round(self.cost, 6) if self.priced else None, "model": self.model}

@@ -7,7 +7,7 @@ import os
 import threading
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from anges.config import Config
 from anges.events import Event, EventStream
@@ -85,6 +85,17 @@ class Run:
     agent: object | None = None
     stop_requested: bool = False
     approvals: WebApproval | None = None
+    live: dict[str, dict] = field(default_factory=dict)
+    """The reply streaming now in each agent of the run, by stream id: its call, analysis and reasoning so far
+    (until the agent records its next event)."""
+
+    def on_delta(self, delta) -> None:
+        """Delta handler: keep the reply's texts so far for the feed."""
+        self.live[delta.agent_id] = {"call": delta.call, "analysis": delta.analysis, "reasoning": delta.reasoning}
+
+    def on_message(self, message) -> None:
+        """Message handler: the agent recorded an event, which shows the reply from now on."""
+        self.live.pop(message.agent_id, None)
 
 
 class Runs:
@@ -106,6 +117,11 @@ class Runs:
     def started_here(self, uid: str) -> bool:
         """True while a run this process started on `uid` is active."""
         return uid in self._runs
+
+    def live(self, uid: str) -> dict[str, dict]:
+        """The replies streaming now in the run of chat `uid` (this process's), by stream id of the agent."""
+        run = self._runs.get(uid)
+        return dict(run.live) if run is not None else {}
 
     def start(self, uid: str, text: str) -> None:
         """Start working on `text` in chat `uid` in the background; ChatBusy if a run is already active."""
@@ -147,6 +163,8 @@ class Runs:
             known = len(stream.events_list)
             run.approvals = WebApproval(self.answers)
             run.agent = self._build_agent(stream, lambda: run.stop_requested, run.approvals)
+            run.agent.delta_handlers.append(run.on_delta)
+            run.agent.message_handlers.append(run.on_message)
             with run.agent.mcp or nullcontext():
                 run.agent.run_with_new_request(text)
         except StreamBusy:

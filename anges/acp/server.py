@@ -149,6 +149,7 @@ class AngesAgent:
             if mcp is not None:
                 mcp.close()
             raise RequestError(-32602, str(exc)) from None
+        agent.delta_handlers.append(session.on_delta)
         session.attach(agent)
         self.sessions[session.uid] = session
         log.info("session %s (%s agent) in %s", session.uid, agent_type, session.cwd)

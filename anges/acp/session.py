@@ -91,6 +91,13 @@ class Session:
             parent = message.parent_ids[-1] if message.parent_ids else ""
             turn.mapper.event(message.event, Speaker(message.agent_id, message.agent_type, parent, message.depth))
 
+    def on_delta(self, delta) -> None:
+        """Delta handler: a piece of a reply's analysis or reasoning, sent as a thought chunk as it streams."""
+        turn = self.turn
+        if turn is not None and not turn.cancelled.is_set():
+            parent = delta.parent_ids[-1] if delta.parent_ids else ""
+            turn.mapper.thought(Speaker(delta.agent_id, delta.agent_type, parent, delta.depth), delta)
+
     def cancelled(self) -> bool:
         """The agent's interrupt check: the client cancelled the running turn."""
         turn = self.turn
@@ -137,6 +144,8 @@ class Session:
             return "max_turn_requests"
         if reason == "invalid_replies" and turn.refused:
             return "refusal"
+        if reason == "reply_cut_off":
+            return "max_tokens"
         return "end_turn"
 
     def cancel(self) -> None:

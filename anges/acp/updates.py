@@ -1,10 +1,10 @@
 """A run of an agent tree as ACP session updates: thoughts, one tool call per action with its status, answers, and
 the orchestrator's plan.
 
-Live, two things feed it: each model reply as it arrives (its thoughts; its actions start as pending tool calls)
-and each event as it is recorded (approvals, results, child agents, stops). A stored stream replays through the
-same mapping from its events alone: each tool call then starts when its first event comes. A live side channel of
-reply deltas (streaming) would add thought chunks before `reply`, which then skips the thoughts already shown.
+Live, three things feed it: the pieces of a reply's analysis and reasoning as it streams (thought chunks), each
+model reply once it has arrived (its thoughts, unless they streamed; its actions start as pending tool calls) and
+each event as it is recorded (approvals, results, child agents, stops). A stored stream replays through the same
+mapping from its events alone: each tool call then starts when its first event comes.
 """
 
 from __future__ import annotations
@@ -100,6 +100,8 @@ class UpdateMapper:
         self._speakers: dict[str, Speaker] = {}
         self._running: dict[str, str] = {}
         self._thought: dict[str, str] = {}
+        self._streaming: dict[str, tuple[int, str]] = {}
+        """The call and field of the reply each agent streams now (its thoughts went out as chunks)."""
         self._plan: list[tuple[str, str]] = []
 
     # -- what feeds it ------------------------------------------------------------------------------------------
@@ -116,13 +118,30 @@ class UpdateMapper:
             except FormatError:
                 return  # the agent asks again; nothing of this reply runs
             self._close(speaker.id, "Not run: the run went on without it.")
-            self._thought.pop(speaker.id, None)  # a new reply: its thoughts show even when they repeat the last
-            self._think(speaker, reply.analysis, reply.reasoning)
+            if self._streaming.pop(speaker.id, None) is None:
+                self._thought.pop(speaker.id, None)  # a new reply: its thoughts show even when they repeat the last
+                self._think(speaker, reply.analysis, reply.reasoning)
+            else:  # its thoughts went out as they streamed; the events repeat them
+                self._thought[speaker.id] = reply.reasoning.strip() or reply.analysis.strip()
+                self._show_plan(speaker, reply.reasoning)
             calls = [self._open(speaker, args["action_type"], args, "pending",
                                 raw_input={k: v for k, v in args.items() if k != "action_type"})
                      for args in reply.actions if args["action_type"] not in NOT_TOOL_CALLS]
             if calls:  # the agent starts on the first at once (and says so if it must ask first)
                 self._update(calls[0], "in_progress")
+
+    def thought(self, speaker: Speaker, delta) -> None:
+        """A piece of a reply's analysis or reasoning as it streams (`delta`: an anges ReplyDelta)."""
+        with self._lock:
+            self._speakers.setdefault(speaker.id, speaker)
+            call, field = self._streaming.get(speaker.id, (None, ""))
+            if call != delta.call:
+                lead = f"[{speaker.type}] " if speaker.depth else ""
+            else:
+                lead = "\n\n" if field != delta.field else ""
+            self._streaming[speaker.id] = (delta.call, delta.field)
+            self._thought[speaker.id] = delta.reasoning.strip() or delta.analysis.strip()
+            self.send(update_agent_thought_text(lead + delta.text))
 
     def event(self, event, speaker: Speaker) -> None:
         """An event was recorded (or is replayed)."""
@@ -254,6 +273,10 @@ class UpdateMapper:
         self._thought[speaker.id] = key
         text = "\n\n".join(part.strip() for part in (analysis, reasoning) if part and part.strip())
         self.send(update_agent_thought_text(f"[{speaker.type}] {text}" if speaker.depth else text))
+        self._show_plan(speaker, reasoning)
+
+    def _show_plan(self, speaker: Speaker, reasoning: str) -> None:
+        """The orchestrator's plan, from its reasoning, when it changed."""
         if speaker.type == "orchestrator" and speaker.depth == 0:
             entries = plan_entries(reasoning or "")
             if entries and entries != self._plan:

@@ -17,14 +17,13 @@ from anges.agents.prompting import Prompter
 from anges.agents.record import AgentMessage, masked_title
 from anges.agents.run import RunState, abandoned_run, saved_notes, stop_event
 from anges.budget import Budget, Ledger
-from anges.clipping import cap_event, clip
+from anges.clipping import cap_event
 from anges.config import default_config
 from anges.events import Event, EventStream, new_id
-from anges.exceptions import FormatError, ModelReplyError, RunStopped
+from anges.exceptions import RunStopped
 from anges.masking import mask_event
 from anges.models import get_model
-from anges.parsing import ParsedReply, parse_reply
-from anges.prompt import render_template
+from anges.parsing import ParsedReply
 from anges.safety import SafetyShare, run_secrets
 from anges.store import EventStore, status_of
 
@@ -94,7 +93,9 @@ class BaseAgent(Delegation):
         """The sandbox, policy and approval gate of the current run (its child agents share them)."""
         self._share = SafetyShare(self.config.safety)
         self._prompter = Prompter(self)
-        self._calls = ModelCalls(f"anges-model-{self.uid}")
+        self._calls = ModelCalls(self)
+        self.delta_handlers = self._calls.delta_handlers
+        """Called with each `ReplyDelta` as a reply streams (`anges.agents.live`); a child agent shares them."""
         self._interrupted, self._interrupt_why = threading.Event(), ""
         self._state: RunState | None = None
         self._secrets: list[str] = []
@@ -164,25 +165,8 @@ class BaseAgent(Delegation):
         return self._execute(self._query())
 
     def _query(self) -> ParsedReply:
-        """A valid reply from the model; an invalid one is sent back with feedback, a bounded number of times."""
-        feedback, error = "", ""
-        attempts = max(self.agent_config.max_invalid_replies, 1)
-        for attempt in range(1, attempts + 1):
-            prompt = self.render_prompt(feedback)
-            if len(prompt) > self.config.prompt.max_prompt_chars and self._state.history.shorten():
-                prompt = self.render_prompt(feedback)
-            temperature = self.config.model_settings.temperature + 0.1 * (attempt - 1)
-            try:
-                return parse_reply(self._call_model(prompt, temperature), self._actions_by_type())
-            except FormatError as exc:
-                error = exc.feedback
-            except ModelReplyError as exc:
-                error = str(exc)
-            self.logger.info("invalid reply (attempt %d of %d): %s", attempt, attempts, error)
-            feedback = render_template("invalid_reply.j2", self.config.prompt.template_dir,
-                                       error=error, attempt=attempt, max_attempts=attempts)
-        raise RunStopped("invalid_replies", f"the model gave {attempts} invalid replies in a row; last error: {error}",
-                         last_error=error)
+        """A valid reply from the model; an invalid or cut-off one is asked again, a bounded number of times."""
+        return self._calls.ask()
 
     def _execute(self, reply: ParsedReply) -> bool:
         """The reply's actions in order, each through the approval gate; True when one ended the run."""
@@ -237,13 +221,7 @@ class BaseAgent(Delegation):
             self.handle_user_visible_messages(AgentMessage(event.message, self, event))
 
     def _call_model(self, prompt: str, temperature: float | None = None, attach: bool = True):
-        self._check_limits()
-        temperature = self.config.model_settings.temperature if temperature is None else temperature
-        prompt = clip(prompt, self.config.prompt.max_prompt_chars)
-        reply = self._calls.call(lambda: self.inference_func(prompt, temperature=temperature), self._stop_requested,
-                                 self._check_limits, self._state.budget)
-        self._state.ledger.count(reply if isinstance(reply, str) else "", attach)
-        return reply
+        return self._calls.reply(prompt, temperature, attach)
 
     def _check_limits(self) -> None:
         if self._interrupt_requested():

@@ -1,48 +1,120 @@
-"""An agent's model calls: on a thread of their own, so a stop ends the wait at once; provider errors as stops."""
+"""An agent's model calls: on a thread of their own, so a stop ends the wait at once; provider errors as stops; the
+reply asked again when it is invalid or cut off; its text streamed to the delta handlers as it arrives."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from anges.exceptions import ModelError, ModelReplyError, ModelSetupError, RunStopped
+from anges.agents.live import LiveReply, ReplyDelta
+from anges.clipping import clip
+from anges.exceptions import FormatError, ModelError, ModelReplyError, ModelSetupError, RunStopped
 from anges.models.cancel import CallThread, CancelToken
+from anges.models.streaming import NOWHERE, listening
+from anges.parsing import ParsedReply, parse_reply
+from anges.prompt import render_template
 from anges.waiting import wait_for
 
 if TYPE_CHECKING:
-    from anges.budget import Budget
+    from anges.agents.base import BaseAgent
+
 
 class ModelCalls:
     """Runs an agent's model calls one at a time on its call thread, each under a cancel token.
 
-    On a stop the provider drops its request and gives up retrying, and the thread is left to finish alone
-    (a daemon: it cannot keep the process alive).
+    On a stop the provider drops its request (a stream is closed) and gives up retrying, and the thread is left to
+    finish alone (a daemon: it cannot keep the process alive).
     """
 
-    def __init__(self, name: str):
-        self.name = name
+    def __init__(self, agent: BaseAgent):
+        self.agent = agent
+        self.delta_handlers: list[Callable[[ReplyDelta], None]] = []
+        """Called with each `ReplyDelta` of the agent's replies as they stream (on the call's thread)."""
+        self.count = 0
+        """Model calls made so far (the `call` number of the deltas)."""
         self._thread: CallThread | None = None
 
+    def ask(self) -> ParsedReply:
+        """A valid reply from the model; an invalid or cut-off one is sent back with feedback, a bounded number of
+        times (`max_invalid_replies`, `max_cut_off_replies`)."""
+        agent = self.agent
+        limits = agent.agent_config
+        feedback, error, invalid, cut = "", "", 0, 0
+        while True:
+            prompt = agent.render_prompt(feedback)
+            if len(prompt) > agent.config.prompt.max_prompt_chars and agent._state.history.shorten():
+                prompt = agent.render_prompt(feedback)
+            temperature = agent.config.model_settings.temperature + 0.1 * invalid
+            try:
+                reply = self.reply(prompt, temperature, live=True)
+                if getattr(reply, "finish_reason", "") == "length":
+                    cut += 1
+                    feedback = self._cut_off(cut, max(limits.max_cut_off_replies, 1))
+                    continue
+                return parse_reply(reply, agent._actions_by_type())
+            except FormatError as exc:
+                error = exc.feedback
+            except ModelReplyError as exc:
+                error = str(exc)
+            invalid += 1
+            attempts = max(limits.max_invalid_replies, 1)
+            agent.logger.info("invalid reply (attempt %d of %d): %s", invalid, attempts, error)
+            if invalid >= attempts:
+                raise RunStopped("invalid_replies", f"the model gave {attempts} invalid replies in a row; last error: "
+                                 f"{error}", last_error=error)
+            feedback = render_template("invalid_reply.j2", agent.config.prompt.template_dir, error=error,
+                                       attempt=invalid, max_attempts=attempts)
+
+    def reply(self, prompt: str, temperature: float | None = None, attach: bool = True, live: bool = False):
+        """One model call, charged to the run (its usage put on the next event when `attach`); `live` streams its
+        analysis and reasoning to the delta handlers."""
+        agent = self.agent
+        agent._check_limits()
+        temperature = agent.config.model_settings.temperature if temperature is None else temperature
+        prompt = clip(prompt, agent.config.prompt.max_prompt_chars)
+        reply = self.call(lambda: agent.inference_func(prompt, temperature=temperature), agent._stop_requested,
+                          agent._check_limits, live)
+        agent._state.ledger.count(reply if isinstance(reply, str) else "", attach)
+        return reply
+
     def call(self, call: Callable[[], str], stop_requested: Callable[[], bool], check_limits: Callable[[], None],
-             budget: Budget) -> str:
+             live: bool = False) -> str:
         """The reply of `call()`; RunStopped on a stop (`check_limits` says which) or a provider error."""
         try:
-            return self._watch(call, stop_requested, check_limits)
+            return self._watch(call, stop_requested, check_limits, live)
         except ModelReplyError as exc:
-            budget.charge(exc.usage, None)  # a refused reply still cost tokens
+            self.agent._state.budget.charge(exc.usage, None)  # a refused reply still cost tokens
             raise
         except ModelSetupError as exc:  # a rejected key, an unknown model: retrying cannot help
             raise RunStopped("model_setup", f"the model is not usable: {exc}", error=str(exc)) from None
         except ModelError as exc:
             raise RunStopped("model_error", f"the model call failed: {exc}", error=str(exc)) from None
 
-    def _watch(self, call: Callable[[], str], stop_requested: Callable[[], bool],
-               check_limits: Callable[[], None]) -> str:
+    def _cut_off(self, count: int, limit: int) -> str:
+        """The feedback after a reply cut off at max_output_tokens; RunStopped after `limit` in a row."""
+        agent = self.agent
+        tokens = agent.config.model_settings.max_output_tokens
+        if count >= limit:
+            raise RunStopped("reply_cut_off", f"the model's reply was cut off at max_output_tokens ({tokens}) "
+                             f"{count} times in a row", limit=limit, max_output_tokens=tokens)
+        agent.logger.info("reply cut off at max_output_tokens (%d of %d)", count, limit)
+        return render_template("cut_off_reply.j2", agent.config.prompt.template_dir, attempt=count,
+                               max_attempts=limit, max_output_tokens=tokens)
+
+    def _watch(self, call: Callable[[], str], stop_requested: Callable[[], bool], check_limits: Callable[[], None],
+               live: bool) -> str:
         token = CancelToken()
-        pending = self._thread.start(call, token) if self._thread is not None else None
+        self.count += 1
+        sink = self._sink(token) if live and self.delta_handlers else NOWHERE
+
+        def streamed() -> str:
+            with listening(sink):
+                return call()
+
+        pending = self._thread.start(streamed, token) if self._thread is not None else None
         if pending is None:  # no thread yet, or it ended while idle
-            self._thread = CallThread(self.name)
-            pending = self._thread.start(call, token)
+            self._thread = CallThread(f"anges-model-{self.agent.uid}")
+            pending = self._thread.start(streamed, token)
         if wait_for(pending.wait, stop_requested) == "stopped":
             token.cancel()
             self._thread.close()
@@ -50,3 +122,9 @@ class ModelCalls:
             check_limits()
             raise RunStopped("interrupt", "the run was interrupted")  # a stop that `check_limits` did not see
         return pending.result()
+
+    def _sink(self, token: CancelToken) -> LiveReply:
+        agent = self.agent
+        tag = {"agent_id": agent.uid, "agent_type": agent.agent_type, "parent_ids": tuple(agent.parent_ids),
+               "call": self.count}
+        return LiveReply(self.delta_handlers, tag, agent._secrets, token)

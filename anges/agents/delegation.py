@@ -19,8 +19,8 @@ class Delegation:
     until it returns."""
 
     def make_child(self: BaseAgent, agent_type: str, event_stream: EventStream) -> BaseAgent:
-        """A child agent that inherits this agent's model, config, store, directory, notes, handlers, limits and
-        safety (one sandbox, policy and approval channel for the whole tree)."""
+        """A child agent that inherits this agent's model, config, store, directory, notes, handlers (delta handlers
+        too), limits and safety (one sandbox, policy and approval channel for the whole tree)."""
         child = registry.agent_types.get(agent_type)(
             parent_ids=self.parent_ids + [self.uid], inference_func=self.inference_func, event_stream=event_stream,
             cmd_init_dir=self.cmd_init_dir, prefix_cmd=self.prefix_cmd, interrupt_check=self._stop_requested,
@@ -28,6 +28,7 @@ class Delegation:
             budget=self._state.budget if self._state else None, mcp=self.mcp, approval=self.approval,
             remaining_depth=self.remaining_depth - 1)
         child._share.parent = self.run_safety
+        child.delta_handlers.extend(self.delta_handlers)
         return child
 
     def child_types(self: BaseAgent, any_depth: bool = False) -> list[str]:

@@ -7,11 +7,16 @@ import platform
 from typing import TYPE_CHECKING
 
 from anges.agents_md import ProjectFile, read_agents_md
+from anges.models.base import Prompt
 from anges.prompt import format_event_stream, render_template
 
 if TYPE_CHECKING:
     from anges.actions.base import Action
     from anges.agents.base import BaseAgent
+
+
+HISTORY_HEADING = "\n# History\n"
+"""Where the stable prefix of an agent prompt ends (the templates render this heading before the history)."""
 
 
 class Prompter:
@@ -22,27 +27,46 @@ class Prompter:
         self.agent = agent
         self._facts: dict | None = None
         self._project: list[ProjectFile] | None = None
+        self._history = ""
+        """The history the last prompt showed: where the next one may hit the provider's cache."""
 
     def new_run(self) -> None:
         """Read the facts and the project's AGENTS.md again (either may differ) and render every action's guide."""
         self._facts = None
         self._project = None
+        self._history = ""
         for action in self.agent.registered_actions:
             if action.guide_template:
                 action.guide_prompt = self.guide(action)
 
-    def prompt(self, feedback: str = "") -> str:
+    def prompt(self, feedback: str = "") -> Prompt:
         """The full prompt for the next step; `feedback` says what was wrong with the last reply."""
         agent, config = self.agent, self.agent.config.prompt
         events = agent.event_stream.events_list
-        return render_template(
+        history = format_event_stream(agent.event_stream, config)
+        text = render_template(
             agent.agent_prompt_template, config.template_dir,
             action_types=[a.type for a in agent.registered_actions],
             action_guides=[a.guide_prompt for a in agent.registered_actions], platform=self.facts(),
             project_files=self.project_files(), project_limit=config.max_agents_md_chars,
-            notes=agent.notes, history=format_event_stream(agent.event_stream, config),
+            notes=agent.notes, history=history,
             background_jobs=agent.run_safety.job_lines() if agent.run_safety else [],
             after_edit=bool(events) and events[-1].type == "edit_file", feedback=feedback, agent=agent)
+        return self._cacheable(text, history)
+
+    def _cacheable(self, text: str, history: str) -> Prompt:
+        """The prompt with its cache breaks: the end of the stable prefix, of the history the last prompt showed
+        (the provider cached up to there) and of this history."""
+        key = f"anges-{self.agent.uid}"
+        fixed = text.find(HISTORY_HEADING) + 1
+        if not fixed:
+            return Prompt(text, cache_key=key)
+        start = text.find(history, fixed)
+        if start < 0:
+            return Prompt(text, (fixed,), (fixed,), key)
+        previous, self._history = self._history, history
+        grown = start + len(previous) if previous and history.startswith(previous) else 0
+        return Prompt(text, (fixed, grown, start + len(history)), (fixed, start + len(history)), key)
 
     def project_files(self) -> list[ProjectFile]:
         """The project's AGENTS.md files (none when `prompt.agents_md` is off), read once per run: they belong to

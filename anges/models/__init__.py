@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from anges.config import default_config
 from anges.exceptions import ModelSetupError
-from anges.models.base import Completion, Model, Usage
+from anges.models.base import Completion, Model, Prompt, Usage
 from anges.models.provider import config_hint, credential_hint, has_credentials
 from anges.models.replay import RecordingModel, ReplayModel, replay_model, with_recording
 from anges.registry import providers
@@ -23,7 +23,7 @@ from anges.registry import providers
 if TYPE_CHECKING:
     from anges.config_types import Config, ModelPreset
 
-__all__ = ["Completion", "Model", "RecordingModel", "ReplayModel", "Usage", "find_preset", "get_model",
+__all__ = ["Completion", "Model", "Prompt", "RecordingModel", "ReplayModel", "Usage", "find_preset", "get_model",
            "provider_class", "provider_key_envs", "with_recording"]
 
 

@@ -9,6 +9,7 @@ from anges.exceptions import ModelSetupError
 from anges.models.base import Completion, Usage
 from anges.models.provider import Provider
 from anges.models.retry import Failure
+from anges.models.streaming import StreamEnded, current_sink
 
 _FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
            "model_context_window_exceeded": "length"}
@@ -53,11 +54,9 @@ class AnthropicModel(Provider):
 
     def _complete(self, prompt: str, temperature: float) -> Completion:
         # The Messages API (2026-10-21, the SDK 2.x default) takes no sampling parameters: temperature is not sent.
-        message = self.client.messages.create(
-            model=self.preset.model,
-            max_tokens=self.settings.max_output_tokens,
-            messages=[{"role": "user", "content": prompt}],
-        )
+        params = {"model": self.preset.model, "max_tokens": self.settings.max_output_tokens,
+                  "messages": [{"role": "user", "content": user_content(prompt)}]}
+        message = self._streamed(params) if self.settings.stream else self.client.messages.create(**params)
         usage = _usage(getattr(message, "usage", None))
         stop_reason = getattr(message, "stop_reason", None)  # getattr: a server may answer 200 with another shape
         if stop_reason == "refusal":
@@ -66,6 +65,21 @@ class AnthropicModel(Provider):
         text = "".join(block.text for block in blocks if getattr(block, "type", "") == "text")
         finish_reason = _FINISH.get(stop_reason or "end_turn", stop_reason)
         return self._reply(text, usage, getattr(message, "model", ""), finish_reason)
+
+    def _streamed(self, params: dict[str, Any]) -> Any:
+        """The message as server-sent events, each text delta passed on at once; the SDK gathers the final message
+        (its usage from `message_start` and `message_delta`)."""
+        sink = current_sink()
+        sink.begin()
+        started = False
+        with self.client.messages.stream(**params) as events:
+            for event in events:
+                started = started or event.type == "message_start"
+                if event.type == "content_block_delta" and getattr(event.delta, "type", "") == "text_delta":
+                    sink(event.delta.text)
+            if not started:
+                raise StreamEnded("the reply stream was empty or not JSON (it ended before its message started)")
+            return events.get_final_message()
 
     def _classify(self, exc: BaseException) -> Failure | None:
         import anthropic
@@ -81,3 +95,28 @@ def _usage(usage: Any) -> Usage:
     # Anthropic counts cache reads and writes apart from input_tokens; the others include them.
     return Usage(input_tokens=(usage.input_tokens or 0) + cached + written, output_tokens=usage.output_tokens or 0,
                  cached_tokens=cached)
+
+
+def user_content(prompt: Any) -> Any:
+    """The prompt as text blocks split where it says it may be cached (`Prompt.breaks`), with `cache_control` on
+    the blocks that end at its `marks`: the stable prefix, and the history (which the next call extends). A prompt
+    that says nothing of caching (or content that is not text) goes as it is."""
+    marks = set(getattr(prompt, "marks", ()))
+    if not marks:
+        return str(prompt) if isinstance(prompt, str) else prompt
+    breaks = [b for b in prompt.breaks if 0 < b < len(prompt)]
+    blocks: list[dict] = []
+    start = 0
+    for end in [*breaks, len(prompt)]:
+        text = prompt[start:end]
+        if not text.strip():  # the API refuses blank blocks: this piece joins the next one
+            continue
+        block = {"type": "text", "text": str(text)}
+        if end in marks:
+            block["cache_control"] = {"type": "ephemeral"}
+        blocks.append(block)
+        start = end
+    if not blocks:
+        return [{"type": "text", "text": str(prompt)}]
+    blocks[-1]["text"] += prompt[start:]  # blank text at the very end
+    return blocks

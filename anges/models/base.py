@@ -48,6 +48,26 @@ class Completion(str):
         return obj
 
 
+class Prompt(str):
+    """A prompt text that also says how a provider may cache it; any `str` is a valid prompt too.
+
+    `breaks` are offsets where a provider that caches by blocks (Anthropic) may start a new block: the end of the
+    stable prefix (instructions, guides), the end of the history the previous call sent, the end of this history.
+    `marks` are those of `breaks` worth a cache marker. `cache_key` names the run (OpenAI's `prompt_cache_key`).
+    """
+
+    breaks: tuple[int, ...]
+    marks: tuple[int, ...]
+    cache_key: str
+
+    def __new__(cls, text: str, breaks: tuple[int, ...] = (), marks: tuple[int, ...] = (), cache_key: str = ""):
+        obj = super().__new__(cls, text)
+        obj.breaks = tuple(sorted({b for b in breaks if 0 < b < len(text)}))
+        obj.marks = tuple(m for m in marks if m in obj.breaks)
+        obj.cache_key = cache_key
+        return obj
+
+
 def estimate_tokens(text: str) -> int:
     """A rough token count (about four characters a token) for models that report none."""
     return (len(text) + 3) // 4

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from typing import Any
 
 from anges.exceptions import ModelSetupError
 from anges.models.base import Completion, Usage
 from anges.models.provider import Provider, env_true
 from anges.models.retry import Failure, transport_failure
+from anges.models.streaming import current_sink
 
 BLOCKED = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY",
                      "IMAGE_PROHIBITED_CONTENT", "MODEL_ARMOR"})
@@ -67,23 +69,30 @@ class GeminiModel(Provider):
             max_output_tokens=self.settings.max_output_tokens,
             response_mime_type="application/json" if self.settings.json_mode else None,
         )
-        response = self.client.models.generate_content(model=self.preset.model, contents=prompt, config=config)
-        usage = _usage(response.usage_metadata)
-        model = response.model_version or self.preset.model
-        feedback = response.prompt_feedback
+        contents = str(prompt) if isinstance(prompt, str) else prompt  # the SDK takes no subclass of str (a Prompt)
+        request = {"model": self.preset.model, "contents": contents, "config": config}
+        reply = _Reply()
+        if self.settings.stream:
+            sink = current_sink()
+            sink.begin()
+            for chunk in self.client.models.generate_content_stream(**request):
+                if piece := reply.add(chunk):
+                    sink(piece)
+        else:
+            reply.add(self.client.models.generate_content(**request))
+        usage = _usage(reply.usage)
+        feedback = reply.feedback
         if feedback is not None and feedback.block_reason:
             why = _name(feedback.block_reason)
             message = f": {feedback.block_reason_message}" if feedback.block_reason_message else ""
             self._refuse(f"the prompt was blocked ({why}){message}", "blocked", usage)
-        if not response.candidates:
+        if not reply.answered:
             self._refuse("the reply has no candidates", "empty", usage)
-        candidate = response.candidates[0]
-        reason = _name(candidate.finish_reason) or "STOP"
+        reason = reply.finish_reason or "STOP"
         if reason in BLOCKED:
             self._refuse(f"the reply was blocked (finish reason {reason})", "blocked", usage)
-        parts = (candidate.content.parts if candidate.content else None) or []
-        text = "".join(part.text for part in parts if part.text and not part.thought)
-        return self._reply(text, usage, model, _FINISH.get(reason, reason.lower()))
+        text = "".join(reply.parts)
+        return self._reply(text, usage, reply.model or self.preset.model, _FINISH.get(reason, reason.lower()))
 
     def _classify(self, exc: BaseException) -> Failure | None:
         from google.genai import errors
@@ -99,6 +108,35 @@ class GeminiModel(Provider):
             return Failure.setup(f"Vertex AI authentication failed ({type(exc).__name__}: {exc}). Run `gcloud auth "
                                  "application-default login` or set GOOGLE_APPLICATION_CREDENTIALS.")
         return transport_failure(exc)
+
+
+@dataclass
+class _Reply:
+    """What generateContent said, in one response or gathered from the streamed ones (each a partial response;
+    usage and the finish reason come with the last)."""
+
+    parts: list[str] = field(default_factory=list)
+    usage: Any = None
+    model: str = ""
+    feedback: Any = None
+    finish_reason: str = ""
+    answered: bool = False
+    """A candidate came."""
+
+    def add(self, response: Any) -> str:
+        """Take in one response; the answer text it adds (thoughts left out)."""
+        self.usage = response.usage_metadata or self.usage
+        self.model = response.model_version or self.model
+        self.feedback = response.prompt_feedback or self.feedback
+        if not response.candidates:
+            return ""
+        self.answered = True
+        candidate = response.candidates[0]
+        self.finish_reason = _name(candidate.finish_reason) or self.finish_reason
+        parts = (candidate.content.parts if candidate.content else None) or []
+        text = "".join(part.text for part in parts if part.text and not part.thought)
+        self.parts.append(text)
+        return text
 
 
 def _usage(meta: Any) -> Usage:

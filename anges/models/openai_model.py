@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
@@ -10,6 +11,7 @@ from anges.exceptions import ModelSetupError
 from anges.models.base import Completion, Usage, estimate_tokens
 from anges.models.provider import Provider
 from anges.models.retry import Failure
+from anges.models.streaming import current_sink
 
 NO_KEY = "no-key"
 """Sent as the key to local servers that need none (the SDK insists on one)."""
@@ -58,36 +60,87 @@ class OpenAIModel(Provider):
     def _complete(self, prompt: str, temperature: float) -> Completion:
         params: dict[str, Any] = {
             "model": self.preset.model,
-            "messages": [{"role": "user", "content": prompt}],
+            "messages": [{"role": "user", "content": str(prompt) if isinstance(prompt, str) else prompt}],
             "temperature": temperature,
         }
         # OpenAI's reasoning models take only max_completion_tokens; many compatible servers only max_tokens.
         params["max_completion_tokens" if self.official else "max_tokens"] = self.settings.max_output_tokens
         if self.settings.json_mode:
             params["response_format"] = {"type": "json_object"}
-        response = self.client.chat.completions.create(**params)
-        usage = _usage(getattr(response, "usage", None), prompt)
-        model = getattr(response, "model", None) or self.preset.model
-        choices = getattr(response, "choices", None) or []
-        if not choices:
+        key = getattr(prompt, "cache_key", "")
+        send_key = self.official if self.preset.prompt_cache_key is None else self.preset.prompt_cache_key
+        if key and send_key:
+            params["prompt_cache_key"] = key
+        reply = self._streamed(params) if self.settings.stream else self._whole(params)
+        usage = _usage(reply.usage, prompt)
+        if not reply.answered:
             self._refuse("the reply has no choices", "empty", usage)
-        choice = choices[0]
-        message = getattr(choice, "message", None)
-        content = getattr(message, "content", None)
-        finish_reason = getattr(choice, "finish_reason", None) or "stop"
-        if finish_reason == "content_filter":
+        if reply.finish_reason == "content_filter":
             self._refuse("the reply was blocked by the content filter (finish reason content_filter)", "blocked", usage)
-        refusal = getattr(message, "refusal", None)
-        if refusal and not content:
-            self._refuse(f"the model refused: {refusal}", "blocked", usage)
+        if reply.refusal and not reply.text:
+            self._refuse(f"the model refused: {reply.refusal}", "blocked", usage)
         if usage.estimated:
-            usage.output_tokens = estimate_tokens(content or "")
-        return self._reply(content, usage, model, finish_reason)
+            usage.output_tokens = estimate_tokens(reply.text)
+        return self._reply(reply.text, usage, reply.model or self.preset.model, reply.finish_reason or "stop")
+
+    def _whole(self, params: dict[str, Any]) -> _Reply:
+        response = self.client.chat.completions.create(**params)
+        reply = _Reply(model=getattr(response, "model", None) or "", usage=getattr(response, "usage", None))
+        choices = getattr(response, "choices", None) or []
+        if choices:
+            message = getattr(choices[0], "message", None)
+            reply.add(getattr(message, "content", None), getattr(message, "refusal", None),
+                      getattr(choices[0], "finish_reason", None))
+        return reply
+
+    def _streamed(self, params: dict[str, Any]) -> _Reply:
+        """The reply as server-sent chunks, each piece of text passed on at once; usage comes in the last chunk."""
+        sink = current_sink()
+        sink.begin()
+        reply = _Reply()
+        with self.client.chat.completions.create(**params, stream=True,
+                                                 stream_options={"include_usage": True}) as chunks:
+            for chunk in chunks:
+                reply.model = getattr(chunk, "model", None) or reply.model
+                reply.usage = getattr(chunk, "usage", None) or reply.usage
+                for choice in getattr(chunk, "choices", None) or []:
+                    if getattr(choice, "index", 0):
+                        continue
+                    delta = getattr(choice, "delta", None)
+                    content = getattr(delta, "content", None)
+                    reply.add(content, getattr(delta, "refusal", None), getattr(choice, "finish_reason", None))
+                    if content:
+                        sink(content)
+        return reply
 
     def _classify(self, exc: BaseException) -> Failure | None:
         import openai
 
         return self._http_sdk_failure(exc, openai)
+
+
+@dataclass
+class _Reply:
+    """What a chat completion said, whole or gathered from its chunks."""
+
+    model: str = ""
+    usage: Any = None
+    parts: list[str] = field(default_factory=list)
+    refusal: str = ""
+    finish_reason: str = ""
+    answered: bool = False
+    """A choice came (a reply without any is empty)."""
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    def add(self, text: str | None, refusal: str | None, finish_reason: str | None) -> None:
+        self.answered = True
+        if text:
+            self.parts.append(text)
+        self.refusal += refusal or ""
+        self.finish_reason = finish_reason or self.finish_reason
 
 
 def _usage(usage: Any, prompt: str) -> Usage:

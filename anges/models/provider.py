@@ -162,12 +162,10 @@ class Provider:
 
     def _reply(self, text: str | None, usage: Usage, model: str, finish_reason: str) -> Completion:
         """The Completion for a reply text (reasoning blocks and all: the parser reads them), or ModelReplyError
-        when it is empty."""
+        when it is empty. A reply cut off at max_output_tokens (finish reason "length") is returned as it is, even
+        empty: the agent asks for a shorter one."""
         text = text or ""
-        if not text.strip():
-            if finish_reason == "length":
-                self._refuse(f"the reply was cut off at max_output_tokens ({self.settings.max_output_tokens}) before "
-                             "any answer", "truncated", usage)
+        if not text.strip() and finish_reason != "length":
             self._refuse(f"empty reply (finish reason: {finish_reason})", "empty", usage)
         return Completion(text, usage=usage, model=model or self.preset.model, finish_reason=finish_reason)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from anges.exceptions import ModelError, ModelReplyError, ModelSetupError
 from anges.models.base import Completion, Model, Usage
+from anges.models.streaming import replay_into_sink
 
 logger = logging.getLogger(__name__)
 FORMAT_VERSION = 1
@@ -110,6 +111,7 @@ class ReplayModel:
         if "error" in entry:
             raise _error(entry["error"])
         usage = entry.get("usage")
+        replay_into_sink(entry.get("reply", ""))  # streamed again, in a few pieces
         return Completion(entry.get("reply", ""), usage=Usage(**usage) if usage else None, model=entry.get("model", ""),
                           latency=entry.get("latency", 0.0), finish_reason=entry.get("finish_reason", "stop"))
 

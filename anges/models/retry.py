@@ -14,6 +14,7 @@ from typing import TypeVar
 from anges.config import RetryConfig
 from anges.exceptions import ModelCancelled, ModelError, ModelSetupError
 from anges.models.cancel import CancelToken
+from anges.models.streaming import StreamEnded
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -59,6 +60,8 @@ def transport_failure(exc: BaseException) -> Failure | None:
             return None
         if isinstance(exc, json.JSONDecodeError):  # a 200 whose body is empty or not JSON (a proxy's error page)
             return Failure.transient("the reply was not JSON (an empty or garbled body)")
+        if isinstance(exc, StreamEnded):
+            return Failure.transient(str(exc))
         names = {cls.__name__ for cls in type(exc).__mro__}
         if names & _TIMEOUT_NAMES:
             return Failure.transient("timed out")

@@ -10,6 +10,7 @@ from typing import Any
 
 from anges.exceptions import ModelError, ModelSetupError
 from anges.models.base import Completion, Usage, estimate_tokens
+from anges.models.streaming import replay_into_sink
 
 # The first line of the summary and title prompt templates; lets scripted models answer them by rule.
 SUMMARY_PROMPT_MARK = "# Summarize the agent's progress"
@@ -22,7 +23,8 @@ class ScriptedModel:
     """Answers each call with the next scripted reply; summary and title prompts are answered by rule.
 
     A reply may be a string, a JSON-able object (sent as JSON text), an exception (raised), or a callable
-    receiving the prompt. `prompts` keeps every prompt received, in order.
+    receiving the prompt. `prompts` keeps every prompt received, in order. A listener of the call (streaming)
+    gets the reply in a few pieces.
     """
 
     name = "scripted"
@@ -75,6 +77,7 @@ class ScriptedModel:
         if callable(reply):
             reply = reply(prompt)
         text = reply if isinstance(reply, str) else json.dumps(reply)
+        replay_into_sink(text)
         usage = Usage(estimate_tokens(prompt), estimate_tokens(text), estimated=True)
         return Completion(text, usage=usage, model=self.name)
 

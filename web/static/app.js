@@ -39,6 +39,7 @@
     collapsed: new Set(),
     openBatches: new Set(), // batch groups of the sidebar the reader opened
     approvals: new Map(), // approval cards by request id: {id, uid, node, state, channel, ...}
+    live: new Map(), // the reply streaming now in the chat ("") or a child block: its <li>, shown as text
   };
 
   // -- small helpers ---------------------------------------------------------------------------------------
@@ -330,6 +331,7 @@
     clearTimeout(state.retryTimer);
     state.blocks.clear();
     state.approvals.clear();
+    state.live.clear();
     updateWorking();
     state.queue = [];
     state.lastIndex = -1;
@@ -432,6 +434,7 @@
     on("open", () => { opened = true; state.retryDelay = 0; showDisconnected(false); });
     on("steps", (data) => queue(data));
     on("child", (data) => queue(data));
+    on("live", (data) => queue({ live: data }));
     on("status", updateStatus);
     on("gone", () => {
       closeFeed("idle");
@@ -440,6 +443,7 @@
     });
     on("end", (data) => {
       flush();
+      for (const key of [...state.live.keys()]) dropLive(key);
       closeFeed("idle");
       if (data.reason === "lifetime") openFeed();
       else if (data.reason === "login") checkSession();
@@ -479,13 +483,35 @@
     const main = document.createDocumentFragment();
     for (const message of messages) {
       if (message.steps) addSteps(message.block, message.steps, main);
+      else if (message.live) showLive(message.live, main);
       else updateChild(message);
     }
     $("steps").appendChild(main);
     if (state.stick) scrollToBottom();
   }
 
+  // The analysis and reasoning of a reply as it streams, as plain text; its step takes its place.
+  function showLive(live, main) {
+    const block = live.block ? state.blocks.get(live.block) : null;
+    if (live.block && (!block || block.done)) return;
+    let item = state.live.get(live.block);
+    if (!item) {
+      item = el("li", "step step-live");
+      item.appendChild(el("div", "live-text"));
+      state.live.set(live.block, item);
+    }
+    item.firstChild.textContent = [live.analysis, live.reasoning].filter((text) => text && text.trim()).join("\n\n");
+    (block ? block.list : main).appendChild(item);
+  }
+
+  function dropLive(key) {
+    const item = state.live.get(key);
+    if (item) item.remove();
+    state.live.delete(key);
+  }
+
   function addSteps(key, steps, main) {
+    dropLive(key);
     if (!key) {
       for (const step of steps) {
         if (step.index <= state.lastIndex) continue; // never show a step twice
@@ -562,8 +588,10 @@
     pill.textContent = STATUS_LABELS[status.status] || status.status;
     $("status-steps").textContent = `${status.steps} step${status.steps === 1 ? "" : "s"}`;
     const tokens = status.input_tokens + status.output_tokens;
-    $("status-tokens").textContent = `${formatNumber(tokens)} tokens`;
-    $("status-tokens").title = `${status.input_tokens} in, ${status.output_tokens} out`;
+    const cached = status.cached_tokens ? ` (${Math.round(status.cache_hit_ratio * 100)}% of input cached)` : "";
+    $("status-tokens").textContent = `${formatNumber(tokens)} tokens${cached}`;
+    $("status-tokens").title = `${status.input_tokens} in (${status.cached_tokens || 0} from the cache), ` +
+      `${status.output_tokens} out`;
     $("status-cost").textContent = status.cost === null || status.cost === undefined ? "" : `$${status.cost.toFixed(4)}`;
     $("status-model").textContent = status.model || "";
     $("working").hidden = !status.running;
