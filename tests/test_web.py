@@ -876,6 +876,23 @@ def test_the_feed_sends_every_step_then_the_status_and_ends_when_the_run_is_over
     assert events[2][2] == {"reason": "finished"}, "a finished chat's feed closes: it holds no connection"
 
 
+def test_a_turns_reasoning_shows_once_even_when_the_feed_resumes_after_it(auth, store):
+    client, _ = auth
+    stream = EventStream(title="turns")
+    stream.add_event(Event("new_request", content="go"))
+    for n in (1, 2):
+        stream.add_event(Event("action", reasoning="List both folders.", data={"command": f"ls d{n}", "exit_code": 0}))
+    stream.add_event(Event("action", reasoning="Now count.", data={"command": "wc -l f", "exit_code": 0}))
+    stream.add_event(Event("new_request", content="again"))
+    stream.add_event(Event("action", reasoning="Now count.", data={"command": "wc -l g", "exit_code": 0}))
+    store.sync(stream)
+    events, _ = read_sse(client, f"/api/chats/{stream.uid}/events", ended)
+    shown = [step["reasoning_html"] for step in steps_of(events)]
+    assert shown == ["", "<p>List both folders.</p>\n", "", "<p>Now count.</p>\n", "", "<p>Now count.</p>\n"]
+    resumed, _ = read_sse(client, f"/api/chats/{stream.uid}/events?from=2", ended)
+    assert [step["reasoning_html"] for step in steps_of(resumed)][:1] == [""], "step 2 is still part of step 1's turn"
+
+
 def test_a_long_history_goes_out_in_batches(auth, store):
     client, _ = auth
     stream = EventStream(title="long")

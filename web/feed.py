@@ -22,6 +22,7 @@ from typing import Any
 
 from anges.events import RETURN_TO_PARENT_EVENT_TYPES, Event, child_reference, status_of
 from anges.exceptions import StreamNotFound
+from anges.turns import reasoning_after, turn_reasoning
 
 from .render import Totals, step_view
 
@@ -71,6 +72,8 @@ class Reader:
     """Steps, tokens and cost so far (kept for the chat only)."""
     live: dict | None = None
     """The streaming reply last sent for this block."""
+    reasoning: str = ""
+    """The reasoning of the turn read so far (a view shows each turn's once)."""
 
 
 def feed(web, uid: str, next_index: int, open_blocks: dict[str, int]) -> Iterator[str]:
@@ -176,11 +179,13 @@ def _steps(reader: Reader, records: list[dict], children: list[Reader], open_blo
             if reader.totals is not None:
                 reader.totals.add(event)
             fresh = index >= reader.next_index
+            reasoning = turn_reasoning(event, reader.reasoning)
+            reader.reasoning = reasoning_after(event, reader.reasoning)
             if event.type == "child_agent_running":
                 _start_child(reader, event, index, fresh, children, open_blocks)
             if not fresh:
                 continue
-            steps.append(step_view(event, index, reader.cwd))
+            steps.append(step_view(event, index, reader.cwd, reasoning))
             reader.next_index = index + 1
             if reader.block and event.type in RETURN_TO_PARENT_EVENT_TYPES:
                 reader.done = True  # a child block shows one run of the child: up to its answer

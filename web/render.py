@@ -79,10 +79,11 @@ def markdown_html(text: str) -> str:
     )
 
 
-def step_view(event: Event, index: int, cwd: str = "") -> dict:
+def step_view(event: Event, index: int, cwd: str = "", reasoning: str | None = None) -> dict:
     """What the chat shows of one event. Only the `*_html` fields are HTML (sanitized); the rest is text.
 
-    Paths under `cwd` (the chat's working directory) are shown relative to it.
+    Paths under `cwd` (the chat's working directory) are shown relative to it; `reasoning` is what to show of the
+    turn's reasoning (`anges.turns`: once per turn), the event's own when None.
     """
     data = event.data or {}
     view: dict = {
@@ -90,7 +91,8 @@ def step_view(event: Event, index: int, cwd: str = "") -> dict:
         "type": event.type,
         "kind": _kind(event),
         "time": event.created_at.isoformat(timespec="seconds"),
-        "reasoning_html": markdown_html(event.reasoning) if event.type not in ("child_agent_running",) else "",
+        "reasoning_html": markdown_html(event.reasoning if reasoning is None else reasoning)
+        if event.type not in ("child_agent_running",) else "",
         "analysis_html": markdown_html(event.analysis),
         "usage": _usage(data),
     }
