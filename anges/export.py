@@ -102,7 +102,7 @@ def _command_status(shell: ShellRun) -> str:
     if shell.state == "interrupted":
         return "Killed: the run was interrupted."
     if shell.state == "background":
-        return f"Started in the background: pid {shell.pid}, output in `{shell.log_path}`."
+        return f"{shell.background_how.capitalize()}: pid {shell.pid}, output in `{shell.log_path}`."
     return f"Exit code {shell.exit_code} after {shell.duration:.1f} s."
 
 

@@ -73,6 +73,14 @@ class ShellRun:
             return "timed_out" if self.timed_out else "interrupted"
         return "background" if self.exit_code is None and self.pid is not None else "exited"
 
+    @property
+    def background_how(self) -> str:
+        """How a command still running came to run in the background, for views ("" when it is not running)."""
+        if self.state != "background":
+            return ""
+        return "still running at its yield point, it went on in the background" if self.yielded \
+            else "started in the background"
+
     def output(self) -> str:
         """stdout, then stderr under a `STDERR:` label ("" if neither)."""
         gap = "" if not self.stdout or self.stdout.endswith("\n") else "\n"

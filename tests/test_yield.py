@@ -10,6 +10,7 @@ from helpers import SANDBOX_PYTHON, pids_running
 
 from anges.agents import DefaultAgent
 from anges.config import load_config
+from anges.events import Event, EventStream
 from anges.models.scripted import ScriptedModel
 
 
@@ -96,3 +97,23 @@ def test_background_after_zero_waits_for_the_command(work):
 
     event = stream.events_list[1]
     assert (event.data["yielded"], event.data["exit_code"], event.data["stdout"]) == (False, 0, "finished\n")
+
+
+def test_every_view_says_a_yielded_command_kept_running_and_a_background_one_was_started_so():
+    from anges.acp.facts import command_status
+    from anges.export import to_markdown
+    from anges.store import EventStore
+    from web.render import step_view
+
+    def command(yielded):
+        return Event("action", data={"command": "python3 -m http.server", "exit_code": None, "pid": 42,
+                                     "log_path": "/tmp/job.log", "yielded": yielded, "duration": 1.0})
+
+    yielded, started = command(True), command(False)
+    assert command_status(yielded).startswith("still running at its yield point")
+    assert command_status(started).startswith("started in the background")
+    stream = EventStream(title="views")
+    stream.add_event(yielded)
+    exported = to_markdown(stream, EventStore())
+    assert "Still running at its yield point, it went on in the background: pid 42" in exported
+    assert step_view(yielded, 0)["yielded"] is True and step_view(started, 0)["yielded"] is False

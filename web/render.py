@@ -105,7 +105,7 @@ def step_view(event: Event, index: int, cwd: str = "", reasoning: str | None = N
         view.update(command=shell.command, exit_code=shell.exit_code, sandbox=data.get("sandbox"),
                     escalated=bool(data.get("escalated")), duration=data.get("duration"),
                     timed_out=shell.state == "timed_out", interrupted=shell.state == "interrupted",
-                    background=shell.state == "background", output=shell.output())
+                    background=shell.state == "background", yielded=shell.yielded, output=shell.output())
         view["long"] = view["output"].count("\n") >= LONG_OUTPUT_LINES
     elif kind == "edit":
         edit = FileEdit.of(event)

@@ -50,7 +50,7 @@ def command_status(event: Event) -> str:
     if shell.state == "interrupted":
         return "killed: the run was interrupted"
     if shell.state == "background":
-        return f"started in the background: pid {shell.pid}, output in {shell.log_path}"
+        return f"{shell.background_how}: pid {shell.pid}, output in {shell.log_path}"
     return f"exit {shell.exit_code} · {shell.duration:.1f} s"
 
 

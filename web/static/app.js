@@ -667,7 +667,11 @@
     const badges = el("span", "badges");
     if (step.timed_out) badges.appendChild(el("span", "badge bad", "timed out"));
     else if (step.interrupted) badges.appendChild(el("span", "badge bad", "killed"));
-    else if (step.background) badges.appendChild(el("span", "badge", "background"));
+    else if (step.background) {
+      const badge = el("span", "badge", step.yielded ? "still running" : "background");
+      if (step.yielded) badge.title = "Still running at its yield point, it went on in the background";
+      badges.appendChild(badge);
+    }
     else if (step.exit_code !== null && step.exit_code !== undefined) {
       badges.appendChild(el("span", `badge ${step.exit_code === 0 ? "ok" : "bad"}`, `exit ${step.exit_code}`));
     }
