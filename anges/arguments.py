@@ -52,3 +52,11 @@ def add_agents_md_flag(parser: argparse._ActionsContainer) -> None:
     """--no-agents-md (read by `config_overrides`)."""
     parser.add_argument("--no-agents-md", action="store_true",
                         help="leave the project's AGENTS.md files out of the prompt (config: prompt.agents_md)")
+
+
+def add_safety_flags(group: argparse._ActionsContainer, sandbox_help: str, approval_help: str = "") -> None:
+    """--sandbox, --network and (given its help) --approval, read by `config_overrides`; help in the caller's words."""
+    group.add_argument("--sandbox", choices=("workspace", "read-only", "off"), help=sandbox_help)
+    group.add_argument("--network", action="store_true", default=None, help="let sandboxed commands reach the network")
+    if approval_help:
+        group.add_argument("--approval", choices=("ask", "auto", "deny"), help=approval_help)

@@ -13,7 +13,7 @@ from importlib import import_module
 from pathlib import Path
 
 from anges import __version__
-from anges.arguments import add_agents_md_flag, agent_type, config_overrides, positive
+from anges.arguments import add_agents_md_flag, add_safety_flags, agent_type, config_overrides, positive
 from anges.exceptions import AngesError, UsageError
 from anges.printable import printable
 
@@ -85,14 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_agents_md_flag(agent)
 
     safety = parser.add_argument_group("safety (see docs/safety.md)")
-    safety.add_argument("--sandbox", choices=("workspace", "read-only", "off"),
-                        help="where commands may write: the working directory (default), nowhere but a private "
-                             "/tmp, or anywhere (no sandbox)")
-    safety.add_argument("--network", action="store_true", default=None,
-                        help="let sandboxed commands reach the network")
-    safety.add_argument("--approval", choices=("ask", "auto", "deny"),
-                        help="what an action that needs approval gets: ask you (default on a terminal), approved, "
-                             "or declined (default without a terminal)")
+    add_safety_flags(safety, "where commands may write: the working directory (default), nowhere but a private /tmp, "
+                             "or anywhere (no sandbox)",
+                     "what an action that needs approval gets: ask you (default on a terminal), approved, or declined "
+                     "(default without a terminal)")
 
     shown = parser.add_argument_group("output")
     shown.add_argument("--output", choices=("text", "jsonl", "json"), default="text",
@@ -370,11 +366,8 @@ def build_batch_parser() -> argparse.ArgumentParser:
     ray.add_argument("--env", metavar="NAME", action="append",
                      help="also pass this variable to the workers (model keys and endpoints are passed already)")
     safety = parser.add_argument_group("safety (see docs/batch.md; actions that need approval are always declined)")
-    safety.add_argument("--sandbox", choices=("workspace", "read-only", "off"),
-                        help="where commands may write: the task's folder (default), nowhere but a private /tmp, "
+    add_safety_flags(safety, "where commands may write: the task's folder (default), nowhere but a private /tmp, "
                              "or anywhere (no sandbox: commands run with your rights)")
-    safety.add_argument("--network", action="store_true", default=None,
-                        help="let sandboxed commands reach the network")
     defaults = parser.add_argument_group("defaults for the tasks")
     defaults.add_argument("--agent", metavar="TYPE", type=agent_type)
     defaults.add_argument("--model", metavar="NAME")

@@ -14,6 +14,7 @@ from flask import Flask, jsonify, render_template, request
 from werkzeug.exceptions import HTTPException
 from werkzeug.serving import WSGIRequestHandler, make_server
 
+from anges.arguments import add_safety_flags, config_overrides
 from anges.config import Config, anges_home, load_config
 from anges.exceptions import AngesError, ConfigError
 from anges.store import EventStore
@@ -174,19 +175,13 @@ def main_ui(argv: list[str] | None = None) -> int:
                              "machine can then use the chat (for single-user machines)")
     parser.add_argument("--config", help="a config file layered over the defaults")
     safety = parser.add_argument_group("safety of the chat's runs (see docs/safety.md)")
-    safety.add_argument("--sandbox", choices=("workspace", "read-only", "off"),
-                        help="where commands may write: the working directory (default), nowhere but a private "
-                             "/tmp, or anywhere (off: refused off localhost unless web.allow_unsandboxed)")
-    safety.add_argument("--network", action="store_true", default=None,
-                        help="let sandboxed commands reach the network")
-    safety.add_argument("--approval", choices=("ask", "auto", "deny"),
-                        help="what an action that needs approval gets: a card in the chat to approve or deny "
-                             "(default), approved, or declined")
+    add_safety_flags(safety, "where commands may write: the working directory (default), nowhere but a private /tmp, "
+                             "or anywhere (off: refused off localhost unless web.allow_unsandboxed)",
+                     "what an action that needs approval gets: a card in the chat to approve or deny (default), "
+                     "approved, or declined")
     args = parser.parse_args(argv)
-    overrides = {key: value for key, value in (("sandbox", args.sandbox), ("network", args.network),
-                                               ("approval", args.approval)) if value is not None}
     try:
-        config = load_config(args.config, {"safety": overrides} if overrides else None)
+        config = load_config(args.config, config_overrides(args) or None)
         serve(config, args.host, args.port, args.password, token="" if args.no_token else None)
     except (AngesError, OSError) as exc:
         print(f"anges ui: {exc}", file=sys.stderr)

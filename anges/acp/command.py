@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from anges.arguments import add_agents_md_flag, agent_type, config_overrides, positive
+from anges.arguments import add_agents_md_flag, add_safety_flags, agent_type, config_overrides, positive
 from anges.exceptions import UsageError
 
 ACP_EPILOG = """\
@@ -30,10 +30,8 @@ def build_acp_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", metavar="FILE", help="a config file layered over ~/.anges/config.yaml")
     parser.add_argument("--max-steps", metavar="N", type=positive(int), help="stop a prompt after N steps")
     parser.add_argument("--timeout", metavar="SECONDS", type=positive(float), help="stop a prompt after SECONDS")
-    parser.add_argument("--sandbox", choices=("workspace", "read-only", "off"), help="as for anges --sandbox")
-    parser.add_argument("--network", action="store_true", default=None, help="let sandboxed commands reach the network")
-    parser.add_argument("--approval", choices=("ask", "auto", "deny"),
-                        help="what an action that needs approval gets: ask in the editor (default), approved, declined")
+    add_safety_flags(parser, "as for anges --sandbox",
+                     "what an action that needs approval gets: ask in the editor (default), approved, declined")
     add_agents_md_flag(parser)
     parser.add_argument("--log-file", metavar="FILE", help="write the log to FILE instead of stderr")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv: debug)")
