@@ -893,6 +893,21 @@ def test_a_turns_reasoning_shows_once_even_when_the_feed_resumes_after_it(auth, 
     assert [step["reasoning_html"] for step in steps_of(resumed)][:1] == [""], "step 2 is still part of step 1's turn"
 
 
+def test_the_status_line_counts_actions_not_the_approvals_before_them():
+    from web.render import Totals
+
+    totals = Totals()
+    for event in [Event("new_request", content="go"),
+                  Event("approval_requested", data={"subject": "touch a"}),
+                  Event("approval_decided", data={"decision": "allow"}),
+                  Event("action", data={"command": "touch a", "exit_code": 0}),
+                  Event("approval_requested", data={"subject": "touch b"}),
+                  Event("approval_decided", data={"decision": "deny"}),
+                  Event("task_completion", content="done")]:
+        totals.add(event)
+    assert totals.steps == 3, "the command, the declined action and the completion"
+
+
 def test_a_long_history_goes_out_in_batches(auth, store):
     client, _ = auth
     stream = EventStream(title="long")

@@ -159,7 +159,13 @@ def test_the_first_answer_wins_and_later_ones_are_refused_with_the_decision(auth
 
 
 def test_two_answers_racing_one_request_leave_exactly_one(auth, app, store, model):
-    model.enqueue(shell("touch raced.txt"), complete("done"))
+    answered = threading.Event()  # the run (which removes its answers when it ends) outlasts every answer
+
+    def after_every_answer(prompt):
+        answered.wait(30)
+        return complete("done")
+
+    model.enqueue(shell("touch raced.txt"), after_every_answer)
     uid = start(auth)
     asked = pending_request(store, uid)
     box = app.extensions["anges"].runs.answers
@@ -170,6 +176,7 @@ def test_two_answers_racing_one_request_leave_exactly_one(auth, app, store, mode
         thread.start()
     for thread in threads:
         thread.join()
+    answered.set()
     wait_idle(app, uid)
 
     assert sorted(results) == [False] * 7 + [True]
