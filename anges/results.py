@@ -50,6 +50,8 @@ class ShellRun:
     """Still running at its yield point, it went on in the background."""
     result_format: int = 1
     """How the result text is laid out (`anges.results`)."""
+    can_escalate: bool = True
+    """When the sandbox blocked it: whether the command could ask to run outside."""
 
     @classmethod
     def of(cls, event: Event) -> ShellRun | None:
@@ -64,7 +66,8 @@ class ShellRun:
                    data.get("pid"), data.get("log_path"), data.get("blocked") or "",
                    printed[0] + printed[1] if known else None, printed[2] + printed[3] if known else None,
                    (data.get("stdout_omitted") or 0) + (data.get("stderr_omitted") or 0), data.get("output_path"),
-                   bool(data.get("yielded")), data.get("result_format") or 1)
+                   bool(data.get("yielded")), data.get("result_format") or 1,
+                   data.get("can_escalate", True) is not False)
 
     @property
     def state(self) -> str:
@@ -155,8 +158,11 @@ def _status(run: ShellRun) -> str:
 def _sandbox_note(run: ShellRun) -> list[str]:
     if not run.blocked:
         return []
+    if not run.can_escalate:
+        return [f"SANDBOX: {run.blocked}. Commands cannot leave the sandbox in this session: do it another way "
+                "within it, or say what it needs with HELP_NEEDED; do not retry it unchanged."]
     return [f"SANDBOX: {run.blocked}. If the task needs this, run the command again with `escalate` set to a one-line "
-            "reason (a person decides); do not retry it unchanged."]
+            "reason; do not retry it unchanged."]
 
 
 def _shell_text_v1(run: ShellRun) -> str:

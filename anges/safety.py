@@ -126,18 +126,27 @@ class RunSafety:
         inside = self.runners.get(sandboxed=True) if permit.escalate and self.sandboxed else None
         return replace(ctx, runner=runner, sandbox=runner.settings if runner is not None else None,
                        escalated=permit.escalate, checked_paths=permit.verdict.paths,
-                       output_dir=inside.scratch if inside is not None else None)
+                       output_dir=inside.scratch if inside is not None else None, can_escalate=self.can_escalate)
 
     def end(self) -> Runners | None:
         """End the run's processes; returns the runners when background jobs are kept running."""
         return self.runners if self.runners.end(keep_jobs=self.config.keep_background) else None
 
+    @property
+    def approval(self) -> str:
+        """What an action that needs approval gets in this session: ask, auto or deny (ask without a channel)."""
+        return self.gate.mode if self.gate.mode != "ask" or self.gate.channel else "deny"
+
+    @property
+    def can_escalate(self) -> bool:
+        """Whether a command may ask to leave the sandbox and be let out."""
+        return self.approval == "ask" or (self.approval == "auto" and self.gate.auto_escalate)
+
     def facts(self) -> dict:
         """What the prompt's Environment section says about the sandbox."""
-        approval = self.gate.mode if self.gate.mode != "ask" or self.gate.channel else "deny"
         return {"mode": self.settings.mode, "sandboxed": self.sandboxed, "writable": list(self.settings.writable),
-                "network": self.settings.network, "reason": self.unsandboxed_reason, "approval": approval,
-                "can_escalate": approval == "ask" or (approval == "auto" and self.gate.auto_escalate),
+                "network": self.settings.network, "reason": self.unsandboxed_reason, "approval": self.approval,
+                "can_escalate": self.can_escalate,
                 "keep_background": self.config.keep_background,
                 # a rule may allow commands without the sandbox (a batch run with --sandbox off adds one)
                 "commands_allowed": self.policy.decide("RUN_SHELL_CMD", {"command": ""}).decision == "allow"}

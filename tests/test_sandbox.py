@@ -72,11 +72,20 @@ def test_a_workspace_write_is_kept_and_a_write_outside_fails_and_says_why(work, 
     assert event.data["exit_code"] != 0 and event.data["sandbox"] == "workspace"
     assert "Read-only file system" in event.data["stderr"]
     assert "SANDBOX: read-only file system — outside the sandbox's writable paths" in event.content
-    assert str(work) in event.data["blocked"] and "escalate" in event.content
+    assert str(work) in event.data["blocked"] and "Commands cannot leave the sandbox in this session" in event.content
+    assert "escalate" not in event.content  # --approval auto does not let commands out: no point in asking
     environment = model.prompts[0].split("# Environment")[1].split("# History")[0]
     assert f"- Sandbox: commands see the file system read-only, except {work} and a private /tmp" in environment
     assert "The network is off." in environment and "Commands cannot leave the sandbox in this session" in environment
     assert "- `escalate` (string, optional)" not in model.prompts[0]  # --approval auto does not let commands out
+
+
+@pytest.mark.sandbox
+def test_a_blocked_command_is_told_to_escalate_only_where_it_can(work, outside):
+    write = reply(shell(f"echo x > '{outside}/f.txt'"))
+    for auto_escalate, told in ((False, "Commands cannot leave the sandbox"), (True, "with `escalate` set to")):
+        stream, _ = run_agent(work, [write, complete()], approval="auto", auto_escalate=auto_escalate)
+        assert told in actions(stream)[0].content and not (outside / "f.txt").exists()
 
 
 @pytest.mark.sandbox

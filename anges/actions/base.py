@@ -57,6 +57,8 @@ class ActionContext:
     checked_paths: tuple[str, ...] | None = None
     """The resolved paths the policy judged for this action: it reads and writes these, or refuses (None: not
     checked, e.g. an action run directly)."""
+    can_escalate: bool = True
+    """A command may ask to run outside the sandbox (someone can approve it in this session)."""
     output_dir: str | None = None
     """Where a command's full output and log go when not in `runner`'s scratch directory (an escalated command's go
     to the sandbox's, which sandboxed commands can read)."""

@@ -53,6 +53,8 @@ class RunShellCommand(Action):
                  "result_format": RESULT_FORMAT}
         if blocked:
             facts["blocked"] = blocked
+            if not ctx.can_escalate:
+                facts["can_escalate"] = False
         outside = " outside the sandbox" if ctx.escalated else " without a sandbox" if ctx.sandbox is None else ""
         shown = f"`{shorten(command, 200)}`{outside}"
         message = f"left {shown} running in the background" if result.yielded else f"ran {shown}"
