@@ -79,6 +79,8 @@ class Rendered:
     stdout_lines: int
     stderr_lines: int
     output_path: str | None
+    output_dropped: int = 0
+    """Bytes the file lost from its start to stay within its cap."""
 
 
 class Capture:
@@ -98,6 +100,7 @@ class Capture:
         self.pending_size = 0
         self.log: CappedLog | None = None
         self.path: str | None = None
+        self.dropped = 0
 
     def save(self, chunk: bytes) -> None:
         """Keep `chunk` for the file: in memory while the output fits the budget, in the file after."""
@@ -136,12 +139,14 @@ class Capture:
         stdout, stdout_omitted = out.render(out_share, secrets)
         stderr, stderr_omitted = err.render(err_share, secrets)
         path = self.path if stdout_omitted or stderr_omitted else None
-        return Rendered(stdout, stderr, stdout_omitted, stderr_omitted, out.size, err.size, out.lines, err.lines, path)
+        dropped = self.log.dropped if self.log is not None else self.dropped
+        return Rendered(stdout, stderr, stdout_omitted, stderr_omitted, out.size, err.size, out.lines, err.lines, path,
+                        dropped if path else 0)
 
     def close(self) -> None:
         if self.log is not None:
             self.log.close()
-            self.log = None
+            self.dropped, self.log = self.log.dropped, None
 
     def _write(self, chunk: bytes) -> None:
         try:

@@ -52,6 +52,8 @@ class ShellRun:
     """How the result text is laid out (`anges.results`)."""
     can_escalate: bool = True
     """When the sandbox blocked it: whether the command could ask to run outside."""
+    output_dropped: int = 0
+    """Bytes the full-output file lost from its start to stay within its cap."""
 
     @classmethod
     def of(cls, event: Event) -> ShellRun | None:
@@ -67,7 +69,7 @@ class ShellRun:
                    printed[0] + printed[1] if known else None, printed[2] + printed[3] if known else None,
                    (data.get("stdout_omitted") or 0) + (data.get("stderr_omitted") or 0), data.get("output_path"),
                    bool(data.get("yielded")), data.get("result_format") or 1,
-                   data.get("can_escalate", True) is not False)
+                   data.get("can_escalate", True) is not False, data.get("output_dropped") or 0)
 
     @property
     def state(self) -> str:
@@ -144,7 +146,11 @@ def shell_text(run: ShellRun) -> str:
     parts += [f"STDOUT:\n{run.stdout}"] if run.stdout else []
     parts += [f"STDERR:\n{run.stderr}"] if run.stderr else []
     parts += [] if run.stdout or run.stderr else ["(no output yet)" if run.yielded else "(no output)"]
-    if run.output_path and not run.yielded:
+    if run.output_path and not run.yielded and run.output_dropped:
+        parts.append(f"FULL OUTPUT: {run.printed_lines} lines ({run.printed_bytes} bytes), too much to keep whole: "
+                     f"{run.output_path} holds only the end, after its first {run.output_dropped} bytes were dropped "
+                     "(its line numbers are not the output's; available until this request ends).")
+    elif run.output_path and not run.yielded:
         parts.append(f"FULL OUTPUT: {run.printed_lines} lines ({run.printed_bytes} bytes) in {run.output_path}, "
                      "cut parts included (available until this request ends).")
     return "\n".join(parts + _sandbox_note(run))

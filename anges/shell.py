@@ -52,6 +52,8 @@ class CommandResult:
     moved to the background."""
     yielded: bool = False
     """The command was still running at its yield point and went on in the background (pid, log_path)."""
+    output_dropped: int = 0
+    """Bytes `output_path` lost from its start to stay within its cap."""
 
     def to_data(self) -> dict:
         """JSON-able facts for Event.data, without the outputs."""
@@ -301,7 +303,8 @@ def _result(command: str, rendered, started: float, **facts) -> CommandResult:
                          duration=time.monotonic() - started, stdout_omitted=rendered.stdout_omitted,
                          stderr_omitted=rendered.stderr_omitted, stdout_bytes=rendered.stdout_bytes,
                          stderr_bytes=rendered.stderr_bytes, stdout_lines=rendered.stdout_lines,
-                         stderr_lines=rendered.stderr_lines, output_path=rendered.output_path, **facts)
+                         stderr_lines=rendered.stderr_lines, output_path=rendered.output_path,
+                         output_dropped=rendered.output_dropped, **facts)
 
 
 def _pump(proc, streams: dict, deadline: float, yield_at: float | None, interrupt_check) -> str | None:

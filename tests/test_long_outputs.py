@@ -100,6 +100,21 @@ def test_the_result_cap_is_configurable_and_a_short_output_names_no_file(work):
     assert whole.data["output_path"] is None
 
 
+def test_a_full_output_file_past_its_cap_is_said_to_hold_only_the_end(work):
+    def read_its_start(prompt):
+        path = re.search(r"(\S+) holds only the end", prompt.split("# History")[1]).group(1)
+        return shell(f"head -c 60 '{path}'")
+
+    stream, _ = run(work, [shell("seq 1 400000"), read_its_start, complete()],
+                    safety={"background_log_cap": 300_000})
+
+    cut, read = [e for e in stream.events_list if e.type == "action"]
+    dropped = cut.data["output_dropped"]
+    assert 0 < dropped < cut.data["stdout_bytes"] and "FULL OUTPUT: 400000 lines" in cut.content
+    assert f"after its first {dropped} bytes were dropped" in cut.content and "cut parts included" not in cut.content
+    assert read.data["stdout"].startswith(f"[anges: the oldest {dropped} bytes of this log were dropped]")
+
+
 def test_the_model_reads_the_text_recorded_for_an_event_and_it_survives_a_reload(work):
     stream, model = run(work, [shell("seq 1 50000"), shell("true"), complete()])
 

@@ -451,6 +451,7 @@ def test_to_data_is_json_facts_without_outputs(tmp_path):
         "stderr_lines": 0,
         "output_path": None,
         "yielded": False,
+        "output_dropped": 0,
     }
 
 
