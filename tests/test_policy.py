@@ -296,8 +296,8 @@ def test_a_declined_action_tells_the_model_why_and_skips_the_rest_of_the_reply(t
     assert decided.data["feedback"] == "use the Makefile target instead" and decided.data["skipped"] == 1
     assert decided.reasoning == "try it"
     prompt = model.prompts[1]
-    assert "The user says: use the Makefile target instead" in prompt
-    assert "The remaining 1 action of your reply was not run either." in prompt
+    assert "The user says: use the Makefile target instead\nThe remaining 1 action of your reply was not run either." \
+        in prompt
     assert "APPROVAL_REQUESTED" not in prompt  # the decision says it all
 
 
