@@ -36,6 +36,9 @@ def approval_mode(configured: str, approval: Callable | str | None) -> tuple[str
     return configured or "ask", approval
 
 
+ENDED_JOBS_SHOWN = 5
+"""Background jobs that ended stay in the prompt's list this many at a time (the newest); running ones always."""
+
 class Runners:
     """The run's runner processes, started on first use: one in the sandbox, one for commands let out of it."""
 
@@ -151,8 +154,9 @@ class RunSafety:
                 # a rule may allow commands without the sandbox (a batch run with --sandbox off adds one)
                 "commands_allowed": self.policy.decide("RUN_SHELL_CMD", {"command": ""}).decision == "allow"}
 
-    def job_lines(self) -> list[dict]:
-        """The background jobs, as the prompt lists them on every step."""
+    def job_lines(self) -> tuple[list[dict], int]:
+        """The background jobs as the prompt lists them on every step: the running ones and the newest that ended
+        (`ENDED_JOBS_SHOWN`); and how many older ended ones were left out."""
         lines = []
         for job in self.runners.jobs():
             try:
@@ -162,7 +166,9 @@ class RunSafety:
             command = " ".join(job.command.split())
             lines.append({"pid": job.pid, "command": command if len(command) <= 120 else command[:119] + "…",
                           "status": job.status(), "log_path": job.log_path, "log_bytes": size})
-        return lines
+        ended = [n for n, line in enumerate(lines) if line["status"] != "running"]
+        left_out = set(ended[:-ENDED_JOBS_SHOWN])
+        return [line for n, line in enumerate(lines) if n not in left_out], len(left_out)
 
 
 class SafetyShare:

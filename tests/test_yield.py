@@ -6,7 +6,7 @@ import socket
 import time
 
 import pytest
-from helpers import SANDBOX_PYTHON, pids_running
+from helpers import SANDBOX_PYTHON, pids_running, sleep_token
 
 from anges.agents import DefaultAgent
 from anges.config import load_config
@@ -117,3 +117,18 @@ def test_every_view_says_a_yielded_command_kept_running_and_a_background_one_was
     exported = to_markdown(stream, EventStore())
     assert "Still running at its yield point, it went on in the background: pid 42" in exported
     assert step_view(yielded, 0)["yielded"] is True and step_view(started, 0)["yielded"] is False
+
+
+def test_the_job_list_keeps_running_jobs_and_only_the_newest_that_ended(work):
+    token = sleep_token()
+    jobs = [{"action_type": "RUN_SHELL_CMD", "command": f"echo job {n}", "run_in_background": True} for n in range(7)]
+    jobs.insert(0, {"action_type": "RUN_SHELL_CMD", "command": f"sleep {token}", "run_in_background": True})
+    jobs.append({"action_type": "RUN_SHELL_CMD", "command": "sleep 0.5"})
+    model = ScriptedModel([reply(*jobs), reply({"action_type": "TASK_COMPLETE", "content": "ok"})])
+    config = load_config(overrides={"safety": {"sandbox": "off", "approval": "auto"}})
+    DefaultAgent(inference_func=model, cmd_init_dir=work, config=config).run_with_new_request("start jobs")
+
+    listed = model.prompts[1].split("## Background jobs of this run")[1]
+    assert f"`sleep {token}`: running" in listed, "a running job is always listed"
+    assert [f"`echo job {n}`" in listed for n in range(7)] == [False, False] + [True] * 5
+    assert "- and 2 older jobs that ended" in listed

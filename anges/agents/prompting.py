@@ -44,13 +44,14 @@ class Prompter:
         agent, config = self.agent, self.agent.config.prompt
         events = agent.event_stream.events_list
         history = format_event_stream(agent.event_stream, config)
+        jobs, older_jobs = agent.run_safety.job_lines() if agent.run_safety else ([], 0)
         text = render_template(
             agent.agent_prompt_template, config.template_dir,
             action_types=[a.type for a in agent.registered_actions],
             action_guides=[a.guide_prompt for a in agent.registered_actions], platform=self.facts(),
             project_files=self.project_files(), project_limit=config.max_agents_md_chars,
             notes=agent.notes, history=history,
-            background_jobs=agent.run_safety.job_lines() if agent.run_safety else [],
+            background_jobs=jobs, older_jobs=older_jobs,
             after_edit=bool(events) and events[-1].type == "edit_file", feedback=feedback, agent=agent)
         return self._cacheable(text, history)
 
