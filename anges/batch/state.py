@@ -21,6 +21,7 @@ from pathlib import Path
 from anges.config import anges_home
 from anges.events import is_valid_id
 from anges.exceptions import BatchError
+from anges.fileops import make_private_dirs
 
 MAX_ERROR_CHARS = 2000
 
@@ -55,7 +56,7 @@ class BatchState:
     @contextmanager
     def lock(self) -> Iterator[None]:
         """Hold the batch while it runs: a second `anges batch` of the same batch is refused."""
-        make_private_dir(self.root)
+        make_private_dirs(self.root)
         fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             try:
@@ -100,23 +101,13 @@ class BatchState:
     def _append(self, entry: dict) -> None:
         self.records()
         self._fold(entry)
-        make_private_dir(self.root)
+        make_private_dirs(self.root)
         line = json.dumps({**entry, "time": round(time.time(), 3)}, ensure_ascii=True) + "\n"
         fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             os.write(fd, line.encode())
         finally:
             os.close(fd)
-
-
-def make_private_dir(path: Path) -> None:
-    """Create `path` and its missing parents, each readable by this user only (results hold answers)."""
-    missing = []
-    while not path.is_dir():
-        missing.append(path)
-        path = path.parent
-    for folder in reversed(missing):
-        folder.mkdir(mode=0o700, exist_ok=True)
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:

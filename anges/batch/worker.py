@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from anges.batch.state import make_private_dir
 from anges.batch.tasks import TaskSpec
 from anges.exceptions import AngesError
+from anges.fileops import make_private_dirs
 
 if TYPE_CHECKING:
     from anges.config import Config, SafetyConfig
@@ -73,7 +73,7 @@ def prepare_workdir(workdir: Path, template: str | None, keep: bool) -> bool:
         return False
     if workdir.exists():
         shutil.rmtree(workdir)
-    make_private_dir(workdir.parent)
+    make_private_dirs(workdir.parent)
     if template:
         shutil.copytree(template, workdir, symlinks=True)
     else:
