@@ -97,13 +97,8 @@ def _section(event: Event, depth: int, child: EventStream | None, number: int, r
 
 
 def _command_status(shell: ShellRun) -> str:
-    if shell.state == "timed_out":
-        return f"Killed after the timeout ({shell.duration:.1f} s)."
-    if shell.state == "interrupted":
-        return "Killed: the run was interrupted."
-    if shell.state == "background":
-        return f"{shell.background_how.capitalize()}: pid {shell.pid}, output in `{shell.log_path}`."
-    return f"Exit code {shell.exit_code} after {shell.duration:.1f} s."
+    ending = shell.ending()
+    return f"{ending[:1].upper()}{ending[1:]}."
 
 
 def _fence(text: str, language: str) -> list[str]:

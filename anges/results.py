@@ -78,13 +78,17 @@ class ShellRun:
             return "timed_out" if self.timed_out else "interrupted"
         return "background" if self.exit_code is None and self.pid is not None else "exited"
 
-    @property
-    def background_how(self) -> str:
-        """How a command still running came to run in the background, for views ("" when it is not running)."""
-        if self.state != "background":
-            return ""
-        return "still running at its yield point, it went on in the background" if self.yielded \
-            else "started in the background"
+    def ending(self) -> str:
+        """How the command ended, in a few words for views: `exit code 0 after 1.2 s`, `killed after the timeout
+        (30 s)`, `started in the background: pid 42, output in LOG`..."""
+        if self.state == "timed_out":
+            return f"killed after the timeout ({self.duration:.0f} s)"
+        if self.state == "interrupted":
+            return "killed: the run was interrupted"
+        if self.state == "background":
+            how = "still running at its yield point, it went on" if self.yielded else "started"
+            return f"{how} in the background: pid {self.pid}, output in {self.log_path}"
+        return f"exit code {self.exit_code} after {self.duration:.1f} s"
 
     def output(self) -> str:
         """stdout, then stderr under a `STDERR:` label ("" if neither)."""

@@ -45,13 +45,7 @@ def failed(event: Event) -> bool:
 def command_status(event: Event) -> str:
     """How a command ended, in a few words."""
     shell = ShellRun.of(event) or ShellRun("")
-    if shell.state == "timed_out":
-        return f"killed after the timeout ({shell.duration:.0f} s)"
-    if shell.state == "interrupted":
-        return "killed: the run was interrupted"
-    if shell.state == "background":
-        return f"{shell.background_how}: pid {shell.pid}, output in {shell.log_path}"
-    return f"exit {shell.exit_code} · {shell.duration:.1f} s"
+    return f"exit {shell.exit_code} · {shell.duration:.1f} s" if shell.state == "exited" else shell.ending()
 
 
 def command_text(event: Event) -> str:
