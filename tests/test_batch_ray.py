@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 import ray
 from helpers import pids_running, sleep_token
+from test_batch import ANGES, complete, reply, script, shell, task_file, types
 from wire_servers import MODEL_ENV, TEST_KEY
 
 from anges.batch.progress import PlainDisplay
@@ -25,8 +25,6 @@ from anges.batch.runner import BatchRunner
 from anges.batch.tasks import load_tasks
 from anges.config import load_config
 from anges.store import EventStore
-
-ANGES = [sys.executable, "-m", "anges"]
 
 
 @pytest.fixture(scope="module")
@@ -43,30 +41,6 @@ def ray_address(tmp_path_factory):
         ray.shutdown()
 
 
-def reply(*actions):
-    return {"analysis": "", "reasoning": "next", "actions": list(actions)}
-
-
-def shell(command):
-    return reply({"action_type": "RUN_SHELL_CMD", "command": command})
-
-
-def complete(text="Done."):
-    return reply({"action_type": "TASK_COMPLETE", "content": text})
-
-
-def script(folder: Path, name: str, *replies) -> str:
-    path = folder / name
-    path.write_text(json.dumps(list(replies)))
-    return f"scripted:{path}"
-
-
-def task_file(folder: Path, *tasks) -> Path:
-    path = folder / "tasks.jsonl"
-    path.write_text("".join(json.dumps(task) + "\n" for task in tasks))
-    return path
-
-
 def runner_for(path: Path, defaults=None, config=None, **engine):
     config = config or load_config()
     shown = io.StringIO()
@@ -78,10 +52,6 @@ def runner_for(path: Path, defaults=None, config=None, **engine):
 def streams_of(batch_id):
     store = EventStore()
     return {info.batch_task: store.load(info.uid) for info in store.list() if info.batch_id == batch_id}
-
-
-def types(stream):
-    return [event.type for event in stream.events_list]
 
 
 def in_background(runner):
