@@ -40,7 +40,7 @@ exit codes:
   0  the task was completed or the question answered
   3  the agent asked for help (reply with: anges --resume ID -q "...")
   4  stopped: interrupted (Ctrl-C, SIGTERM, SIGHUP), out of steps, timed out, over budget, or the model
-     kept failing (provider errors after the retries, invalid replies)
+     kept failing (provider errors after the retries, invalid or cut-off replies)
   2  usage or configuration error: bad flag, bad config file, no usable model, the provider rejects the
      key, the model id or the request (HTTP 400-404), unknown or busy stream id
   1  anything unexpected (a one-line message; the traceback with -v)
