@@ -33,6 +33,16 @@ def sleep_token() -> str:
     return f"{random.randint(5000, 9999)}.{random.randint(0, 999999):06d}"
 
 
+def wait_until_running(token: str, timeout: float = 15) -> list[int]:
+    """Wait until a process whose command line contains `token` is live (a shell may write its pid before it
+    execs the command); return the pids."""
+    deadline = time.monotonic() + timeout
+    while not (found := pids_running(token)):
+        assert time.monotonic() < deadline, f"no process with {token!r} in its command line after {timeout} s"
+        time.sleep(0.02)
+    return found
+
+
 def pids_running(token: str) -> list[int]:
     """Live (not zombie) processes whose command line contains `token`."""
     found = []

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import pids_running, sleep_token
+from helpers import pids_running, sleep_token, wait_until_running
 
 from anges.store import EventStore
 
@@ -182,7 +182,7 @@ def test_ctrl_c_during_a_long_command_interrupts_kills_it_and_exits_4(tmp_path, 
     proc = subprocess.Popen([*ANGES, "-q", "wait", "--model", model], cwd=tmp_path, env=os.environ.copy(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for(tmp_path / "pid.txt")
-    assert pids_running(token)
+    wait_until_running(token)
     sent = time.monotonic()
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=15)

@@ -12,7 +12,7 @@ import sys
 import termios
 import time
 
-from helpers import pids_running, sleep_token
+from helpers import pids_running, sleep_token, wait_until_running
 from test_cli import (
     ANGES,
     complete,
@@ -180,7 +180,7 @@ def test_sigterm_during_an_interactive_task_stops_it_and_ends_the_session(tmp_pa
     term.expect("anges> ")
     term.send("a long task\r")
     wait_for(tmp_path / "pid.txt")
-    assert pids_running(token)
+    wait_until_running(token)
     os.kill(term.pid, 15)  # SIGTERM: a service manager stopping us, not a person pressing Ctrl-C
     assert term.wait() == 4
     assert "anges> " not in term.output[term.position:]

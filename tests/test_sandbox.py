@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import SANDBOX_PYTHON, pids_running, sleep_token
+from helpers import SANDBOX_PYTHON, pids_running, sleep_token, wait_until_running
 
 from anges.agents import DefaultAgent
 from anges.command_runner import CommandRunner
@@ -257,7 +257,7 @@ def test_keep_background_leaves_jobs_running_until_the_agent_is_closed(work):
     config = load_config(overrides={"safety": {"keep_background": True}})
     agent = DefaultAgent(inference_func=model, cmd_init_dir=work, config=config)
     agent.run_with_new_request("start a job")
-    assert pids_running(token)
+    wait_until_running(token)
     agent.run_with_new_request("is it still there?")
     assert "running" in model.prompts[-1] and f"sleep {token}" in model.prompts[-1]
     agent.close()
