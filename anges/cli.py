@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--notes-file", metavar="FILE", action="append", default=[], help="a file of notes (repeatable)")
     agent.add_argument("--config", metavar="FILE", help="a config file layered over ~/.anges/config.yaml")
     agent.add_argument("--max-steps", metavar="N", type=positive(int),
-                       help="stop after N steps (recorded events) since the request (exit 4)")
+                       help="stop after N steps (recorded actions; approvals do not count) since the request (exit 4)")
     agent.add_argument("--timeout", metavar="SECONDS", type=positive(float),
                        help="stop the request after SECONDS (exit 4)")
     agent.add_argument("--mcp-config", metavar="FILE", help="an mcpServers JSON file of MCP servers")

@@ -93,7 +93,7 @@ class AgentConfig(Section):
     fold but the newest `prompt.recent_events_in_full`); 0 = not by count. Checked before each model call, so a
     finished task costs no summary call."""
     max_number_of_events_to_exhaust: int = 80
-    """Events since the last user input before the run stops."""
+    """Steps (events but approvals and bookkeeping) since the last user input before the run stops."""
     max_model_calls: int = 120
     """Model calls per request, retries and summaries included (a child's also count against its parent's)."""
     max_invalid_replies: int = 3

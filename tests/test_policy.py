@@ -47,10 +47,10 @@ class Recorder:
         return self.answers.pop(0)
 
 
-def run(cwd, replies, approval=None, agent_class=DefaultAgent, **safety):
+def run(cwd, replies, approval=None, agent_class=DefaultAgent, agents=None, **safety):
     safety.setdefault("rules", RULES)
     model = ScriptedModel(replies)
-    config = load_config(overrides={"safety": safety})
+    config = load_config(overrides={"safety": safety, **({"agents": agents} if agents else {})})
     agent = agent_class(inference_func=model, cmd_init_dir=cwd, config=config, approval=approval)
     return agent.run_with_new_request("test"), model
 
@@ -284,6 +284,15 @@ def test_always_approves_the_same_command_for_the_rest_of_the_run_only(tmp_path)
                          config=load_config(overrides={"safety": {"rules": RULES}}))
     agent.run_with_new_request("next")
     assert len(channel.requests) == 3 and (tmp_path / "1.txt").read_text().count("\n") == 2  # a new run asks again
+
+
+def test_approvals_are_not_steps_the_step_limit_counts(tmp_path):
+    channel = Recorder("yes", "yes", "yes", "yes")
+    steps = [reply(shell(f"echo asked {i} >> log.txt")) for i in range(4)]
+    stream, _ = run(tmp_path, steps, approval=channel, agents={"common": {"max_number_of_events_to_exhaust": 3}})
+    assert (tmp_path / "log.txt").read_text() == "asked 0\nasked 1\nasked 2\n"
+    assert len(of_type(stream, "approval_decided")) == 3 and len(of_type(stream, "action")) == 3
+    assert stream.events_list[-1].data == {"reason": "event_limit", "limit": 3}
 
 
 def test_a_declined_action_tells_the_model_why_and_skips_the_rest_of_the_reply(tmp_path):

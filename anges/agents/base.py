@@ -211,7 +211,7 @@ class BaseAgent(Delegation):
     def _record(self, event: Event, notify: bool = True) -> None:
         """The bookkeeping every event gets once: usage, secrets masked, texts capped, stored, status, handlers."""
         if self._state is not None:
-            self._state.ledger.attach(event)
+            self._state.note(event)
         mask_event(event, self._secrets)
         cap_event(event, self.agent_config.event_text_cap)
         self.event_stream.add_event(event)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from anges.agents.record import jsonable
-from anges.events import Event, EventStream
+from anges.events import Event, EventStream, kind_of
 from anges.exceptions import RunStopped
 
 if TYPE_CHECKING:
@@ -30,13 +30,21 @@ class RunState:
     history: History
     last_action: str = ""
     repeats: int = 0
+    bookkeeping: int = 0
+    """Events of this run that are not steps (approvals, a failed summary): the event limit leaves them out."""
+
+    def note(self, event: Event) -> None:
+        """Take a new event into the run's accounts: the usage it carries, and whether it is a step."""
+        self.ledger.attach(event)
+        kind = kind_of(event.type)
+        self.bookkeeping += kind.group == "approval" or not kind.in_report
 
     def check(self, events: int) -> None:
         """Raise `RunStopped` when the budget or the event limit is reached (`events`: the stream's length)."""
         self.budget.check()
         limit = self.limits.max_number_of_events_to_exhaust
-        if limit and events - self.request_index >= limit:
-            raise RunStopped("event_limit", f"the run reached {limit} events since the last request", limit=limit)
+        if limit and events - self.request_index - self.bookkeeping >= limit:
+            raise RunStopped("event_limit", f"the run reached {limit} steps since the last request", limit=limit)
 
     def count_repeats(self, args: dict) -> None:
         """Raise `RunStopped` when the same action comes `max_repeated_actions` times in a row."""
