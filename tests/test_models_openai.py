@@ -139,3 +139,37 @@ def test_a_401_without_any_key_says_which_variable_to_set(openai_server, monkeyp
 
     with pytest.raises(ModelSetupError, match=r"Check OPENAI_API_KEY \(it is not set, so no key was sent\)"):
         get_model("openai", Config())("hi")
+
+
+def test_a_server_that_refuses_stream_options_is_asked_again_without_them(openai_server, caplog):
+    openai_server.enqueue_error(400, message="Unrecognized request argument supplied: stream_options")
+    openai_server.enqueue_text("first", output_tokens=1)
+    openai_server.enqueue_text("second", output_tokens=1)
+    model = make(openai_server)
+
+    first = model("a" * 40)
+    assert model("again") == "second"
+
+    assert first == "first" and first.usage.estimated and first.usage.input_tokens == 10
+    sent = [request.body for request in openai_server.requests]
+    assert "stream_options" in sent[0] and all("stream_options" not in body for body in sent[1:])
+    assert all(body["stream"] is True for body in sent) and len(sent) == 3
+    assert "refused stream_options; going on without it" in caplog.text
+
+
+def test_a_server_that_refuses_json_mode_is_asked_again_without_it(openai_server):
+    detail = [{"type": "extra_forbidden", "loc": ["body", "response_format"], "msg": "Extra inputs are not permitted"}]
+    openai_server.enqueue_error(422, body={"detail": detail})
+    openai_server.enqueue_text("{}")
+
+    assert make(openai_server, ModelSettings(json_mode=True))("Answer in JSON.") == "{}"
+    assert [("response_format" in request.body) for request in openai_server.requests] == [True, False]
+
+
+def test_any_other_bad_request_is_an_error_and_is_not_sent_again(openai_server):
+    openai_server.enqueue_error(400, message="This model's maximum context length is 8192 tokens")
+    openai_server.enqueue_text("never")
+
+    with pytest.raises(ModelSetupError, match=r"rejected the request as invalid \(400\): This model.s maximum context"):
+        make(openai_server)("hi")
+    assert len(openai_server.requests) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +16,10 @@ from anges.models.streaming import current_sink
 
 NO_KEY = "no-key"
 """Sent as the key to local servers that need none (the SDK insists on one)."""
+OPTIONAL_PARAMS = ("stream_options", "response_format")
+"""What a compatible server may refuse and anges does without: usage is then estimated, JSON mode left to the
+prompt."""
+logger = logging.getLogger(__name__)
 
 
 class OpenAIModel(Provider):
@@ -47,6 +52,8 @@ class OpenAIModel(Provider):
         self.base_url = str(client.base_url).rstrip("/")
         self.official = urlparse(self.base_url).hostname == "api.openai.com"
         self.label = "OpenAI" if self.official else f"the server at {self.base_url}"
+        self.refused: set[str] = set()
+        """The optional parameters this server refused: never sent again."""
         return client
 
     def _api_key(self) -> str | None:
@@ -84,7 +91,7 @@ class OpenAIModel(Provider):
         return self._reply(reply.text, usage, reply.model or self.preset.model, reply.finish_reason or "stop")
 
     def _whole(self, params: dict[str, Any]) -> _Reply:
-        response = self.client.chat.completions.create(**params)
+        response = self._create(params)
         reply = _Reply(model=getattr(response, "model", None) or "", usage=getattr(response, "usage", None))
         choices = getattr(response, "choices", None) or []
         if choices:
@@ -98,8 +105,7 @@ class OpenAIModel(Provider):
         sink = current_sink()
         sink.begin()
         reply = _Reply()
-        with self.client.chat.completions.create(**params, stream=True,
-                                                 stream_options={"include_usage": True}) as chunks:
+        with self._create({**params, "stream": True, "stream_options": {"include_usage": True}}) as chunks:
             for chunk in chunks:
                 reply.model = getattr(chunk, "model", None) or reply.model
                 reply.usage = getattr(chunk, "usage", None) or reply.usage
@@ -112,6 +118,22 @@ class OpenAIModel(Provider):
                     if content:
                         sink(content)
         return reply
+
+    def _create(self, params: dict[str, Any]) -> Any:
+        """`chat.completions.create`, sent again at once without an optional parameter the server refused."""
+        import openai
+
+        params = {key: value for key, value in params.items() if key not in self.refused}
+        try:
+            return self.client.chat.completions.create(**params)
+        except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:
+            said = f"{exc} {exc.body}"  # the message, and details such as a validation error's `loc`
+            refused = next((key for key in OPTIONAL_PARAMS if key in params and key in said), None)
+            if refused is None:
+                raise
+            self.refused.add(refused)
+            logger.warning("%s refused %s; going on without it", self.label, refused)
+            return self._create(params)
 
     def _classify(self, exc: BaseException) -> Failure | None:
         import openai
