@@ -332,6 +332,15 @@ def group_of(event: Event) -> str:
     return kind_of(event.type).group
 
 
+def is_step(event: Event) -> bool:
+    """An action of the model, as step limits and counts see it: not a request, not bookkeeping, not the approval
+    that came before an action (a declined action's decision is its only event, so it counts)."""
+    kind = kind_of(event.type)
+    if event.type in REQUEST_EVENT_TYPES or not kind.in_report or event.type == "approval_requested":
+        return False
+    return event.type != "approval_decided" or (event.data or {}).get("decision") != "allow"
+
+
 def status_of(event_type: str) -> str | None:
     """The stream status an event of this type sets, or None when it leaves the status as it was."""
     return kind_of(event_type).status

@@ -8,13 +8,13 @@ import nh3
 
 from anges.budget import cache_hit_ratio
 from anges.events import (
-    REQUEST_EVENT_TYPES,
     Event,
     FileEdit,
     ShellRun,
     StepUsage,
     child_reference,
     group_of,
+    is_step,
     shown_path,
 )
 from anges.printable import printable_texts
@@ -149,14 +149,6 @@ def _usage(data: dict) -> dict:
     return out
 
 
-def _is_step(event: Event) -> bool:
-    """An action of the model: not a request, not the approval that came before an action (a declined action's
-    decision is its only event, so it counts)."""
-    if event.type in REQUEST_EVENT_TYPES or event.type == "approval_requested":
-        return False
-    return event.type != "approval_decided" or (event.data or {}).get("decision") != "allow"
-
-
 class Totals:
     """Running totals for the status line: steps, tokens (and the share of input read from the cache), cost."""
 
@@ -170,7 +162,7 @@ class Totals:
         self.model = ""
 
     def add(self, event: Event) -> None:
-        if _is_step(event):
+        if is_step(event):
             self.steps += 1
         usage = _usage(event.data or {})
         self.input_tokens += usage["input_tokens"]

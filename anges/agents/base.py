@@ -228,7 +228,7 @@ class BaseAgent(Delegation):
             why = self._interrupt_why
             raise RunStopped("interrupt", f"the run was interrupted ({why})" if why else "the run was interrupted",
                              **({"by": why} if why else {}))
-        self._state.check(len(self.event_stream.events_list))
+        self._state.check()
 
     def _explained(self, stop: RunStopped) -> RunStopped:
         """A stop noticed while waiting (on an approval, say) as the limits tell it: which interrupt, or the time."""
@@ -266,7 +266,7 @@ class BaseAgent(Delegation):
             render_guide=self._prompter.guide, delegator=self)
         history = History(self.event_stream, self.store, self.config.prompt, self._call_model, self._record,
                           self.logger)
-        return RunState(self.agent_config, len(self.event_stream.events_list), budget, ledger, context, history)
+        return RunState(self.agent_config, budget, ledger, context, history)
 
     def _actions_by_type(self) -> dict[str, Action]:
         return {a.type.upper(): a for a in self.registered_actions}

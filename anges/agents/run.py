@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from anges.agents.record import jsonable
-from anges.events import Event, EventStream, kind_of
+from anges.events import Event, EventStream, is_step
 from anges.exceptions import RunStopped
 
 if TYPE_CHECKING:
@@ -22,28 +22,25 @@ class RunState:
     """The request being run. The model-call limit, like every other budget limit, is counted by `budget`."""
 
     limits: AgentConfig
-    request_index: int
-    """Events before the run's first step (the request included): the event limit counts from here."""
     budget: Budget
     ledger: Ledger
     context: ActionContext
     history: History
     last_action: str = ""
     repeats: int = 0
-    bookkeeping: int = 0
-    """Events of this run that are not steps (approvals, a failed summary): the event limit leaves them out."""
+    steps: int = 0
+    """The run's events that are steps (`events.is_step`: not approvals before an action, not bookkeeping)."""
 
     def note(self, event: Event) -> None:
         """Take a new event into the run's accounts: the usage it carries, and whether it is a step."""
         self.ledger.attach(event)
-        kind = kind_of(event.type)
-        self.bookkeeping += kind.group == "approval" or not kind.in_report
+        self.steps += is_step(event)
 
-    def check(self, events: int) -> None:
-        """Raise `RunStopped` when the budget or the event limit is reached (`events`: the stream's length)."""
+    def check(self) -> None:
+        """Raise `RunStopped` when the budget or the step limit is reached."""
         self.budget.check()
         limit = self.limits.max_number_of_events_to_exhaust
-        if limit and events - self.request_index - self.bookkeeping >= limit:
+        if limit and self.steps >= limit:
             raise RunStopped("event_limit", f"the run reached {limit} steps since the last request", limit=limit)
 
     def count_repeats(self, args: dict) -> None:
