@@ -298,7 +298,7 @@ def test_approvals_are_not_steps_the_step_limit_counts(tmp_path):
 def test_a_declined_action_is_a_step_so_declines_cannot_loop_past_the_limit(tmp_path):
     steps = [reply(shell(f"echo asked {i} >> log.txt")) for i in range(6)]
     stream, _ = run(tmp_path, steps, approval=Recorder(*["no"] * 6),
-                        agents={"common": {"max_number_of_events_to_exhaust": 3}})
+                    agents={"common": {"max_number_of_events_to_exhaust": 3}})
     assert [e.data["decision"] for e in of_type(stream, "approval_decided")] == ["deny"] * 3
     assert stream.events_list[-1].data == {"reason": "event_limit", "limit": 3} and not (tmp_path / "log.txt").exists()
 
