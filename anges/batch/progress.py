@@ -59,7 +59,7 @@ class Progress:
             self.cost += item.get("cost") or 0.0
             task = self.running.get(task_id)
             if task is not None and item.get("depth", 0) == 0:
-                task.steps += 1
+                task.steps += bool(item.get("step"))
                 task.last = item.get("message") or item.get("event_type") or ""
 
     def finished(self, task_id: str, row: dict) -> None:

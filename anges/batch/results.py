@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from anges.events import REQUEST_EVENT_TYPES, RETURN_TO_PARENT_EVENT_TYPES, Event, walk
+from anges.events import RETURN_TO_PARENT_EVENT_TYPES, Event, is_step, walk
 from anges.exceptions import InvalidStreamId, StreamNotFound
 from anges.store import stream_status
 
@@ -59,7 +59,7 @@ def _add_stream_facts(row: dict, stream: EventStream, store: EventStore) -> None
     row.update(
         status=status,
         reason=final.data.get("reason") if final is not None and final.type == "task_interrupted" else None,
-        steps=sum(1 for event in stream.events_list if event.type not in REQUEST_EVENT_TYPES),
+        steps=sum(map(is_step, stream.events_list)),
         model_calls=usage["model_calls"],
         tokens={"input": usage["input_tokens"], "output": usage["output_tokens"], "cached": usage["cached_tokens"]},
         cost=usage.get("cost"),

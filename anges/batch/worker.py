@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from anges.batch.tasks import TaskSpec
+from anges.events import Event, is_step
 from anges.exceptions import AngesError
 from anges.fileops import make_private_dirs
 
@@ -233,9 +234,10 @@ def progress_line(message) -> dict:
 
 
 def progress_item(event: dict, depth: int) -> dict:
-    """The small part of an event the progress display reads: its type, depth, a short message and its usage."""
+    """The small part of an event the progress display reads: its type, depth, whether it is a step, a short message
+    and its usage."""
     data = event.get("data") or {}
-    return {"type": "event", "depth": depth, "event_type": event.get("type"),
+    return {"type": "event", "depth": depth, "event_type": event.get("type"), "step": is_step(Event.from_dict(event)),
             "message": (event.get("message") or "")[:200], "usage": data.get("usage"), "cost": data.get("cost")}
 
 
