@@ -423,9 +423,10 @@ def test_an_action_that_needs_approval_is_declined_with_feedback_whatever_the_co
                              "task_completion"]
     decided = [event for event in stream.events_list if event.type == "approval_decided"]
     assert [(e.data["decision"], e.data["by"], e.data["rule"].split("[")[0]) for e in decided] == [
-        ("deny", "approval=deny", "escalation"), ("deny", "approval=deny", "writable_paths"),
-        ("deny", "approval=deny", "safety.default_rules")]
-    assert all(e.content.startswith("DECLINED") and "It was not run" in e.content for e in decided)  # the model reads it
+        ("deny", "no_one", "escalation"), ("deny", "no_one", "writable_paths"), ("deny", "no_one", "safety.default_rules")]
+    assert all(e.content.startswith("DECLINED") and "no one can answer approval requests here" in e.content
+               and "--approval" not in e.content for e in decided)  # the model reads it
+    assert "Commands cannot leave the sandbox in this session" in decided[0].content  # the escalation
     assert not (tmp_path / "escaped.txt").exists() and not (tmp_path / "edited.txt").exists()
     assert (BatchState(batch_id_for(path)).work_dir("t") / "notes.txt").read_text() == "in my folder\n"
 

@@ -196,7 +196,7 @@ def test_workers_run_commands_in_the_sandbox_the_driver_configured_and_decline_a
     assert types(stream) == ["new_request", "action", "approval_decided", "task_completion"]
     assert stream.events_list[1].data["sandbox"] == "workspace" and stream.events_list[1].data["exit_code"] != 0
     declined = stream.events_list[2].data
-    assert (declined["decision"], declined["by"], declined["rule"]) == ("deny", "approval=deny", "escalation")
+    assert (declined["decision"], declined["by"], declined["rule"]) == ("deny", "no_one", "escalation")
 
 
 def test_the_command_runs_a_batch_on_a_running_cluster(ray_address, tmp_path):

@@ -29,8 +29,9 @@ if TYPE_CHECKING:
 
 MAX_ERROR_TAIL = 1000
 PARENT_POLL_SECONDS = 0.5
-APPROVAL = "deny"
-"""Nobody watches a batch: an action that needs approval is declined with the reason, and the run goes on."""
+APPROVAL = "ask"
+"""With no channel: nobody watches a batch, so an action that needs approval is declined at once with the reason
+(`by: no_one`), and the run goes on."""
 
 
 @dataclass
