@@ -317,7 +317,7 @@ def test_the_editor_going_away_mid_command_stops_the_run_and_ends_its_processes(
     assert events[-1].type == "task_interrupted" and events[-1].data["reason"] == "interrupt"
 
 
-@pytest.mark.parametrize("limit, says", [(("--max-steps", "2"), "2 events"), (("--timeout", "1"), "out of time")])
+@pytest.mark.parametrize("limit, says", [(("--max-steps", "2"), "2 steps"), (("--timeout", "1"), "out of time")])
 def test_a_step_or_time_limit_ends_the_turn_with_max_turn_requests(tmp_path, work, limit, says):
     model = scripted(tmp_path, shell("sleep 0.6"), shell("sleep 0.6"), shell("sleep 0.6"), complete())
     editor = Editor()
