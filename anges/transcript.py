@@ -420,9 +420,11 @@ STOP_REASONS = {"interrupt": "interrupted", "timeout": "out of time", "event_lim
 
 
 def _stop_text(event: Event) -> str:
-    """`out of steps: The run stopped: ...` from the stop reason and the recorded explanation."""
+    """`out of steps: the run reached 80 steps ...` from the stop reason and the recorded explanation (a model
+    error's own text, when there is one)."""
     reason = event.data.get("reason", "")
-    return f"{STOP_REASONS.get(reason, reason or 'stopped')}: {_first_line(event.content)}"
+    detail = event.data.get("error") or _first_line(event.content).removeprefix("The run stopped: ")
+    return f"{STOP_REASONS.get(reason, reason or 'stopped')}: {detail}"
 
 
 def _first_line(text: str) -> str:

@@ -379,6 +379,32 @@ def test_quiet_still_says_why_a_run_stopped(tmp_path):
     assert out.stderr.startswith("anges: stopped: out of steps")
 
 
+def test_invalid_replies_stop_with_how_the_last_one_began_and_what_was_wrong(tmp_path):
+    model = scripted(tmp_path, "I will list the files.", "Still prose, sorry.", "Let me think: ls")
+    out = anges("-q", "x", "--quiet", "--model", model, cwd=tmp_path)
+    assert out.returncode == 4
+    line = out.stderr.splitlines()[0]
+    assert line.startswith("anges: stopped: the model's replies were invalid: the model gave 3 invalid replies in a row; "
+                           'last reply: "Let me think: ls" (it contains no JSON object)'), line
+    assert "Your reply" not in out.stderr and ".." not in line  # the words written to the model stay with it
+
+
+def test_a_model_error_is_said_once(tmp_path):
+    env = {**os.environ, "OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "OPENAI_API_KEY": "sk-test"}
+    out = anges("-q", "x", "--quiet", "--model", "openai:gpt-test", "--config", config_with_no_retries(tmp_path),
+                cwd=tmp_path, env=env)
+    assert out.returncode == 4
+    line = out.stderr.splitlines()[0]
+    assert line.startswith("anges: stopped: the model failed: openai:gpt-test: "), line
+    assert "connection failed" in line and line.count("failed") == 2 and "The run stopped" not in line
+
+
+def config_with_no_retries(tmp_path):
+    path = tmp_path / "no-retries.yaml"
+    path.write_text("retry:\n  max_attempts: 1\n")
+    return str(path)
+
+
 # --- machine-readable output -------------------------------------------------------------------------------
 
 

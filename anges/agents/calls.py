@@ -3,11 +3,12 @@ reply asked again when it is invalid or cut off; its text streamed to the delta 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from anges.agents.live import LiveReply, ReplyDelta
-from anges.clipping import clip
+from anges.clipping import clip, shorten
 from anges.exceptions import FormatError, ModelError, ModelReplyError, ModelSetupError, RunStopped
 from anges.models.cancel import CallThread, CancelToken
 from anges.models.streaming import NOWHERE, listening
@@ -39,12 +40,13 @@ class ModelCalls:
         times (`max_invalid_replies`, `max_cut_off_replies`)."""
         agent = self.agent
         limits = agent.agent_config
-        feedback, error, invalid, cut = "", "", 0, 0
+        feedback, error, problem, invalid, cut = "", "", "", 0, 0
         while True:
             prompt = agent.render_prompt(feedback)
             if len(prompt) > agent.config.prompt.max_prompt_chars and agent._state.history.shorten():
                 prompt = agent.render_prompt(feedback)
             temperature = agent.config.model_settings.temperature + 0.1 * invalid
+            reply = ""
             try:
                 reply = self.reply(prompt, temperature, live=True)
                 if getattr(reply, "finish_reason", "") == "length":
@@ -53,15 +55,15 @@ class ModelCalls:
                     continue
                 return parse_reply(reply, agent._actions_by_type())
             except FormatError as exc:
-                error = exc.feedback
+                error, problem = exc.feedback, _problem(exc.feedback, reply)
             except ModelReplyError as exc:
-                error = str(exc)
+                error = problem = str(exc)
             invalid += 1
             attempts = max(limits.max_invalid_replies, 1)
             agent.logger.info("invalid reply (attempt %d of %d): %s", invalid, attempts, error)
             if invalid >= attempts:
-                raise RunStopped("invalid_replies", f"the model gave {attempts} invalid replies in a row; last error: "
-                                 f"{error}", last_error=error)
+                raise RunStopped("invalid_replies", f"the model gave {attempts} invalid replies in a row; {problem}",
+                                 last_error=error)
             feedback = render_template("invalid_reply.j2", agent.config.prompt.template_dir, error=error,
                                        attempt=invalid, max_attempts=attempts)
 
@@ -128,3 +130,12 @@ class ModelCalls:
         tag = {"agent_id": agent.uid, "agent_type": agent.agent_type, "parent_ids": tuple(agent.parent_ids),
                "call": self.count}
         return LiveReply(self.delta_handlers, tag, agent._secrets, token)
+
+
+def _problem(feedback: str, reply) -> str:
+    """What was wrong with an invalid reply, told to a person: how the reply began, and the feedback's first
+    sentence (written to the model, so "Your reply ..." becomes "it ...")."""
+    why = re.split(r"(?<=\.)\s", feedback.strip(), maxsplit=1)[0].rstrip(".")
+    why = re.sub(r"^Your reply's\b", "its", re.sub(r"^Your reply\b", "it", why))
+    began = shorten(" ".join(str(reply).split()), 80)
+    return f'last reply: "{began}" ({why})'

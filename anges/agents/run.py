@@ -68,7 +68,7 @@ def abandoned_run(stream: EventStream) -> Event | None:
 
 def stop_event(stop: RunStopped) -> Event:
     """The `task_interrupted` event that records how a run stopped."""
-    content = f"The run stopped: {stop}."
+    content = f"The run stopped: {str(stop).rstrip('.')}."
     return Event("task_interrupted", content=content, message=content,
                  data={"reason": stop.reason, **jsonable(stop.details)})
 
