@@ -20,6 +20,17 @@ def positive(kind: type):
     return parse
 
 
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 0 to 65535 (0: any free one)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 0 to 65535, got {text}")
+    return value
+
+
 def agent_type(text: str) -> str:
     """An argparse type: a registered agent type (plug-ins are loaded only for a name anges does not know)."""
     from anges.registry import agent_types

@@ -171,6 +171,7 @@ class WebConfig(Section):
 
     host: str = "127.0.0.1"
     port: int = 5000
+    """0 to 65535; 0: any free port."""
     password: str = ""
     """Or ANGES_UI_PASSWORD, 12 characters or more; required on any non-loopback address."""
     heartbeat_seconds: float = 15
@@ -185,6 +186,13 @@ class WebConfig(Section):
     """Mark the session cookie Secure (set this when the chat is served over HTTPS)."""
     allow_unsandboxed: bool = False
     """Let people reach the chat from other machines while commands run without a sandbox (safety.sandbox: off)."""
+
+    @field_validator("port")
+    @classmethod
+    def _is_a_port(cls, port: int) -> int:
+        if not 0 <= port <= 65535:
+            raise ValueError(f"must be a port number, 0 to 65535, got {port}")
+        return port
 
 
 class MCPConfig(Section):

@@ -506,6 +506,25 @@ def test_off_localhost_the_sandbox_cannot_be_off_unless_the_config_allows_it(cap
         serve(unavailable, host="0.0.0.0", port=0, password=PASSWORD)
 
 
+def test_a_taken_port_an_unknown_host_or_a_bad_port_number_is_a_one_line_error(capsys, tmp_path):
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        assert main_ui(["--port", str(port)]) == 2
+    assert capsys.readouterr().err == (f"anges ui: cannot serve on 127.0.0.1 port {port}: Address already in use; "
+                                       "another program uses that port: choose another with --port\n")
+    assert main_ui(["--host", "no-such-host.invalid", "--port", "0", "--password", PASSWORD]) == 2
+    assert capsys.readouterr().err.startswith("anges ui: cannot serve on no-such-host.invalid: no such address (")
+    for bad in ("99999", "-1", "http"):
+        with pytest.raises(SystemExit) as exit_:
+            main_ui(["--port", bad])
+        assert exit_.value.code == 2 and "argument --port: " in capsys.readouterr().err
+    (tmp_path / "far.yaml").write_text("web:\n  port: 70000\n")
+    assert main_ui(["--config", str(tmp_path / "far.yaml")]) == 2
+    assert "key 'web.port': must be a port number, 0 to 65535, got 70000" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("host, config_text", [("127.0.0.1", ""), ("0.0.0.0", "web: {allow_unsandboxed: true}\n")])
 def test_anges_ui_serves_unsandboxed_on_localhost_or_when_the_config_allows_it(tmp_path, host, config_text):
     import subprocess

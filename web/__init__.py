@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import re
 import secrets
+import socket
 import sys
 from dataclasses import dataclass
 from datetime import timedelta
@@ -14,7 +16,7 @@ from flask import Flask, jsonify, render_template, request
 from werkzeug.exceptions import HTTPException
 from werkzeug.serving import WSGIRequestHandler, make_server
 
-from anges.arguments import add_safety_flags, config_overrides
+from anges.arguments import add_safety_flags, config_overrides, port_number
 from anges.config import Config, anges_home, load_config
 from anges.exceptions import AngesError, ConfigError
 from anges.store import EventStore
@@ -132,7 +134,9 @@ def serve(config: Config | None = None, host: str | None = None, port: int | Non
     if problem:
         raise ConfigError(f"refusing to serve on {host}: {problem} (or bind to 127.0.0.1)")
     app = create_app(config, password=password, token=token)
-    server = make_server(host, port, app, threaded=True, request_handler=_QuietTokenHandler)
+    with _listen(host, port) as listening:
+        server = make_server(host, port, app, threaded=True, request_handler=_QuietTokenHandler,
+                             fd=listening.fileno())
     token = app.extensions["anges"].guard.token
     shown = f"[{host}]" if ":" in host else host
     address = f"http://{shown}:{server.port}/" + (f"?token={token}" if token else "")
@@ -152,6 +156,19 @@ def serve(config: Config | None = None, host: str | None = None, port: int | Non
         server.server_close()
 
 
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket listening on host:port, or a ConfigError saying why not (werkzeug would print and exit)."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        return socket.create_server((host, port), family=family, backlog=128)
+    except socket.gaierror as exc:
+        raise ConfigError(f"cannot serve on {host}: no such address ({exc.strerror})") from None
+    except OSError as exc:
+        why = os.strerror(exc.errno) if exc.errno else str(exc)
+        taken = "; another program uses that port: choose another with --port" if exc.errno == errno.EADDRINUSE else ""
+        raise ConfigError(f"cannot serve on {host} port {port}: {why}{taken}") from None
+
+
 class _QuietTokenHandler(WSGIRequestHandler):
     """werkzeug's request handler, with the token left out of the request lines it logs."""
 
@@ -167,13 +184,13 @@ def main_ui(argv: list[str] | None = None) -> int:
     [--approval MODE]`; returns the exit code."""
     parser = argparse.ArgumentParser(prog="anges ui", description="Run the anges web chat.")
     parser.add_argument("--host", help="address to bind (default: web.host, 127.0.0.1)")
-    parser.add_argument("--port", type=int, help="port (default: web.port, 5000)")
+    parser.add_argument("--port", type=port_number, help="port, 0 for any free one (default: web.port, 5000)")
     parser.add_argument("--password", help="login password (or ANGES_UI_PASSWORD), at least 12 characters; "
                                             "required off localhost")
     parser.add_argument("--no-token", action="store_true",
                         help="without a password, do not ask for the per-launch token: every account on this "
                              "machine can then use the chat (for single-user machines)")
-    parser.add_argument("--config", help="a config file layered over the defaults")
+    parser.add_argument("--config", help="a config file layered over ~/.anges/config.yaml")
     safety = parser.add_argument_group("safety of the chat's runs (see docs/safety.md)")
     add_safety_flags(safety, "where commands may write: the working directory (default), nowhere but a private /tmp, "
                              "or anywhere (off: refused off localhost unless web.allow_unsandboxed)",
