@@ -20,6 +20,17 @@ def positive(kind: type):
     return parse
 
 
+def count(text: str) -> int:
+    """An argparse type: a whole number, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
 def port_number(text: str) -> int:
     """An argparse type: a TCP port, 0 to 65535 (0: any free one)."""
     try:

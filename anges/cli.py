@@ -13,7 +13,7 @@ from importlib import import_module
 from pathlib import Path
 
 from anges import __version__
-from anges.arguments import add_agents_md_flag, add_safety_flags, agent_type, config_overrides, positive
+from anges.arguments import add_agents_md_flag, add_safety_flags, agent_type, config_overrides, count, positive
 from anges.exceptions import AngesError, UsageError
 from anges.printable import printable
 
@@ -108,14 +108,15 @@ def build_parser() -> argparse.ArgumentParser:
     verbose.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help="more detail")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     listing = commands.add_parser("list", parents=[verbose], help="recent streams, children under their parent")
-    listing.add_argument("-n", "--limit", type=int, default=30, metavar="N", help="top-level streams shown (0 = all)")
+    listing.add_argument("-n", "--limit", type=count, default=30, metavar="N", help="top-level streams shown (0 = all)")
     listing.add_argument("--json", action="store_true", help="as a JSON list")
     show = commands.add_parser("show", parents=[verbose], help="the transcript of a stream")
     show.add_argument("id", metavar="ID")
     show.add_argument("--json", action="store_true", help="the raw stream as JSON")
     export = commands.add_parser("export", parents=[verbose], help="a stream as JSON (0.1.x format) or Markdown")
     export.add_argument("id", metavar="ID")
-    export.add_argument("--format", choices=("json", "md"), default="json")
+    export.add_argument("--format", choices=("json", "md"), default="json",
+                        help="json (default: the whole stream, for `anges import`) or md (a readable report)")
     export.add_argument("-o", "--output", dest="file", metavar="FILE", help="write to FILE instead of stdout")
     imported = commands.add_parser("import", parents=[verbose], help="import a stream file (anges 0.1.x JSON too)")
     imported.add_argument("file", metavar="FILE")
@@ -206,7 +207,7 @@ def _build_agent(args: argparse.Namespace, output):
 
     config = load_config(args.config, config_overrides(args))
     store = EventStore()
-    stream = store.load(args.resume) if args.resume else EventStream()
+    stream = store.load(args.resume) if args.resume is not None else EventStream()
     workdir = _workdir(args, stream)
     mcp_file = _mcp_file(args, stream)
     agent_type = args.agent or stream.agent_type or "default"

@@ -54,7 +54,7 @@ class JsonLinesOutput:
                   "field": delta.field, "text": delta.text}
         self.emit({**record, "restart": True} if delta.restart else record)
 
-    def interrupting(self) -> None:
+    def interrupting(self, signal_name: str) -> None:
         """Nothing to say: the `task_interrupted` event follows."""
 
     def finished(self, outcome: Outcome, exit_code: int) -> None:

@@ -297,9 +297,9 @@ class TextOutput:
             self.transcript.note(f"stream {stream.uid} · {agent.agent_type} agent · {model} · in {agent.cmd_init_dir}",
                                  "dim")
 
-    def interrupting(self) -> None:
-        self.transcript.note("interrupting: stopping the agent and its command (Ctrl-C again quits at once)",
-                             "bold", "yellow")
+    def interrupting(self, signal_name: str) -> None:
+        again = " (Ctrl-C again quits at once)" if signal_name == "SIGINT" else f" ({signal_name})"
+        self.transcript.note(f"interrupting: stopping the agent and its command{again}", "bold", "yellow")
 
     def finished(self, outcome, exit_code: int) -> None:
         self.transcript.close()

@@ -189,6 +189,7 @@ def test_ctrl_c_during_a_long_command_interrupts_kills_it_and_exits_4(tmp_path, 
     assert proc.returncode == 4, err
     assert time.monotonic() - sent < 5
     assert "Traceback" not in err and "interrupting" in err
+    assert ("Ctrl-C again quits at once" in err) == (signum == signal.SIGINT)  # a service manager has no Ctrl-C
     assert not pids_running(token), "the command's processes outlived the interrupt"
     stream = only_stream()
     assert types(stream) == ["new_request", "action", "task_interrupted"]
@@ -230,6 +231,7 @@ def test_no_task_is_a_usage_error(tmp_path):
     (["-i", "-f", "-"], "cannot follow -f -"),
     (["-q", "x", "--mcp-config", "missing.json"], "--mcp-config missing.json: no such file"),
     (["-q", "x", "--model", "scripted:/no/such/replies.json"], "cannot read scripted replies"),
+    (["list", "-n", "-1"], "--limit: must be 0 or more, got -1"),
 ])
 def test_usage_errors_exit_2_with_one_message(tmp_path, args, message):
     out = anges(*args, cwd=tmp_path)
@@ -474,13 +476,14 @@ def test_resume_continues_the_stream_in_its_directory(tmp_path, flag):
 
 @pytest.mark.parametrize("args", [
     ["--resume", "NoSuchStream", "-q", "x"], ["show", "NoSuchStream"], ["export", "NoSuchStream"],
-    ["rm", "NoSuchStream"], ["show", "../../etc/passwd"],
+    ["rm", "NoSuchStream"], ["show", "../../etc/passwd"], ["--resume", "", "-q", "x"], ["--resume", "../x", "-q", "x"],
 ])
 def test_unknown_stream_id_exits_2(tmp_path, args):
     out = anges(*args, "--model" if args[0] == "--resume" else "-v",
                 *([scripted(tmp_path, complete())] if args[0] == "--resume" else []), cwd=tmp_path)
     assert out.returncode == 2, out.stderr
     assert "stream" in out.stderr and "Traceback" not in out.stderr
+    assert EventStore().list() == []  # nothing was started instead
 
 
 def test_a_stream_busy_with_a_run_cannot_be_resumed_or_removed(tmp_path):
