@@ -285,18 +285,19 @@ def test_a_call_made_after_a_cancel_uses_a_fresh_connection(wire):
     assert model("again") == "fresh"
 
 
-def test_a_200_reply_that_is_not_json_is_retried_then_explained(wire):
+@pytest.mark.parametrize("plain", [False, True], ids=["as an event", "as a plain body"])
+def test_a_200_reply_that_is_not_json_is_retried_then_explained(wire, plain):
     # google-genai reads an empty 200 body as a reply without candidates: the empty-reply case
     bodies = ["<html><body>502 Bad Gateway</body></html>"] + ([] if wire.provider == "gemini" else [""])
     for body in bodies:
-        wire.server.enqueue(Scripted(200, body=body))
+        wire.server.enqueue(Scripted(200, body=body, plain=plain))
         wire.server.enqueue_text("ok")
         model, waits = wire.model()
 
         assert model("hi") == "ok"
         assert len(waits) == 1
 
-        wire.server.enqueue(Scripted(200, body=body), times=3)
+        wire.server.enqueue(Scripted(200, body=body, plain=plain), times=3)
         with pytest.raises(ModelError, match="gave up after 3 attempts.*not JSON") as caught:
             model("hi")
         assert not isinstance(caught.value, ModelSetupError)

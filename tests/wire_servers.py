@@ -69,6 +69,8 @@ class Scripted:
     """Streamed: seconds between two pieces of text."""
     stall: float = 0.0
     """Streamed: after the text, hold the stream open this long without ending it."""
+    plain: bool = False
+    """Send the body as it is even to a streaming request (a proxy's error page), not as server-sent events."""
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -266,7 +268,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
             return
         payload = scripted.body(request) if callable(scripted.body) else scripted.body
-        if scripted.status == 200 and self.wire.wants_stream(request):
+        if scripted.status == 200 and self.wire.wants_stream(request) and not scripted.plain:
             events = ([], [], [_sse(payload, self.wire.first_event)]) if isinstance(payload, (str, bytes)) else (
                 self.wire.render_stream(request, payload, scripted.chunks))  # not JSON: sent as one event all the same
             self._stream(scripted, *events)

@@ -12,7 +12,7 @@ from anges.exceptions import ModelSetupError
 from anges.models.base import Completion, Usage, estimate_tokens
 from anges.models.provider import Provider
 from anges.models.retry import Failure
-from anges.models.streaming import current_sink
+from anges.models.streaming import StreamEnded, current_sink
 
 NO_KEY = "no-key"
 """Sent as the key to local servers that need none (the SDK insists on one)."""
@@ -106,7 +106,9 @@ class OpenAIModel(Provider):
         sink.begin()
         reply = _Reply()
         with self._create({**params, "stream": True, "stream_options": {"include_usage": True}}) as chunks:
+            streamed = False
             for chunk in chunks:
+                streamed = True
                 reply.model = getattr(chunk, "model", None) or reply.model
                 reply.usage = getattr(chunk, "usage", None) or reply.usage
                 for choice in getattr(chunk, "choices", None) or []:
@@ -117,6 +119,8 @@ class OpenAIModel(Provider):
                     reply.add(content, getattr(delta, "refusal", None), getattr(choice, "finish_reason", None))
                     if content:
                         sink(content)
+            if not streamed:
+                raise StreamEnded("the reply stream was empty or not JSON (no chunk came)")
         return reply
 
     def _create(self, params: dict[str, Any]) -> Any:
