@@ -87,4 +87,5 @@ def _auto(config: Config) -> tuple[str, ModelPreset]:
     raise ModelSetupError(f"no model is configured and no credentials were found. Set one of "
                           f"{', '.join(wanted) or 'the API keys of your presets'}, or choose a model with "
                           f"{config_hint()} (for example ollama:qwen2.5-coder). No key at hand? The README's offline "
-                          "demo replays a recorded run: --model replay:examples/recorded/fizzbuzz.jsonl")
+                          "demo replays a recorded run, from the anges checkout: "
+                          "--model replay:examples/recorded/fizzbuzz.jsonl")
