@@ -381,12 +381,14 @@ def format_list(infos, style: Style, limit: int = 0) -> list[str]:
     for info in roots[:limit] if limit > 0 else roots:
         add(info, "")
     width = max([len(prefix) + len(info.uid) for prefix, info in rows] + [2])
-    lines = [style(f"{'ID':<{width}}  {'STATUS':<11}  {'AGE':>4}  {'AGENT':<13}  TITLE", "bold")]
-    for prefix, info in rows:
+    agents = [printable(info.agent_type or "default") for _, info in rows]
+    agent_width = max([len("AGENT"), *map(len, agents)])
+    lines = [style(f"{'ID':<{width}}  {'STATUS':<11}  {'AGE':>4}  {'AGENT':<{agent_width}}  TITLE", "bold")]
+    for (prefix, info), agent in zip(rows, agents):
         status = f"{info.status:<11}"
         lines.append(f"{style(prefix, 'dim')}{info.uid:<{width - len(prefix)}}  "
                      f"{style(status, SHOWN_STATUS.get(info.status, ('', ''))[1])}  {_age(now - info.updated_at):>4}  "
-                     f"{printable(info.agent_type or 'default'):<13}  {printable(_one_line(info.title or '', 80))}")
+                     f"{agent:<{agent_width}}  {printable(_one_line(info.title or '', 80))}")
     return lines
 
 

@@ -554,6 +554,16 @@ def test_list_shows_streams_with_children_under_their_parent(tmp_path):
     assert len(anges("list", "-n", "1", cwd=tmp_path).stdout.splitlines()) == 2
 
 
+def test_list_columns_stay_aligned_with_a_long_agent_type(tmp_path):
+    from anges.events import EventStream
+
+    EventStore().save(EventStream(title="imported run", agent_type="anges:DefaultAgentFromOldVersion"))
+    EventStore().save(EventStream(title="plain run", agent_type="default"))
+    lines = anges("list", cwd=tmp_path).stdout.splitlines()
+    column = lines[0].index("TITLE")
+    assert sorted(line[column:] for line in lines[1:]) == ["imported run", "plain run"]
+
+
 def test_list_with_no_streams(tmp_path):
     out = anges("list", cwd=tmp_path)
     assert out.returncode == 0 and out.stdout == "" and "no streams yet" in out.stderr
