@@ -319,17 +319,20 @@ def test_hidden_paths_cover_the_credential_places_that_exist(tmp_path, monkeypat
 
 @pytest.mark.sandbox
 @pytest.mark.parametrize("sandbox", ["workspace", "off"])
-def test_killing_the_anges_process_ends_the_runs_processes(work, sandbox):
+def test_killing_the_anges_process_ends_the_runs_processes(work, sandbox, tmp_path, monkeypatch):
     import json
     import signal
     import subprocess
 
+    # A temp folder of its own: any other anges process on the machine would clean up the stale scratch folder.
+    (private_tmp := tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private_tmp))
     first, second = sleep_token(), sleep_token()
     step = reply(shell(f"setsid sleep {first} & nohup sleep {second} >/dev/null 2>&1 & wait"))
     (work / "model.json").write_text(json.dumps([step, complete()]))
     proc = subprocess.Popen([sys.executable, "-m", "anges", "-q", "wait", "--sandbox", sandbox, "--approval", "auto",
                              "--model", f"scripted:{work / 'model.json'}"], cwd=work, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                            stderr=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(private_tmp)})
     deadline = time.monotonic() + 20
     while not (pids_running(first) and pids_running(second)):
         assert time.monotonic() < deadline, "the commands never started"
@@ -341,7 +344,7 @@ def test_killing_the_anges_process_ends_the_runs_processes(work, sandbox):
     while (pids_running(first) or pids_running(second)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not pids_running(first) and not pids_running(second), "the run's processes outlived a kill -9"
-    stale = list(Path(tempfile.gettempdir()).glob(f"anges-run-{proc.pid}-*"))
+    stale = list(private_tmp.glob(f"anges-run-{proc.pid}-*"))
     assert stale  # its scratch directory is left behind, until the next run of any anges process
     run_command("true", cwd=work, background=True, runner=(runner := CommandRunner(str(work))))
     runner.close()
