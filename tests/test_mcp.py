@@ -363,13 +363,23 @@ def test_children_share_the_parents_servers(tmp_path):
 
 
 def test_an_interrupt_during_a_call_stops_the_run_and_close_leaves_no_process(tmp_path):
-    pid_file = tmp_path / "pids"
-    with MCPManager(load_mcp_servers({"demo": demo_entry(pid_file)})) as manager:
+    pid_file, napping = tmp_path / "pids", tmp_path / "napping"
+    entry = demo_entry(pid_file)
+    entry["env"]["NAP_FILE"] = str(napping)
+    with MCPManager(load_mcp_servers({"demo": entry})) as manager:
         agent, _ = make_agent(tmp_path, [reply(use("demo", "nap", seconds=30)), complete()], manager)
-        threading.Timer(1.0, agent.interrupt).start()
-        started = time.monotonic()
+        interrupted = []
+
+        def interrupt_once_napping():
+            deadline = time.monotonic() + 20
+            while not napping.exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            interrupted.append(time.monotonic())
+            agent.interrupt()
+
+        threading.Thread(target=interrupt_once_napping, daemon=True).start()
         stream = agent.run_with_new_request("take a nap")
-        assert time.monotonic() - started < 5
+        assert napping.exists() and time.monotonic() - interrupted[0] < 5
     nap = action_events(stream)[0]
     assert nap.data["error"] == "interrupted" and stream.events_list[-1].type == "task_interrupted"
     assert pids(pid_file) and all(wait_gone(pid) for pid in pids(pid_file))

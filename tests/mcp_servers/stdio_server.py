@@ -3,6 +3,7 @@
 import os
 import sys
 import time
+from pathlib import Path
 from typing import TypedDict
 
 from mcp.server.mcpserver import MCPServer
@@ -53,6 +54,8 @@ def lines(count: int) -> str:
 @server.tool()
 def nap(seconds: float) -> str:
     """Sleep, then answer."""
+    if os.environ.get("NAP_FILE"):  # so a test can act while the call is under way
+        Path(os.environ["NAP_FILE"]).write_text("napping")
     time.sleep(seconds)
     return "awake"
 
