@@ -33,8 +33,9 @@ def serve_fetch_and_read_the_log(work, safety, **run_args):
     (work / "hello.txt").write_text("served from the yielded server\n")
     port = free_port()
     server = f"{SANDBOX_PYTHON} -m http.server {port} --bind 127.0.0.1"
-    fetch = (f"{SANDBOX_PYTHON} -c \"import urllib.request; "
-             f"print(urllib.request.urlopen('http://127.0.0.1:{port}/hello.txt').read().decode(), end='')\"")
+    fetch = (f"for try in $(seq 50); do {SANDBOX_PYTHON} -c \"import urllib.request; "  # a slow start: try for 10 s
+             f"print(urllib.request.urlopen('http://127.0.0.1:{port}/hello.txt').read().decode(), end='')\" "
+             "2>/dev/null && break; sleep 0.2; done")
 
     def read_log(prompt):
         log = re.search(r"its output continuing in (\S+) ", prompt).group(1)
@@ -61,7 +62,7 @@ def check(stream, model, took, server):
     assert ": running; log " in model.prompts[1]
     assert fetched.data["exit_code"] == 0 and fetched.data["stdout"] == "served from the yielded server\n"
     assert '"GET /hello.txt HTTP/1.1" 200' in log.data["stdout"], "the log goes on after the yield"
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 15
     while pids_running(server) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not pids_running(server), "the server ends with the run"
