@@ -155,16 +155,17 @@ def _config_error(exc: ValidationError, model: type, source: str, prefix: tuple)
     error = exc.errors()[0]
     loc, kind = error["loc"], error["type"]
     where = _where(prefix + tuple(loc))
+    named = f"'{where}'" + "".join(f" ({alias})" for alias, key in AGENT_KEY_ALIASES.items() if loc[-1:] == (key,))
     if kind == "extra_forbidden":
         valid = ", ".join(_type_at(model, loc[:-1]).model_fields)
         return ConfigError(f"{source}: unknown key '{where}' (valid keys here: {valid})")
     if kind == "value_error":
-        return ConfigError(f"{source}: key '{where}': {error['ctx']['error']}")
+        return ConfigError(f"{source}: key {named}: {error['ctx']['error']}")
     if kind == "literal_error":
         expected = "one of " + ", ".join(choice for choice in typing.get_args(_type_at(model, loc)) if choice)
     else:
         expected = _EXPECTED.get(kind, error["msg"].lower())
-    return ConfigError(f"{source}: key '{where}': expected {expected}, got {_describe(error['input'])}")
+    return ConfigError(f"{source}: key {named}: expected {expected}, got {_describe(error['input'])}")
 
 
 def _type_at(model: type, loc: tuple) -> Any:

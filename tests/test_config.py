@@ -64,7 +64,7 @@ def test_max_steps_is_another_name_for_the_events_limit(tmp_path):
     both = write(tmp_path / "both.yaml", "agents:\n  common:\n    max_steps: 3\n    max_number_of_events_to_exhaust: 4\n")
     with pytest.raises(ConfigError, match=r"agents\.common sets both 'max_steps' and 'max_number_of_events_to_exhaust'"):
         load_config(both)
-    with pytest.raises(ConfigError, match=r"agents\.common\.max_number_of_events_to_exhaust.*an integer"):
+    with pytest.raises(ConfigError, match=r"key 'agents\.common\.max_number_of_events_to_exhaust' \(max_steps\): expected an integer"):
         load_config(write(tmp_path / "bad.yaml", "agents:\n  common:\n    max_steps: many\n"))
 
 
