@@ -111,6 +111,7 @@ def new_records(stream: EventStream, written: Written) -> tuple[list[dict], bool
         written.stored_events += 1
         written.events += 1
         written.status = status_of(event.type) or written.status
+        meta_changed = meta_changed or event.type == "task_interrupted"  # its reason is in the meta file
     out.extend(summary_record(summary) for summary in stream.event_summaries_list[written.summaries:])
     written.summaries = len(stream.event_summaries_list)
     return out, meta_changed or written.status != old_status
@@ -128,6 +129,8 @@ class StreamInfo:
     agent_type: str
     status: str
     """new, running, completed, help_needed, answered or interrupted."""
+    reason: str = ""
+    """Why an interrupted stream stopped (interrupt, timeout, event_limit, model_error, ...), when it says."""
     batch_id: str = ""
     """The batch that started this run (`anges batch`), and its task id; empty otherwise."""
     batch_task: str = ""
@@ -135,8 +138,9 @@ class StreamInfo:
     @classmethod
     def of(cls, uid: str, meta: dict, updated_at: datetime, status: str) -> StreamInfo:
         """The info of stream `uid` from its (valid) meta file, its file's time and its shown status."""
+        reason = str(meta.get("reason") or "") if status == meta["status"] == "interrupted" else ""
         return cls(uid, str(meta["title"] if meta["title"] is not None else uid), parse_time(meta["created_at"]),
-                   updated_at, list(meta["parent_event_stream_uids"]), meta["agent_type"] or "", status,
+                   updated_at, list(meta["parent_event_stream_uids"]), meta["agent_type"] or "", status, reason,
                    str(meta.get("batch_id") or ""), str(meta.get("batch_task") or ""))
 
     def to_dict(self) -> dict:
@@ -195,11 +199,14 @@ def stream_lines(stream: EventStream) -> list[bytes]:
 
 def meta(stream: EventStream, status: str) -> dict:
     """The meta file: what a listing shows, so that listing never parses events."""
+    last = stream.events_list[-1] if stream.events_list else None
     return {
         "format": FORMAT,
         "uid": stream.uid,
         "title": stored_title(stream),
         "status": status,
+        **({"reason": str(last.data.get("reason") or "")}
+           if status == "interrupted" and last is not None and last.type == "task_interrupted" else {}),
         "parent_event_stream_uids": list(stream.parent_event_stream_uids),
         "agent_type": stream.agent_type,
         "created_at": stream.created_at.isoformat(),

@@ -3,8 +3,9 @@
 On disk, under `root` (default `ANGES_HOME/data/event_streams`), each stream has:
 
 - `<uid>.jsonl`: its records (`anges.records` describes them and their format versions).
-- `<uid>.meta.json`: title, status, parents, agent type and created_at, rewritten atomically only when
-  one of them changes, so listing never parses events. Rebuilt from the `.jsonl` when missing or bad.
+- `<uid>.meta.json`: title, status (and why an interrupted stream stopped), parents, agent type and
+  created_at, rewritten atomically only when one of them changes, so listing never parses events. Rebuilt
+  from the `.jsonl` when missing or bad.
   A run of `anges batch` also has `batch_id` and `batch_task` there (from its settings).
 - `<uid>.lock` and `<uid>.stop`: whether a run is active and who runs it, and stop requests (`anges.runlock`).
   A stream whose last status is `running` while nobody holds the lock belongs to a run that died (SIGKILL, a

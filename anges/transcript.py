@@ -381,13 +381,14 @@ def format_list(infos, style: Style, limit: int = 0) -> list[str]:
     for info in roots[:limit] if limit > 0 else roots:
         add(info, "")
     width = max([len(prefix) + len(info.uid) for prefix, info in rows] + [2])
+    statuses = [LISTED_STOPS.get(info.reason, info.status) for _, info in rows]
     agents = [printable(info.agent_type or "default") for _, info in rows]
-    agent_width = max([len("AGENT"), *map(len, agents)])
-    lines = [style(f"{'ID':<{width}}  {'STATUS':<11}  {'AGE':>4}  {'AGENT':<{agent_width}}  TITLE", "bold")]
-    for (prefix, info), agent in zip(rows, agents):
-        status = f"{info.status:<11}"
+    status_width, agent_width = max([11, *map(len, statuses)]), max([len("AGENT"), *map(len, agents)])
+    lines = [style(f"{'ID':<{width}}  {'STATUS':<{status_width}}  {'AGE':>4}  {'AGENT':<{agent_width}}  TITLE", "bold")]
+    for (prefix, info), status, agent in zip(rows, statuses, agents):
+        colour = SHOWN_STATUS.get(info.status, ("", ""))[1]
         lines.append(f"{style(prefix, 'dim')}{info.uid:<{width - len(prefix)}}  "
-                     f"{style(status, SHOWN_STATUS.get(info.status, ('', ''))[1])}  {_age(now - info.updated_at):>4}  "
+                     f"{style(f'{status:<{status_width}}', colour)}  {_age(now - info.updated_at):>4}  "
                      f"{agent:<{agent_width}}  {printable(_one_line(info.title or '', 80))}")
     return lines
 
@@ -413,6 +414,10 @@ def _activity(reply) -> str:
     return f"running {_one_line(str(command))}"
 
 
+LISTED_STOPS = {"timeout": "timed out", "event_limit": "out of steps", "model_call_limit": "out of calls",
+                "budget": "over budget", "model_error": "model failed", "model_setup": "model failed",
+                "invalid_replies": "bad replies", "reply_cut_off": "cut off", "repetition": "repeating"}
+"""How `anges list` shows an interrupted stream that stopped for a reason other than an interrupt."""
 STOP_REASONS = {"interrupt": "interrupted", "timeout": "out of time", "event_limit": "out of steps",
                 "model_call_limit": "out of model calls", "repetition": "stuck repeating itself",
                 "invalid_replies": "the model's replies were invalid", "model_error": "the model failed",

@@ -554,6 +554,17 @@ def test_list_shows_streams_with_children_under_their_parent(tmp_path):
     assert len(anges("list", "-n", "1", cwd=tmp_path).stdout.splitlines()) == 2
 
 
+def test_list_says_why_a_run_stopped(tmp_path):
+    assert anges("-q", "steps", "--max-steps", "1", "--model", scripted(tmp_path, shell("echo 1"), shell("echo 2")),
+                 cwd=tmp_path).returncode == 4
+    assert anges("-q", "prose", "--model", scripted(tmp_path, "no", "json", "here", name="b.json"),
+                 cwd=tmp_path).returncode == 4
+    rows = {line.split()[-1]: line for line in anges("list", cwd=tmp_path).stdout.splitlines()[1:]}
+    assert "out of steps" in rows["steps"] and "bad replies" in rows["prose"]
+    listed = {entry["title"]: entry for entry in json.loads(anges("list", "--json", cwd=tmp_path).stdout)}
+    assert (listed["steps"]["status"], listed["steps"]["reason"]) == ("interrupted", "event_limit")
+
+
 def test_list_columns_stay_aligned_with_a_long_agent_type(tmp_path):
     from anges.events import EventStream
 

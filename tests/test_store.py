@@ -339,6 +339,23 @@ def test_meta_is_rewritten_only_when_title_status_or_settings_change(store):
     }
 
 
+def test_the_meta_file_keeps_why_a_stream_stopped_and_the_listing_shows_it(store):
+    stream = new_stream(0, title="t")
+    stream.add_event(Event("new_request", content="do it"))
+    stream.add_event(Event("task_interrupted", content="out of time", data={"reason": "timeout"}))
+    store.sync(stream)
+    assert (store.info(stream.uid).status, store.info(stream.uid).reason) == ("interrupted", "timeout")
+    stream.add_event(Event("follow_up_request", content="go on"))
+    stream.add_event(Event("task_interrupted", content="out of steps", data={"reason": "event_limit"}))
+    store.sync(stream)  # interrupted before and after: the new reason is written all the same
+    assert store.info(stream.uid).reason == "event_limit"
+    assert store.list()[0].to_dict()["reason"] == "event_limit"
+    stream.add_event(Event("follow_up_request", content="again"))
+    stream.add_event(Event("task_completion", content="done"))
+    store.sync(stream)
+    assert (store.info(stream.uid).status, store.info(stream.uid).reason) == ("completed", "")
+
+
 @pytest.mark.parametrize("damage", ["missing", "corrupt", "other uid", "empty"])
 def test_a_missing_or_corrupt_meta_file_is_rebuilt_from_the_stream_file(store, damage):
     stream = new_stream(1, title="Keep me", parent_event_stream_uids=["P"], agent_type="task_analyzer")
