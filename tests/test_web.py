@@ -161,7 +161,7 @@ def test_pages_redirect_to_login_and_the_api_answers_401(client):
     for method, url in [("get", "/api/chats"), ("get", "/api/chats/abc"), ("get", "/api/chats/abc/events"),
                         ("get", "/api/chats/abc/export"), ("post", "/api/chats"), ("patch", "/api/chats/abc"),
                         ("delete", "/api/chats/abc"), ("post", "/api/chats/abc/messages"),
-                        ("post", "/api/chats/abc/stop")]:
+                        ("post", "/api/chats/abc/stop"), ("post", "/api/settings/check")]:
         response = getattr(client, method)(url, json={})
         assert response.status_code == 401, (method, url)
         assert response.json == {"error": "login required"}
@@ -226,7 +226,7 @@ def test_every_state_change_needs_the_csrf_token(auth, app, store):
     uid = new_chat(auth, app, text="")
     calls = [("post", "/api/chats", {"text": "x"}), ("patch", f"/api/chats/{uid}", {"title": "t"}),
              ("delete", f"/api/chats/{uid}", None), ("post", f"/api/chats/{uid}/messages", {"text": "x"}),
-             ("post", f"/api/chats/{uid}/stop", None)]
+             ("post", f"/api/chats/{uid}/stop", None), ("post", "/api/settings/check", {"settings": {}})]
     for method, url, body in calls:
         for bad in ({}, {"X-CSRF-Token": "forged"}):
             response = getattr(client, method)(url, json=body, headers=bad)
@@ -835,6 +835,10 @@ def test_an_unknown_model_name_is_refused_when_saved(auth, app, tmp_path):
                         (f"replay:{tmp_path}/none.jsonl", "not found")]:
         response = client.patch(f"/api/chats/{uid}", json={"settings": {"model": bad}}, headers=headers)
         assert response.status_code == 400 and reason in response.json["error"], bad
+        checked = client.post("/api/settings/check", json={"settings": {"model": bad}}, headers=headers)
+        assert checked.status_code == 400 and reason in checked.json["error"], bad  # a chat not made yet
+    assert client.post("/api/settings/check", json={"settings": {"model": "claude"}}, headers=headers).json == {
+        "settings": {"model": "claude"}}
     recording = tmp_path / "run.jsonl"
     recording.write_text('{"prompt": "p", "reply": "r"}\n')
     for good in ("auto", "claude", "ollama:qwen2.5-coder:7b", "anthropic:claude-x", f"replay:lenient:{recording}", ""):

@@ -268,6 +268,11 @@ def test_open_a_child_agent(browser, tmp_path):
         log_in(page, live)
         page.click("#settings-open")
         page.select_option("#set-agent-type", "orchestrator")
+        page.fill("#set-model", "gtp-4")  # a new chat's settings are checked when saved, too
+        page.click("#settings-save")
+        expect(page.locator("#settings-error")).to_contain_text("unknown model 'gtp-4'. Valid names:")
+        expect(page.locator("#settings")).to_be_visible()
+        page.fill("#set-model", "")
         page.click("#settings-save")
         expect(page.locator("#settings")).to_be_hidden()
         send(page, "Make notes with a helper")

@@ -153,6 +153,12 @@ def create_chat():
     return jsonify(chat=_info(web.store.info(stream.uid)), started=starts), 201
 
 
+@bp.post("/api/settings/check")
+def check_settings():
+    """Validate a new chat's settings when they are saved, before the chat exists (its first message makes it)."""
+    return jsonify(settings=_settings(_json_body().get("settings") or {}))
+
+
 @bp.get("/api/chats/<chat:uid>")
 def get_chat(uid: str):
     web = _web()

@@ -1048,6 +1048,7 @@
         const data = await api("PATCH", `/api/chats/${encodeURIComponent(state.chatId)}`, { settings });
         state.chat = data.chat;
       } else {
+        await api("POST", "/api/settings/check", { settings });
         state.draftSettings = settings;
         if (settings.cmd_init_dir) $("empty-dir").textContent = settings.cmd_init_dir;
       }
