@@ -208,7 +208,8 @@ def test_stop_a_running_command(page, server, model, tmp_path):
     _wait_for(lambda: (tmp_path / "started").exists())  # the command is running now
     page.click("#stop")
     expect(page.locator(".step-shell .badge.bad")).to_have_text("killed")
-    expect(page.locator(".step-interrupted")).to_contain_text("Stopped")
+    expect(page.locator(".step-interrupted .answer-label")).to_have_text("Stopped")
+    expect(page.locator(".step-interrupted .interrupted-text")).to_have_text("The run was interrupted.")
     expect(page.locator("#status-pill")).to_have_text("Interrupted")
     expect(page.locator("#working")).to_be_hidden()
     expect(page.locator("#stop")).to_be_hidden()

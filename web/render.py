@@ -120,7 +120,8 @@ def step_view(event: Event, index: int, cwd: str = "", reasoning: str | None = N
         view["message"] = event.message
     elif kind == "interrupted":
         view["reason"] = data.get("reason", "")
-        view["text"] = event.content
+        why = event.content.removeprefix("The run stopped: ")  # the card's label says that much
+        view["text"] = why[:1].upper() + why[1:]
     elif kind in ("child_start", "child_running", "child_exit"):
         child_id, start = child_reference(event)
         view["child"] = {"uid": child_id or data.get("agent_id"), "starting_from": start,
