@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from anges.clipping import clip, clip_lines, one_line
+from anges.clipping import clip, clip_lines, one_line, shorten
 from anges.events import Event, new_id
 from anges.exceptions import RunStopped
 from anges.printable import printable
@@ -39,6 +39,8 @@ MODES = ("ask", "auto", "deny")
 POLL_SECONDS = 0.1
 MAX_DETAIL_CHARS = 20_000
 """The most of a request's detail its recorded event keeps."""
+MAX_REASONING_CHARS = 2_000
+"""The most of the model's reasoning a request keeps."""
 MAX_SHOWN_LINES = 60
 MAX_SHOWN_LINE = 400
 """A request shows at most this many lines, of at most this many characters, before `v`."""
@@ -65,6 +67,8 @@ class ApprovalRequest:
     """Approving runs the command outside the sandbox."""
     justification: str = ""
     """The model's one-line reason for leaving the sandbox."""
+    reasoning: str = ""
+    """The model's reasoning in the reply that asks for the action (the web chat's card shows it while it waits)."""
     agent_id: str = ""
     agent_type: str = ""
     id: str = field(default_factory=new_id)
@@ -76,7 +80,7 @@ class ApprovalRequest:
         """JSON-able facts of the request; a detail over MAX_DETAIL_CHARS is cut, and `detail_cut` says so (a
         channel showing the record must not offer approval for what it cannot show)."""
         keys = ("id", "action_type", "subject", "detail", "rule", "reason", "scope", "escalate", "justification",
-                "agent_id", "agent_type", "created_at")
+                "reasoning", "agent_id", "agent_type", "created_at")
         data = {key: getattr(self, key) for key in keys}
         data["request_id"] = data.pop("id")
         data["detail_cut"] = len(self.detail) > MAX_DETAIL_CHARS
@@ -211,6 +215,7 @@ class Gate:
             detail=mask_secrets(_detail(action_type, args, self.policy.cwd, verdict), secrets), rule=verdict.rule,
             reason=verdict.reason, scope=mask_secrets(verdict.scope, secrets), escalate=verdict.escalate,
             justification=mask_secrets(str(args.get("escalate") or ""), secrets) if verdict.escalate else "",
+            reasoning=shorten(mask_secrets(asker.reply.reasoning if asker.reply else "", secrets), MAX_REASONING_CHARS),
             agent_id=asker.agent_id, agent_type=asker.agent_type)
 
     def _wait(self, asker: ActionContext, request: ApprovalRequest, verdict: Verdict) -> Decision:

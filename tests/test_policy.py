@@ -303,6 +303,16 @@ def test_a_declined_action_is_a_step_so_declines_cannot_loop_past_the_limit(tmp_
     assert stream.events_list[-1].data == {"reason": "event_limit", "limit": 3} and not (tmp_path / "log.txt").exists()
 
 
+def test_a_request_carries_the_replys_reasoning_with_secrets_masked(tmp_path, monkeypatch):
+    monkeypatch.setenv("DEPLOY_TOKEN", "tok-8c1f5a9e33d2")
+    channel = Recorder("no")
+    steps = [reply(shell("echo asked x"), reasoning="Check the deploy with tok-8c1f5a9e33d2 first."), complete()]
+    stream, _ = run(tmp_path, steps, approval=channel)
+    assert channel.requests[0].reasoning.startswith("Check the deploy with ")
+    recorded = of_type(stream, "approval_requested")[0].data["reasoning"]
+    assert recorded == channel.requests[0].reasoning and "tok-8c1f5a9e33d2" not in recorded
+
+
 def test_a_declined_action_tells_the_model_why_and_skips_the_rest_of_the_reply(tmp_path):
     channel = Recorder(Decision("deny", feedback="use the Makefile target instead"))
     steps = [reply(shell("echo asked > a.txt"), shell("echo second > b.txt"), reasoning="try it"), complete()]

@@ -71,6 +71,7 @@ def test_approve_a_command_from_the_page_and_it_runs(page, server, model, tmp_pa
     card = page.locator(PENDING)
     expect(card.locator(".card-head .path")).to_have_text("RUN_SHELL_CMD touch approved.txt")
     expect(card.locator(".approval-reason")).to_have_text("touching files needs a person here [safety.rules[0]]")
+    expect(card.locator(".approval-reasoning")).to_have_text("Create the file.")  # why the agent asks, while it waits
     expect(card.locator("pre.output")).to_have_text("touch approved.txt")
     expect(card.locator("button[data-decision=always]")).to_have_attribute(
         "title", "Run it, and for the rest of this run: this exact command")
@@ -82,6 +83,7 @@ def test_approve_a_command_from_the_page_and_it_runs(page, server, model, tmp_pa
     expect(decided.locator(".approval-label")).to_have_text("Approved")
     expect(decided.locator(".approval-outcome")).to_have_text("Approved in the web chat.")
     expect(decided.locator(".approval-controls")).to_be_hidden()
+    expect(decided.locator(".approval-reasoning")).to_have_count(0)  # the step below shows it now, once
     expect(page.locator(".step-shell .command")).to_have_text("touch approved.txt")
     expect(page.locator(".step-shell .badge.ok")).to_have_text("exit 0")
     expect(page.locator(".answer-task_completion")).to_contain_text("Created it.")

@@ -36,7 +36,7 @@ ALLOWED_ATTRIBUTES = {
 URL_SCHEMES = {"http", "https", "mailto"}
 APPROVAL_FACTS = {
     "approval_requested": ("request_id", "action_type", "subject", "detail", "rule", "reason", "scope", "escalate",
-                           "justification", "agent_id", "agent_type", "channel"),
+                           "justification", "reasoning", "agent_id", "agent_type", "channel"),
     "approval_decided": ("request_id", "action_type", "subject", "decision", "always", "by", "rule", "reason",
                          "feedback", "escalate", "skipped"),
 }

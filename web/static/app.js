@@ -839,6 +839,8 @@
     }
     node.appendChild(head);
     const body = el("div", "approval-body");
+    // What the agent thinks it is doing, while a person decides; its step shows it once the answer is in.
+    if (facts.reasoning) body.appendChild(el("p", "approval-reasoning", facts.reasoning));
     const why = el("p", "approval-reason", facts.reason || "");
     why.appendChild(el("span", "muted", ` [${facts.rule || "?"}]`));
     body.appendChild(why);
@@ -935,6 +937,7 @@
     card.node.querySelector(".approval-label").textContent =
       { allow: "Approved", deny: "Denied", cancelled: "Not answered" }[facts.decision] || "Decided";
     card.node.querySelector(".approval-controls").hidden = true;
+    card.node.querySelector(".approval-reasoning")?.remove();
     setCardState(card, facts.decision, text);
   }
 
