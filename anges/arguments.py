@@ -22,23 +22,22 @@ def positive(kind: type):
 
 def count(text: str) -> int:
     """An argparse type: a whole number, 0 or more."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
+    return _whole_number(text, "a whole number", 0)
 
 
 def port_number(text: str) -> int:
     """An argparse type: a TCP port, 0 to 65535 (0: any free one)."""
+    return _whole_number(text, "a port number", 0, 65535)
+
+
+def _whole_number(text: str, what: str, least: int, most: int | None = None) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be 0 to 65535, got {text}")
+        raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+    if value < least or (most is not None and value > most):
+        bounds = f"{least} or more" if most is None else f"{least} to {most}"
+        raise argparse.ArgumentTypeError(f"must be {bounds}, got {text}")
     return value
 
 

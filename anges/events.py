@@ -315,6 +315,10 @@ EVENT_KINDS: dict[str, EventKind] = {
 _CHILD_RETURN = EventKind("Child agent returned", "child_exit")
 
 
+STOPPED = "The run stopped: "
+"""How the content of a `task_interrupted` event begins (`interrupted_event`)."""
+
+
 def kind_of(event_type: str) -> EventKind:
     """The entry of EVENT_KINDS for `event_type`; a child's return and unknown types (0.1.x actions) too."""
     kind = EVENT_KINDS.get(event_type)
@@ -330,6 +334,18 @@ def group_of(event: Event) -> str:
         data = event.data
         return "shell" if "command" in data else "tool" if "server" in data and "tool" in data else "other"
     return kind_of(event.type).group
+
+
+def interrupted_event(reason: str, why: str, **facts) -> Event:
+    """A `task_interrupted` event: the run stopped for `reason` (interrupt, timeout, event_limit, ...), `why` says
+    it in words."""
+    content = f"{STOPPED}{why.rstrip('.')}."
+    return Event("task_interrupted", content=content, message=content, data={"reason": reason, **facts})
+
+
+def stop_explanation(event: Event) -> str:
+    """Why a `task_interrupted` event's run stopped, without the words every such event begins with."""
+    return event.content.removeprefix(STOPPED)
 
 
 def is_step(event: Event) -> bool:

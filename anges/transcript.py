@@ -20,6 +20,7 @@ from anges.events import (
     kind_of,
     shown_path,
     status_of,
+    stop_explanation,
     stream_status,
     walk,
 )
@@ -430,7 +431,7 @@ def _stop_text(event: Event) -> str:
     """`out of steps: the run reached 80 steps ...` from the stop reason and the recorded explanation (a model
     error's own text, when there is one)."""
     reason = event.data.get("reason", "")
-    detail = event.data.get("error") or _first_line(event.content).removeprefix("The run stopped: ")
+    detail = event.data.get("error") or _first_line(stop_explanation(event))
     return f"{STOP_REASONS.get(reason, reason or 'stopped')}: {detail}"
 
 

@@ -16,6 +16,7 @@ from anges.events import (
     group_of,
     is_step,
     shown_path,
+    stop_explanation,
 )
 from anges.printable import printable_texts
 
@@ -120,7 +121,7 @@ def step_view(event: Event, index: int, cwd: str = "", reasoning: str | None = N
         view["message"] = event.message
     elif kind == "interrupted":
         view["reason"] = data.get("reason", "")
-        why = event.content.removeprefix("The run stopped: ")  # the card's label says that much
+        why = stop_explanation(event)  # the card's label says the run stopped
         view["text"] = why[:1].upper() + why[1:]
     elif kind in ("child_start", "child_running", "child_exit"):
         child_id, start = child_reference(event)

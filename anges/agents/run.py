@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from anges.agents.record import jsonable
-from anges.events import Event, EventStream, is_step
+from anges.events import Event, EventStream, interrupted_event, is_step
 from anges.exceptions import RunStopped
 
 if TYPE_CHECKING:
@@ -68,9 +68,7 @@ def abandoned_run(stream: EventStream) -> Event | None:
 
 def stop_event(stop: RunStopped) -> Event:
     """The `task_interrupted` event that records how a run stopped."""
-    content = f"The run stopped: {str(stop).rstrip('.')}."
-    return Event("task_interrupted", content=content, message=content,
-                 data={"reason": stop.reason, **jsonable(stop.details)})
+    return interrupted_event(stop.reason, str(stop), **jsonable(stop.details))
 
 
 def saved_notes(settings: dict) -> list[str]:

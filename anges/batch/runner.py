@@ -21,7 +21,7 @@ from anges.batch.results import outcome, task_result
 from anges.batch.state import BatchState
 from anges.batch.tasks import TaskSpec
 from anges.batch.worker import Job
-from anges.events import Event, new_id
+from anges.events import interrupted_event, new_id
 from anges.exceptions import StreamBusy
 from anges.store import EventStore, stream_status
 
@@ -175,9 +175,7 @@ class BatchRunner:
                 stream = self.store.load(uid)
                 if stream_status(stream.events_list) != "running":
                     return
-                content = f"The run stopped: {why}."
-                stream.add_event(Event("task_interrupted", content=content, message=content,
-                                       data={"reason": reason, "batch_id": self.batch_id}))
+                stream.add_event(interrupted_event(reason, why, batch_id=self.batch_id))
                 self.store.sync(stream)
         except StreamBusy:
             return  # its worker is still alive after all and will record the end itself
