@@ -729,6 +729,7 @@ def test_no_model_configured_shows_in_the_chat(config, store, tmp_path):
     assert stream.events_list[-1].data["reason"] == "model_setup"
     events, _ = read_sse(client, f"/api/chats/{uid}/events", finished)
     assert events[-1][2]["status"] == "interrupted" and events[-1][2]["running"] is False
+    assert events[-1][2]["reason"] == "model_setup"  # the page says "Failed", not "Interrupted"
 
 
 def test_a_provider_failure_ends_the_run_visibly(auth, app, store, model):
@@ -737,6 +738,11 @@ def test_a_provider_failure_ends_the_run_visibly(auth, app, store, model):
     last = store.load(uid).events_list[-1]
     assert last.type == "task_interrupted" and last.data["reason"] == "model_error"
     assert "500" in last.content
+    client, _ = auth
+    status = [data for kind, _, data in read_sse(client, f"/api/chats/{uid}/events", finished)[0] if kind == "status"]
+    assert (status[-1]["status"], status[-1]["reason"]) == ("interrupted", "model_error")
+    listed = next(chat for chat in client.get("/api/chats").json["chats"] if chat["uid"] == uid)
+    assert (listed["status"], listed["reason"]) == ("interrupted", "model_error")
 
 
 def test_rename_and_settings(auth, app, store, model, tmp_path):

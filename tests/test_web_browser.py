@@ -11,7 +11,7 @@ from optional_groups import chromium_path
 
 from anges.config import load_config
 from anges.events import Event, EventStream
-from anges.exceptions import ModelSetupError
+from anges.exceptions import ModelError, ModelSetupError
 from anges.models.scripted import ScriptedModel
 from anges.store import EventStore
 
@@ -220,6 +220,15 @@ def test_stop_a_running_command(page, server, model, tmp_path):
     assert events[1].data["interrupted"] and events[2].data["reason"] == "interrupt"
 
 
+def test_a_failed_run_reads_failed_not_interrupted(page, server, model):
+    model.enqueue(ModelError("openai:x: gave up after 5 attempts; last: server error (500)"))
+    log_in(page, server)
+    send(page, "try it")
+    expect(page.locator("#status-pill")).to_have_text("Failed")
+    expect(page.locator(".step-interrupted .interrupted-text")).to_contain_text("server error (500)")
+    expect(page.locator(".chat-link.active .dot")).to_have_attribute("title", "Failed")
+
+
 def test_reload_mid_run_and_keep_following(page, server, model):
     first, second = threading.Event(), threading.Event()
     model.enqueue(shell("echo alpha"), gate(first, shell("echo beta")), gate(second, complete("Both printed.")))
@@ -321,7 +330,7 @@ def test_a_missing_model_is_reported_in_the_chat(browser, tmp_path):
         log_in(page, live)
         send(page, "hello?")
         expect(page.locator(".step-interrupted")).to_contain_text("Set OPENAI_API_KEY")
-        expect(page.locator("#status-pill")).to_have_text("Interrupted")
+        expect(page.locator("#status-pill")).to_have_text("Failed")
         expect(page.locator("#working")).to_be_hidden()
     finally:
         context.close()

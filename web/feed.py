@@ -65,6 +65,8 @@ class Reader:
     title: str = ""
     cwd: str = ""
     stored: str = "new"
+    reason: str = ""
+    """Why the stream stopped, while its stored status is `interrupted` (its `task_interrupted` event's reason)."""
     done: bool = False
     shown: dict = field(default_factory=dict)
     """The last `child` message sent for this block."""
@@ -105,7 +107,8 @@ def feed(web, uid: str, next_index: int, open_blocks: dict[str, int]) -> Iterato
         for message in _live(web.runs.live(uid), [chat, *children]):
             yield message
             sent = True
-        status = {"uid": uid, "title": chat.title, **shown_status(web, uid, chat.stored), **chat.totals.to_dict()}
+        status = {"uid": uid, "title": chat.title, **shown_status(web, uid, chat.stored, chat.reason),
+                  **chat.totals.to_dict()}
         if status != last_status:
             yield _sse("status", status)
             last_status, sent = status, True
@@ -125,11 +128,12 @@ def feed(web, uid: str, next_index: int, open_blocks: dict[str, int]) -> Iterato
         time.sleep(settings.poll_seconds)
 
 
-def shown_status(web, uid: str, stored: str) -> dict:
-    """The status shown for a chat: a stored "running" with no live run anywhere means the run died."""
+def shown_status(web, uid: str, stored: str, reason: str = "") -> dict:
+    """The status shown for a chat, and why it stopped when it did: a stored "running" with no live run anywhere
+    means the run died."""
     running = web.runs.started_here(uid) or (stored == "running" and web.store.is_running(uid))
     status = "running" if running else "interrupted" if stored == "running" else stored
-    return {"status": status, "running": running}
+    return {"status": status, "running": running, "reason": reason if status == stored == "interrupted" else ""}
 
 
 def _live(replies: dict[str, dict], readers: list[Reader]) -> Iterator[str]:
@@ -175,7 +179,9 @@ def _steps(reader: Reader, records: list[dict], children: list[Reader], open_blo
         elif kind == "event" and not reader.done:
             event = Event.from_dict(record)
             index = record.get("index", 0)
-            reader.stored = status_of(event.type) or reader.stored
+            if status_of(event.type):
+                reader.stored = status_of(event.type)
+                reader.reason = str(event.data.get("reason") or "") if event.type == "task_interrupted" else ""
             if reader.totals is not None:
                 reader.totals.add(event)
             fresh = index >= reader.next_index

@@ -318,7 +318,7 @@ def _check_may_run() -> None:
 
 
 def _info(info) -> dict:
-    return {**info.to_dict(), **shown_status(_web(), info.uid, info.status)}
+    return {**info.to_dict(), **shown_status(_web(), info.uid, info.status, info.reason)}
 
 
 def _shown_settings(stream: EventStream) -> dict:

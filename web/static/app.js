@@ -11,6 +11,16 @@
     new: "New", running: "Running", completed: "Completed", help_needed: "Needs help",
     answered: "Answered", interrupted: "Interrupted",
   };
+  // An interrupted run that stopped on its own, by why it stopped (a Stop or Ctrl-C reads "Interrupted").
+  const STOP_LABELS = {
+    model_error: "Failed", model_setup: "Failed", invalid_replies: "Failed", reply_cut_off: "Failed", error: "Failed",
+    timeout: "Timed out", event_limit: "Out of steps", model_call_limit: "Out of calls", budget: "Over budget",
+    repetition: "Stuck",
+  };
+
+  function statusLabel(status, reason) {
+    return (status === "interrupted" && STOP_LABELS[reason]) || STATUS_LABELS[status] || status;
+  }
   const ANSWER_LABELS = {
     task_completion: "Task complete", agent_text_response: "Answer", agent_requested_help: "Needs your help",
   };
@@ -296,7 +306,7 @@
     }
     const dot = el("span", "dot");
     dot.dataset.status = chat.status;
-    dot.title = STATUS_LABELS[chat.status] || chat.status;
+    dot.title = statusLabel(chat.status, chat.reason);
     link.appendChild(dot);
     if (chat.batch_task) link.appendChild(el("span", "chat-task", chat.batch_task));
     link.appendChild(el("span", "chat-name", chat.title || chat.uid));
@@ -585,7 +595,7 @@
     state.status = status;
     const pill = $("status-pill");
     pill.dataset.status = status.status;
-    pill.textContent = STATUS_LABELS[status.status] || status.status;
+    pill.textContent = statusLabel(status.status, status.reason);
     $("status-steps").textContent = `${status.steps} step${status.steps === 1 ? "" : "s"}`;
     const tokens = status.input_tokens + status.output_tokens;
     const cached = status.cached_tokens ? ` (${Math.round(status.cache_hit_ratio * 100)}% of input cached)` : "";
