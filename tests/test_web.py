@@ -544,6 +544,43 @@ def test_anges_ui_serves_unsandboxed_on_localhost_or_when_the_config_allows_it(t
     assert first.startswith(f"anges web chat on http://{host}:"), first
 
 
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGHUP"])
+def test_stopping_anges_ui_stops_its_running_chats_and_records_it(tmp_path, signum):
+    import http.cookiejar
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    from helpers import pids_running, sleep_token, wait_until_running
+
+    token = sleep_token()
+    command = {"action_type": "RUN_SHELL_CMD", "command": f"sleep {token}"}
+    (tmp_path / "replies.json").write_text(json.dumps([{"analysis": "", "reasoning": "", "actions": [command]}]))
+    (tmp_path / "ui.yaml").write_text(f"model: scripted:{tmp_path / 'replies.json'}\n")
+    server = subprocess.Popen([sys.executable, "-m", "anges", "ui", "--port", "0", "--no-token", "--sandbox", "off",
+                               "--approval", "auto", "--config", str(tmp_path / "ui.yaml")],
+                              stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        url = re.search(r"http://\S+/", server.stderr.readline()).group(0)
+        browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+        csrf = csrf_from(browser.open(url).read().decode())
+        browser.open(urllib.request.Request(url + "api/chats", data=json.dumps({"text": "wait"}).encode(),
+                                            headers={"Content-Type": "application/json", "X-CSRF-Token": csrf}))
+        wait_until_running(token)
+        server.send_signal(getattr(signal, signum))
+        assert server.wait(30) == 0
+        said = server.stderr.read()
+    finally:
+        server.kill()
+        server.stderr.close()
+    assert "stopped the chats that were running" in said and "Traceback" not in said
+    assert not pids_running(token), "a chat's command outlived anges ui"
+    stream = EventStore().load(EventStore().list()[0].uid)
+    assert [e.type for e in stream.events_list] == ["new_request", "action", "task_interrupted"]
+    assert stream.events_list[-1].data["reason"] == "interrupt" and stream.events_list[1].data["interrupted"]
+
+
 def test_runs_for_other_machines_are_refused_while_commands_would_run_unsandboxed(store, model, tmp_path):
     """Under a WSGI server the bound address is unknown: the rule holds per request."""
     def client_of(app, address):

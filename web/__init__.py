@@ -7,8 +7,11 @@ import errno
 import os
 import re
 import secrets
+import signal
 import socket
 import sys
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -25,6 +28,8 @@ from .auth import MIN_SECRET_LENGTH, SESSIONS_FILE, Guard, is_loopback, load_sec
 from .runs import ChatBusy, ModelFactory, Runs, default_model_factory, unsandboxed_problem
 
 TOKEN_IN_URL = re.compile(r"([?&])token=[^&\s]*")
+STOP_GRACE_SECONDS = 10
+"""How long `anges ui`, stopped, waits for its running chats to record the stop and end their commands."""
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; "
        "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
 
@@ -149,11 +154,33 @@ def serve(config: Config | None = None, host: str | None = None, port: int | Non
     elif not is_loopback(host):
         print("tip: put it behind an HTTPS reverse proxy and set web.secure_cookies: true", file=sys.stderr)
     try:
-        server.serve_forever()
+        with _stopped_by_signals():
+            server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
         server.server_close()
+        runs = app.extensions["anges"].runs
+        if runs.stop_all(STOP_GRACE_SECONDS):  # each records that it was interrupted, and its commands end
+            print("anges web chat: stopped the chats that were running", file=sys.stderr)
+
+
+@contextmanager
+def _stopped_by_signals():
+    """Inside, SIGTERM and SIGHUP end `anges ui` as Ctrl-C does: its running chats are stopped and recorded."""
+    if threading.current_thread() is not threading.main_thread():  # serve() run by a library on its own thread
+        yield
+        return
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _listen(host: str, port: int) -> socket.socket:

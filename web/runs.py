@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -146,6 +147,17 @@ class Runs:
             if run.agent is not None:
                 run.agent.interrupt()
         return True
+
+    def stop_all(self, timeout: float) -> int:
+        """Stop every run this process started, and give them up to `timeout` seconds in all to record how they
+        ended and end their commands; returns how many there were."""
+        uids = list(self._runs)
+        for uid in uids:
+            self.stop(uid)
+        deadline = time.monotonic() + timeout
+        for uid in uids:
+            self.wait(uid, max(deadline - time.monotonic(), 0.0))
+        return len(uids)
 
     def wait(self, uid: str, timeout: float | None = None) -> bool:
         """Wait for this process's run of `uid` to end; True when none is left."""
