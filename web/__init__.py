@@ -175,7 +175,8 @@ def _stopped_by_signals():
     def stop(signum, frame):
         raise KeyboardInterrupt
 
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    watched = [sig for sig in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(sig) is not signal.SIG_IGN]  # nohup
+    previous = {sig: signal.signal(sig, stop) for sig in watched}
     try:
         yield
     finally:
