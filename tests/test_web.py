@@ -581,6 +581,26 @@ def test_stopping_anges_ui_stops_its_running_chats_and_records_it(tmp_path, sign
     assert stream.events_list[-1].data["reason"] == "interrupt" and stream.events_list[1].data["interrupted"]
 
 
+def test_anges_ui_under_nohup_keeps_serving_after_a_hangup(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    server = subprocess.Popen([sys.executable, "-m", "anges", "ui", "--port", "0", "--no-token"], cwd=tmp_path,
+                              stderr=subprocess.PIPE, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    try:
+        url = re.search(r"http://\S+/", server.stderr.readline()).group(0)
+        server.send_signal(signal.SIGHUP)
+        time.sleep(0.5)  # long enough for a handler to have stopped it
+        assert urllib.request.urlopen(url + "login", timeout=10).status == 200 and server.poll() is None
+    finally:
+        server.terminate()
+        server.wait(20)
+        server.stderr.close()
+
+
 def test_runs_for_other_machines_are_refused_while_commands_would_run_unsandboxed(store, model, tmp_path):
     """Under a WSGI server the bound address is unknown: the rule holds per request."""
     def client_of(app, address):
