@@ -69,6 +69,11 @@ def config_overrides(args: argparse.Namespace) -> dict:
     return overrides
 
 
+def add_config_flag(parser: argparse._ActionsContainer) -> None:
+    """--config FILE, layered over ~/.anges/config.yaml (every command reads its config the same way)."""
+    parser.add_argument("--config", metavar="FILE", help="a config file layered over ~/.anges/config.yaml")
+
+
 def add_agents_md_flag(parser: argparse._ActionsContainer) -> None:
     """--no-agents-md (read by `config_overrides`)."""
     parser.add_argument("--no-agents-md", action="store_true",

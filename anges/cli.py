@@ -13,7 +13,15 @@ from importlib import import_module
 from pathlib import Path
 
 from anges import __version__
-from anges.arguments import add_agents_md_flag, add_safety_flags, agent_type, config_overrides, count, positive
+from anges.arguments import (
+    add_agents_md_flag,
+    add_config_flag,
+    add_safety_flags,
+    agent_type,
+    config_overrides,
+    count,
+    positive,
+)
 from anges.exceptions import AngesError, UsageError
 from anges.printable import printable
 
@@ -71,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--cmd-prefix", metavar="STR", help="put STR before every command (e.g. 'docker exec box')")
     agent.add_argument("--notes", metavar="TEXT", action="append", default=[], help="a note for the agent (repeatable)")
     agent.add_argument("--notes-file", metavar="FILE", action="append", default=[], help="a file of notes (repeatable)")
-    agent.add_argument("--config", metavar="FILE", help="a config file layered over ~/.anges/config.yaml")
+    add_config_flag(agent)
     agent.add_argument("--max-steps", metavar="N", type=positive(int),
                        help="stop after N steps (recorded actions; approvals do not count) since the request (exit 4)")
     agent.add_argument("--timeout", metavar="SECONDS", type=positive(float),
@@ -378,7 +386,7 @@ def build_batch_parser() -> argparse.ArgumentParser:
     defaults.add_argument("--path", metavar="DIR")
     defaults.add_argument("--setup", metavar="COMMAND")
     add_agents_md_flag(defaults)
-    parser.add_argument("--config", metavar="FILE", help="a config file layered over ~/.anges/config.yaml")
+    add_config_flag(parser)
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log messages, tracebacks")
     return parser
 

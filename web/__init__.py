@@ -19,7 +19,7 @@ from flask import Flask, jsonify, render_template, request
 from werkzeug.exceptions import HTTPException
 from werkzeug.serving import WSGIRequestHandler, make_server
 
-from anges.arguments import add_safety_flags, config_overrides, port_number
+from anges.arguments import add_config_flag, add_safety_flags, config_overrides, port_number
 from anges.config import Config, anges_home, load_config
 from anges.exceptions import AngesError, ConfigError
 from anges.store import EventStore
@@ -218,7 +218,7 @@ def main_ui(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-token", action="store_true",
                         help="without a password, do not ask for the per-launch token: every account on this "
                              "machine can then use the chat (for single-user machines)")
-    parser.add_argument("--config", help="a config file layered over ~/.anges/config.yaml")
+    add_config_flag(parser)
     safety = parser.add_argument_group("safety of the chat's runs (see docs/safety.md)")
     add_safety_flags(safety, "where commands may write: the working directory (default), nowhere but a private /tmp, "
                              "or anywhere (off: refused off localhost unless web.allow_unsandboxed)",

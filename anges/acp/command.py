@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from anges.arguments import add_agents_md_flag, add_safety_flags, agent_type, config_overrides, positive
+from anges.arguments import (
+    add_agents_md_flag,
+    add_config_flag,
+    add_safety_flags,
+    agent_type,
+    config_overrides,
+    positive,
+)
 from anges.exceptions import UsageError
 
 ACP_EPILOG = """\
@@ -27,7 +34,7 @@ def build_acp_parser() -> argparse.ArgumentParser:
                         help="agent type of new sessions (default, task_executor, task_analyzer, orchestrator, or a "
                              "plug-in's)")
     parser.add_argument("--model", metavar="NAME", help="the model, as for anges --model (default: from the config)")
-    parser.add_argument("--config", metavar="FILE", help="a config file layered over ~/.anges/config.yaml")
+    add_config_flag(parser)
     parser.add_argument("--max-steps", metavar="N", type=positive(int), help="stop a prompt after N steps")
     parser.add_argument("--timeout", metavar="SECONDS", type=positive(float), help="stop a prompt after SECONDS")
     add_safety_flags(parser, "as for anges --sandbox",
