@@ -13,9 +13,8 @@ _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 @dataclass
 class Hunk:
-    """One `@@` block: where it starts in the old and new file, and its lines on each side (with their ends)."""
+    """One `@@` block: where it starts in the new file, and its lines on each side (with their ends)."""
 
-    old_start: int
     new_start: int
     old: list[str] = field(default_factory=list)
     new: list[str] = field(default_factory=list)
@@ -34,7 +33,7 @@ def parse(diff: str) -> tuple[list[Hunk], bool]:
             continue
         match = _HUNK.match(line)
         if match:
-            hunks.append(Hunk(int(match[1]), int(match[3])))
+            hunks.append(Hunk(int(match[3])))
             continue
         if not hunks:
             continue
