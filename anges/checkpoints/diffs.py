@@ -29,7 +29,8 @@ class FileChange:
     def shown(self, cwd: str) -> str:
         """The path as a person reads it: relative to `cwd` when inside it."""
         full = os.path.join(self.root, self.name)
-        return os.path.relpath(full, cwd) if cwd and (full + "/").startswith(cwd.rstrip("/") + "/") else full
+        shown = os.path.relpath(full, cwd) if cwd and (full + "/").startswith(cwd.rstrip("/") + "/") else full
+        return shown + "/" if self.name.endswith("/") else shown  # a whole folder (ignored, a repository)
 
 
 @dataclass

@@ -52,6 +52,7 @@ def plan_restore(git: PrivateGit, to: Entry, later: list[Entry], now: Snapshot) 
     if kept:
         restore.target = _with_kept(git, checkpoint, kept)
     restore.changes = changes(git, now.commit, restore.target)
+    restore.left_alone += _not_covered(to.left_out_of(git.root), now.left_out, {name for name, _ in restore.conflicts})
     touched = {change.name for change in restore.changes}
     for name in sorted(_foreign(git, to, later, now) & touched):
         restore.conflicts.append((name, "changed after the checkpoint by someone other than the agent"))
@@ -74,6 +75,18 @@ def plan_diff(restores: list[Restore], cwd: str) -> Diff:
     files = [change for restore in restores for change in restore.changes]
     text = "".join(diff_text(r.git, r.now.commit, r.target, cwd) for r in restores if r.changes)
     return Diff(files, text)
+
+
+def _not_covered(then: LeftOut, now: LeftOut, conflicts: set[str]) -> list[tuple[str, str]]:
+    """What the undo cannot reach: ignored files and repositories that appeared since the checkpoint, and files
+    over the size limit now."""
+    found = [(path, "ignored (.gitignore): checkpoints do not cover it") for path in now.ignored
+             if path not in then.ignored]
+    found += [(path, f"over the size limit ({size:,} bytes): checkpoints do not cover it")
+              for path, size in now.too_big if path not in conflicts]
+    found += [(path, "a repository of its own: checkpoints do not cover it") for path in now.repos
+              if path not in then.repos]
+    return found
 
 
 def _kept(name: str, left_out: LeftOut, same_rules: bool) -> str:

@@ -101,16 +101,15 @@ class Checkpoints:
         if not entries:
             return Diff()
         if step is None:
-            first, after = entries[0], entries[1:]
+            first, last = entries[0], entries[-1] if entries[-1].kind == "end" else None
         else:
             first = self.step(step).entry
-            after = [entry for entry in entries if entry.id > first.id][:1]
+            last = next((entry for entry in entries if entry.id > first.id), None)
         with self.files.lock():
-            now = self._now(first.roots) if not after or after[-1].kind != "end" else {}
+            now = self._now(first.roots) if last is None else {}
             result = Diff()
             for root, before in first.roots.items():
-                end = now[root].commit if root in now else next(
-                    (entry.roots[root] for entry in reversed(after) if root in entry.roots), before)
+                end = now[root].commit if last is None else last.roots.get(root, before)
                 git = self.files.git(root)
                 result.files += changes(git, before, end)
                 result.text += diff_text(git, before, end, self.cwd)
