@@ -13,10 +13,12 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from anges.exceptions import CheckpointError
+from anges.util.waiting import wait_for
 
 TRUSTED_GIT_DIRS = ("/usr/bin", "/bin", "/usr/local/bin", "/opt/homebrew/bin", "/run/current-system/sw/bin",
                     "/nix/var/nix/profiles/default/bin")
@@ -57,7 +59,6 @@ ATTRIBUTES = "* -text -eol -crlf -ident -filter -working-tree-encoding !diff !me
 filter, no diff or merge driver; files are stored and restored byte for byte."""
 IDENTITY = {"GIT_AUTHOR_NAME": "anges", "GIT_AUTHOR_EMAIL": "anges@localhost", "GIT_COMMITTER_NAME": "anges",
             "GIT_COMMITTER_EMAIL": "anges@localhost"}
-POLL_SECONDS = 0.1
 
 
 def find_git(configured: str = "") -> str:
@@ -127,20 +128,19 @@ class PrivateGit:
         return out
 
     def _communicate(self, process: subprocess.Popen, stdin: bytes | None) -> tuple[bytes, bytes]:
-        """Wait for `process`, killing it if the run is interrupted meanwhile (or on Ctrl-C)."""
-        pending = stdin
+        """Wait for `process` (fed `stdin` on a thread: communicate() cannot go on feeding after a timeout), and
+        kill it if the run is interrupted meanwhile (or on Ctrl-C)."""
+        result: list[tuple[bytes, bytes]] = []
+        talk = threading.Thread(target=lambda: result.append(process.communicate(stdin)), daemon=True)
+        talk.start()
         try:
-            while True:
-                try:
-                    return process.communicate(pending, timeout=POLL_SECONDS)
-                except subprocess.TimeoutExpired:
-                    pending = None  # communicate() keeps feeding what it was given
-                    if self.interrupt():
-                        raise CheckpointError("interrupted") from None
+            if wait_for(lambda seconds: (talk.join(seconds), not talk.is_alive())[1], self.interrupt) == "stopped":
+                raise CheckpointError("interrupted")
         except BaseException:
             process.kill()
-            process.wait()
+            talk.join()
             raise
+        return result[0]
 
     def head(self) -> str:
         """The folder's latest checkpoint commit, or "" before the first."""

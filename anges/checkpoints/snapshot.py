@@ -86,9 +86,10 @@ def take(git: PrivateGit, max_file_bytes: int, max_new_files: int, excludes: lis
     if changes.drop:
         git.run("update-index", "--force-remove", "-z", "--stdin", stdin=_paths(changes.drop))
     if changes.add:
-        git.run("update-index", "--add", "--remove", "--replace", "-z", "--stdin", stdin=_paths(changes.add))
+        bulk = () if head else ("-c", "core.bigFileThreshold=1")  # the first: one pack, not a file per object
+        git.run(*bulk, "update-index", "--add", "--remove", "--replace", "-z", "--stdin", stdin=_paths(changes.add))
     if changes.add or changes.drop or changes.staged or not head:
-        tree = git.run("write-tree").decode().strip()
+        tree = git.run("write-tree", "--missing-ok").decode().strip()  # every blob was just written: no need to look
         parents = ("-p", head) if head else ()
         head = git.run("commit-tree", tree, *parents, "-m", "checkpoint").decode().strip()
         git.set_head(head)

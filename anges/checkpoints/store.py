@@ -27,6 +27,10 @@ if TYPE_CHECKING:
     from anges.config.types import CheckpointsConfig
 
 
+LOOSE_OBJECTS = 256
+PACKS = 16
+
+
 def checkpoints_dir() -> Path:
     """Where every stream's checkpoints are kept."""
     return anges_home() / "data" / "checkpoints"
@@ -88,10 +92,28 @@ class CheckpointStore:
 
     def take(self, uid: str, kind: str, roots: Iterable[str], excludes: Iterable[str] | None = None,
              **facts) -> Entry:
-        """Snapshot `roots` and record the snapshot as the next entry of stream `uid`'s timeline."""
+        """Snapshot `roots` and record the snapshot as the next entry of stream `uid`'s timeline; when a run
+        ends, pack the objects its steps left (a few per step) if there are many."""
         with self.lock():
             taken, errors = self.snapshots(roots, excludes)
-            return self.timeline(uid).append(kind, taken, error="; ".join(errors), **facts)
+            entry = self.timeline(uid).append(kind, taken, error="; ".join(errors), **facts)
+            if kind == "end":
+                self.pack(list(taken))
+            return entry
+
+    def pack(self, roots: list[str]) -> None:
+        """Pack the loose objects once there are LOOSE_OBJECTS (each is a file: 4 KB on disk however small), and
+        the packs into one once there are PACKS. Never drops an object: each folder's git sees only its own
+        checkpoints, and another folder's may share the objects."""
+        objects = self.path / "objects"
+        loose = sum(len(os.listdir(entry)) for entry in objects.iterdir() if len(entry.name) == 2)
+        if loose < LOOSE_OBJECTS:
+            return
+        for root in roots:
+            self.git(root).run("repack", "-d", "-q", "--no-write-bitmap-index")
+        if len(list((objects / "pack").glob("*.pack"))) > PACKS:
+            for root in roots:
+                self.git(root).run("repack", "-a", "-d", "-k", "-q", "--no-write-bitmap-index")
 
 
 def remove_checkpoints(uids: Iterable[str], base: Path | None = None) -> None:
