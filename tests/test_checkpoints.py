@@ -351,3 +351,34 @@ def test_a_child_agent_shares_its_parents_store_and_both_can_be_undone(tmp_path,
     assert [c.name for c in agent.checkpoints.diff().files] == ["child.txt"]  # the parent's run covers its child's
     agent.checkpoints.undo()
     assert not (tmp_path / "child.txt").exists()
+
+
+def test_a_stop_during_a_checkpoint_ends_the_run_at_once_and_its_git(tmp_path):
+    import threading
+    import time
+
+    from helpers import process_alive
+
+    started = tmp_path / "git-started"
+    slow_git = tmp_path / "slow-git"
+    slow_git.write_text(f"#!/bin/sh\necho $$ > {started}\nexec sleep 30\n")
+    slow_git.chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    config = load_config(overrides={"checkpoints": {"git": str(slow_git)}})
+    agent = DefaultAgent(inference_func=ScriptedModel([shell("echo x > f.txt"), complete()]), cmd_init_dir=work,
+                         config=config)
+    runner = threading.Thread(target=agent.run_with_new_request, args=("work",))
+    runner.start()
+    deadline = time.monotonic() + 20
+    while not (started.exists() and started.read_text().strip()):
+        assert time.monotonic() < deadline, "the checkpoint never started git"
+        time.sleep(0.02)
+    stopped_at = time.monotonic()
+    agent.interrupt("test")
+    runner.join(10)
+    assert not runner.is_alive() and time.monotonic() - stopped_at < 2
+    last = agent.event_stream.events_list[-1]
+    assert last.type == "task_interrupted" and last.data["reason"] == "interrupt"
+    assert not (work / "f.txt").exists()  # the step did not run without its checkpoint
+    assert not process_alive(int(started.read_text()))

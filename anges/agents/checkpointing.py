@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from anges.actions import ActionContext, is_builtin_style
+from anges.checkpoints.git import Interrupted
 from anges.checkpoints.store import CheckpointStore
 from anges.config.loading import anges_home
 from anges.exceptions import CheckpointError, RunStopped
@@ -64,9 +65,9 @@ class StepCheckpoints:
         try:
             entry = run.store.take(run.uid, "step", run.roots, run.excludes, event=number, action=action.type,
                                    subject=_subject(args), outside=_outside(action, ctx, run.roots))
+        except Interrupted:
+            raise RunStopped("interrupt", "the run was interrupted") from None
         except CheckpointError as exc:
-            if str(exc) == "interrupted":
-                raise RunStopped("interrupt", "the run was interrupted") from None
             log.warning("no checkpoint before %s: %s", action.type, exc)
             self._pending, self._run = {"error": f"no checkpoint: {exc}; checkpoints are off for this run"}, None
             return
@@ -125,4 +126,3 @@ def _left_out(entry: Entry) -> dict:
     more = shown.pop("more") + sum(max(len(paths) - SHOWN_LEFT_OUT, 0) for paths in shown.values())
     facts = {kind: paths[:SHOWN_LEFT_OUT] for kind, paths in shown.items() if paths}
     return {"left_out": {**facts, **({"more": more} if more else {})}}
-

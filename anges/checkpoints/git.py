@@ -57,6 +57,10 @@ SETTINGS = {
 ATTRIBUTES = "* -text -eol -crlf -ident -filter -working-tree-encoding !diff !merge\n"
 """`$GIT_DIR/info/attributes` wins over the project's .gitattributes: no line-ending or encoding conversion, no
 filter, no diff or merge driver; files are stored and restored byte for byte."""
+class Interrupted(CheckpointError):
+    """The run was interrupted while git worked: the command was killed."""
+
+
 IDENTITY = {"GIT_AUTHOR_NAME": "anges", "GIT_AUTHOR_EMAIL": "anges@localhost", "GIT_COMMITTER_NAME": "anges",
             "GIT_COMMITTER_EMAIL": "anges@localhost"}
 
@@ -135,7 +139,7 @@ class PrivateGit:
         talk.start()
         try:
             if wait_for(lambda seconds: (talk.join(seconds), not talk.is_alive())[1], self.interrupt) == "stopped":
-                raise CheckpointError("interrupted")
+                raise Interrupted("interrupted")
         except BaseException:
             process.kill()
             talk.join()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from anges.checkpoints import snapshot
-from anges.checkpoints.git import PrivateGit, find_git
+from anges.checkpoints.git import Interrupted, PrivateGit, find_git
 from anges.checkpoints.timeline import Entry, Timeline
 from anges.config.loading import anges_home
 from anges.exceptions import CheckpointError, InvalidStreamId
@@ -82,9 +82,9 @@ class CheckpointStore:
             inside = None if excludes is None else _inside(excludes, root)
             try:
                 taken[root] = snapshot.take(self.git(root), self.config.max_file_bytes, self.config.max_files, inside)
+            except Interrupted:
+                raise
             except CheckpointError as exc:
-                if str(exc) == "interrupted":
-                    raise
                 errors.append(str(exc))
         if not taken:
             raise CheckpointError("; ".join(errors) or "no folder to checkpoint")

@@ -16,6 +16,7 @@ from pathlib import Path
 from anges.checkpoints.snapshot import LeftOut, Snapshot
 
 KINDS = ("step", "undo", "end")
+MAX_TAILS = 256
 
 
 @dataclass
@@ -74,10 +75,9 @@ class Timeline:
 
     def append(self, kind: str, snapshots: dict[str, Snapshot], **facts) -> Entry:
         """Record a new entry of `snapshots` (the caller holds the store's lock)."""
-        entries = self.entries()
-        previous = entries[-1].left_out if entries else {}
+        last_id, previous = self._last()
         left_out = {root: snap.left_out.to_dict() for root, snap in snapshots.items()}
-        entry = Entry(id=entries[-1].id + 1 if entries else 1, kind=kind,
+        entry = Entry(id=last_id + 1, kind=kind,
                       roots={root: snap.commit for root, snap in snapshots.items()},
                       left_out={root: value for root, value in left_out.items() if value != previous.get(root, {})},
                       time=datetime.now().isoformat(timespec="seconds"), **facts)
@@ -86,7 +86,28 @@ class Timeline:
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             os.write(fd, line.encode())
+            size = os.fstat(fd).st_size
         finally:
             os.close(fd)
         entry.left_out = {root: value for root, value in left_out.items() if value}
+        if len(_tails) >= MAX_TAILS:
+            _tails.clear()
+        _tails[str(self.path)] = (size, entry.id, entry.left_out)
         return entry
+
+    def _last(self) -> tuple[int, dict]:
+        """The id and left-out lists of the last entry; read again only if someone else appended since."""
+        try:
+            size = os.stat(self.path).st_size
+        except FileNotFoundError:
+            return 0, {}
+        cached = _tails.get(str(self.path))
+        if cached is not None and cached[0] == size:
+            return cached[1], cached[2]
+        entries = self.entries()
+        return (entries[-1].id, entries[-1].left_out) if entries else (0, {})
+
+
+_tails: dict[str, tuple[int, int, dict]] = {}
+"""Per timeline file: its size after this process's last append, that entry's id and left-out lists (so an
+append does not read the whole file again)."""
