@@ -1,0 +1,73 @@
+"""The OpenTelemetry SDK set up from `telemetry:`: one tracer and one meter provider per process, exporting over
+OTLP/HTTP to the configured endpoint (or the one the OTEL_EXPORTER_OTLP_* variables name)."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from typing import TYPE_CHECKING
+
+from anges import __version__
+from anges.config.types import TelemetryConfig
+from anges.exceptions import ConfigError
+
+if TYPE_CHECKING:
+    from anges.telemetry.tracing import Telemetry
+
+CLOSE_SECONDS = 5.0
+"""At exit, the most time given to sending what is left (a collector that does not answer must not hold anges)."""
+MISSING = ("telemetry.enabled is true, but the OpenTelemetry SDK and its OTLP exporter are not installed: "
+           "pip install 'anges[otel]' (or set telemetry.enabled: false)")
+
+
+def from_config(config: TelemetryConfig) -> Telemetry:
+    """A `Telemetry` exporting to the configured collector; closed (what is left sent) when the process exits."""
+    try:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError as exc:
+        raise ConfigError(f"{MISSING} ({exc})") from None
+    from anges.telemetry.tracing import Telemetry
+
+    resource = Resource.create({"service.version": __version__})
+    if resource.attributes.get("service.name", "").startswith("unknown_service"):  # no OTEL_SERVICE_NAME
+        resource = resource.merge(Resource({"service.name": "anges"}))
+    tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+    tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=_endpoint(config.endpoint,
+                                                                                               "traces"))))
+    meter_provider = None
+    if config.metrics:
+        reader = PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=_endpoint(config.endpoint, "metrics")))
+        meter_provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
+
+    def close() -> None:
+        def shut() -> None:
+            tracer_provider.shutdown()
+            if meter_provider is not None:
+                meter_provider.shutdown()
+
+        closing = threading.Thread(target=shut, name="anges-telemetry-close", daemon=True)
+        closing.start()
+        closing.join(CLOSE_SECONDS)
+
+    telemetry = Telemetry(tracer_provider, meter_provider, config.capture_content, config.max_content_chars, close)
+    atexit.register(telemetry.close)
+    return telemetry
+
+
+def _endpoint(base: str, signal: str) -> str | None:
+    """The URL of one signal under the configured base URL; None lets the exporter read OTEL_EXPORTER_OTLP_*."""
+    if not base:
+        return None
+    return f"{base.rstrip('/')}/v1/{signal}"
+
+
+def disabled() -> bool:
+    """OTEL_SDK_DISABLED=true turns telemetry off whatever the configuration says (the SDK's own switch)."""
+    return os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
