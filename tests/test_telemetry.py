@@ -324,3 +324,34 @@ def test_without_the_sdk_enabling_telemetry_says_what_to_install(tmp_path, anges
     assert out.returncode == 2
     assert "telemetry.enabled is true, but the OpenTelemetry SDK" in out.stderr
     assert "pip install 'anges[otel]'" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_batch_is_one_trace_and_each_run_is_under_its_tasks_span_across_worker_processes(tmp_path, anges_home):
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([shell("echo 42 > answer.txt"), complete("Wrote it.")]))
+    tasks = [{"id": "right", "task": "write 42", "check": "grep -qx 42 answer.txt"},
+             {"id": "wrong", "task": "write 42", "check": "grep -qx 43 answer.txt"}]
+    (tmp_path / "tasks.jsonl").write_text("".join(json.dumps({**task, "model": f"scripted:{script}"}) + "\n"
+                                                  for task in tasks))
+    with OTLPReceiver() as receiver:
+        write_config(anges_home, f"telemetry: {{enabled: true, endpoint: '{receiver.url}', metrics: false}}\n")
+        out = subprocess.run([sys.executable, "-m", "anges", "batch", "tasks.jsonl", "--batch-id", "traced",
+                              "--sandbox", "off"], capture_output=True, text=True, timeout=120, check=False,
+                             cwd=tmp_path)
+        assert out.returncode == 5, out.stderr
+        spans = receiver.wait_for(lambda found: sum(s.name.startswith("invoke_agent") for s in found) == 2
+                                  and any(s.name.startswith("invoke_workflow") for s in found))
+    (batch,) = [span for span in spans if span.name == "invoke_workflow traced"]
+    assert batch.parent_id == "" and batch.attributes["gen_ai.workflow.name"] == "traced"
+    assert batch.attributes["anges.batch.checks_passed"] == 1 and batch.attributes["anges.batch.checks_failed"] == 1
+    tasks = {span.attributes["anges.batch.task"]: span for span in spans if span.name.startswith("batch_task ")}
+    assert set(tasks) == {"right", "wrong"}
+    assert all(task.parent_id == batch.span_id and task.trace_id == batch.trace_id for task in tasks.values())
+    assert tasks["right"].attributes["anges.batch.check"] == "passed" and tasks["right"].status != 2
+    assert tasks["wrong"].attributes["anges.batch.check"] == "failed" and tasks["wrong"].status == 2
+    runs = [span for span in spans if span.name.startswith("invoke_agent")]
+    assert {run.parent_id for run in runs} == {task.span_id for task in tasks.values()}
+    assert {span.trace_id for span in spans} == {batch.trace_id}
+    assert {run.resource["process.pid"] for run in runs}.isdisjoint({batch.resource["process.pid"]})
+    commands = [span for span in spans if span.name == "execute_tool RUN_SHELL_CMD"]
+    assert {command.parent_id for command in commands} == {run.span_id for run in runs}

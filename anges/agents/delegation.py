@@ -53,9 +53,9 @@ class Delegation:
             parent_ids=self.parent_ids + [self.uid], inference_func=self.inference_func, event_stream=event_stream,
             cmd_init_dir=self.cmd_init_dir, prefix_cmd=self.prefix_cmd, interrupt_check=self.stop_requested,
             config=self.config, store=self.store, notes=self.user_notes, message_handlers=self.message_handlers,
-            delta_handlers=self.delta_handlers, listeners=self.listeners, budget=self.run_state.budget if self.run_state else None,
+            delta_handlers=self.delta_handlers, budget=self.run_state.budget if self.run_state else None,
             mcp=self.mcp, approval=self.approval, parent_safety=self.run_safety,
-            remaining_depth=self.remaining_depth - 1)
+            remaining_depth=self.remaining_depth - 1, listeners=self.listeners)
 
     def child_types(self: Parent, any_depth: bool = False) -> list[str]:
         """The agent types (upper case) this agent may start; those that delegate too only while depth is left."""

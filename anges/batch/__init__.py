@@ -55,11 +55,11 @@ def run_batch(tasks_file: str, *, defaults: dict, engine: str = "local", workers
                          config_file=os.path.abspath(config_file) if config_file else None,
                          config_overrides=overrides, notes=_safety_notes(config),
                          display_factory=lambda progress: make_display(progress, sys.stderr),
-                         trace_factory=_trace_factory(config))
+                         trace_factory=trace_factory(config))
     return runner.run()
 
 
-def _trace_factory(config: Config):
+def trace_factory(config: Config):
     """With telemetry on, what makes the batch's trace (one span for the batch, one per task); else None."""
     from anges.agents.listening import listeners_for
 

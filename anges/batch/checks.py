@@ -36,9 +36,10 @@ def run_check(spec: TaskSpec, workdir: Path, config: Config, stop: threading.Eve
     agent_config = config.agent(spec.agent)
     secrets, env = run_secrets(config, agent_config.pass_env)  # what the agent's commands got, no more
     safety = RunSafety(config.safety, str(workdir), approval="deny")
+    timeout = spec.check_timeout or agent_config.shell_cmd_timeout
     try:
-        done = run_command(spec.check, cwd=workdir, env=env, timeout=spec.check_timeout or agent_config.shell_cmd_timeout,
-                           interrupt_check=stop.is_set, output_cap=2 * MAX_OUTPUT_CHARS, secrets=secrets,
+        done = run_command(spec.check, cwd=workdir, env=env, timeout=timeout, interrupt_check=stop.is_set,
+                           output_cap=2 * MAX_OUTPUT_CHARS, secrets=secrets,
                            runner=safety.runners.get(sandboxed=safety.sandboxed))
     finally:
         safety.runners.close()

@@ -58,9 +58,9 @@ def check_counts(rows: list[dict]) -> dict[str, int]:
 
 
 def pass_rate(counts: dict[str, int]) -> str:
-    """`2 of 3 checks passed (67%)`, and how many did not run."""
+    """`2 of 3 passed (67%)`, and how many did not run."""
     ran = counts["passed"] + counts["failed"]
-    text = f"{counts['passed']} of {ran} checks passed" + (f" ({100 * counts['passed'] / ran:.0f}%)" if ran else "")
+    text = f"{counts['passed']} of {ran} passed" + (f" ({100 * counts['passed'] / ran:.0f}%)" if ran else "")
     return text + (f"; {counts['not_run']} not run" if counts["not_run"] else "")
 
 

@@ -389,7 +389,8 @@ def build_batch_parser() -> argparse.ArgumentParser:
     defaults.add_argument("--template", metavar="DIR")
     defaults.add_argument("--path", metavar="DIR")
     defaults.add_argument("--setup", metavar="COMMAND")
-    defaults.add_argument("--check", metavar="COMMAND", help="run in the task's folder after the agent: exit 0 = passed")
+    defaults.add_argument("--check", metavar="COMMAND",
+                          help="run in the task's folder after the agent: exit 0 = passed")
     defaults.add_argument("--check-timeout", metavar="SECONDS", type=positive(float))
     add_agents_md_flag(defaults)
     add_config_flag(parser)

@@ -94,7 +94,7 @@ def _check_counts(runs: list, checks: dict) -> dict[str, int]:
 
 
 def _report(runs: list, total, checks: dict | None) -> list[str]:
-    rows = [COLUMNS] + [_row(_label(stream), figures) for stream, figures in runs]
+    rows = [COLUMNS] + [_row(_label(stream), figures, _check_of(stream, checks)) for stream, figures in runs]
     rows.append(_row(f"total ({total.runs} run{'s' if total.runs != 1 else ''})", total))
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
     lines = ["  ".join(cell.ljust(width) if i in (0, len(COLUMNS) - 1) else cell.rjust(width)
@@ -116,14 +116,26 @@ def _report(runs: list, total, checks: dict | None) -> list[str]:
     return lines
 
 
-def _row(label: str, figures) -> tuple[str, ...]:
+def _row(label: str, figures, check: str = "") -> tuple[str, ...]:
     cached = f" ({figures.cached_share:.0%})" if figures.cached_share else ""
     ended = ", ".join(f"{name}" + (f" x{count}" if count > 1 else "") for name, count in figures.ends.items())
+    ended += f"; check {check}" if check else ""
     return (label, str(figures.steps), str(figures.model_calls),
             f"{_tokens(figures.input_tokens)}/{_tokens(figures.output_tokens)}{cached}",
             "-" if figures.cost is None else f"${figures.cost:.4f}", _seconds(figures.wall),
             _seconds(figures.model_time), _seconds(figures.command_time), _seconds(figures.approval_wait),
-            shorten(ended, 40) if figures.runs == 1 else "")
+            shorten(ended, 60) if figures.runs == 1 else "")
+
+
+def _check_of(stream, checks: dict | None) -> str:
+    """passed, failed (timed out), not run; "" when the run's task has no check."""
+    task = stream.agent_settings.get("batch_task")
+    if not checks or task not in checks:
+        return ""
+    check = checks[task]
+    if check is None:
+        return "not run"
+    return check["status"] + (" (timed out)" if check.get("timed_out") else "")
 
 
 def _label(stream) -> str:

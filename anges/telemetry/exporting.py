@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import socket
 import threading
 from typing import TYPE_CHECKING
 
@@ -35,7 +36,9 @@ def from_config(config: TelemetryConfig) -> Telemetry:
         raise ConfigError(f"{MISSING} ({exc})") from None
     from anges.telemetry.tracing import Telemetry
 
-    resource = Resource.create({"service.version": __version__})
+    # which process and machine sent a span: a batch's runs come from its workers, on Ray from other nodes
+    resource = Resource.create({"service.version": __version__, "process.pid": os.getpid(),
+                                "host.name": socket.gethostname()})
     if resource.attributes.get("service.name", "").startswith("unknown_service"):  # no OTEL_SERVICE_NAME
         resource = resource.merge(Resource({"service.name": "anges"}))
     tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
