@@ -51,12 +51,14 @@ class Collected:
         self.telemetry = Telemetry(tracer_provider, MeterProvider(metric_readers=[self.reader]), capture_content)
 
     def finished(self):
+        self.telemetry.flush()
         return list(self.spans.get_finished_spans())
 
     def named(self, prefix):
         return [span for span in self.finished() if span.name.startswith(prefix)]
 
     def metrics(self):
+        self.telemetry.flush()
         found = {}
         for resource in self.reader.get_metrics_data().resource_metrics:
             for scope in resource.scope_metrics:
@@ -355,3 +357,13 @@ def test_a_batch_is_one_trace_and_each_run_is_under_its_tasks_span_across_worker
     assert {run.resource["process.pid"] for run in runs}.isdisjoint({batch.resource["process.pid"]})
     commands = [span for span in spans if span.name == "execute_tool RUN_SHELL_CMD"]
     assert {command.parent_id for command in commands} == {run.span_id for run in runs}
+
+
+def test_the_collectors_headers_are_a_secret_the_agents_commands_do_not_get(tmp_path, monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", f"Authorization=Bearer {SECRET}")
+    agent = DefaultAgent(inference_func=ScriptedModel([shell("env"), complete()]), cmd_init_dir=tmp_path,
+                         config=config_with(approval="auto"))
+    stream = agent.run_with_new_request("show the environment")
+    (command,) = [event for event in stream.events_list if event.type == "action"]
+    assert "OTEL_EXPORTER_OTLP_HEADERS" not in command.data["stdout"]
+    assert SECRET not in json.dumps([event.to_dict() for event in stream.events_list])

@@ -73,12 +73,12 @@ def tool_name(event: Event) -> str:
     return str(event.data.get("action_type") or kind_of(event.type).action)
 
 
-def action_attributes(event: Event) -> dict[str, Any]:
-    """The facts of an action's result: what it was, how it ended, sandboxed or not, how it was approved."""
+def action_attributes(event: Event, run: ShellRun | None = None) -> dict[str, Any]:
+    """The facts of an action's result (`run`: its command's, when it is one): what it was, how it ended,
+    sandboxed or not, how it was approved."""
     data = event.data
     facts: dict[str, Any] = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool_name(event),
                              "gen_ai.tool.type": "function"}
-    run = ShellRun.of(event)
     if run is not None:
         facts["anges.command.state"] = run.state
         if run.exit_code is not None:
@@ -102,12 +102,12 @@ def action_attributes(event: Event) -> dict[str, Any]:
     return facts
 
 
-def action_failure(event: Event) -> tuple[str, str] | None:
-    """(error.type, description) when an action failed: it raised, the command did not exit 0, the edit failed."""
+def action_failure(event: Event, run: ShellRun | None = None) -> tuple[str, str] | None:
+    """(error.type, description) when an action failed: it raised or failed (an edit), its command (`run`) did not
+    exit 0."""
     data = event.data
     if data.get("error"):
         return "action_error", str(data["error"])
-    run = ShellRun.of(event)
     if run is not None and run.state in ("timed_out", "interrupted"):
         return run.state, run.ending()
     if run is not None and run.exit_code not in (None, 0):

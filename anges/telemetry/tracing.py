@@ -2,14 +2,13 @@
 
 A run is an `invoke_agent` span; each model call a `chat` (or `generate_content`) span under it, each action an
 `execute_tool` span, each approval an `approval` span. A child agent's run is a child of its parent's
-CALL_CHILD_AGENT span. Spans are made from the events as they are recorded, with the times they happened.
+CALL_CHILD_AGENT span. Spans are made from the events as they are recorded, with the times they happened, on a
+thread of their own (`handoff.py`): the agent's loop only hands each event over.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,15 +20,31 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from anges import __version__
 from anges.store.events import REQUEST_EVENT_TYPES, ChildReturn, Event, kind_of
+from anges.store.results import ShellRun
 from anges.telemetry import facts
+from anges.telemetry.handoff import Handoff
 from anges.telemetry.instruments import Instruments
-
-log = logging.getLogger("anges.telemetry")
 
 ENDED = ("completed", "answered", "help_needed", "interrupted")
 """The stream statuses that end a run."""
+MODELS_KEPT = 16
 USER_STOP = "interrupt"
 """A run stopped by Ctrl-C or Stop did not fail."""
+
+
+@dataclass(frozen=True)
+class _Agent:
+    """What telemetry reads of an agent, taken when it hands an event over (the agent goes on meanwhile)."""
+
+    uid: str
+    agent_type: str
+    parent_ids: tuple[str, ...]
+    secrets: list[str]
+    inference_func: Any
+
+    @classmethod
+    def of(cls, agent: Any) -> _Agent:
+        return cls(agent.uid, agent.agent_type, tuple(agent.parent_ids), agent.secrets, agent.inference_func)
 
 
 @dataclass
@@ -37,6 +52,8 @@ class _Open:
     """The open spans of one agent's run and when it last did something (where its next action's span starts)."""
 
     run: Span | None = None
+    context: Any = None
+    """The context whose span is `run`: where the run's model calls and actions go."""
     mark: int = field(default_factory=time.time_ns)
     delegations: dict[str, Span] = field(default_factory=dict)
     """The CALL_CHILD_AGENT span of each child running, by the child's id."""
@@ -57,43 +74,42 @@ class Telemetry:
         self.max_content_chars = max_content_chars
         self.on_close = on_close
         self._open: dict[str, _Open] = {}
-        self._lock = threading.Lock()
+        """The open spans of each agent (touched on the hand-off's thread only)."""
+        self._models: dict[int, tuple[Any, dict]] = {}
+        self._handoff = Handoff()
 
     # --- the listener ---------------------------------------------------------------------------------------
 
     def recorded(self, agent: Any, event: Event) -> None:
-        """Make or end the spans an event stands for (a failure here is logged: it never stops a run)."""
-        try:
-            self._recorded(agent, event, time.time_ns())
-        except Exception:  # noqa: BLE001  (telemetry must not break the run it watches)
-            log.warning("telemetry: could not trace a %s event", event.type, exc_info=True)
+        """Make or end the spans an event stands for (on the telemetry thread; a failure there is logged)."""
+        ambient = otel_context.get_current() if event.type in REQUEST_EVENT_TYPES else None
+        self._handoff(self._recorded, _Agent.of(agent), event, time.time_ns(), ambient)
 
     def model_called(self, agent: Any, call: Any) -> None:
         """A `chat` span for one model call, and its duration and tokens as metrics."""
-        try:
-            self._model_called(agent, call)
-        except Exception:  # noqa: BLE001
-            log.warning("telemetry: could not trace a model call", exc_info=True)
+        self._handoff(self._model_called, _Agent.of(agent), call)
 
     def flush(self) -> None:
-        """Export what is buffered now."""
+        """Make the spans of everything heard so far, and export what is buffered now."""
+        self._handoff.drain()
         for provider in (self.tracer_provider, self.meter_provider):
             if provider is not None and hasattr(provider, "force_flush"):
                 provider.force_flush()
 
     def close(self) -> None:
         """Export what is left and stop the exporters (once)."""
+        self._handoff.drain()
         close, self.on_close = self.on_close, None
         if close is not None:
             close()
 
     # --- events -------------------------------------------------------------------------------------------
 
-    def _recorded(self, agent: Any, event: Event, now: int) -> None:
+    def _recorded(self, agent: _Agent, event: Event, now: int, ambient: Any) -> None:
         state = self._state(agent.uid)
         data = event.data
         if event.type in REQUEST_EVENT_TYPES:
-            self._begin_run(agent, state, event, now)
+            self._begin_run(agent, state, event, now, ambient)
         elif event.type == "approval_requested":
             state.approvals[str(data.get("request_id"))] = self._span(
                 f"approval {data.get('action_type', '')}", state, now, facts.approval_attributes(data))
@@ -103,21 +119,17 @@ class Telemetry:
             state.delegations[str(data.get("agent_id"))] = self._span(
                 "execute_tool CALL_CHILD_AGENT", state, state.mark, facts.action_attributes(event))
         elif (child := ChildReturn.of(event)) is not None:
-            span = state.delegations.pop(child.agent_id, None) or self._action_span(state, event, state.mark)
-            span.set_attributes(facts.action_attributes(event))  # how the child ended
-            self._end_action(agent, span, event, now)
+            self._action(agent, state, event, now, state.delegations.pop(child.agent_id, None))
         elif facts.tool_name(event):
-            duration = data.get("duration") if data.get("command") is not None else None
-            start = now - int(duration * 1e9) if isinstance(duration, (int, float)) and duration >= 0 else state.mark
-            self._end_action(agent, self._action_span(state, event, max(start, state.mark)), event, now)
+            self._action(agent, state, event, now)
         if kind_of(event.type).status in ENDED and state.run is not None:
             self._end_run(agent, state, event, now)
         state.mark = now
 
-    def _begin_run(self, agent: Any, state: _Open, event: Event, now: int) -> None:
+    def _begin_run(self, agent: _Agent, state: _Open, event: Event, now: int, ambient: Any) -> None:
         if state.run is not None:  # the last run ended without an event saying so
             state.run.end(end_time=now)
-        model = facts.describe_model(agent.inference_func)
+        model = self._described(agent.inference_func)
         attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": agent.agent_type,
                       "gen_ai.agent.id": agent.uid, "gen_ai.conversation.id": agent.uid,
                       "gen_ai.provider.name": model["gen_ai.provider.name"],
@@ -126,10 +138,11 @@ class Telemetry:
             attributes["gen_ai.input.messages"] = facts.messages("user", event.content, agent.secrets,
                                                                  self.max_content_chars)
         state.tokens = [0, 0]
-        state.run = self.tracer.start_span(f"invoke_agent {agent.agent_type}", context=self._parent(agent),
+        state.run = self.tracer.start_span(f"invoke_agent {agent.agent_type}", context=self._parent(agent, ambient),
                                            kind=SpanKind.INTERNAL, start_time=now, attributes=attributes)
+        state.context = trace.set_span_in_context(state.run)
 
-    def _end_run(self, agent: Any, state: _Open, event: Event, now: int) -> None:
+    def _end_run(self, agent: _Agent, state: _Open, event: Event, now: int) -> None:
         status = kind_of(event.type).status
         reason = str(event.data.get("reason") or "") if status == "interrupted" else ""
         span = state.run
@@ -148,8 +161,7 @@ class Telemetry:
         span.end(end_time=now)
         if self.instruments is not None:
             self.instruments.run_ended(agent.agent_type, status, reason)
-        with self._lock:
-            self._open.pop(agent.uid, None)
+        self._open.pop(agent.uid, None)
 
     def _decided(self, state: _Open, event: Event, now: int) -> None:
         data = event.data
@@ -162,28 +174,37 @@ class Telemetry:
             span.set_status(Status(StatusCode.ERROR, f"{data.get('decision')} by {data.get('by')}"))
         span.end(end_time=now)
 
-    def _action_span(self, state: _Open, event: Event, start: int) -> Span:
-        return self._span(f"execute_tool {facts.tool_name(event)}", state, start, facts.action_attributes(event))
-
-    def _end_action(self, agent: Any, span: Span, event: Event, now: int) -> None:
-        failure = facts.action_failure(event)
+    def _action(self, agent: _Agent, state: _Open, event: Event, now: int, span: Span | None = None) -> None:
+        """An action's span, ending now: from the agent's last doing (a command's: its recorded duration), or the
+        `span` its start opened (a child agent's)."""
+        run = ShellRun.of(event)
+        attributes = facts.action_attributes(event, run)
+        failure = facts.action_failure(event, run)
         if failure is not None:
-            span.set_attribute("error.type", failure[0])
-            span.set_status(Status(StatusCode.ERROR, facts.content(failure[1], agent.secrets, 500)))
+            attributes["error.type"] = failure[0]
         if self.capture_content:
-            span.set_attributes({"gen_ai.tool.call.arguments": facts.arguments(event),
-                                 "gen_ai.tool.call.result": facts.content(event.content, agent.secrets,
-                                                                          self.max_content_chars)})
+            attributes["gen_ai.tool.call.arguments"] = facts.arguments(event)
+            attributes["gen_ai.tool.call.result"] = facts.content(event.content, agent.secrets,
+                                                                  self.max_content_chars)
+        if span is None:
+            start = state.mark
+            if run is not None and "duration" in event.data:
+                start = max(start, now - int(run.duration * 1e9))
+            span = self._span(f"execute_tool {attributes['gen_ai.tool.name']}", state, start, attributes)
+        else:
+            span.set_attributes(attributes)  # how the child ended
+        if failure is not None:
+            span.set_status(Status(StatusCode.ERROR, facts.content(failure[1], agent.secrets, 500)))
         span.end(end_time=now)
         if self.instruments is not None:
-            self.instruments.action_ended(facts.tool_name(event), failure[0] if failure else "ok",
+            self.instruments.action_ended(attributes["gen_ai.tool.name"], failure[0] if failure else "ok",
                                           (now - _start(span, now)) / 1e9)
 
     # --- model calls ----------------------------------------------------------------------------------------
 
-    def _model_called(self, agent: Any, call: Any) -> None:
+    def _model_called(self, agent: _Agent, call: Any) -> None:
         state = self._state(agent.uid)
-        model = facts.describe_model(call.model)
+        model = self._described(call.model)
         attributes = {**model, "gen_ai.request.temperature": call.temperature}
         reply = call.reply
         if reply is not None:
@@ -216,29 +237,36 @@ class Telemetry:
 
     # --- helpers ------------------------------------------------------------------------------------------
 
+    def _described(self, model: Any) -> dict[str, Any]:
+        """`facts.describe_model`, kept for the last few models (a run asks for it on every call)."""
+        key = id(model)
+        known = self._models.get(key)
+        if known is None or known[0] is not model:
+            if len(self._models) >= MODELS_KEPT:
+                self._models.pop(next(iter(self._models)))
+            known = self._models[key] = (model, facts.describe_model(model))
+        return known[1]
+
     def _state(self, uid: str) -> _Open:
-        with self._lock:
-            return self._open.setdefault(uid, _Open())
+        return self._open.setdefault(uid, _Open())
 
     def _span(self, name: str, state: _Open, start: int, attributes: dict, kind: SpanKind = SpanKind.INTERNAL
               ) -> Span:
-        """A span started at `start` under the run's span (or the current context when no run is open)."""
-        parent = trace.set_span_in_context(state.run) if state.run is not None else otel_context.get_current()
+        """A span started at `start` under the run's span."""
+        parent = state.context if state.run is not None else None  # a call before any run: a trace of its own
         return self.tracer.start_span(name, context=parent, kind=kind, start_time=start, attributes=attributes)
 
-    def _parent(self, agent: Any) -> otel_context.Context:
-        """Where a run's span goes: under the parent agent's CALL_CHILD_AGENT span (or its run), else the current
-        span (a batch task's, the caller's), else the TRACEPARENT variable's."""
+    def _parent(self, agent: _Agent, ambient: Any) -> otel_context.Context:
+        """Where a run's span goes: under the parent agent's CALL_CHILD_AGENT span (or its run), else the span that
+        was current where the run started (a batch task's, the caller's), else the TRACEPARENT variable's."""
         if agent.parent_ids:
-            with self._lock:
-                parent = self._open.get(agent.parent_ids[-1])
+            parent = self._open.get(agent.parent_ids[-1])
             span = parent and (parent.delegations.get(agent.uid) or parent.run)
             if span is not None:
                 return trace.set_span_in_context(span)
-        current = otel_context.get_current()
-        if not trace.get_current_span(current).get_span_context().is_valid and os.environ.get("TRACEPARENT"):
+        if not trace.get_current_span(ambient).get_span_context().is_valid and os.environ.get("TRACEPARENT"):
             return TraceContextTextMapPropagator().extract({"traceparent": os.environ["TRACEPARENT"]})
-        return current
+        return ambient
 
 
 def _start(span: Span, default: int) -> int:
