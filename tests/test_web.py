@@ -1077,6 +1077,75 @@ def test_the_feed_ends_when_the_session_does(auth, app, model):
     wait_idle(app, uid)
 
 
+def test_one_shared_feed_follows_several_chats_each_message_naming_its_watch(auth, app, store, model):
+    client, _ = auth
+    done = stored_finished_chat(store, "done before")
+    release = threading.Event()
+    model.enqueue(shell("echo first"), gate(release, complete("the end")))
+    running = new_chat(auth, app, text="live", wait=False)
+
+    def first_shell(events, comments):
+        return any(s["kind"] == "shell" for kind, _, d in events if kind == "steps" and d["sub"] == "b"
+                   for s in d["steps"])
+
+    url = f"/api/feed?watch=a~{done}~1~&watch=b~{running}~0~&watch=c~nosuchchat~0~"
+    first, _ = read_sse(client, url, first_shell)
+    assert {data["sub"] for _, _, data in first} == {"a", "b", "c"} and all(i is None for _, i, _ in first)
+    assert ("gone", None, {"sub": "c", "uid": "nosuchchat"}) in first
+    of_a = [(kind, data) for kind, _, data in first if data["sub"] == "a"]
+    assert [kind for kind, _ in of_a] == ["steps", "status", "end"] and of_a[-1][1]["reason"] == "finished"
+    assert [step["index"] for step in of_a[0][1]["steps"]] == [1, 2], "from where the page was"
+    resume = [data["resume"] for kind, _, data in first if kind == "steps" and data["sub"] == "b"][-1]
+    assert resume == {"from": 2, "blocks": ""}, "where that chat goes on in a new connection"
+    assert not any(kind == "end" and "sub" not in data for kind, _, data in first), "b still runs"
+    release.set()
+    rest, _ = read_sse(client, f"/api/feed?watch=b~{running}~{resume['from']}~", ended_all)
+    assert [s["index"] for kind, _, d in rest if kind == "steps" for s in d["steps"]] == [2]
+    assert rest[-2:] == [("end", None, {"sub": "b", "reason": "finished"}), ("end", None, {"reason": "finished"})]
+
+
+def test_a_shared_feed_refuses_malformed_or_too_many_watches(auth):
+    client, _ = auth
+    for bad in ("a~chat", "a b~chat~0~", "a~ch/at~0~", "a~chat~x~", "a~chat~0~1:x", "a" * 33 + "~chat~0~"):
+        response = client.get("/api/feed", query_string={"watch": bad})
+        assert response.status_code == 400 and "watch" in response.json["error"] or "blocks" in response.json["error"]
+    many = client.get("/api/feed", query_string=[("watch", f"s{n}~chat~0~") for n in range(65)])
+    assert many.status_code == 400 and "at most 64" in many.json["error"]
+    assert client.application.test_client().get("/api/feed?watch=a~chat~0~").status_code == 401
+
+
+def test_a_shared_feed_ends_when_the_session_does(auth, app, model):
+    client, headers = auth
+    release = threading.Event()
+    model.enqueue(gate(release, complete("done")))
+    uid = new_chat(auth, app, text="wait", wait=False)
+    other = app.test_client()
+    other.set_cookie("anges_session", client.get_cookie("anges_session").value)
+
+    def log_out_once(events, comments):
+        if events and not getattr(log_out_once, "done", False):
+            log_out_once.done = other.post("/logout", headers=headers).status_code == 302
+        return ended_all(events, comments)
+
+    events, _ = read_sse(client, f"/api/feed?watch=a~{uid}~0~", log_out_once)
+    assert events[-1] == ("end", None, {"reason": "login"})
+    release.set()
+    wait_idle(app, uid)
+
+
+def stored_finished_chat(store, title):
+    stream = EventStream(title=title)
+    stream.add_event(Event("new_request", content="go"))
+    stream.add_event(Event("action", data={"command": "true", "exit_code": 0}))
+    stream.add_event(Event("task_completion", content="done"))
+    store.sync(stream)
+    return stream.uid
+
+
+def ended_all(events, comments):
+    return any(kind == "end" and "sub" not in data for kind, _, data in events)
+
+
 def child_tree(store):
     """A parent that ran one child twice; the child's first run started a grandchild."""
     grandchild = EventStream(title="grandchild", parent_event_stream_uids=["parent1", "child1"], uid="grand1")
@@ -1126,6 +1195,22 @@ def test_a_reconnecting_page_resumes_its_open_child_blocks_only(auth, store):
     assert [s["index"] for s in steps_of(events, "1")] == [2]
     assert steps_of(events, "1/1") == []
     assert [s["index"] for s in steps_of(events, "3")] == [3, 4], "a block new to the page starts at its run"
+
+
+def test_a_shared_feed_says_where_each_chat_resumes_child_blocks_included(auth, store):
+    client, _ = auth
+    child_tree(store)
+    events, _ = read_sse(client, "/api/feed?watch=p~parent1~0~", ended_all)
+    messages = [data for kind, _, data in events if kind == "steps"]
+    assert messages[0]["block"] == "" and messages[0]["resume"] == {"from": 6, "blocks": "1:0,3:3"}
+    assert messages[-1]["resume"] == {"from": 6, "blocks": ""}, "every block returned"
+    # a new connection from the first cursor sends the rest of the tree, and nothing twice
+    first = messages[0]["resume"]
+    rest, _ = read_sse(client, f"/api/feed?watch=p~parent1~{first['from']}~{first['blocks']}", ended_all)
+    sent = sorted((d["block"], s["index"]) for d in messages[:1] for s in d["steps"])
+    sent += sorted((d["block"], s["index"]) for kind, _, d in rest if kind == "steps" for s in d["steps"])
+    everything = sorted((d["block"], s["index"]) for d in messages for s in d["steps"])
+    assert sorted(sent) == everything and len(sent) == len(set(sent))
 
 
 # -- rendering model output ---------------------------------------------------------------------------------

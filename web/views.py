@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 from flask import (
@@ -27,7 +29,7 @@ from anges.registry import agent_types
 
 from .approvals import ANSWERS, CHANNEL_NAME, MAX_FEEDBACK
 from .auth import TOKEN_NEEDED, request_is_local
-from .feed import BadCursor, feed, parse_blocks, shown_status
+from .feed import BadCursor, feed, parse_blocks, parse_watches, shared_feed, shown_status
 from .runs import ChatBusy, sandbox_summary, unsandboxed_problem, user_notes
 
 bp = Blueprint("chat", __name__)
@@ -75,7 +77,15 @@ def _page(uid: str | None):
         default_dir=web.runs.default_dir,
         login_enabled=bool(web.guard.password),
         sandbox=sandbox_summary(web.config),
+        feed_worker=url_for("static", filename="feed.js", v=_asset_version("feed.js")),
     )
+
+
+@lru_cache(maxsize=8)
+def _asset_version(name: str) -> str:
+    """A digest of a static file: a new version gets a new shared worker, not the one older pages still hold."""
+    with current_app.open_resource(f"static/{name}") as source:
+        return hashlib.sha256(source.read()).hexdigest()[:12]
 
 
 @bp.route("/login", methods=["GET", "POST"])
@@ -285,7 +295,22 @@ def events(uid: str):
         blocks = parse_blocks(request.args.get("blocks", ""))
     except BadCursor as exc:
         abort(400, str(exc))
-    response = Response(stream_with_context(feed(web, uid, max(next_index, 0), blocks)), mimetype="text/event-stream")
+    return _event_stream(feed(web, uid, max(next_index, 0), blocks))
+
+
+@bp.get("/api/feed")
+def shared_events():
+    """The live feed of several chats in one connection (every page of a browser shares it, see `feed.py`):
+    `watch=SUB~CHAT~FROM~BLOCKS`, once per chat followed."""
+    try:
+        watches = parse_watches(request.args.getlist("watch"))
+    except BadCursor as exc:
+        abort(400, str(exc))
+    return _event_stream(shared_feed(_web(), watches))
+
+
+def _event_stream(messages) -> Response:
+    response = Response(stream_with_context(messages), mimetype="text/event-stream")
     response.headers["Cache-Control"] = "no-cache, no-store"
     response.headers["X-Accel-Buffering"] = "no"  # nginx: pass events through at once
     return response
