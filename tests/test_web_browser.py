@@ -728,3 +728,43 @@ def test_a_streaming_reply_grows_live_as_text_before_its_step_arrives(browser, o
     finally:
         context.close()
         server.close()
+
+
+def test_the_answer_grows_as_it_streams_and_its_step_takes_its_place(browser, openai_server, tmp_path, monkeypatch):
+    from wire_servers import TEST_KEY
+
+    from anges.config import ModelPreset, ModelSettings
+    from anges.models.openai_model import OpenAIModel
+
+    monkeypatch.setenv("OPENAI_API_KEY", TEST_KEY)
+    answer = "The folder holds **three** files: a.txt, b.txt and c.txt. <b>Nothing</b> else is there."
+    text = json.dumps(complete(answer, reasoning="Counted them."))
+    first, second = text.index("holds") + len("holds"), text.index("files:") + len("files:")
+    openai_server.enqueue_text(text, chunks=[text[:first], text[first:second], text[second:]], gap=2)
+    model = OpenAIModel(ModelPreset("openai", "gpt-test", openai_server.base_url, "OPENAI_API_KEY"),
+                        ModelSettings(request_timeout=30))
+    server = LiveServer(model, tmp_path)
+    context = browser.new_context(viewport={"width": 1280, "height": 820})
+    context.set_default_timeout(WAIT)
+    page = context.new_page()
+    page.add_init_script(TRAP)
+    page.dialogs = []
+    try:
+        log_in(page, server)
+        send(page, "how many files?")
+        growing = page.locator("#steps > li.step-live .live-answer")
+        expect(growing.locator(".live-answer-text")).to_have_text("The folder holds")
+        expect(growing).to_have_attribute("data-type", "TASK_COMPLETE")
+        expect(growing.locator(".answer-label")).to_have_text("Task complete")
+        expect(page.locator("#steps > li.step-live .live-text")).to_have_text("Counted them.")
+        expect(growing.locator(".live-answer-text")).to_have_text("The folder holds **three** files:")
+        assert page.locator(".answer-task_completion").count() == 0, "the step has not arrived yet"
+        final = page.locator(".answer-task_completion")
+        expect(final).to_contain_text("three files: a.txt, b.txt and c.txt. <b>Nothing</b> else is there.")
+        expect(final.locator("strong")).to_have_text("three")  # the step, rendered, took its place
+        expect(page.locator("#steps > li.step-live")).to_have_count(0)
+        assert page.locator("#steps b").count() == 0
+        assert_safe(page)
+    finally:
+        context.close()
+        server.close()
