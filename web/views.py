@@ -28,7 +28,7 @@ from anges.export import to_markdown
 from anges.registry import agent_types
 
 from .approvals import ANSWERS, CHANNEL_NAME, MAX_FEEDBACK
-from .auth import TOKEN_NEEDED, request_is_local
+from .auth import request_is_local, token_needed
 from .feed import BadCursor, feed, parse_blocks, parse_watches, shared_feed, shown_status
 from .runs import ChatBusy, sandbox_summary, unsandboxed_problem, user_notes
 
@@ -95,19 +95,19 @@ def login():
     if not web.guard.needs_login or (web.guard.logged_in() and request.method == "GET"):
         return redirect(target)
     if not web.guard.password:
-        abort(403, TOKEN_NEEDED)
+        abort(403, token_needed())
     error, status = "", 200
     if request.method == "POST":
-        client = request.remote_addr or "?"
-        wait = web.guard.limiter.retry_after(client)
-        if wait:
-            error, status = f"Too many failed attempts. Try again in {wait} seconds.", 429
+        client, delay = web.guard.login_client(), web.guard.delay
+        wait = delay.retry_after(client)
+        if wait:  # not even checked: a guesser learns nothing from trying faster
+            error, status = f"Too many failed attempts. Try again in {wait} second{'s' if wait > 1 else ''}.", 429
         elif web.guard.check_password(request.form.get("password", "")):
-            web.guard.limiter.succeed(client)
+            delay.succeed(client)
             web.guard.log_in()
             return redirect(target)
         else:
-            web.guard.limiter.fail(client)
+            delay.fail(client)
             error, status = "Wrong password.", 401
     response = Response(render_template("login.html", error=error, next=target,
                                         csrf_token=web.guard.csrf_token()), status)
