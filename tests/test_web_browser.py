@@ -166,9 +166,6 @@ def page(browser, server):
 def log_in(page, server):
     page.goto(server.url + "/")
     assert "/login" in page.url
-    page.fill("#password", "not the password")
-    page.click("button[type=submit]")
-    expect(page.locator("#login-error")).to_contain_text("Wrong password")
     page.fill("#password", PASSWORD)
     page.click("button[type=submit]")
     expect(page.locator("#app[data-ready=true]")).to_be_attached()  # the script has wired the page
@@ -198,7 +195,17 @@ def assert_safe(page):
 def test_log_in_start_a_task_and_watch_the_steps_arrive(page, server, model):
     release = threading.Event()
     model.enqueue(shell("echo step-one"), gate(release, complete("Finished: **everything** worked.")))
-    log_in(page, server)
+    page.goto(server.url + "/")
+    page.fill("#password", "not the password")
+    page.click("button[type=submit]")
+    expect(page.locator("#login-error")).to_contain_text("Wrong password")
+    page.fill("#password", PASSWORD)  # too soon: the next try waits a second, and the page says so
+    page.click("button[type=submit]")
+    expect(page.locator("#login-error")).to_have_text("Too many failed attempts. Try again in 1 second.")
+    page.wait_for_timeout(1100)
+    page.fill("#password", PASSWORD)
+    page.click("button[type=submit]")
+    expect(page.locator("#app[data-ready=true]")).to_be_attached()
     page.fill("#message", "first line")
     page.press("#message", "Shift+Enter")  # a newline, not a send
     page.locator("#message").press_sequentially("second line")
@@ -541,10 +548,16 @@ def test_without_a_password_the_printed_address_opens_the_chat_and_nothing_else_
     token = live.app.extensions["anges"].guard.token
     context = browser.new_context()
     context.set_default_timeout(WAIT)
+    other = browser.new_context()  # another profile (another local user) without the token
     try:
-        stranger = context.new_page()
+        stranger = other.new_page()
         stranger.goto(live.url + "/")
-        expect(stranger.locator("main")).to_contain_text("needs the secret token that `anges ui` printed")
+        refusal = stranger.locator("main")
+        expect(refusal).to_contain_text("needs the secret token that `anges ui` printed")
+        expect(refusal).to_contain_text(f"http://127.0.0.1:{live.server.port}/?token=...")  # the real port
+        expect(refusal.locator("a")).to_have_count(0)  # no "Back to the chats" leading here again
+        for n in range(30):  # a neighbour's guesses do not lock the owner out
+            assert other.request.get(f"{live.url}/?token=guess{n:02d}-{token[:20]}").status == 403
         page = context.new_page()
         page.goto(f"{live.url}/?token={token}")
         expect(page).to_have_url(live.url + "/")  # the token is gone from the address bar
@@ -553,14 +566,39 @@ def test_without_a_password_the_printed_address_opens_the_chat_and_nothing_else_
         send(page, "hello")
         expect(page.locator(".answer-task_completion")).to_contain_text("Hello from the token session.")
         expect(page.locator(".sidebar-foot")).to_have_count(0)  # no password, so no log-out button
-        other = browser.new_context()  # another profile (another local user) without the token
-        try:
-            elsewhere = other.new_page()
-            elsewhere.goto(page.url)
-            expect(elsewhere.locator("main")).to_contain_text("needs the secret token")
-        finally:
-            other.close()
+        stranger.goto(page.url)
+        expect(stranger.locator("main")).to_contain_text("needs the secret token")
     finally:
+        other.close()
+        context.close()
+        live.close()
+
+
+def test_a_browser_that_logged_in_before_is_not_slowed_by_a_neighbours_guesses(browser, model, tmp_path):
+    live = LiveServer(model, tmp_path)
+    context = browser.new_context()
+    context.set_default_timeout(WAIT)
+    other = browser.new_context()
+    try:
+        owner = context.new_page()
+        log_in(owner, live)
+        owner.click(".sidebar-foot button")
+        expect(owner).to_have_url(re.compile("/login"))
+        live.app.extensions["anges"].guard.delay.clock = lambda: 1000.0  # time stands still: no wait ever ends
+        guesser = other.new_page()
+        guesser.goto(live.url + "/login")
+        guesser.fill("#password", "not it either")
+        guesser.click("button[type=submit]")
+        expect(guesser.locator("#login-error")).to_contain_text("Wrong password")
+        for guess in ("and not this", PASSWORD):  # not even the right password is checked while it waits
+            guesser.fill("#password", guess)
+            guesser.click("button[type=submit]")
+            expect(guesser.locator("#login-error")).to_have_text("Too many failed attempts. Try again in 1 second.")
+        owner.fill("#password", PASSWORD)
+        owner.click("button[type=submit]")
+        expect(owner.locator("#app[data-ready=true]")).to_be_attached()
+    finally:
+        other.close()
         context.close()
         live.close()
 
