@@ -438,9 +438,23 @@ def test_phone_sized_viewport(browser, server, model):
         page.tap("#send")
         expect(page.locator(".answer-task_completion")).to_contain_text("Done")
         assert page.evaluate("document.documentElement.scrollWidth") <= 390
-        for selector in ("#send", "#menu", "#message"):
+        for selector in ("#send", "#menu", "#more", "#message"):
             box = page.locator(selector).bounding_box()
-            assert box["height"] >= 36 and box["x"] >= 0 and box["x"] + box["width"] <= 390, selector
+            assert box["height"] >= 44 and box["x"] >= 0 and box["x"] + box["width"] <= 390, selector
+        # the header is one row and one status line; the chat's actions open from a button, each 44 px high
+        header = page.locator("#status-line").bounding_box()
+        assert header["y"] + header["height"] <= 844 / 8, "the header takes an eighth of the screen at most"
+        expect(page.locator("#settings-open")).to_be_hidden()
+        page.tap("#more")
+        for action in page.locator("#chat-actions .btn").all():
+            box = action.bounding_box()
+            assert box["height"] >= 44 and box["x"] >= 0 and box["x"] + box["width"] <= 390, action.inner_text()
+        assert page.locator("#chat-actions .btn").all_inner_texts() == ["Rename", "Settings", "JSON", "Markdown",
+                                                                          "Delete"]
+        page.tap("#settings-open")
+        expect(page.locator("#settings")).to_be_visible()
+        expect(page.locator("#chat-actions")).to_be_hidden()
+        page.tap("#settings-cancel")
         code = page.locator(".answer-task_completion pre").bounding_box()
         assert code["x"] >= 0 and code["x"] + code["width"] <= 390
         # code blocks have a copy button, visible without hover on a touch screen

@@ -1161,6 +1161,13 @@
     $("menu").setAttribute("aria-expanded", "false");
   }
 
+  // -- the chat's actions (on a phone: behind one button) ---------------------------------------------------
+
+  function showActions(open) {
+    document.querySelector(".topbar").classList.toggle("actions-open", open);
+    $("more").setAttribute("aria-expanded", String(open));
+  }
+
   // -- wiring ----------------------------------------------------------------------------------------------
 
   $("composer").addEventListener("submit", (event) => { event.preventDefault(); send(); });
@@ -1186,6 +1193,12 @@
   $("confirm-delete").addEventListener("close", () => {
     if ($("confirm-delete").returnValue === "delete") deleteChat();
   });
+  $("more").addEventListener("click", (event) => {
+    event.stopPropagation();
+    showActions($("more").getAttribute("aria-expanded") !== "true");
+  });
+  document.addEventListener("click", () => showActions(false)); // a pick, or a tap anywhere else, closes it
+  document.addEventListener("keydown", (event) => { if (event.key === "Escape") showActions(false); });
   $("menu").addEventListener("click", () => (app.classList.contains("drawer-open") ? closeDrawer() : openDrawer()));
   $("backdrop").addEventListener("click", closeDrawer);
   $("parent-link").addEventListener("click", (event) => {
