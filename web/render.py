@@ -96,8 +96,10 @@ def step_view(event: Event, index: int, cwd: str = "", reasoning: str | None = N
         if event.type not in ("child_agent_running",) else "",
         "analysis_html": markdown_html(event.analysis),
         "usage": _usage(data),
-        "approved_by": _approved_by(data),
     }
+    approved_by = _approved_by(data)
+    if approved_by:
+        view["approved_by"] = approved_by
     kind = view["kind"]
     if kind == "request":
         view["text"] = event.content

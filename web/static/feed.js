@@ -150,7 +150,8 @@
       this.onHub = onHub;
       this.onRole = onRole;
       this.hub = null;
-      this.ready = holdLock(PAGE_LOCK + this.page);
+      this.locked = holdLock(PAGE_LOCK + this.page); // resolves to whether the page holds its lock
+      this.ready = this.locked; // then resolves once the page has said hello
       if (self.SharedWorker) {
         try {
           this.useWorker(workerUrl);
@@ -171,7 +172,7 @@
       };
       const port = worker.port;
       port.onmessage = ({ data }) => this.receive(data);
-      this.ready = this.ready.then((locked) => port.postMessage({ op: "hello", page: this.page, locked }));
+      this.ready = this.locked.then((locked) => port.postMessage({ op: "hello", page: this.page, locked }));
       this.send = (message) => port.postMessage(message);
       this.onRole("worker");
     }
@@ -186,15 +187,15 @@
       const channel = new BroadcastChannel(CHANNEL);
       this.onRole("follower");
       this.send = (message) => (this.hub ? this.lead(message) : channel.postMessage(message));
-      this.ready = this.ready.then((locked) => this.send({ op: "hello", page: this.page, locked }));
+      this.ready = this.locked.then((locked) => this.send({ op: "hello", page: this.page, locked }));
       channel.onmessage = ({ data }) => {
         if (data.to !== undefined) {
           if (data.to === this.page || data.to === "*") this.receive(data);
         } else if (this.hub) {
           this.lead(data);
         } else if (data.op === "leader") { // a new leader holds the connection: tell it what this page follows
-          this.send({ op: "hello", page: this.page, locked: Boolean(self.navigator.locks) });
-          for (const [sub, w] of this.subs) this.send(this.watchMessage(sub, w));
+          this.locked.then((locked) => this.send({ op: "hello", page: this.page, locked }));
+          for (const [sub, w] of this.subs) this.post(this.watchMessage(sub, w));
         }
       };
       self.navigator.locks.request(LEADER_LOCK, () => {
