@@ -13,6 +13,7 @@ index) and `blocks` ("7:12,7/3:4": the next step index of each child block still
 `feed` follows one chat (`/api/chats/ID/events`); `shared_feed` follows several in one connection
 (`/api/feed`, what the pages of a browser share): its messages name their `sub`scription.
 """
+
 from __future__ import annotations
 
 import json
