@@ -1114,7 +1114,8 @@ def test_a_run_held_elsewhere_keeps_the_feed_open_and_a_vanished_chat_is_reporte
     assert events[-1] == ("gone", None, {"uid": uid})
 
 
-def test_the_feed_ends_when_the_session_does(auth, app, model):
+@pytest.mark.parametrize("url", ["/api/chats/{uid}/events", "/api/feed?watch=a~{uid}~0~"])
+def test_the_feed_ends_when_the_session_does(auth, app, model, url):
     client, headers = auth
     release = threading.Event()
     model.enqueue(gate(release, complete("done")))
@@ -1125,9 +1126,9 @@ def test_the_feed_ends_when_the_session_does(auth, app, model):
     def log_out_once(events, comments):
         if events and not getattr(log_out_once, "done", False):
             log_out_once.done = other.post("/logout", headers=headers).status_code == 302
-        return ended(events, comments)
+        return any(kind == "end" and "sub" not in data for kind, _, data in events)
 
-    events, _ = read_sse(client, f"/api/chats/{uid}/events", log_out_once)
+    events, _ = read_sse(client, url.format(uid=uid), log_out_once)
     assert events[-1] == ("end", None, {"reason": "login"})
     release.set()
     wait_idle(app, uid)
@@ -1168,25 +1169,6 @@ def test_a_shared_feed_refuses_malformed_or_too_many_watches(auth):
     many = client.get("/api/feed", query_string=[("watch", f"s{n}~chat~0~") for n in range(65)])
     assert many.status_code == 400 and "at most 64" in many.json["error"]
     assert client.application.test_client().get("/api/feed?watch=a~chat~0~").status_code == 401
-
-
-def test_a_shared_feed_ends_when_the_session_does(auth, app, model):
-    client, headers = auth
-    release = threading.Event()
-    model.enqueue(gate(release, complete("done")))
-    uid = new_chat(auth, app, text="wait", wait=False)
-    other = app.test_client()
-    other.set_cookie("anges_session", client.get_cookie("anges_session").value)
-
-    def log_out_once(events, comments):
-        if events and not getattr(log_out_once, "done", False):
-            log_out_once.done = other.post("/logout", headers=headers).status_code == 302
-        return ended_all(events, comments)
-
-    events, _ = read_sse(client, f"/api/feed?watch=a~{uid}~0~", log_out_once)
-    assert events[-1] == ("end", None, {"reason": "login"})
-    release.set()
-    wait_idle(app, uid)
 
 
 def stored_finished_chat(store, title):
