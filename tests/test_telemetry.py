@@ -367,3 +367,37 @@ def test_the_collectors_headers_are_a_secret_the_agents_commands_do_not_get(tmp_
     (command,) = [event for event in stream.events_list if event.type == "action"]
     assert "OTEL_EXPORTER_OTLP_HEADERS" not in command.data["stdout"]
     assert SECRET not in json.dumps([event.to_dict() for event in stream.events_list])
+
+
+def test_children_running_at_once_each_go_under_their_own_delegating_step(tmp_path):
+    collected = Collected()
+    model = RoutedModel(orchestrator=[reply(child("NEW_CHILD_AGENT TASK_EXECUTOR", "one"),
+                                            child("NEW_CHILD_AGENT TASK_EXECUTOR", "two")),
+                                      reply({"action_type": "WAIT_FOR_CHILDREN"}), complete("both")],
+                        task_executor=[complete("mine"), complete("mine")])
+    agent = Orchestrator(inference_func=model, cmd_init_dir=tmp_path, config=load_config(),
+                         listeners=[collected.telemetry])
+    agent.run_with_new_request("two at once")
+
+    steps = {span.attributes["anges.child.agent_id"]: span for span in collected.named("execute_tool CALL_CHILD")}
+    children = [span for span in collected.named("invoke_agent task_executor")]
+    assert len(steps) == len(children) == 2
+    for run in children:
+        assert parent_of(run) == steps[run.attributes["gen_ai.agent.id"]].context.span_id
+
+
+def test_a_run_stopped_by_a_limit_is_an_error_and_one_stopped_by_the_user_is_not(tmp_path):
+    collected = Collected()
+    limited = load_config(overrides={"agents": {"common": {"max_number_of_events_to_exhaust": 1}}})
+    DefaultAgent(inference_func=ScriptedModel([shell("true"), shell("true")]), cmd_init_dir=tmp_path,
+                 config=limited, listeners=[collected.telemetry]).run_with_new_request("go on")
+    stopped = DefaultAgent(inference_func=ScriptedModel([shell("true")]), cmd_init_dir=tmp_path,
+                           config=load_config(), listeners=[collected.telemetry],
+                           interrupt_check=lambda: True)
+    stopped.run_with_new_request("stop at once")
+    runs = {span.attributes["anges.run.stop_reason"]: span for span in collected.named("invoke_agent")}
+    assert runs["event_limit"].status.status_code == StatusCode.ERROR
+    assert runs["event_limit"].attributes["error.type"] == "event_limit"
+    assert runs["interrupt"].status.status_code != StatusCode.ERROR and "error.type" not in runs["interrupt"].attributes
+    counted = {p.attributes.get("anges.run.stop_reason"): p.value for p in collected.metrics()["anges.runs"]}
+    assert counted == {"event_limit": 1, "interrupt": 1}

@@ -106,10 +106,13 @@ class Telemetry:
     # --- events -------------------------------------------------------------------------------------------
 
     def _recorded(self, agent: _Agent, event: Event, now: int, ambient: Any) -> None:
-        state = self._state(agent.uid)
+        state = self._open.get(agent.uid)
         data = event.data
         if event.type in REQUEST_EVENT_TYPES:
+            state = self._open.setdefault(agent.uid, _Open())
             self._begin_run(agent, state, event, now, ambient)
+        elif state is None:
+            return  # no run open: the end of one whose process died, recorded as the next begins
         elif event.type == "approval_requested":
             state.approvals[str(data.get("request_id"))] = self._span(
                 f"approval {data.get('action_type', '')}", state, now, facts.approval_attributes(data))
@@ -203,7 +206,7 @@ class Telemetry:
     # --- model calls ----------------------------------------------------------------------------------------
 
     def _model_called(self, agent: _Agent, call: Any) -> None:
-        state = self._state(agent.uid)
+        state = self._open.get(agent.uid) or _Open()  # a call outside a run is a trace of its own
         model = self._described(call.model)
         attributes = {**model, "gen_ai.request.temperature": call.temperature}
         reply = call.reply
@@ -246,9 +249,6 @@ class Telemetry:
                 self._models.pop(next(iter(self._models)))
             known = self._models[key] = (model, facts.describe_model(model))
         return known[1]
-
-    def _state(self, uid: str) -> _Open:
-        return self._open.setdefault(uid, _Open())
 
     def _span(self, name: str, state: _Open, start: int, attributes: dict, kind: SpanKind = SpanKind.INTERNAL
               ) -> Span:
