@@ -401,3 +401,21 @@ def test_a_run_stopped_by_a_limit_is_an_error_and_one_stopped_by_the_user_is_not
     assert runs["interrupt"].status.status_code != StatusCode.ERROR and "error.type" not in runs["interrupt"].attributes
     counted = {p.attributes.get("anges.run.stop_reason"): p.value for p in collected.metrics()["anges.runs"]}
     assert counted == {"event_limit": 1, "interrupt": 1}
+
+
+def test_a_collector_that_cannot_be_reached_costs_the_spans_and_one_line_not_the_run(tmp_path, anges_home):
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    write_config(anges_home, f"telemetry: {{enabled: true, endpoint: 'http://127.0.0.1:{closed}'}}\n")
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([complete("Done anyway.")]))
+    out = subprocess.run([sys.executable, "-m", "anges", "--model", f"scripted:{script}", "-q", "go"],
+                         capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.strip() == "Done anyway."
+    lines = [line for line in out.stderr.splitlines() if "telemetry" in line]
+    assert lines == [f"telemetry: the collector at http://127.0.0.1:{closed}/v1/traces did not take the last spans "
+                     "within 2 s; they are lost"]
+    assert "Traceback" not in out.stderr and "Transient error" not in out.stderr

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
 
 from anges.exceptions import UsageError
 from anges.util.clipping import shorten
-from anges.util.printable import printable
+from anges.util.printable import printable, printable_json
 
 COLUMNS = ("run", "steps", "calls", "tokens in/out (cached)", "cost", "wall", "model", "commands", "approval wait",
            "ended")
@@ -38,14 +40,13 @@ def show_stats(args: argparse.Namespace) -> int:
     from anges.telemetry.stats import Stats, run_stats
 
     store = EventStore()
-    streams = _chosen(store, args)
     checks = _checks(args.batch) if args.batch else None
-    runs = [(stream, run_stats(stream, store.load)) for stream in streams]
+    runs = [(Run.of(stream), run_stats(stream, store.load)) for stream in _chosen(store, args)]
     total = Stats()
     for _, figures in runs:
         total.add(figures)
     if args.json:
-        print(json.dumps(_as_json(runs, total, checks), indent=2, ensure_ascii=False))
+        print(printable_json(json.dumps(_as_json(runs, total, checks), indent=2, ensure_ascii=False)))
     elif not runs:
         where = f" of batch {args.batch}" if args.batch else ""
         print(f"no runs{where}{' since ' + args.since.isoformat() if args.since else ''} in {store.root}",
@@ -55,22 +56,37 @@ def show_stats(args: argparse.Namespace) -> int:
     return 0
 
 
-def _chosen(store, args: argparse.Namespace) -> list:
-    """The streams asked for: the ids given, or every top-level run (of the batch); started since DATE."""
+@dataclass(frozen=True)
+class Run:
+    """What the report shows of a run's stream besides its figures."""
+
+    uid: str
+    title: str
+    created_at: datetime
+    task: str
+    """Its batch task's id ("" outside a batch)."""
+
+    @classmethod
+    def of(cls, stream) -> Run:
+        return cls(stream.uid, str(stream.title), stream.created_at, str(stream.agent_settings.get("batch_task") or ""))
+
+
+def _chosen(store, args: argparse.Namespace) -> Iterator:
+    """The streams asked for, one at a time: the ids given, or every top-level run (of the batch), oldest first;
+    started since DATE."""
     if args.ids:
-        streams = [store.load(uid) for uid in args.ids]
+        streams = (store.load(uid) for uid in args.ids)
     else:
-        infos = [info for info in store.list() if not info.parent_ids]
-        if args.batch:
-            infos = [info for info in infos if info.batch_id == args.batch]
-        streams = [store.load(info.uid) for info in sorted(infos, key=lambda info: info.created_at)]
-        if args.batch and not streams:
-            _checks(args.batch)  # an unknown batch is an error, not an empty table
-    if args.batch and args.ids:
-        streams = [stream for stream in streams if stream.agent_settings.get("batch_id") == args.batch]
-    if args.since:
-        streams = [stream for stream in streams if stream.created_at >= args.since]
-    return streams
+        def wanted(info) -> bool:  # listed without loading a stream
+            return not info.parent_ids and (not args.batch or info.batch_id == args.batch) and (
+                not args.since or info.created_at >= args.since)
+
+        streams = (store.load(info.uid) for info in sorted(filter(wanted, store.list()), key=lambda i: i.created_at))
+    for stream in streams:
+        if args.batch and stream.agent_settings.get("batch_id") != args.batch:
+            continue
+        if not args.since or stream.created_at >= args.since:
+            yield stream
 
 
 def _checks(batch_id: str) -> dict[str, dict | None]:
@@ -86,15 +102,15 @@ def _checks(batch_id: str) -> dict[str, dict | None]:
 def _check_counts(runs: list, checks: dict) -> dict[str, int]:
     """passed, failed and not_run among the runs whose task has a check."""
     counts = {"passed": 0, "failed": 0, "not_run": 0}
-    for stream, _ in runs:
-        task = stream.agent_settings.get("batch_task")
-        if task in checks:
-            counts[checks[task]["status"] if checks[task] else "not_run"] += 1
+    for run, _ in runs:
+        if run.task in checks:
+            counts[checks[run.task]["status"] if checks[run.task] else "not_run"] += 1
     return counts
 
 
 def _report(runs: list, total, checks: dict | None) -> list[str]:
-    rows = [COLUMNS] + [_row(_label(stream), figures, _check_of(stream, checks)) for stream, figures in runs]
+    rows = [COLUMNS] + [_row(f"{run.uid} {shorten(run.task or run.title, 30)}", figures, _check_of(run, checks))
+                        for run, figures in runs]
     rows.append(_row(f"total ({total.runs} run{'s' if total.runs != 1 else ''})", total))
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
     lines = ["  ".join(cell.ljust(width) if i in (0, len(COLUMNS) - 1) else cell.rjust(width)
@@ -127,20 +143,14 @@ def _row(label: str, figures, check: str = "") -> tuple[str, ...]:
             shorten(ended, 60) if figures.runs == 1 else "")
 
 
-def _check_of(stream, checks: dict | None) -> str:
+def _check_of(run: Run, checks: dict | None) -> str:
     """passed, failed (timed out), not run; "" when the run's task has no check."""
-    task = stream.agent_settings.get("batch_task")
-    if not checks or task not in checks:
+    if not checks or run.task not in checks:
         return ""
-    check = checks[task]
+    check = checks[run.task]
     if check is None:
         return "not run"
     return check["status"] + (" (timed out)" if check.get("timed_out") else "")
-
-
-def _label(stream) -> str:
-    task = stream.agent_settings.get("batch_task")
-    return f"{stream.uid} {shorten(str(task or stream.title), 30)}"
 
 
 def _parts(step) -> str:
@@ -152,14 +162,12 @@ def _parts(step) -> str:
 
 def _as_json(runs: list, total, checks: dict | None) -> dict:
     data = {"runs": [], "total": total.to_dict()}
-    for stream, figures in runs:
-        row = {"id": stream.uid, "title": stream.title, "created_at": stream.created_at.isoformat(),
-               **figures.to_dict()}
-        task = stream.agent_settings.get("batch_task")
-        if task:
-            row["batch_task"] = task
-        if checks is not None and task in checks:
-            row["check"] = checks[task]
+    for run, figures in runs:
+        row = {"id": run.uid, "title": run.title, "created_at": run.created_at.isoformat(), **figures.to_dict()}
+        if run.task:
+            row["batch_task"] = run.task
+        if checks is not None and run.task in checks:
+            row["check"] = checks[run.task]
         data["runs"].append(row)
     if checks:
         data["checks"] = _check_counts(runs, checks)
@@ -167,10 +175,12 @@ def _as_json(runs: list, total, checks: dict | None) -> dict:
 
 
 def _date(text: str) -> datetime:
+    """A date or time as the store keeps them: local, without a time zone (one given is converted)."""
     try:
-        return datetime.fromisoformat(text)
+        value = datetime.fromisoformat(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a date: {text!r} (use 2026-11-20 or 2026-11-20T14:00)") from None
+    return value.astimezone().replace(tzinfo=None) if value.tzinfo else value
 
 
 def _seconds(value: float) -> str:

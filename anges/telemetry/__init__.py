@@ -1,8 +1,9 @@
 """Telemetry: OpenTelemetry traces and metrics of what agents do (`telemetry:` in the config), and `anges stats`,
 figures read from the store alone.
 
-- `tracing.py`: `Telemetry`, the listener that turns recorded events and model calls into spans; `facts.py` their
-  attributes; `instruments.py` the metrics; `exporting.py` the SDK and its OTLP exporters, set up from the config
+- `tracing.py`: `Telemetry`, the listener that turns recorded events and model calls into spans, on the thread of
+  `handoff.py`; `facts.py` their attributes; `instruments.py` the metrics; `exporting.py` the SDK and its OTLP
+  exporters, set up from the config
 - `batches.py`: a batch as one trace, a span per task, the context handed to the workers
 - `stats.py`: steps, calls, tokens, cost and where the time went, per run and in total, from the streams
 

@@ -22,8 +22,11 @@ ARGUMENT_KEYS = ("command", "directive", "path", "server", "tool", "arguments", 
 
 def describe_model(model: Any) -> dict[str, Any]:
     """`gen_ai.provider.name`, `gen_ai.request.model`, `server.*` and the request settings of a model callable."""
-    while getattr(model, "inner", None) is not None:  # a recording wraps the model it records
-        model = model.inner
+    for _ in range(5):  # a recording wraps the model it records
+        inner = getattr(model, "inner", None)
+        if inner is None or inner is model:
+            break
+        model = inner
     provider = str(getattr(model, "provider", "") or "")
     preset = getattr(model, "preset", None)
     name = str(getattr(model, "name", "") or getattr(model, "__name__", "") or type(model).__name__)
