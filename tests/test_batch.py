@@ -597,3 +597,12 @@ def test_a_check_runs_in_the_tasks_sandbox_not_with_the_rights_of_the_batch(tmp_
     assert row["check"] == "passed" and "Read-only file system" in row["check_detail"]["output"]
     assert (BatchState("graded").work_dir("t") / "inside.txt").read_text() == "in\n"
     assert list(outside.iterdir()) == []
+
+
+def test_a_check_whose_folder_is_gone_fails_with_the_reason(tmp_path):
+    from anges.batch.checks import run_check
+
+    spec = TaskSpec("t", "task", check="true")
+    done = run_check(spec, tmp_path / "removed-by-the-agent", load_config(), threading.Event())
+    assert done["status"] == "failed" and done["exit_code"] is None
+    assert done["output"].startswith("the check could not start: ")

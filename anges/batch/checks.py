@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from anges.batch.results import STOP_REASON
+from anges.exceptions import AngesError
 
 if TYPE_CHECKING:
     from anges.batch.tasks import TaskSpec
@@ -41,6 +42,9 @@ def run_check(spec: TaskSpec, workdir: Path, config: Config, stop: threading.Eve
         done = run_command(spec.check, cwd=workdir, env=env, timeout=timeout, interrupt_check=stop.is_set,
                            output_cap=2 * MAX_OUTPUT_CHARS, secrets=secrets,
                            runner=safety.runners.get(sandboxed=safety.sandboxed))
+    except (OSError, AngesError) as exc:  # the folder is gone, no sandbox: the check fails, the agent's status stands
+        return {"status": "failed", "exit_code": None, "timed_out": False, "duration": 0.0,
+                "output": f"the check could not start: {getattr(exc, 'strerror', None) or exc}"}
     finally:
         safety.runners.close()
     if done.interrupted:
