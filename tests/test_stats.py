@@ -4,10 +4,10 @@ wire server, real commands, a real approval channel), an anges 0.1.x stream, and
 import json
 import os
 import subprocess
-import sys
 import time
 from datetime import date, timedelta
 
+from test_batch import ANGES, complete, reply, shell
 from wire_servers import TEST_KEY, sleeper
 
 from anges.agents import DefaultAgent
@@ -15,20 +15,6 @@ from anges.config.loading import load_config
 from anges.config.types import ModelPreset, ModelSettings, RetryConfig
 from anges.models.openai_model import OpenAIModel
 from anges.models.scripted import ScriptedModel
-
-ANGES = [sys.executable, "-m", "anges"]
-
-
-def reply(*actions):
-    return {"analysis": "", "reasoning": "next", "actions": list(actions)}
-
-
-def shell(command):
-    return reply({"action_type": "RUN_SHELL_CMD", "command": command})
-
-
-def complete(text="Done."):
-    return reply({"action_type": "TASK_COMPLETE", "content": text})
 
 
 def anges(*args, cwd):

@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 from otlp_receiver import OTLPReceiver
+from test_batch import complete, reply, shell
 from test_orchestrator import RoutedModel, child
 from wire_servers import TEST_KEY, sleeper
 
@@ -26,18 +27,6 @@ from anges.models.scripted import ScriptedModel
 from anges.telemetry.tracing import Telemetry
 
 SECRET = "hunter2-very-secret-value"
-
-
-def reply(*actions):
-    return {"analysis": "thinking", "reasoning": "next", "actions": list(actions)}
-
-
-def shell(command):
-    return reply({"action_type": "RUN_SHELL_CMD", "command": command})
-
-
-def complete(text="Done."):
-    return reply({"action_type": "TASK_COMPLETE", "content": text})
 
 
 class Collected:
@@ -139,7 +128,7 @@ def test_a_run_is_a_tree_of_model_calls_actions_and_approvals_with_their_facts(t
 
     # no content by default: no prompt, reply, request, command or output in any attribute
     text = all_attribute_text(collected.finished())
-    for content in ("say hi", "echo hi", "hi\\n", "All done", "notes.txt", "gen_ai.input.messages", "thinking"):
+    for content in ("say hi", "echo hi", "hi\\n", "All done", "notes.txt", "gen_ai.input.messages", '"next"'):
         assert content not in text
 
     metrics = collected.metrics()
