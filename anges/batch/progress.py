@@ -139,8 +139,8 @@ class RichDisplay(PlainDisplay):
     def finished(self, row: dict) -> None:
         from rich.text import Text
 
-        style = "red" if row.get("check") == "failed" else {"succeeded": "green", "failed": "red"}.get(outcome(row),
-                                                                                                          "yellow")
+        kind = "failed" if row.get("check") == "failed" else outcome(row)
+        style = {"succeeded": "green", "failed": "red"}.get(kind, "yellow")
         self.console.print(Text.assemble(("✓ " if style == "green" else "✗ ", style), row["id"], " ",
                                          (describe(row), "dim")))
 

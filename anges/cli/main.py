@@ -391,7 +391,8 @@ def build_batch_parser() -> argparse.ArgumentParser:
     defaults.add_argument("--setup", metavar="COMMAND")
     defaults.add_argument("--check", metavar="COMMAND",
                           help="run in the task's folder after the agent: exit 0 = passed")
-    defaults.add_argument("--check-timeout", metavar="SECONDS", type=positive(float))
+    defaults.add_argument("--check-timeout", metavar="SECONDS", type=positive(float),
+                          help="seconds the check may take (default: the agent's shell_cmd_timeout)")
     add_agents_md_flag(defaults)
     add_config_flag(parser)
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log messages, tracebacks")

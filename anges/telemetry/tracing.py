@@ -28,6 +28,7 @@ from anges.telemetry.instruments import Instruments
 ENDED = ("completed", "answered", "help_needed", "interrupted")
 """The stream statuses that end a run."""
 MODELS_KEPT = 16
+"""How many models' descriptions are kept (one per model object: a web chat makes one per run)."""
 USER_STOP = "interrupt"
 """A run stopped by Ctrl-C or Stop did not fail."""
 
