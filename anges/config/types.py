@@ -176,10 +176,9 @@ class WebConfig(Section):
     """Or ANGES_UI_PASSWORD, 12 characters or more; required on any non-loopback address."""
     heartbeat_seconds: float = 15
     """Seconds of silence after which a live event feed sends a comment, so proxies keep it open."""
-    login_attempts_per_minute: int = 5
-    """Failed logins allowed per client address per minute; more are refused with 429."""
-    login_attempts_per_minute_total: int = 20
-    """Failed logins allowed per minute from all addresses together (against guessing from many addresses)."""
+    max_login_delay: float = 30
+    """After each failed login a client waits twice as long before its next try is checked (1, 2, 4 ... seconds),
+    at most this long; a browser that logged in before is counted apart from its address."""
     poll_seconds: float = 0.25
     """How often a live event feed looks at the store for new events."""
     secure_cookies: bool = False
@@ -235,6 +234,22 @@ class CheckpointsConfig(Section):
         if value < 1:
             raise ValueError(f"must be 1 or more, got {value}")
         return value
+
+
+class TelemetryConfig(Section):
+    """OpenTelemetry traces and metrics of every run (docs/telemetry.md); off unless enabled."""
+
+    enabled: bool = False
+    """Export spans and metrics over OTLP/HTTP (needs `pip install 'anges[otel]'`)."""
+    endpoint: str = ""
+    """The collector's OTLP/HTTP base URL (http://collector:4318); empty: the OTEL_EXPORTER_OTLP_* variables, else
+    http://localhost:4318."""
+    capture_content: bool = False
+    """Put requests, prompts, replies and command output in spans (masked and cut like everything recorded)."""
+    max_content_chars: int = 20000
+    """The most of one text a span keeps when content is captured."""
+    metrics: bool = True
+    """Export metrics too (model-call duration and tokens, action durations, runs by outcome)."""
 
 
 class SafetyRule(Section):
@@ -341,6 +356,7 @@ class Config(Section):
     mime_reader: MimeReaderConfig = Field(default_factory=MimeReaderConfig)
     safety: SafetyConfig = Field(default_factory=SafetyConfig)
     checkpoints: CheckpointsConfig = Field(default_factory=CheckpointsConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     _common: AgentConfig = PrivateAttr(default_factory=AgentConfig)
     """The merged `agents.common` block: the settings of an agent type without a section of its own."""
 
