@@ -27,6 +27,7 @@ from anges.exceptions import CheckpointError, ConfigError, ModelSetupError, Stre
 from anges.registry import agent_types
 from anges.store.events import Event, EventStream, title_from
 from anges.store.export import to_markdown
+from anges.util.printable import printable, printable_texts
 
 from .approvals import ANSWERS, CHANNEL_NAME, MAX_FEEDBACK
 from .auth import request_is_local, token_needed
@@ -294,7 +295,7 @@ def restore_files(uid: str):
     try:
         plan = checkpoints(web, _load(uid)).undo(step, overwrite=overwrite, expect=token, by="web")
     except UndoRefused as exc:
-        return jsonify(error=str(exc), conflicts=exc.paths), 409
+        return jsonify(error=printable(str(exc)), conflicts=printable_texts(exc.paths)), 409
     except StreamBusy:
         raise ChatBusy("a run is active in this chat (or above it): stop it before restoring its files") from None
     except CheckpointError as exc:

@@ -47,9 +47,6 @@ class Diff:
         lines = [line for line in self.text.splitlines() if " changed" in line and line.startswith(" ")]
         return lines[-1].strip() if lines else "no changes"
 
-    def paths(self, cwd: str) -> list[str]:
-        return [change.shown(cwd) for change in self.files]
-
 
 def changes(git: PrivateGit, before: str, after: str) -> list[FileChange]:
     """The files that differ between two commits of one folder."""

@@ -38,14 +38,6 @@ class LeftOut:
         return cls(list(data.get("ignored") or []), [list(item) for item in data.get("too_big") or []],
                    list(data.get("repos") or []), int(data.get("more") or 0))
 
-    def covers(self, path: str) -> bool | None:
-        """True when `path` was left out of the snapshot (it or a folder above it); None when the record cannot
-        tell (it lists only part of what was left out)."""
-        listed = [*self.ignored, *(item[0] for item in self.too_big), *self.repos]
-        if any(path == item or (item.endswith("/") and path.startswith(item)) for item in listed):
-            return True
-        return None if self.more else False
-
     def add(self, kind: str, item) -> None:
         listed = getattr(self, kind)
         if len(listed) < MAX_LISTED:

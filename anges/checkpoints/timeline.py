@@ -15,7 +15,6 @@ from pathlib import Path
 
 from anges.checkpoints.snapshot import LeftOut, Snapshot
 
-KINDS = ("step", "undo", "end")
 MAX_TAILS = 256
 
 

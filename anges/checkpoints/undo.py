@@ -93,10 +93,9 @@ def _kept(name: str, left_out: LeftOut, same_rules: bool) -> str:
     """Why a file absent from a checkpoint but present now stays: it was left out of the checkpoint, not absent."""
     if any(name == path for path, _ in left_out.too_big):
         return "it was over the size limit at the checkpoint"
-    if any(name.startswith(repo) for repo in left_out.repos):
+    if _under(name, left_out.repos):
         return "it was inside a repository of its own at the checkpoint"
-    if not same_rules and any(name == path or (path.endswith("/") and name.startswith(path))
-                              for path in left_out.ignored):
+    if not same_rules and _under(name, left_out.ignored):
         return "it was ignored (.gitignore) at the checkpoint"
     if left_out.more and not same_rules:
         return "the checkpoint cannot tell whether it was there"
@@ -110,11 +109,16 @@ def _unsaved(root: str, name: str, left_out: LeftOut) -> str:
         return ""
     if any(name == path for path, _ in left_out.too_big):
         return "it is over the size limit now, so what it holds now is not saved"
-    if any(name.startswith(repo) for repo in left_out.repos):
+    if _under(name, left_out.repos):
         return "it is inside a repository of its own now"
-    if any(name == path or (path.endswith("/") and name.startswith(path)) for path in left_out.ignored):
+    if _under(name, left_out.ignored):
         return "it is ignored (.gitignore) now, so what it holds now is not saved"
     return ""
+
+
+def _under(name: str, listed: list[str]) -> bool:
+    """Whether `name` is one of `listed` (paths as git lists them) or inside one of its folders (ending with /)."""
+    return any(name == path or (path.endswith("/") and name.startswith(path)) for path in listed)
 
 
 def _with_kept(git: PrivateGit, checkpoint: str, kept: list[FileChange]) -> str:
