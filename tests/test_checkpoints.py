@@ -382,3 +382,17 @@ def test_a_stop_during_a_checkpoint_ends_the_run_at_once_and_its_git(tmp_path):
     assert last.type == "task_interrupted" and last.data["reason"] == "interrupt"
     assert not (work / "f.txt").exists()  # the step did not run without its checkpoint
     assert not process_alive(int(started.read_text()))
+
+
+def test_odd_file_names_are_checkpointed_and_undone_like_any_other(tmp_path):
+    odd = ["-rf", "sp ace.txt", "new\nline", "tab\tbed", "ütf-8 ✓", "back\\slash", "*glob?[x]", "#hash", "!bang"]
+    for name in odd:
+        (tmp_path / name).write_text(f"{name}\n")
+    (tmp_path / b"\xff\xfe-latin".decode(errors="surrogateescape")).write_bytes(b"raw\n")
+    before = tree(tmp_path)
+    agent = run(tmp_path, shell("for f in ./*; do echo changed > \"$f\"; done && touch -- ./-n ./'a b'"), complete())
+    assert tree(tmp_path) != before
+    statuses = {c.name: c.status for c in agent.checkpoints.diff().files}
+    assert statuses["new\nline"] == "modified" and statuses["-n"] == "added" and statuses["a b"] == "added"
+    agent.checkpoints.undo()
+    assert tree(tmp_path) == before

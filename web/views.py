@@ -23,7 +23,7 @@ from flask import (
 from werkzeug.routing import BaseConverter
 
 from anges.checkpoints import remove_checkpoints
-from anges.exceptions import CheckpointError, ConfigError, ModelSetupError, StreamBusy, StreamNotFound, UndoRefused
+from anges.exceptions import AngesError, ConfigError, ModelSetupError, StreamBusy, StreamNotFound, UndoRefused
 from anges.registry import agent_types
 from anges.store.events import Event, EventStream, title_from
 from anges.store.export import to_markdown
@@ -277,8 +277,8 @@ def restore_preview(uid: str):
     stream = _load(uid)
     try:
         plan = checkpoints(_web(), stream).plan_undo(int(step) if step else None)
-    except CheckpointError as exc:
-        abort(409, str(exc))
+    except AngesError as exc:  # no checkpoint for that step, its folder gone, git missing, ...
+        abort(409, printable(str(exc)))
     return jsonify(preview(plan, stream.agent_settings.get("cmd_init_dir") or ""))
 
 
@@ -298,8 +298,8 @@ def restore_files(uid: str):
         return jsonify(error=printable(str(exc)), conflicts=printable_texts(exc.paths)), 409
     except StreamBusy:
         raise ChatBusy("a run is active in this chat (or above it): stop it before restoring its files") from None
-    except CheckpointError as exc:
-        abort(409, str(exc))
+    except AngesError as exc:
+        abort(409, printable(str(exc)))
     return jsonify(restored=True, stat=plan.diff.stat_line)
 
 
