@@ -167,11 +167,12 @@ def _pattern(path: str) -> str:
 
 
 def _write_if_changed(path: Path, text: str) -> None:
+    data = text.encode(errors="surrogateescape")  # a folder's name need not be UTF-8
     try:
-        if path.read_text() == text:
+        if path.read_bytes() == data:
             return
     except FileNotFoundError:
         pass
     temp = path.with_name(f".{path.name}.tmp")
-    temp.write_text(text)
+    temp.write_bytes(data)
     os.replace(temp, path)
