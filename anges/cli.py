@@ -222,7 +222,7 @@ def _build_agent(args: argparse.Namespace, output):
     stream.agent_type = stream.agent_type or agent_type
     model = get_model(args.model, config, agent_type, record=args.record)
     prefix = args.cmd_prefix if args.cmd_prefix is not None else stream.agent_settings.get("prefix_cmd", "")
-    channel, notes = terminal_approval(config.safety, pause=getattr(output, "paused", None))
+    channel, notes = terminal_approval(config.safety, workdir, pause=getattr(output, "paused", None))
     for note in notes:
         print(f"anges: {note}", file=sys.stderr)
     agent = agent_class(agent_type)(

@@ -21,6 +21,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
 from anges.exceptions import AngesError
+from anges.printable import unusable
 
 OPERATIONS = ("NEW_FILE", "INSERT_LINES", "REMOVE_LINES", "REPLACE_LINES", "REPLACE_TEXT")
 _USAGE = {
@@ -135,6 +136,9 @@ def _target(raw: str, base_dir: str | os.PathLike, operation: str) -> _Target:
         raw = raw[1:-1].strip()
     if not raw:
         raise EditError(f"{operation} needs a path: write `{_USAGE[operation]}`")
+    problem = unusable(raw)
+    if problem:
+        raise EditError(f"{raw!r} cannot be a file name: it holds {problem}")
     base = os.path.abspath(os.path.expanduser(os.fspath(base_dir)))
     path = os.path.abspath(os.path.join(base, os.path.expanduser(raw)))
     relative = os.path.relpath(path, base)
@@ -147,7 +151,11 @@ def _target(raw: str, base_dir: str | os.PathLike, operation: str) -> _Target:
 @contextmanager
 def _opened(target: _Target, resolved: str | None) -> Iterator[None]:
     """Resolve the target once and hold its directory open (reached without following symlinks) for the edit."""
-    target.real = os.path.realpath(target.path)
+    try:
+        target.real = os.path.realpath(target.path)
+    except OSError as error:  # a symlink on the way vanished while it was resolved
+        raise EditError(f"{target.shown} changed while it was resolved ({error.strerror}); the file was not edited") \
+            from None
     if resolved is not None and target.real != resolved:
         raise EditError(f"{target.shown} changed after it was checked: it led to {resolved} and now leads to "
                         f"{target.real}; the file was not edited")

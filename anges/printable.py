@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from anges.events import Event
 
-_UNSAFE = re.compile("\r(?!\n)|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-"""C0 controls but tab and newline (and the CR of a CRLF), DEL, C1 controls, and the bidirectional overrides."""
-_JSON_UNSAFE = re.compile("[\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_UNSAFE = re.compile("\r(?!\n)|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069"
+                     "\ud800-\udfff]")
+"""C0 controls but tab and newline (and the CR of a CRLF), DEL, C1 controls, the bidirectional overrides, and lone
+surrogates (no terminal can be sent one)."""
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 """What json.dumps(..., ensure_ascii=False) leaves raw that a terminal may still act on."""
 
 
@@ -25,6 +27,15 @@ def printable(text: str) -> str:
     if not _UNSAFE.search(text):
         return text
     return _UNSAFE.sub(_shown, text)
+
+
+def unusable(text: str) -> str:
+    """Why `text` cannot be a file name or a program's argument ("" when it can): a NUL byte, or a lone surrogate
+    (which no encoding can write)."""
+    if "\0" in text:
+        return "a NUL byte"
+    found = re.search("[\ud800-\udfff]", text)
+    return f"<U+{ord(found.group()):04X}>, a lone surrogate (not a character)" if found else ""
 
 
 def printable_event(event: Event) -> Event:
