@@ -3,7 +3,7 @@
 The checkout keeps `config.yaml`, `prompt_templates/` and `web/` at the top. `package_dir` maps the two
 folders into the `anges` package, and `anges/config.yaml` is a symlink to the top-level file, so a wheel
 holds `anges/config.yaml`, `anges/prompt_templates/` and `anges/web/`, and an editable install reads the
-checkout (`anges.config.resource_path` finds both).
+checkout (`anges.config.loading.resource_path` finds both).
 """
 
 from pathlib import Path
@@ -63,5 +63,5 @@ setup(
             "pyte>=0.8",  # a terminal emulator: what the CLI draws, as a person sees it
         ],
     },
-    entry_points={"console_scripts": ["anges=anges.cli:main"]},
+    entry_points={"console_scripts": ["anges=anges.cli.main:main"]},
 )

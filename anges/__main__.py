@@ -8,6 +8,6 @@ if sys.path and sys.path[0] in ("", os.getcwd()):
     # anges imports later.
     del sys.path[0]
 
-from anges.cli import main  # noqa: E402
+from anges.cli.main import main  # noqa: E402
 
 sys.exit(main())

@@ -24,8 +24,8 @@ from anges.batch.progress import PlainDisplay  # noqa: E402
 from anges.batch.runner import BatchRunner  # noqa: E402
 from anges.batch.tasks import load_tasks  # noqa: E402
 from anges.batch.worker import Job, run_task  # noqa: E402
-from anges.config import load_config  # noqa: E402
-from anges.store import EventStore  # noqa: E402
+from anges.config.loading import load_config  # noqa: E402
+from anges.store.event_store import EventStore  # noqa: E402
 
 OVERHEAD_TASKS = 50
 

@@ -26,7 +26,7 @@ def wall_times(argv: list[str]) -> list[float]:
 
 
 def imported_modules() -> tuple[list[str], float]:
-    """Modules imported by `python -X importtime -m anges --help`, and the cumulative import time of anges.cli."""
+    """Modules imported by `python -X importtime -m anges --help`, and the cumulative import time of anges.cli.main."""
     out = subprocess.run([sys.executable, "-X", "importtime", "-m", "anges", "--help"], capture_output=True, text=True,
                          check=True)
     modules, cli_us = [], 0
@@ -35,7 +35,7 @@ def imported_modules() -> tuple[list[str], float]:
             _, cumulative, name = (part.strip() for part in line[len("import time:"):].split("|"))
             if cumulative.isdigit():
                 modules.append(name)
-                if name == "anges.cli":
+                if name == "anges.cli.main":
                     cli_us = int(cumulative)
     return modules, cli_us / 1000
 
@@ -50,7 +50,7 @@ def main() -> None:
               f"max {times[-1] * 1000:6.1f} ms   ({RUNS} runs)")
     modules, cli_ms = imported_modules()
     heavy = [m for m in modules if m.split(".")[0] in {h.split(".")[0] for h in HEAVY} and m in HEAVY]
-    print(f"anges.cli imports in {cli_ms:.1f} ms (cumulative, -X importtime); {len(modules)} modules in all")
+    print(f"anges.cli.main imports in {cli_ms:.1f} ms (cumulative, -X importtime); {len(modules)} modules in all")
     print("heavy modules on the --help path:", ", ".join(heavy) if heavy else "none")
 
 

@@ -12,9 +12,9 @@ import time
 
 os.environ.setdefault("ANGES_HOME", tempfile.mkdtemp(prefix="anges-bench-"))
 
-import anges.shell  # noqa: E402
+import anges.safety.shell  # noqa: E402
 from anges.agents import DefaultAgent  # noqa: E402
-from anges.config import load_config  # noqa: E402
+from anges.config.loading import load_config  # noqa: E402
 
 STEP = '{"reasoning": "step", "actions": [{"action_type": "RUN_SHELL_CMD", "command": "true"}]}'
 DONE = '{"reasoning": "done", "actions": [{"action_type": "TASK_COMPLETE", "content": "done"}]}'
@@ -39,7 +39,7 @@ def main() -> None:
         model_time.append(time.perf_counter() - started)
         return reply
 
-    real_run = anges.shell.run_command
+    real_run = anges.safety.shell.run_command
 
     def timed_run(*args, **kwargs):
         started = time.perf_counter()
@@ -48,7 +48,7 @@ def main() -> None:
         finally:
             shell_time.append(time.perf_counter() - started)
 
-    anges.shell.run_command = timed_run
+    anges.safety.shell.run_command = timed_run
     config = load_config(overrides={"agents": {"common": {
         "max_number_of_events_to_exhaust": 0, "max_model_calls": 0, "max_repeated_actions": 0}}})
     with tempfile.TemporaryDirectory() as work:

@@ -5,7 +5,7 @@ long results. A real agent with the default history settings (a fold into the ro
 events, the newest 5 kept) and a real store in a temporary ANGES_HOME; the scripted model answers each fold
 with a summary of about 250 words. Prints the prompt's size at steps 300, 1,000 and 3,000, and how often,
 between two folds, a prompt starts with the whole previous one (and its head: everything before the `# Now`
-tail, see `anges.prompt`). Run:
+tail, see `anges.prompt.history`). Run:
     python benchmarks/prompt_growth.py [--steps 3000]
 """
 
@@ -18,9 +18,9 @@ import time
 os.environ.setdefault("ANGES_HOME", tempfile.mkdtemp(prefix="anges-bench-"))
 
 from anges.agents import DefaultAgent  # noqa: E402
-from anges.config import load_config  # noqa: E402
+from anges.config.loading import load_config  # noqa: E402
 from anges.models.scripted import SUMMARY_PROMPT_MARK  # noqa: E402
-from anges.prompt import split_prompt  # noqa: E402
+from anges.prompt.templates import split_prompt  # noqa: E402
 
 STEP = '{"reasoning": "step %d", "actions": [{"action_type": "RUN_SHELL_CMD", "command": "%s"}]}'
 DONE = '{"reasoning": "done", "actions": [{"action_type": "TASK_COMPLETE", "content": "done"}]}'

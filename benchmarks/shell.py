@@ -9,10 +9,10 @@ import statistics
 import tempfile
 import time
 
-from anges.command_runner import CommandRunner
-from anges.config import load_config
-from anges.sandbox import SandboxSettings, availability
-from anges.shell import run_command
+from anges.config.loading import load_config
+from anges.safety.command_runner import CommandRunner
+from anges.safety.sandbox import SandboxSettings, availability
+from anges.safety.shell import run_command
 
 
 def measure(runs: int, cwd: str, runner=None, warmup: int = 10) -> list[float]:

@@ -9,9 +9,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from anges import records
-from anges.events import Event, EventStream, EventSummary, ShellRun
-from anges.store import EventStore
+from anges.store import records
+from anges.store.event_store import EventStore
+from anges.store.events import Event, EventStream, EventSummary, ShellRun
 
 APPENDS = 500
 SIZES = (10, 1_000, 10_000)

@@ -24,9 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from wire_servers import PROVIDERS, TEST_KEY  # noqa: E402
 
 from anges.agents import DefaultAgent  # noqa: E402
-from anges.config import ModelPreset, load_config  # noqa: E402
+from anges.cli.transcript import Transcript  # noqa: E402
+from anges.config.loading import load_config  # noqa: E402
+from anges.config.types import ModelPreset  # noqa: E402
 from anges.registry import providers  # noqa: E402
-from anges.transcript import Transcript  # noqa: E402
 
 PIECES = 40
 GAP = 0.02

@@ -13,9 +13,9 @@ import urllib.request
 
 os.environ["ANGES_HOME"] = tempfile.mkdtemp(prefix="anges-bench-")
 
-from anges.config import load_config  # noqa: E402
-from anges.events import Event, EventStream  # noqa: E402
-from anges.store import EventStore  # noqa: E402
+from anges.config.loading import load_config  # noqa: E402
+from anges.store.event_store import EventStore  # noqa: E402
+from anges.store.events import Event, EventStream  # noqa: E402
 
 STEPS = 2000
 RUNS = 5

@@ -96,10 +96,10 @@ def main(argv):
     from playwright.sync_api import expect, sync_playwright
     from werkzeug.serving import make_server
 
-    from anges.config import load_config
-    from anges.events import Event, EventStream
+    from anges.config.loading import load_config
+    from anges.store.events import Event, EventStream
     from anges.models.scripted import ScriptedModel
-    from anges.store import EventStore
+    from anges.store.event_store import EventStore
 
     store = EventStore()
     _history(store, Event, EventStream)

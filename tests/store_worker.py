@@ -5,9 +5,9 @@ import os
 import sys
 import time
 
-from anges.events import Event, EventStream
 from anges.exceptions import StreamNotFound
-from anges.store import EventStore
+from anges.store.event_store import EventStore
+from anges.store.events import Event, EventStream
 
 
 def checked_event(content: str, **facts) -> Event:

@@ -15,7 +15,7 @@ from acp_client import Editor, anges_acp, content_text, diffs, run
 from helpers import pids_running, sleep_token
 from test_cli import ANGES, complete, scripted
 
-from anges.store import EventStore
+from anges.store.event_store import EventStore
 
 MCP_SERVER = Path(__file__).parent / "mcp_servers" / "stdio_server.py"
 
@@ -511,7 +511,7 @@ def test_a_stream_another_process_is_running_refuses_the_prompt_until_it_ends(tm
 
 
 def test_without_the_sdk_anges_acp_says_how_to_install_it(tmp_path):
-    code = "import sys; sys.modules['acp'] = None; from anges.cli import main; sys.exit(main(['acp']))"
+    code = "import sys; sys.modules['acp'] = None; from anges.cli.main import main; sys.exit(main(['acp']))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=False)
     assert out.returncode == 2
     assert 'pip install "anges[acp]"' in out.stderr and not out.stdout

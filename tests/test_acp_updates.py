@@ -4,7 +4,7 @@ import pytest
 
 from anges.acp.diffs import file_texts, hunk_texts
 from anges.acp.plan import plan_entries
-from anges.fileedit import apply_edit
+from anges.tools.fileedit import apply_edit
 
 BEFORE = "".join(f"line {n}\n" for n in range(1, 21))
 
@@ -67,7 +67,7 @@ def test_a_parents_reply_while_its_child_runs_is_shown_as_the_parents(tmp_path):
     import json
 
     from anges.acp.updates import Speaker, UpdateMapper
-    from anges.events import Event
+    from anges.store.events import Event
 
     def answer(*actions):
         return json.dumps({"analysis": "", "reasoning": "thinking", "actions": list(actions)})

@@ -10,11 +10,11 @@ from helpers import pids_running, sleep_token, wait_for_pid
 
 from anges.actions import Action
 from anges.agents import DefaultAgent, TaskAnalyzer, TaskExecutor
-from anges.config import load_config
-from anges.events import Event, EventStream
+from anges.config.loading import load_config
 from anges.exceptions import ModelError
 from anges.models.scripted import ScriptedModel
-from anges.store import EventStore
+from anges.store.event_store import EventStore
+from anges.store.events import Event, EventStream
 
 
 def reply(*actions, reasoning="because"):
@@ -389,7 +389,7 @@ def test_stop_requested_through_the_store_from_another_process(tmp_path):
     worker = threading.Thread(target=agent.run_with_new_request, args=("sleep",))
     worker.start()
     wait_for_pid(pid_file)
-    subprocess.run([sys.executable, "-c", f"from anges.store import EventStore; EventStore().request_stop({agent.uid!r})"],
+    subprocess.run([sys.executable, "-c", f"from anges.store.event_store import EventStore; EventStore().request_stop({agent.uid!r})"],
                    check=True)
     worker.join(5)
     assert not worker.is_alive()

@@ -5,8 +5,8 @@ from test_parsing import load_corpus
 
 from anges.actions import Action
 from anges.agents import DefaultAgent
-from anges.config import load_config
-from anges.events import Event
+from anges.config.loading import load_config
+from anges.store.events import Event
 
 CORPUS = load_corpus()
 COMPLETE = '{"reasoning": "done", "actions": [{"action_type": "TASK_COMPLETE", "content": "recovered"}]}'

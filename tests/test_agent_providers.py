@@ -5,9 +5,9 @@ import json
 import pytest
 
 from anges.agents import DefaultAgent
-from anges.config import load_config
+from anges.config.loading import load_config
 from anges.models import get_model
-from anges.store import EventStore
+from anges.store.event_store import EventStore
 
 
 def reply(*actions):

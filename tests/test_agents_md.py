@@ -7,11 +7,11 @@ import sys
 
 from anges.acp.command import build_acp_parser
 from anges.agents import DefaultAgent
-from anges.agents_md import find_agents_md
-from anges.arguments import config_overrides
-from anges.cli import _batch_overrides, build_batch_parser
-from anges.config import load_config
+from anges.cli.main import _batch_overrides, build_batch_parser
+from anges.config.arguments import config_overrides
+from anges.config.loading import load_config
 from anges.models.scripted import ScriptedModel
+from anges.prompt.agents_md import find_agents_md
 
 
 def complete():

@@ -22,9 +22,9 @@ from helpers import SANDBOX_PYTHON, pids_running, sleep_token
 from anges.batch.state import BatchState
 from anges.batch.tasks import TaskSpec, batch_id_for, load_tasks
 from anges.batch.worker import APPROVAL, Job, batch_safety, run_task
-from anges.config import load_config
+from anges.config.loading import load_config
 from anges.exceptions import BatchError
-from anges.store import EventStore
+from anges.store.event_store import EventStore
 
 ANGES = [sys.executable, "-m", "anges"]
 

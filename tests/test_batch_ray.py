@@ -23,8 +23,8 @@ from anges.batch.progress import PlainDisplay
 from anges.batch.ray_engine import Collector, RayEngine
 from anges.batch.runner import BatchRunner
 from anges.batch.tasks import load_tasks
-from anges.config import load_config
-from anges.store import EventStore
+from anges.config.loading import load_config
+from anges.store.event_store import EventStore
 
 
 @pytest.fixture(scope="module")

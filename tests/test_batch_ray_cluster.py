@@ -14,9 +14,9 @@ from anges.batch.progress import PlainDisplay
 from anges.batch.ray_engine import RayEngine
 from anges.batch.runner import BatchRunner
 from anges.batch.tasks import load_tasks
-from anges.config import load_config
-from anges.events import RETURN_TO_PARENT_EVENT_TYPES
-from anges.store import EventStore
+from anges.config.loading import load_config
+from anges.store.event_store import EventStore
+from anges.store.events import RETURN_TO_PARENT_EVENT_TYPES
 
 STEPS = 8
 

@@ -3,10 +3,10 @@
 import json
 
 from anges.agents import DefaultAgent
-from anges.config import load_config
-from anges.events import Event
+from anges.config.loading import load_config
 from anges.models.scripted import ScriptedModel
-from anges.store import EventStore
+from anges.store.event_store import EventStore
+from anges.store.events import Event
 
 
 def reply(*actions, reasoning="because"):

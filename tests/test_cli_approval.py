@@ -6,7 +6,7 @@ import pytest
 from test_cli import complete, edit, only_stream, scripted, shell, types
 from test_cli_interactive import SGR, Terminal
 
-from anges.terminal import SPINNER_FRAMES
+from anges.cli.terminal import SPINNER_FRAMES
 
 pytestmark = pytest.mark.packaged_safety  # the prompt and the fallback as a user without bwrap has them, too
 RULES = "safety:\n  rules:\n    - {action: RUN_SHELL_CMD, match: 'echo ask-*', decision: ask, reason: the test asks}\n"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from wire_servers import Scripted
 
-from anges.store import EventStore
+from anges.store.event_store import EventStore
 
 ANGES = [sys.executable, "-m", "anges"]
 README = Path(__file__).resolve().parent.parent / "README.md"

@@ -23,7 +23,7 @@ from test_cli import (
     wait_for,
 )
 
-from anges.store import EventStore
+from anges.store.event_store import EventStore
 
 SGR = re.compile(r"\x1b\[[0-9;]*m")
 

@@ -2,7 +2,7 @@
 
 import re
 
-from anges.clipping import clip, clip_lines, clipped, omission, one_line, shorten
+from anges.util.clipping import clip, clip_lines, clipped, omission, one_line, shorten
 
 MARK = re.compile(r"\n\.\.\. \[(\d+) (characters|bytes) cut\] \.\.\.\n")
 

@@ -2,8 +2,9 @@
 
 import pytest
 
-from anges.config import AGENT_TYPES, Config, load_config, resource_path
-from anges.config import anges_home as home_dir
+from anges.config.loading import AGENT_TYPES, load_config, resource_path
+from anges.config.loading import anges_home as home_dir
+from anges.config.types import Config
 from anges.exceptions import ConfigError
 
 pytestmark = pytest.mark.packaged_safety  # the defaults as packaged, on every machine (see optional_groups.py)
@@ -70,7 +71,7 @@ def test_max_steps_is_another_name_for_the_events_limit(tmp_path):
 
 def test_a_template_dir_that_does_not_exist_is_reported(tmp_path, caplog, monkeypatch):
     missing = tmp_path / "no-such-templates"
-    with caplog.at_level("WARNING", logger="anges.config"):
+    with caplog.at_level("WARNING", logger="anges.config.loading"):
         config = load_config(write(tmp_path / "c.yaml", f"prompt:\n  template_dir: {missing}\n"))
     assert config.prompt.template_dir == str(missing)
     assert [r.getMessage() for r in caplog.records] == [
@@ -78,7 +79,7 @@ def test_a_template_dir_that_does_not_exist_is_reported(tmp_path, caplog, monkey
     caplog.clear()
     monkeypatch.setenv("HOME", str(tmp_path))
     (tmp_path / "mine").mkdir()
-    with caplog.at_level("WARNING", logger="anges.config"):
+    with caplog.at_level("WARNING", logger="anges.config.loading"):
         config = load_config(write(tmp_path / "ok.yaml", "prompt:\n  template_dir: ~/mine\n"))
     assert caplog.records == [] and config.prompt.template_dir == str(tmp_path / "mine")
 
@@ -150,7 +151,7 @@ def test_a_loaded_config_is_frozen_and_the_shared_default_stays_as_packaged(tmp_
     from pydantic import ValidationError
 
     from anges.agents import DefaultAgent
-    from anges.config import default_config
+    from anges.config.loading import default_config
 
     shared = default_config()
     with pytest.raises(ValidationError, match="frozen"):
@@ -166,7 +167,7 @@ def test_a_loaded_config_is_frozen_and_the_shared_default_stays_as_packaged(tmp_
 
 
 def test_presets_and_rules_still_take_their_fields_in_order():
-    from anges.config import ModelPreset, SafetyRule
+    from anges.config.types import ModelPreset, SafetyRule
 
     assert ModelPreset("openai", "m", "http://local/v1") == ModelPreset(provider="openai", model="m",
                                                                        base_url="http://local/v1")
@@ -179,9 +180,9 @@ def test_importing_the_config_module_does_not_import_pydantic():
     import subprocess
     import sys
 
-    code = ("import sys, anges.config, anges.store\n"
+    code = ("import sys, anges.config.loading, anges.store.event_store\n"
             "print('pydantic' in sys.modules)\n"
-            "anges.config.load_config()\n"
+            "anges.config.loading.load_config()\n"
             "print('pydantic' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "True"]

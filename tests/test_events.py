@@ -3,7 +3,8 @@
 import json
 import re
 
-from anges.events import (
+from anges.store.event_store import EventStore
+from anges.store.events import (
     EVENT_KINDS,
     REQUEST_EVENT_TYPES,
     RETURN_TO_PARENT_EVENT_TYPES,
@@ -24,7 +25,6 @@ from anges.events import (
     status_of,
     stream_status,
 )
-from anges.store import EventStore
 
 
 def test_ids_are_unique_and_url_safe():

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from anges.exceptions import AngesError
-from anges.fileedit import EditError, EditResult, apply_edit
+from anges.tools.fileedit import EditError, EditResult, apply_edit
 
 SEVEN_LINES = "one\ntwo\nthree\nfour\nfive\nsix\nseven\n"
 
@@ -455,7 +455,7 @@ def test_to_data_is_json_facts(tmp_path):
 
 INSERTER = """
 import sys
-from anges.fileedit import apply_edit
+from anges.tools.fileedit import apply_edit
 base, writer = sys.argv[1], sys.argv[2]
 for i in range(50):
     apply_edit("INSERT_LINES shared.txt -1", f"{writer}-{i}", base_dir=base)
@@ -566,7 +566,7 @@ def test_an_edit_refuses_a_path_that_changed_after_it_was_checked(tmp_path):
 
 
 def test_the_walk_to_a_checked_path_follows_no_symlink(tmp_path):
-    from anges.fileedit import open_directory, open_nofollow
+    from anges.tools.fileedit import open_directory, open_nofollow
 
     work, outside = tmp_path / "work", tmp_path / "outside"
     (work / "real").mkdir(parents=True)
@@ -590,7 +590,7 @@ def test_the_walk_to_a_checked_path_follows_no_symlink(tmp_path):
 
 def test_racing_symlink_swaps_never_let_agent_edits_land_outside(tmp_path):
     from anges.agents import DefaultAgent
-    from anges.config import load_config
+    from anges.config.loading import load_config
     from anges.models.scripted import ScriptedModel
 
     work, outside = tmp_path / "work", tmp_path / "outside"
@@ -617,7 +617,7 @@ def test_racing_symlink_swaps_never_let_agent_edits_land_outside(tmp_path):
 
 def test_a_link_swapped_while_the_person_reads_the_prompt_does_not_redirect_the_edit(tmp_path):
     from anges.agents import DefaultAgent
-    from anges.config import load_config
+    from anges.config.loading import load_config
     from anges.models.scripted import ScriptedModel
 
     work, outside = tmp_path / "work", tmp_path / "outside"

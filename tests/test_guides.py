@@ -2,7 +2,7 @@
 in order with their results together afterwards, what a failure or a refusal does to the rest, EDIT_FILE's bytes."""
 
 from anges.agents import DefaultAgent
-from anges.config import load_config
+from anges.config.loading import load_config
 from anges.models.scripted import ScriptedModel
 
 

@@ -5,11 +5,11 @@ import subprocess
 import sys
 
 from anges.agents import DefaultAgent, Orchestrator
-from anges.config import load_config
+from anges.agents.outcome import Outcome
+from anges.config.loading import load_config
 from anges.models.scripted import SUMMARY_PROMPT_MARK, ScriptedModel
-from anges.prompt import split_prompt
-from anges.session import Outcome
-from anges.store import EventStore
+from anges.prompt.templates import split_prompt
+from anges.store.event_store import EventStore
 
 
 def reply(*actions, reasoning="next"):

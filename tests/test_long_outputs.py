@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from anges.agents import DefaultAgent
-from anges.config import load_config
-from anges.events import Event
+from anges.config.loading import load_config
 from anges.models.scripted import ScriptedModel
-from anges.store import EventStore
+from anges.store.event_store import EventStore
+from anges.store.events import Event
 
 SEQ = "".join(f"{n}\n" for n in range(1, 50001))
 FULL_OUTPUT = re.compile(r"FULL OUTPUT: (\d+) lines \((\d+) bytes\) in (\S+),")

@@ -17,12 +17,13 @@ import pytest
 
 from anges.actions.mcp import compact_schema, validate_args
 from anges.agents import DefaultAgent, Orchestrator
-from anges.config import MCPConfig, load_config
-from anges.events import EventStream
+from anges.config.loading import load_config
+from anges.config.types import MCPConfig
 from anges.exceptions import ConfigError
-from anges.mcp import MCPManager, ServerSpec, load_mcp_servers, specs_from_config
 from anges.models.scripted import ScriptedModel
-from anges.store import EventStore
+from anges.store.event_store import EventStore
+from anges.store.events import EventStream
+from anges.tools.mcp import MCPManager, ServerSpec, load_mcp_servers, specs_from_config
 
 SERVERS = Path(__file__).parent / "mcp_servers"
 ENV_SECRET = "env-secret-0123456789"
@@ -214,7 +215,7 @@ def test_agent_lists_and_calls_tools_of_stdio_and_http_servers(tmp_path, http_ur
         "missing": {"command": str(tmp_path / "no-such-server")},
         "broken": demo_entry(pid_file, "--fail-at-start"),
     }})
-    caplog.set_level(logging.WARNING, logger="anges.mcp")
+    caplog.set_level(logging.WARNING, logger="anges.tools.mcp")
     with MCPManager(specs, startup_timeout=20) as manager:
         assert {name: [t.name for t in tools] for name, tools in manager.tools().items()} == {
             "demo": ["echo", "stats", "divide", "show_env", "lines", "nap", "crash"],
@@ -299,7 +300,7 @@ def test_a_server_that_crashes_mid_run_is_reported_once_and_left_out(tmp_path, c
     proc, url = start_http_server()
     try:
         specs = load_mcp_servers({"demo": demo_entry(pid_file), "web": {"url": url}})
-        caplog.set_level(logging.WARNING, logger="anges.mcp")
+        caplog.set_level(logging.WARNING, logger="anges.tools.mcp")
         with MCPManager(specs) as manager:
             agent, model = make_agent(tmp_path, [
                 reply(use("demo", "crash")),
@@ -388,8 +389,8 @@ def test_an_interrupt_during_a_call_stops_the_run_and_close_leaves_no_process(tm
 DRIVER = textwrap.dedent("""
     import sys
     from anges.agents import DefaultAgent
-    from anges.config import load_config
-    from anges.mcp import MCPManager, load_mcp_servers
+    from anges.config.loading import load_config
+    from anges.tools.mcp import MCPManager, load_mcp_servers
     from anges.models.scripted import ScriptedModel
 
     manager = MCPManager(load_mcp_servers(sys.argv[1]))  # no `with`: atexit must clean up

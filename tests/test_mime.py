@@ -10,10 +10,10 @@ import pytest
 from wire_servers import TEST_KEY
 
 from anges.agents import DefaultAgent
-from anges.config import load_config
-from anges.mime import sniff
+from anges.config.loading import load_config
 from anges.models.scripted import ScriptedModel
-from anges.store import EventStore
+from anges.store.event_store import EventStore
+from anges.tools.mime import sniff
 
 YOUTUBE = "https://www.youtube.com/watch?v=dQw4w9WgXcQ"
 

@@ -5,7 +5,7 @@ import sys
 import pytest
 from wire_servers import TEST_KEY, sleeper
 
-from anges.config import Config, ModelPreset, ModelSettings, RetryConfig
+from anges.config.types import Config, ModelPreset, ModelSettings, RetryConfig
 from anges.exceptions import ModelSetupError
 from anges.models import get_model
 from anges.models.anthropic_model import AnthropicModel

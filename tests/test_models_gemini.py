@@ -3,7 +3,7 @@
 import pytest
 from wire_servers import TEST_KEY, sleeper
 
-from anges.config import Config, ModelPreset, ModelSettings, RetryConfig
+from anges.config.types import Config, ModelPreset, ModelSettings, RetryConfig
 from anges.exceptions import ModelReplyError, ModelSetupError
 from anges.models import get_model
 from anges.models.gemini_model import GeminiModel

@@ -3,11 +3,11 @@
 import pytest
 from wire_servers import TEST_KEY, sleeper
 
-from anges.config import Config, ModelPreset, ModelSettings, RetryConfig
+from anges.config.types import Config, ModelPreset, ModelSettings, RetryConfig
 from anges.exceptions import FormatError, ModelReplyError, ModelSetupError
 from anges.models import get_model
 from anges.models.openai_model import OpenAIModel
-from anges.parsing import parse_reply, strip_thinking
+from anges.prompt.parsing import parse_reply, strip_thinking
 
 
 def make(server, settings=None, **preset):

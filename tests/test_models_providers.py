@@ -6,11 +6,11 @@ import time
 import pytest
 from wire_servers import Scripted
 
-from anges.config import ModelSettings, RetryConfig
+from anges.config.types import ModelSettings, RetryConfig
 from anges.exceptions import ModelCancelled, ModelError, ModelReplyError, ModelSetupError
 from anges.models.base import Completion
 from anges.models.cancel import CancelToken, cancellable
-from anges.parsing import strip_thinking
+from anges.prompt.parsing import strip_thinking
 
 
 def test_a_reply_carries_text_usage_model_and_finish_reason(wire):

@@ -7,7 +7,7 @@ import re
 import pytest
 from wire_servers import TEST_KEY, sleeper
 
-from anges.config import ModelPreset, RetryConfig
+from anges.config.types import ModelPreset, RetryConfig
 from anges.exceptions import ModelError, ModelReplyError, ModelSetupError
 from anges.models import get_model
 from anges.models.openai_model import OpenAIModel

@@ -4,7 +4,7 @@ import email.utils
 
 import pytest
 
-from anges.config import Price, RetryConfig
+from anges.config.types import Price, RetryConfig
 from anges.exceptions import ModelError, ModelSetupError
 from anges.models.base import Usage
 from anges.models.pricing import cost, price_for

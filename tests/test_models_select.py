@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from wire_servers import TEST_KEY
 
-from anges.config import Config, ModelPreset
+from anges.config.types import Config, ModelPreset
 from anges.exceptions import ModelSetupError
 from anges.models import get_model
 from anges.models.anthropic_model import AnthropicModel

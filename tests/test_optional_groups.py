@@ -104,7 +104,7 @@ def test_groups_can_be_skipped_on_purpose_and_a_misspelt_group_is_an_error(proje
 
 SAFETY_SAMPLE = textwrap.dedent("""
     import pytest
-    from anges.config import load_config
+    from anges.config.loading import load_config
 
     def test_unmarked():
         safety = load_config().safety

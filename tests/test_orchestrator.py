@@ -7,9 +7,9 @@ import time
 from helpers import pids_running, sleep_token, wait_for_pid
 
 from anges.agents import Orchestrator
-from anges.config import load_config
+from anges.config.loading import load_config
 from anges.models.scripted import ScriptedModel
-from anges.store import EventStore
+from anges.store.event_store import EventStore
 
 ROLE_MARKS = {
     "orchestrator": "You are anges' orchestrator",

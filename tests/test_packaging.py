@@ -43,8 +43,8 @@ def test_wheel_install_ships_templates_web_assets_and_config(tmp_path):
                    check=True)
     probe = textwrap.dedent("""
         import json, anges
-        from anges.config import load_config, resource_path
-        from anges.prompt import render_template
+        from anges.config.loading import load_config, resource_path
+        from anges.prompt.templates import render_template
         config = load_config()
         print(json.dumps({
             "file": anges.__file__,
@@ -85,7 +85,7 @@ def test_an_editable_install_builds_cleanly_and_reads_the_checkout(tmp_path):
     probe = textwrap.dedent("""
         import json
         import anges.web
-        from anges.config import load_config, resource_path
+        from anges.config.loading import load_config, resource_path
         print(json.dumps({"web": anges.web.__file__, "config": str(resource_path("config.yaml")),
                           "templates": str(resource_path("prompt_templates")), "model": load_config().model}))
     """)

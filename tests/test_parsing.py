@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from anges.exceptions import FormatError
-from anges.parsing import MAX_REPLY_CHARS, Param, ParsedReply, parse_reply
+from anges.prompt.parsing import MAX_REPLY_CHARS, Param, ParsedReply, parse_reply
 
 CORPUS_PATH = Path(__file__).with_name("malformed_replies.json")
 

@@ -12,15 +12,15 @@ import pytest
 from anges.actions import Action, RunShellCommand
 from anges.actions.edit import EditFile
 from anges.agents import BaseAgent, DefaultAgent, Orchestrator, agent_class
-from anges.config import load_config
-from anges.events import Event
+from anges.config.loading import load_config
 from anges.exceptions import ConfigError, ModelSetupError
 from anges.models import get_model
 from anges.models.openai_model import OpenAIModel
 from anges.models.scripted import ScriptedModel
 from anges.plugins import hookimpl, plugins
 from anges.registry import actions, agent_types, providers
-from anges.store import EventStore
+from anges.store.event_store import EventStore
+from anges.store.events import Event
 
 REPO = Path(__file__).resolve().parents[1]
 ANGES = [sys.executable, "-m", "anges"]
@@ -110,7 +110,7 @@ def test_an_unknown_name_lists_the_valid_ones():
 @pytest.mark.parametrize(("path", "message"), [
     ("anges.nowhere:Thing", "cannot import anges.nowhere"),
     ("anges.actions:Nothing", "anges.actions has no 'Nothing'"),
-    ("anges.events:Event", "is not a subclass of Action"),
+    ("anges.store.events:Event", "is not a subclass of Action"),
 ])
 def test_a_bad_import_path_says_what_is_wrong(path, message):
     with pytest.raises(ConfigError, match=message):
@@ -270,7 +270,7 @@ def test_plugins_load_only_when_a_registry_is_asked_for_a_name_it_does_not_know(
     help_run = subprocess.run([sys.executable, "-X", "importtime", "-m", "anges", "--help"], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=60)
     imported = {line.rsplit("|", 1)[-1].strip() for line in help_run.stderr.splitlines() if "|" in line}
-    assert help_run.returncode == 0 and "anges.cli" in imported
+    assert help_run.returncode == 0 and "anges.cli.main" in imported
     assert not imported & {"anges_example_plugin", "pluggy", "pydantic", "anges.registry"}
     probe = ("import sys, json\n"
              "from anges.agents import DefaultAgent\n"

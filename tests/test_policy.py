@@ -7,13 +7,13 @@ import time
 import pytest
 
 from anges.agents import DefaultAgent, Orchestrator
-from anges.approval import Decision, TerminalPrompt, as_decision, preview_edit
-from anges.config import load_config
+from anges.config.loading import load_config
 from anges.exceptions import ConfigError
 from anges.models.scripted import ScriptedModel
-from anges.policy import Policy
-from anges.safety import RunSafety, approval_mode
-from anges.sandbox import SandboxSettings
+from anges.safety.approval import Decision, TerminalPrompt, as_decision, preview_edit
+from anges.safety.policy import Policy
+from anges.safety.run_safety import RunSafety, approval_mode
+from anges.safety.sandbox import SandboxSettings
 
 pytestmark = pytest.mark.packaged_safety  # the policy as a user without bwrap has it, too (see optional_groups.py)
 RULES = [{"action": "RUN_SHELL_CMD", "match": "echo allowed*", "decision": "allow"},
@@ -419,7 +419,7 @@ def test_an_edit_outside_the_writable_paths_asks_and_shows_its_diff(tmp_path):
 def test_the_sandbox_fallback_without_bwrap_asks_for_every_command(tmp_path, caplog):
     missing = str(tmp_path / "no-bwrap-here" / "bwrap")
     config = load_config(overrides={"safety": {"bwrap": missing}})
-    with caplog.at_level("WARNING", logger="anges.sandbox"):
+    with caplog.at_level("WARNING", logger="anges.safety.sandbox"):
         safety = RunSafety(config.safety, str(tmp_path))
         RunSafety(config.safety, str(tmp_path))
     warnings = [r.getMessage() for r in caplog.records if "not available" in r.getMessage()]
@@ -439,7 +439,7 @@ def test_the_sandbox_fallback_without_bwrap_asks_for_every_command(tmp_path, cap
 def test_the_terminal_prompt_reads_an_answer_and_feedback(tmp_path):
     from io import StringIO
 
-    from anges.approval import ApprovalRequest
+    from anges.safety.approval import ApprovalRequest
 
     read_end, write_end = os.pipe()
     os.write(write_end, b"maybe\nt\nnot on main, please\n")
@@ -461,9 +461,9 @@ def test_the_terminal_prompt_reads_an_answer_and_feedback(tmp_path):
 def test_decisions_show_in_the_transcript_and_the_markdown_export(tmp_path):
     from io import StringIO
 
-    from anges.export import to_markdown
-    from anges.store import EventStore
-    from anges.transcript import print_stream
+    from anges.cli.transcript import print_stream
+    from anges.store.event_store import EventStore
+    from anges.store.export import to_markdown
 
     channel = Recorder(Decision("deny", feedback="not today"))
     steps = [reply(shell("echo asked > a.txt")), reply(shell("echo denied > b.txt")), complete()]
@@ -559,7 +559,7 @@ def test_auto_approval_does_not_leave_the_sandbox_unless_configured(tmp_path, mo
 
 
 def test_mime_inputs_are_judged_as_the_reader_reads_them(tmp_path, monkeypatch):
-    from anges.mime import load_inputs
+    from anges.tools.mime import load_inputs
 
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
@@ -581,7 +581,7 @@ def test_mime_inputs_are_judged_as_the_reader_reads_them(tmp_path, monkeypatch):
 
 
 def test_mime_reads_and_writes_only_the_paths_that_were_checked(tmp_path):
-    from anges.mime import MimeError, load_inputs, write_answer
+    from anges.tools.mime import MimeError, load_inputs, write_answer
 
     work, secret = tmp_path / "work", tmp_path / "secret"
     (work / "shots").mkdir(parents=True)
@@ -618,7 +618,7 @@ def test_a_declined_edit_of_a_hidden_file_leaves_none_of_it_in_the_record(tmp_pa
 
 
 def long_request(detail):
-    from anges.approval import ApprovalRequest
+    from anges.safety.approval import ApprovalRequest
 
     return ApprovalRequest("RUN_SHELL_CMD", detail, detail, "unsandboxed", "no sandbox", "this exact command")
 

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from anges.printable import printable, printable_json
-from anges.store import EventStore
+from anges.store.event_store import EventStore
+from anges.util.printable import printable, printable_json
 
 ANGES = [sys.executable, "-m", "anges"]
 CLIPBOARD = "\x1b]52;c;cm0gLXJmIH4=\x07"  # OSC 52: write the clipboard

@@ -1,9 +1,10 @@
 """History formatting: the folded part, events shown once, labels, reasoning once per turn, the cache."""
 
-from anges.config import PromptConfig
-from anges.events import Event, EventStream, EventSummary
-from anges.prompt import format_event, format_event_stream, format_events, split_prompt
-from anges.summarize import fold_due, fold_end
+from anges.config.types import PromptConfig
+from anges.prompt.history import format_event, format_event_stream, format_events
+from anges.prompt.summarize import fold_due, fold_end
+from anges.prompt.templates import split_prompt
+from anges.store.events import Event, EventStream, EventSummary
 
 
 def stream_with(n_events, summaries=()):

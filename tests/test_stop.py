@@ -19,10 +19,11 @@ from helpers import pids_running, sleep_token
 from wire_servers import TEST_KEY
 
 from anges.agents import DefaultAgent
-from anges.config import ModelPreset, ModelSettings, load_config
-from anges.events import EventStream
+from anges.config.loading import load_config
+from anges.config.types import ModelPreset, ModelSettings
 from anges.models.openai_model import OpenAIModel
-from anges.store import EventStore
+from anges.store.event_store import EventStore
+from anges.store.events import EventStream
 
 ANGES = [sys.executable, "-m", "anges"]
 STOP_BOUND = 3.0
@@ -207,7 +208,7 @@ def test_the_terminal_closing_stops_the_run_and_exits_4_quietly(held, tmp_path):
 IGNORES_CANCEL = """
 import sys, threading, time
 from anges.agents import DefaultAgent
-from anges.config import load_config
+from anges.config.loading import load_config
 
 def model(prompt, temperature=0.0):  # a plain function: it knows nothing of cancel tokens
     time.sleep(120)

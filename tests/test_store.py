@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-import anges.records
-from anges.events import Event, EventStream, EventSummary, ShellRun
+import anges.store.records
 from anges.exceptions import AngesError, InvalidStreamId, StreamBusy, StreamExists, StreamNotFound
-from anges.store import FORMAT, EventStore, StreamInfo
+from anges.store.event_store import FORMAT, EventStore, StreamInfo
+from anges.store.events import Event, EventStream, EventSummary
+from anges.store.results import ShellRun
 
 WORKER = Path(__file__).with_name("store_worker.py")
 
@@ -392,8 +393,8 @@ def test_list_is_newest_first_and_reads_no_events(store, monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("list() parsed events")
 
-    monkeypatch.setattr(anges.records, "build", forbidden)
-    monkeypatch.setattr(anges.records, "records", forbidden)
+    monkeypatch.setattr(anges.store.records, "build", forbidden)
+    monkeypatch.setattr(anges.store.records, "records", forbidden)
     infos = store.list()
     assert [i.uid for i in infos] == uids[::-1]
     assert infos[0].updated_at == datetime.fromtimestamp(1_700_000_002)
@@ -657,7 +658,7 @@ def test_run_lock_is_released_when_its_holder_is_killed(store):
         [sys.executable, str(WORKER), "hold", str(store.root), "job"],
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(Path(anges.store.__file__).parents[1])},
+        env={**os.environ, "PYTHONPATH": str(Path(anges.store.event_store.__file__).parents[1])},
     )
     try:
         assert holder.stdout.readline().strip() == "locked"
@@ -841,5 +842,5 @@ def test_a_format_1_meta_file_still_serves_listings(store, monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("the meta file was rebuilt")
 
-    monkeypatch.setattr(anges.records, "build", forbidden)
+    monkeypatch.setattr(anges.store.records, "build", forbidden)
     assert [info.title for info in store.list()] == ["Listed"]

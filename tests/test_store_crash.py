@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from store_worker import checked_event, verify
 
-from anges.events import Event, EventStream
-from anges.store import EventStore
+from anges.store.event_store import EventStore
+from anges.store.events import Event, EventStream
 
 WORKER = Path(__file__).with_name("store_worker.py")
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(WORKER.parents[1]), str(WORKER.parent)])}

@@ -5,10 +5,10 @@ from contextlib import contextmanager
 
 from test_orchestrator import RoutedModel, child, complete, orchestrator, shell
 
-from anges import records
-from anges.events import EventStream
 from anges.exceptions import StreamBusy, StreamNotFound
-from anges.store import Store
+from anges.store import records
+from anges.store.event_store import Store
+from anges.store.events import EventStream
 
 
 class MemoryStore:

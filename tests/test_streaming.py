@@ -15,12 +15,13 @@ from test_orchestrator import complete as child_complete
 from wire_servers import TEST_KEY
 
 from anges.agents import DefaultAgent, Orchestrator
-from anges.config import ModelPreset, ModelSettings, load_config
-from anges.events import EventStream
+from anges.config.loading import load_config
+from anges.config.types import ModelPreset, ModelSettings
 from anges.models.openai_model import OpenAIModel
 from anges.models.replay import ReplayModel, with_recording
 from anges.models.scripted import ScriptedModel
-from anges.store import EventStore
+from anges.store.event_store import EventStore
+from anges.store.events import EventStream
 
 ANGES = [sys.executable, "-m", "anges"]
 ANALYSIS = "The directory holds a small Python project; its tests are under tests/ and nothing else matters here."
@@ -272,7 +273,7 @@ def test_the_cache_hit_ratio_is_in_run_finished_and_the_footer(openai_server, tm
 
 
 def test_a_partial_reply_is_read_as_far_as_it_goes():
-    from anges.parsing import partial_reply
+    from anges.prompt.parsing import partial_reply
 
     assert partial_reply('{"analysis": "half a sent') == {"analysis": "half a sent"}
     assert partial_reply('<think>still thinking about {"analysis": "x"}') == {}, "nothing from an open think block"
@@ -282,7 +283,7 @@ def test_a_partial_reply_is_read_as_far_as_it_goes():
 
 
 def test_live_lines_are_the_last_lines_wrapped_to_the_width():
-    from anges.terminal import last_lines
+    from anges.cli.terminal import last_lines
 
     assert last_lines("one\ntwo\nthree\nfour\nfive", 20) == ["two", "three", "four", "five"]
     assert last_lines("abcdefghij", 4, count=2) == ["efgh", "ij"]
@@ -290,7 +291,7 @@ def test_live_lines_are_the_last_lines_wrapped_to_the_width():
 
 
 def test_the_start_of_a_secret_waits_for_the_next_piece():
-    from anges.masking import settled_length
+    from anges.util.masking import settled_length
 
     secret = "s3cret-value-0123456789"
     assert settled_length("the key is s3cr", [secret]) == len("the key is ")

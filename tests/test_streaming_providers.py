@@ -6,7 +6,7 @@ import time
 from test_models_providers import call_in_thread
 from wire_servers import TEST_KEY, Wire
 
-from anges.config import ModelSettings
+from anges.config.types import ModelSettings
 from anges.exceptions import ModelCancelled
 from anges.models.base import Prompt
 from anges.models.cancel import CancelToken
@@ -132,7 +132,7 @@ def cacheable_prompt():
 
 def test_anthropic_gets_the_prompt_in_blocks_with_cache_control_on_the_prefix_and_the_history(anthropic_server,
                                                                                           monkeypatch):
-    from anges.config import ModelPreset
+    from anges.config.types import ModelPreset
     from anges.models.anthropic_model import AnthropicModel
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", TEST_KEY)
@@ -158,7 +158,7 @@ def test_anthropic_gets_the_prompt_in_blocks_with_cache_control_on_the_prefix_an
 
 
 def test_openai_gets_the_runs_prompt_cache_key_where_the_preset_says(openai_server, monkeypatch):
-    from anges.config import ModelPreset
+    from anges.config.types import ModelPreset
 
     monkeypatch.setenv("OPENAI_API_KEY", TEST_KEY)
     prompt = cacheable_prompt()[0]

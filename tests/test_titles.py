@@ -5,8 +5,8 @@ import os
 import subprocess
 import sys
 
-from anges.events import EventStream
-from anges.store import EventStore
+from anges.store.event_store import EventStore
+from anges.store.events import EventStream
 
 ANGES = [sys.executable, "-m", "anges"]
 SECRET = "tok-SECRET-0123456789"

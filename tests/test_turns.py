@@ -4,11 +4,11 @@ import io
 import json
 
 from anges.agents import DefaultAgent
-from anges.config import load_config
-from anges.export import to_markdown
+from anges.cli.transcript import print_stream
+from anges.config.loading import load_config
 from anges.models.scripted import ScriptedModel
-from anges.store import EventStore
-from anges.transcript import print_stream
+from anges.store.event_store import EventStore
+from anges.store.export import to_markdown
 
 
 def reply(reasoning, *actions):

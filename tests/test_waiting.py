@@ -4,7 +4,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from anges.waiting import future_done, wait_for
+from anges.util.waiting import future_done, wait_for
 
 
 def test_the_wait_ends_when_the_work_is_done():

@@ -12,11 +12,11 @@ from anges.web import create_app, main_ui, serve
 from anges.web.render import markdown_html
 
 from anges.agents import DefaultAgent
-from anges.config import load_config
-from anges.events import Event, EventStream
+from anges.config.loading import load_config
 from anges.exceptions import ConfigError, ModelError, ModelSetupError
 from anges.models.scripted import ScriptedModel
-from anges.store import EventStore
+from anges.store.event_store import EventStore
+from anges.store.events import Event, EventStream
 
 PASSWORD = "correct horse battery"
 
@@ -1189,7 +1189,7 @@ def test_a_chat_runs_with_the_mcp_servers_of_its_settings(auth, app, config, mod
     import sys
     from pathlib import Path
 
-    from anges.config import SafetyRule
+    from anges.config.types import SafetyRule
 
     config.safety.rules.append(SafetyRule("USE_MCP_TOOL", "demo.*", "allow"))  # trusted (MCP tools ask by default)
 

@@ -11,10 +11,10 @@ import pytest
 from anges.web import create_app
 from test_web import PASSWORD, complete, csrf_from, gate, login, read_sse, reply, shell, steps_of, types
 
-from anges.config import load_config
-from anges.events import Event, EventStream
+from anges.config.loading import load_config
 from anges.models.scripted import ScriptedModel
-from anges.store import EventStore
+from anges.store.event_store import EventStore
+from anges.store.events import Event, EventStream
 
 pytestmark = pytest.mark.packaged_safety  # approvals as they are everywhere, bwrap or not
 ASK_TOUCH = {"action": "RUN_SHELL_CMD", "match": "re:^touch ", "decision": "ask",
@@ -307,7 +307,7 @@ SECOND_PROCESS = textwrap.dedent("""
     import sys
     from anges.web import create_app
     from test_web import csrf_from, login
-    from anges.config import load_config
+    from anges.config.loading import load_config
 
     uid, request_id = sys.argv[1:3]
     client = create_app(load_config(), password=sys.argv[3]).test_client()

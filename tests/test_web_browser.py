@@ -9,11 +9,11 @@ import time
 import pytest
 from optional_groups import chromium_path
 
-from anges.config import load_config
-from anges.events import Event, EventStream
+from anges.config.loading import load_config
 from anges.exceptions import ModelError, ModelSetupError
 from anges.models.scripted import ScriptedModel
-from anges.store import EventStore
+from anges.store.event_store import EventStore
+from anges.store.events import Event, EventStream
 
 try:
     from playwright import sync_api as playwright_api
@@ -610,7 +610,7 @@ def _wait_for(condition, timeout=10.0):
 def test_a_streaming_reply_grows_live_as_text_before_its_step_arrives(browser, openai_server, tmp_path, monkeypatch):
     from wire_servers import TEST_KEY
 
-    from anges.config import ModelPreset, ModelSettings
+    from anges.config.types import ModelPreset, ModelSettings
     from anges.models.openai_model import OpenAIModel
 
     monkeypatch.setenv("OPENAI_API_KEY", TEST_KEY)

@@ -18,8 +18,8 @@ from test_web_browser import (
     shell,
 )
 
-from anges.events import Event, EventStream
 from anges.models.scripted import ScriptedModel
+from anges.store.events import Event, EventStream
 
 pytestmark = [pytest.mark.browser, pytest.mark.packaged_safety]
 ASK_TOUCH = {"action": "RUN_SHELL_CMD", "match": "re:^touch ", "decision": "ask",

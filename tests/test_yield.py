@@ -9,9 +9,9 @@ import pytest
 from helpers import SANDBOX_PYTHON, pids_running, sleep_token
 
 from anges.agents import DefaultAgent
-from anges.config import load_config
-from anges.events import Event, EventStream
+from anges.config.loading import load_config
 from anges.models.scripted import ScriptedModel
+from anges.store.events import Event, EventStream
 
 
 def reply(*actions):
@@ -102,8 +102,8 @@ def test_background_after_zero_waits_for_the_command(work):
 
 def test_every_view_says_a_yielded_command_kept_running_and_a_background_one_was_started_so():
     from anges.acp.facts import command_status
-    from anges.export import to_markdown
-    from anges.store import EventStore
+    from anges.store.event_store import EventStore
+    from anges.store.export import to_markdown
     from web.render import step_view
 
     def command(yielded):

@@ -606,7 +606,7 @@ PROVIDERS = {
 
 def fast_retry():
     """A retry policy with tiny waits."""
-    from anges.config import RetryConfig
+    from anges.config.types import RetryConfig
 
     return RetryConfig(max_attempts=3, max_total_seconds=30, initial_backoff=0.01, max_backoff=0.02)
 
@@ -621,7 +621,7 @@ class Wire:
     key_env: str
 
     def model(self, settings=None, retry=None, real_waits: bool = False, **preset: Any):
-        from anges.config import ModelPreset, ModelSettings
+        from anges.config.types import ModelPreset, ModelSettings
 
         waits, sleep = sleeper()
         options = {"model": "test-model", "base_url": self.server.base_url, "api_key_env": self.key_env, **preset}

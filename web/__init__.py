@@ -19,10 +19,11 @@ from flask import Flask, jsonify, render_template, request
 from werkzeug.exceptions import HTTPException
 from werkzeug.serving import WSGIRequestHandler, make_server
 
-from anges.arguments import add_config_flag, add_safety_flags, config_overrides, port_number
-from anges.config import Config, anges_home, load_config
+from anges.config.arguments import add_config_flag, add_safety_flags, config_overrides, port_number
+from anges.config.loading import anges_home, load_config
+from anges.config.types import Config
 from anges.exceptions import AngesError, ConfigError
-from anges.store import EventStore
+from anges.store.event_store import EventStore
 
 from .auth import MIN_SECRET_LENGTH, SESSIONS_FILE, Guard, is_loopback, load_secret
 from .runs import ChatBusy, ModelFactory, Runs, default_model_factory, unsandboxed_problem
@@ -57,7 +58,7 @@ def create_app(config: Config | None = None, store: EventStore | None = None, *,
     directory of chats that set none (default: the current directory); an event feed ends after
     `sse_lifetime` seconds and the browser resumes it.
     """
-    from anges.sandbox import protect_process_memory
+    from anges.safety.sandbox import protect_process_memory
 
     protect_process_memory()  # a command run as this user cannot read the password or API keys from /proc
     config = config or load_config()

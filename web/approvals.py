@@ -14,9 +14,9 @@ import threading
 from contextlib import suppress
 from pathlib import Path
 
-from anges.approval import ApprovalRequest, Decision
-from anges.events import is_valid_id
-from anges.store import EventStore
+from anges.safety.approval import ApprovalRequest, Decision
+from anges.store.event_store import EventStore
+from anges.store.events import is_valid_id
 
 CHANNEL_NAME = "web"
 ANSWERS = ("allow", "deny", "always")

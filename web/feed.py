@@ -20,9 +20,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from anges.events import RETURN_TO_PARENT_EVENT_TYPES, Event, child_reference, status_of
 from anges.exceptions import StreamNotFound
-from anges.turns import reasoning_after, turn_reasoning
+from anges.store.events import RETURN_TO_PARENT_EVENT_TYPES, Event, child_reference, status_of
+from anges.store.turns import reasoning_after, turn_reasoning
 
 from .render import Totals, step_view
 

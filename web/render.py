@@ -6,8 +6,8 @@ from functools import lru_cache
 
 import nh3
 
-from anges.budget import cache_hit_ratio
-from anges.events import (
+from anges.agents.budget import cache_hit_ratio
+from anges.store.events import (
     Event,
     FileEdit,
     ShellRun,
@@ -18,7 +18,7 @@ from anges.events import (
     shown_path,
     stop_explanation,
 )
-from anges.printable import printable_texts
+from anges.util.printable import printable_texts
 
 # No <img>: a picture in model output would be fetched from wherever it points (a tracking pixel); Markdown
 # images become links instead (see _image_as_link).
@@ -84,7 +84,7 @@ def step_view(event: Event, index: int, cwd: str = "", reasoning: str | None = N
     """What the chat shows of one event. Only the `*_html` fields are HTML (sanitized); the rest is text.
 
     Paths under `cwd` (the chat's working directory) are shown relative to it; `reasoning` is what to show of the
-    turn's reasoning (`anges.turns`: once per turn), the event's own when None.
+    turn's reasoning (`anges.store.turns`: once per turn), the event's own when None.
     """
     data = event.data or {}
     view: dict = {

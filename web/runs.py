@@ -10,11 +10,11 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
-from anges.config import Config
-from anges.events import Event, EventStream
+from anges.config.types import Config
 from anges.exceptions import AngesError, ModelSetupError, StreamBusy, StreamNotFound
-from anges.mcp import manager_for
-from anges.store import EventStore
+from anges.store.event_store import EventStore
+from anges.store.events import Event, EventStream
+from anges.tools.mcp import manager_for
 
 from .approvals import AnswerBox, WebApproval
 
@@ -40,7 +40,7 @@ def user_notes(notes) -> list[str]:
 def sandbox_summary(config: Config, cwd: str = "") -> dict:
     """How this server's runs (in `cwd`, the default working directory) treat commands, for the page: `label`
     (short), `detail` (a sentence), and facts."""
-    from anges.sandbox import SandboxSettings, availability
+    from anges.safety.sandbox import SandboxSettings, availability
 
     safety = config.safety
     approval = safety.approval or "ask"

@@ -20,10 +20,10 @@ from flask import (
 )
 from werkzeug.routing import BaseConverter
 
-from anges.events import Event, EventStream, title_from
 from anges.exceptions import ConfigError, ModelSetupError, StreamBusy, StreamNotFound
-from anges.export import to_markdown
 from anges.registry import agent_types
+from anges.store.events import Event, EventStream, title_from
+from anges.store.export import to_markdown
 
 from .approvals import ANSWERS, CHANNEL_NAME, MAX_FEEDBACK
 from .auth import TOKEN_NEEDED, request_is_local
@@ -349,7 +349,7 @@ def _title(value) -> str:
 
 def _mcp_config_path(value: str) -> str:
     """An MCP servers file, checked now; the chat keeps its path, never the secrets inside it."""
-    from anges.mcp import load_mcp_servers
+    from anges.tools.mcp import load_mcp_servers
 
     path = os.path.abspath(os.path.expanduser(value))
     try:

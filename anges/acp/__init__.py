@@ -40,7 +40,7 @@ def run(config, model: str | None = None, agent_type: str = "default", verbose: 
 
 
 def _setup_logging(verbose: int, log_file: str | None) -> None:
-    from anges.printable import printable
+    from anges.util.printable import printable
 
     class PrintableFormatter(logging.Formatter):  # log lines quote model replies and client input
         def format(self, record: logging.LogRecord) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from anges.arguments import (
+from anges.config.arguments import (
     add_agents_md_flag,
     add_config_flag,
     add_safety_flags,
@@ -53,7 +53,7 @@ def run_acp(argv: list[str]) -> int:
     except ImportError:
         raise UsageError('anges acp needs the Agent Client Protocol SDK: pip install "anges[acp]"') from None
     from anges.acp import run
-    from anges.config import load_config
+    from anges.config.loading import load_config
 
     config = load_config(args.config, config_overrides(args))
     return run(config, model=args.model, agent_type=args.agent, verbose=args.verbose, log_file=args.log_file)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from anges.events import Event, FileEdit, ShellRun
+from anges.store.events import Event
+from anges.store.results import FileEdit, ShellRun
 
 EVENT_ACTION_TYPES = {"edit_file": "EDIT_FILE", "new_child_agent": "CALL_CHILD_AGENT",
                       "resume_child_agent": "CALL_CHILD_AGENT"}

@@ -48,7 +48,7 @@ class AngesAgent:
     """anges as an ACP agent: each session is an anges stream in the store, worked on by one agent."""
 
     def __init__(self, options: Options):
-        from anges.store import EventStore
+        from anges.store.event_store import EventStore
 
         self.options = options
         self.store = EventStore()
@@ -71,7 +71,7 @@ class AngesAgent:
             agent_info=Implementation(name="anges", title="anges", version=__version__))
 
     async def new_session(self, cwd: str, mcp_servers=None, **kwargs) -> NewSessionResponse:
-        from anges.events import EventStream
+        from anges.store.events import EventStream
 
         session = await asyncio.to_thread(self._open, EventStream(), cwd, mcp_servers)
         return NewSessionResponse(session_id=session.uid)
@@ -126,8 +126,8 @@ class AngesAgent:
     def _open(self, stream, cwd: str, mcp_servers) -> Session:
         """A session on `stream` working in `cwd`, with the client's MCP servers (plus the configured ones)."""
         from anges.agents import agent_class
-        from anges.mcp import manager_for
-        from anges.safety import run_secrets
+        from anges.safety.run_safety import run_secrets
+        from anges.tools.mcp import manager_for
 
         if not os.path.isabs(cwd) or not os.path.isdir(cwd):
             raise RequestError(-32602, f"cwd must be an absolute path to a directory, got {cwd!r}")

@@ -19,12 +19,12 @@ from acp.schema import PermissionOption
 
 from anges.acp import facts
 from anges.acp.updates import Speaker, UpdateMapper
-from anges.approval import Decision
-from anges.events import walk
 from anges.exceptions import ModelReplyError, StreamBusy
+from anges.safety.approval import Decision
+from anges.store.events import walk
 
 if TYPE_CHECKING:
-    from anges.events import EventStream
+    from anges.store.events import EventStream
 
 log = logging.getLogger("anges.acp")
 
@@ -213,7 +213,7 @@ class WatchedModel:
                 turn.refused = exc.kind == "blocked"
             raise
         if turn is not None and turn is self.session.turn and not turn.cancelled.is_set():
-            from anges.masking import mask_secrets
+            from anges.util.masking import mask_secrets
 
             turn.refused = False
             turn.mapper.reply(mask_secrets(str(reply), self.session.secrets), _calling_agent())

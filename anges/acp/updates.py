@@ -31,10 +31,10 @@ from acp.schema import ToolCallLocation, ToolCallUpdate
 
 from anges.acp import diffs, facts
 from anges.acp.plan import plan_entries
-from anges.events import REQUEST_EVENT_TYPES, RETURN_TO_PARENT_EVENT_TYPES
 from anges.exceptions import FormatError
-from anges.parsing import parse_reply
-from anges.printable import printable
+from anges.prompt.parsing import parse_reply
+from anges.store.events import REQUEST_EVENT_TYPES, RETURN_TO_PARENT_EVENT_TYPES
+from anges.util.printable import printable
 
 ANSWER_TYPES = ("task_completion", "agent_text_response", "agent_requested_help")
 RETURNING_ACTIONS = ("TASK_COMPLETE", "HELP_NEEDED", "AGENT_TEXT_RESPONSE")
@@ -399,7 +399,7 @@ def _delegation(directive: str) -> str:
 
 
 def _edit_path(directive: object, cwd: str) -> str:
-    from anges.fileedit import EditError, edit_target
+    from anges.tools.fileedit import EditError, edit_target
 
     if not isinstance(directive, str):
         return ""

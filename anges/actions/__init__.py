@@ -10,9 +10,10 @@ from anges.actions.edit import EditFile
 from anges.actions.mime import ReadMimeFiles
 from anges.actions.replies import AgentTextResponse, HelpNeeded, TaskComplete
 from anges.actions.shell import RunShellCommand
+from anges.prompt.parsing import Param
 
 if TYPE_CHECKING:
-    from anges.mcp import MCPManager
+    from anges.tools.mcp import MCPManager
 
 # anges 0.1.x names
 RunShellCMDAction = RunShellCommand
@@ -39,7 +40,7 @@ def offered_actions(names: Iterable[str], mcp: MCPManager | None = None, given: 
 
 
 __all__ = [
-    "Action", "ActionContext", "LegacyAction", "is_builtin_style", "offered_actions", "RunShellCommand", "EditFile",
-    "TaskComplete", "HelpNeeded", "AgentTextResponse", "ReadMimeFiles", "RunShellCMDAction", "EditFileAction",
-    "TaskCompleteAction", "AgentHelpNeededAction", "AgentTextResponseAction",
+    "Action", "ActionContext", "Param", "LegacyAction", "is_builtin_style", "offered_actions", "RunShellCommand",
+    "EditFile", "TaskComplete", "HelpNeeded", "AgentTextResponse", "ReadMimeFiles", "RunShellCMDAction",
+    "EditFileAction", "TaskCompleteAction", "AgentHelpNeededAction", "AgentTextResponseAction",
 ]

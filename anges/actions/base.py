@@ -4,18 +4,32 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from anges.events import RETURN_TO_PARENT_EVENT_TYPES
+from anges.store.events import RETURN_TO_PARENT_EVENT_TYPES
 
 if TYPE_CHECKING:
-    from anges.actions.child import Delegator
-    from anges.command_runner import CommandRunner
-    from anges.config_types import AgentConfig, Config
-    from anges.events import Event
+    from anges.config.types import AgentConfig, Config
     from anges.models.base import Usage
-    from anges.parsing import Param, ParsedReply
-    from anges.sandbox import SandboxSettings
+    from anges.prompt.parsing import Param, ParsedReply
+    from anges.safety.command_runner import CommandRunner
+    from anges.safety.sandbox import SandboxSettings
+    from anges.store.event_store import Store
+    from anges.store.events import Event, EventStream
+
+
+class Delegator(Protocol):
+    """What CALL_CHILD_AGENT needs of the agent that delegates."""
+
+    uid: str
+    parent_ids: list[str]
+    store: Store
+
+    def child_types(self, any_depth: bool = False) -> list[str]:
+        """The agent types (upper case) this agent may start now (or at any depth)."""
+
+    def make_child(self, agent_type: str, event_stream: EventStream) -> Any:
+        """A child agent of that type on that stream, sharing this agent's model, limits and safety."""
 
 
 def _no_charge(usage: Usage | None, model_name: str) -> float | None:

@@ -3,29 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
-from anges.actions.base import Action, ActionContext
-from anges.events import Event, EventStream
+from anges.actions.base import Action, ActionContext, Delegator
 from anges.exceptions import InvalidStreamId, StreamNotFound
-from anges.parsing import Param
-
-if TYPE_CHECKING:
-    from anges.store import EventStore
-
-
-class Delegator(Protocol):
-    """What CALL_CHILD_AGENT needs of the agent that delegates."""
-
-    uid: str
-    parent_ids: list[str]
-    store: EventStore
-
-    def child_types(self, any_depth: bool = False) -> list[str]:
-        """The agent types (upper case) this agent may start now (or at any depth)."""
-
-    def make_child(self, agent_type: str, event_stream: EventStream) -> Any:
-        """A child agent of that type on that stream, sharing this agent's model, limits and safety."""
+from anges.prompt.parsing import Param
+from anges.store.events import Event, EventStream
 
 
 @dataclass

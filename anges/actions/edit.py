@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from anges.actions.base import Action, ActionContext
-from anges.events import Event, FileEdit
-from anges.parsing import Param
-from anges.results import RESULT_FORMAT
+from anges.prompt.parsing import Param
+from anges.store.events import Event
+from anges.store.results import RESULT_FORMAT, FileEdit
 
 
 class EditFile(Action):
@@ -20,7 +20,7 @@ class EditFile(Action):
     }
 
     def run(self, ctx: ActionContext, args: dict) -> Event:
-        from anges.fileedit import EditError, apply_edit
+        from anges.tools.fileedit import EditError, apply_edit
 
         directive = args["directive_line"].strip()
         resolved = ctx.checked_paths[0] if ctx.checked_paths else None

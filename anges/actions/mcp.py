@@ -7,13 +7,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from anges.actions.base import Action, ActionContext
-from anges.clipping import clipped, shorten
-from anges.events import Event
-from anges.masking import mask_secrets
-from anges.parsing import Param
+from anges.prompt.parsing import Param
+from anges.store.events import Event
+from anges.util.clipping import clipped, shorten
+from anges.util.masking import mask_secrets
 
 if TYPE_CHECKING:
-    from anges.mcp import MCPManager
+    from anges.tools.mcp import MCPManager
 
 MAX_DESCRIPTION_CHARS = 2000
 MAX_VALIDATION_PROBLEMS = 5
@@ -52,7 +52,7 @@ class UseMCPTool(Action):
         return {name: reason.splitlines()[0] for name, reason in self.manager.failures.items()}
 
     def run(self, ctx: ActionContext, args: dict) -> Event:
-        from anges.mcp import MCPCallError
+        from anges.tools.mcp import MCPCallError
 
         server, tool_name = args["mcp_server_name"].strip(), args["tool_name"].strip()
         tool_args = args.get("tool_args") or {}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 from anges.actions.base import Action, ActionContext
-from anges.events import Event
-from anges.parsing import Param
+from anges.prompt.parsing import Param
+from anges.store.events import Event
 
 
 class ReadMimeFiles(Action):
@@ -26,7 +26,7 @@ class ReadMimeFiles(Action):
 
     def run(self, ctx: ActionContext, args: dict) -> Event:
         from anges.exceptions import ModelError
-        from anges.mime import MimeError, load_inputs, local_path, write_answer
+        from anges.tools.mime import MimeError, load_inputs, local_path, write_answer
 
         config = ctx.app_config
         question, output = args["question"].strip(), (args.get("output") or "").strip()
@@ -64,7 +64,7 @@ class ReadMimeFiles(Action):
                      message=f"read {names}" + (f" -> {output}" if output else ""), data={**facts, "is_error": False})
 
     def _reader(self, config):
-        from anges.mime import MimeReader
+        from anges.tools.mime import MimeReader
 
         name = config.mime_reader.model
         if name not in self._readers:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from anges.actions.base import Action, ActionContext
-from anges.events import Event
-from anges.parsing import Param
+from anges.prompt.parsing import Param
+from anges.store.events import Event
 
 
 class _ReturningAction(Action):

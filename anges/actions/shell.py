@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from anges.actions.base import Action, ActionContext
-from anges.clipping import shorten
-from anges.events import Event, ShellRun
-from anges.parsing import Param
-from anges.results import RESULT_FORMAT
+from anges.prompt.parsing import Param
+from anges.store.events import Event
+from anges.store.results import RESULT_FORMAT, ShellRun
+from anges.util.clipping import shorten
 
 
 class RunShellCommand(Action):
@@ -24,8 +24,8 @@ class RunShellCommand(Action):
     }
 
     def run(self, ctx: ActionContext, args: dict) -> Event:
-        from anges.sandbox import explain_block
-        from anges.shell import run_command
+        from anges.safety.sandbox import explain_block
+        from anges.safety.shell import run_command
 
         command = args["command"]
         timeout = min(args.get("shell_cmd_timeout") or ctx.config.shell_cmd_timeout, ctx.config.max_shell_cmd_timeout)

@@ -10,28 +10,26 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from anges.actions import Action, ActionContext, LegacyAction, is_builtin_style, offered_actions
+from anges.agents.budget import Budget, Ledger
 from anges.agents.calls import ModelCalls
 from anges.agents.delegation import Delegation
 from anges.agents.history import History
 from anges.agents.prompting import Prompter
-from anges.agents.record import AgentMessage, masked_title
+from anges.agents.record import AgentMessage, cap_event, mask_event, masked_title
 from anges.agents.run import RunState, abandoned_run, saved_notes, stop_event
-from anges.budget import Budget, Ledger
-from anges.clipping import cap_event
-from anges.config import default_config
-from anges.events import Event, EventStream, new_id
+from anges.config.loading import default_config
 from anges.exceptions import RunStopped
-from anges.masking import mask_event
 from anges.models import get_model
-from anges.parsing import ParsedReply
-from anges.safety import SafetyShare, run_secrets
-from anges.store import EventStore, status_of
+from anges.prompt.parsing import ParsedReply
+from anges.safety.run_safety import SafetyShare, run_secrets
+from anges.store.event_store import EventStore, status_of
+from anges.store.events import Event, EventStream, new_id
 
 if TYPE_CHECKING:
-    from anges.approval import Permit
-    from anges.config_types import AgentConfig, Config
-    from anges.mcp import MCPManager
-    from anges.safety import RunSafety
+    from anges.config.types import AgentConfig, Config
+    from anges.safety.approval import Permit
+    from anges.safety.run_safety import RunSafety
+    from anges.tools.mcp import MCPManager
 
 __all__ = ["AgentMessage", "BaseAgent"]
 
@@ -57,7 +55,8 @@ class BaseAgent(Delegation):
                  notes: Iterable[str] = (), message_handlers: Iterable[Callable] = (), budget: Budget | None = None,
                  agent_config: AgentConfig | None = None, actions: Iterable[Action] | None = None,
                  mcp: MCPManager | None = None, approval: Callable | str | None = None,
-                 remaining_depth: int | None = None):
+                 remaining_depth: int | None = None, delta_handlers: Iterable[Callable] = (),
+                 parent_safety: RunSafety | None = None):
         self.config = config or default_config()
         self.agent_config = agent_config or self.config.agent(self.agent_type)
         if max_consecutive_actions_to_summarize is not None:
@@ -91,34 +90,37 @@ class BaseAgent(Delegation):
         """Who answers an `ask`: a channel `f(ApprovalRequest) -> Decision`, or a mode: ask, auto, deny."""
         self.run_safety: RunSafety | None = None
         """The sandbox, policy and approval gate of the current run (its child agents share them)."""
-        self._share = SafetyShare(self.config.safety)
+        self._share = SafetyShare(self.config.safety, parent=parent_safety)
         self._prompter = Prompter(self)
         self._calls = ModelCalls(self)
         self.delta_handlers = self._calls.delta_handlers
+        self.delta_handlers.extend(delta_handlers)
         """Called with each `ReplyDelta` as a reply streams (`anges.agents.live`); a child agent shares them."""
         self._interrupted, self._interrupt_why = threading.Event(), ""
-        self._state: RunState | None = None
-        self._secrets: list[str] = []
+        self.run_state: RunState | None = None
+        """The request being run: its budget, ledger, action context and history (None before the first)."""
+        self.secrets: list[str] = []
+        """The secret values of the current run, masked in everything it records."""
 
     def run_with_new_request(self, task_description: str, event_stream: EventStream | None = None) -> EventStream:
         """Record the request (new or follow-up) and work on it until the run ends; returns the stream."""
         self.run_safety = self._share.begin(self.cmd_init_dir, self.approval)
         stream = self._open_stream(event_stream)
         self._interrupted.clear()
-        self._interrupt_why, self._state = "", None
-        self._secrets, env = run_secrets(self.config, self.agent_config.pass_env, self.mcp)
+        self._interrupt_why, self.run_state = "", None
+        self.secrets, env = run_secrets(self.config, self.agent_config.pass_env, self.mcp)
         with self.store.run_lock(stream.uid):
             self.store.clear_stop(stream.uid)
             if abandoned := abandoned_run(stream):
                 self._record(abandoned)
             first = not stream.events_list
             if first and stream.title == stream.uid:
-                stream.title = masked_title(task_description, self._secrets)
+                stream.title = masked_title(task_description, self.secrets)
             kind = ("new_request" if first else "follow_up_request") + ("_from_parent" if self.parent_ids else "")
             self._record(Event(kind, content=task_description, message=task_description))
-            self._state = self._new_state(env)
+            self.run_state = self._new_state(env)
             if first and self.auto_entitle:
-                self._state.history.entitle(task_description, self._secrets)
+                self.run_state.history.entitle(task_description, self.secrets)
             try:
                 self._run()
             finally:
@@ -160,8 +162,8 @@ class BaseAgent(Delegation):
 
     def _step(self) -> bool:
         """One reply and its actions; True when a returning action ended the run."""
-        self._check_limits()
-        self._state.history.fold_if_due(self.agent_config.max_consecutive_actions_to_summarize)
+        self.check_limits()
+        self.run_state.history.fold_if_due(self.agent_config.max_consecutive_actions_to_summarize)
         return self._execute(self._query())
 
     def _query(self) -> ParsedReply:
@@ -170,16 +172,16 @@ class BaseAgent(Delegation):
 
     def _execute(self, reply: ParsedReply) -> bool:
         """The reply's actions in order, each through the approval gate; True when one ended the run."""
-        actions = self._actions_by_type()
-        ctx = replace(self._state.context, reply=reply)
+        actions = self.actions_by_type()
+        ctx = replace(self.run_state.context, reply=reply)
         for index, args in enumerate(reply.actions):
-            self._check_limits()
-            self._state.count_repeats(args)
+            self.check_limits()
+            self.run_state.count_repeats(args)
             action = actions[args["action_type"]]
             permit = self.run_safety.permit(ctx, action.type, args, remaining=len(reply.actions) - index - 1)
             if permit is None:
                 return False  # declined: the model reads why and plans again
-            if self._run_action(action, args, self.run_safety.equip(ctx, permit), permit):
+            if self._run_action(action, args, replace(ctx, **self.run_safety.equipment(permit)), permit):
                 return True
         return False
 
@@ -210,9 +212,9 @@ class BaseAgent(Delegation):
 
     def _record(self, event: Event, notify: bool = True) -> None:
         """The bookkeeping every event gets once: usage, secrets masked, texts capped, stored, status, handlers."""
-        if self._state is not None:
-            self._state.note(event)
-        mask_event(event, self._secrets)
+        if self.run_state is not None:
+            self.run_state.note(event)
+        mask_event(event, self.secrets)
         cap_event(event, self.agent_config.event_text_cap)
         self.event_stream.add_event(event)
         self.store.sync(self.event_stream)
@@ -223,18 +225,19 @@ class BaseAgent(Delegation):
     def _call_model(self, prompt: str, temperature: float | None = None, attach: bool = True):
         return self._calls.reply(prompt, temperature, attach)
 
-    def _check_limits(self) -> None:
+    def check_limits(self) -> None:
+        """Raise `RunStopped` when the run was interrupted or reached a limit."""
         if self._interrupt_requested():
             why = self._interrupt_why
             raise RunStopped("interrupt", f"the run was interrupted ({why})" if why else "the run was interrupted",
                              **({"by": why} if why else {}))
-        self._state.check()
+        self.run_state.check()
 
     def _explained(self, stop: RunStopped) -> RunStopped:
         """A stop noticed while waiting (on an approval, say) as the limits tell it: which interrupt, or the time."""
         if stop.reason == "interrupt":
             try:
-                self._check_limits()
+                self.check_limits()
             except RunStopped as precise:
                 return precise
         return stop
@@ -242,8 +245,9 @@ class BaseAgent(Delegation):
     def _interrupt_requested(self) -> bool:
         return self._interrupted.is_set() or self.interrupt_check() or self.store.stop_requested(self.uid)
 
-    def _stop_requested(self) -> bool:
-        return self._interrupt_requested() or self._state.budget.expired()
+    def stop_requested(self) -> bool:
+        """True once the run must stop: an interrupt, a stop request through the store, or its time is up."""
+        return self._interrupt_requested() or self.run_state.budget.expired()
 
     def _open_stream(self, event_stream: EventStream | None) -> EventStream:
         stream = event_stream or self.event_stream or EventStream(
@@ -261,12 +265,13 @@ class BaseAgent(Delegation):
         ledger = Ledger(budget, self.config.prices, getattr(self.inference_func, "name", ""))
         context = ActionContext(
             config=self.agent_config, app_config=self.config, cwd=self.cmd_init_dir, prefix_cmd=self.prefix_cmd,
-            interrupt_check=self._stop_requested, reply=None, record=self._record, agent_id=self.uid,
-            agent_type=self.agent_type, secrets=self._secrets, env=env, charge=ledger.charge,
+            interrupt_check=self.stop_requested, reply=None, record=self._record, agent_id=self.uid,
+            agent_type=self.agent_type, secrets=self.secrets, env=env, charge=ledger.charge,
             render_guide=self._prompter.guide, delegator=self)
         history = History(self.event_stream, self.store, self.config.prompt, self._call_model, self._record,
                           self.logger)
         return RunState(self.agent_config, budget, ledger, context, history)
 
-    def _actions_by_type(self) -> dict[str, Action]:
+    def actions_by_type(self) -> dict[str, Action]:
+        """The actions this agent offers, by type (upper case)."""
         return {a.type.upper(): a for a in self.registered_actions}

@@ -3,21 +3,46 @@ reply asked again when it is invalid or cut off; its text streamed to the delta 
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from anges.agents.live import LiveReply, ReplyDelta
-from anges.clipping import clip, shorten
 from anges.exceptions import FormatError, ModelError, ModelReplyError, ModelSetupError, RunStopped
 from anges.models.cancel import CallThread, CancelToken
 from anges.models.streaming import NOWHERE, listening
-from anges.parsing import ParsedReply, parse_reply
-from anges.prompt import render_template
-from anges.waiting import wait_for
+from anges.prompt.parsing import ParsedReply, parse_reply
+from anges.prompt.templates import render_template
+from anges.util.clipping import clip, shorten
+from anges.util.waiting import wait_for
 
 if TYPE_CHECKING:
-    from anges.agents.base import BaseAgent
+    from anges.actions.base import Action
+    from anges.agents.run import RunState
+    from anges.config.types import AgentConfig, Config
+
+
+class Caller(Protocol):
+    """What model calls need of the agent that makes them."""
+
+    uid: str
+    agent_type: str
+    parent_ids: list[str]
+    config: Config
+    agent_config: AgentConfig
+    logger: logging.Logger
+    inference_func: Callable[..., Any]
+    run_state: RunState | None
+    secrets: list[str]
+
+    def render_prompt(self, feedback: str = "") -> str: ...
+
+    def check_limits(self) -> None: ...
+
+    def stop_requested(self) -> bool: ...
+
+    def actions_by_type(self) -> dict[str, Action]: ...
 
 
 class ModelCalls:
@@ -27,7 +52,7 @@ class ModelCalls:
     finish alone (a daemon: it cannot keep the process alive).
     """
 
-    def __init__(self, agent: BaseAgent):
+    def __init__(self, agent: Caller):
         self.agent = agent
         self.delta_handlers: list[Callable[[ReplyDelta], None]] = []
         """Called with each `ReplyDelta` of the agent's replies as they stream (on the call's thread)."""
@@ -43,7 +68,7 @@ class ModelCalls:
         feedback, error, problem, invalid, cut = "", "", "", 0, 0
         while True:
             prompt = agent.render_prompt(feedback)
-            if len(prompt) > agent.config.prompt.max_prompt_chars and agent._state.history.shorten():
+            if len(prompt) > agent.config.prompt.max_prompt_chars and agent.run_state.history.shorten():
                 prompt = agent.render_prompt(feedback)
             temperature = agent.config.model_settings.temperature + 0.1 * invalid
             reply = ""
@@ -53,7 +78,7 @@ class ModelCalls:
                     cut += 1
                     feedback = self._cut_off(cut, max(limits.max_cut_off_replies, 1))
                     continue
-                return parse_reply(reply, agent._actions_by_type())
+                return parse_reply(reply, agent.actions_by_type())
             except FormatError as exc:
                 error, problem = exc.feedback, _problem(exc.feedback, reply)
             except ModelReplyError as exc:
@@ -71,12 +96,12 @@ class ModelCalls:
         """One model call, charged to the run (its usage put on the next event when `attach`); `live` streams its
         analysis and reasoning to the delta handlers."""
         agent = self.agent
-        agent._check_limits()
+        agent.check_limits()
         temperature = agent.config.model_settings.temperature if temperature is None else temperature
         prompt = clip(prompt, agent.config.prompt.max_prompt_chars)
-        reply = self.call(lambda: agent.inference_func(prompt, temperature=temperature), agent._stop_requested,
-                          agent._check_limits, live)
-        agent._state.ledger.count(reply if isinstance(reply, str) else "", attach)
+        reply = self.call(lambda: agent.inference_func(prompt, temperature=temperature), agent.stop_requested,
+                          agent.check_limits, live)
+        agent.run_state.ledger.count(reply if isinstance(reply, str) else "", attach)
         return reply
 
     def call(self, call: Callable[[], str], stop_requested: Callable[[], bool], check_limits: Callable[[], None],
@@ -85,7 +110,7 @@ class ModelCalls:
         try:
             return self._watch(call, stop_requested, check_limits, live)
         except ModelReplyError as exc:
-            self.agent._state.budget.charge(exc.usage, None)  # a refused reply still cost tokens
+            self.agent.run_state.budget.charge(exc.usage, None)  # a refused reply still cost tokens
             raise
         except ModelSetupError as exc:  # a rejected key, an unknown model: retrying cannot help
             raise RunStopped("model_setup", f"the model is not usable: {exc}", error=str(exc)) from None
@@ -129,7 +154,7 @@ class ModelCalls:
         agent = self.agent
         tag = {"agent_id": agent.uid, "agent_type": agent.agent_type, "parent_ids": tuple(agent.parent_ids),
                "call": self.count}
-        return LiveReply(self.delta_handlers, tag, agent._secrets, token)
+        return LiveReply(self.delta_handlers, tag, agent.secrets, token)
 
 
 def _problem(feedback: str, reply) -> str:

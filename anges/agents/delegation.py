@@ -2,13 +2,40 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from anges import registry
 
 if TYPE_CHECKING:
-    from anges.agents.base import BaseAgent
-    from anges.events import EventStream
+    from anges.agents.run import RunState
+    from anges.config.types import Config
+    from anges.safety.run_safety import RunSafety
+    from anges.store.event_store import Store
+    from anges.store.events import EventStream
+    from anges.tools.mcp import MCPManager
+
+
+class Parent(Protocol):
+    """What a child agent inherits from the agent that starts it."""
+
+    uid: str
+    parent_ids: list[str]
+    inference_func: Callable[..., Any]
+    cmd_init_dir: str
+    prefix_cmd: str
+    config: Config
+    store: Store
+    user_notes: list[str]
+    message_handlers: list[Callable]
+    delta_handlers: list[Callable]
+    run_state: RunState | None
+    run_safety: RunSafety | None
+    mcp: MCPManager | None
+    approval: Callable | str | None
+    remaining_depth: int
+
+    def stop_requested(self) -> bool: ...
 
 
 class Delegation:
@@ -18,20 +45,18 @@ class Delegation:
     """Children run while the agent waits for the next to return (the orchestrator); otherwise one at a time, each
     until it returns."""
 
-    def make_child(self: BaseAgent, agent_type: str, event_stream: EventStream) -> BaseAgent:
+    def make_child(self: Parent, agent_type: str, event_stream: EventStream) -> Any:
         """A child agent that inherits this agent's model, config, store, directory, notes, handlers (delta handlers
         too), limits and safety (one sandbox, policy and approval channel for the whole tree)."""
-        child = registry.agent_types.get(agent_type)(
+        return registry.agent_types.get(agent_type)(
             parent_ids=self.parent_ids + [self.uid], inference_func=self.inference_func, event_stream=event_stream,
-            cmd_init_dir=self.cmd_init_dir, prefix_cmd=self.prefix_cmd, interrupt_check=self._stop_requested,
+            cmd_init_dir=self.cmd_init_dir, prefix_cmd=self.prefix_cmd, interrupt_check=self.stop_requested,
             config=self.config, store=self.store, notes=self.user_notes, message_handlers=self.message_handlers,
-            budget=self._state.budget if self._state else None, mcp=self.mcp, approval=self.approval,
+            delta_handlers=self.delta_handlers, budget=self.run_state.budget if self.run_state else None,
+            mcp=self.mcp, approval=self.approval, parent_safety=self.run_safety,
             remaining_depth=self.remaining_depth - 1)
-        child._share.parent = self.run_safety
-        child.delta_handlers.extend(self.delta_handlers)
-        return child
 
-    def child_types(self: BaseAgent, any_depth: bool = False) -> list[str]:
+    def child_types(self: Parent, any_depth: bool = False) -> list[str]:
         """The agent types (upper case) this agent may start; those that delegate too only while depth is left."""
         return [name.upper() for name, cls in registry.agent_types.classes() if cls.can_be_child and (
             any_depth or self.remaining_depth > 0 or "CALL_CHILD_AGENT" not in cls.action_types)]

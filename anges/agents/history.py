@@ -6,16 +6,16 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from anges import summarize
 from anges.agents.record import masked_title
-from anges.events import Event, EventStream
 from anges.exceptions import FormatError, ModelError, RunStopped
-from anges.parsing import strip_thinking
-from anges.prompt import render_template
+from anges.prompt import summarize
+from anges.prompt.parsing import strip_thinking
+from anges.prompt.templates import render_template
+from anges.store.events import Event, EventStream
 
 if TYPE_CHECKING:
-    from anges.config_types import PromptConfig
-    from anges.store import EventStore
+    from anges.config.types import PromptConfig
+    from anges.store.event_store import EventStore
 
 
 class History:

@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from anges.masking import mask_secrets, settled_length
 from anges.models.cancel import CancelToken
-from anges.parsing import partial_reply
+from anges.prompt.parsing import partial_reply
+from anges.util.masking import mask_secrets, settled_length
 
 SHOWN_FIELDS = ("analysis", "reasoning")
 MAX_READ_CHARS = 400_000

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 
 from anges.actions.child import CallChildAgent, ChildRun, WaitForChildren, error
 from anges.agents.base import BaseAgent
-from anges.waiting import wait_for
+from anges.util.waiting import wait_for
 
 if TYPE_CHECKING:
     from anges.actions.base import Action, ActionContext
-    from anges.approval import Permit
-    from anges.parsing import ParsedReply
+    from anges.prompt.parsing import ParsedReply
+    from anges.safety.approval import Permit
 
 STOPPED_BY_PARENT = "the parent agent ended its turn"
 
@@ -109,7 +109,7 @@ class Orchestrator(BaseAgent):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        action = self._actions_by_type().get(CallChildAgent.type) or CallChildAgent()
+        action = self.actions_by_type().get(CallChildAgent.type) or CallChildAgent()
         self._children = Children(self.agent_config.max_concurrent_children, action.announce, action.execute)
         self._finish = action.finish
 
@@ -123,7 +123,7 @@ class Orchestrator(BaseAgent):
     def _execute(self, reply: ParsedReply) -> bool:
         """The reply's actions (starting a child does not wait for it); then, unless one of them went wrong, wait
         until a child returns. A returning action first stops the children still running."""
-        actions = self._actions_by_type()
+        actions = self.actions_by_type()
         if self._children and any(actions[a["action_type"]].returning_action for a in reply.actions):
             self._stop_children(STOPPED_BY_PARENT)
         before = len(self.event_stream.events_list)
@@ -131,7 +131,7 @@ class Orchestrator(BaseAgent):
             return True
         if self._children and not any(e.data.get("error") or e.data.get("decision") == "deny"
                                       for e in self.event_stream.events_list[before:]):
-            self._record_returns(self._children.returned(self._stop_requested))
+            self._record_returns(self._children.returned(self.stop_requested))
         return False
 
     def _run_action(self, action: Action, args: dict, ctx: ActionContext, permit: Permit | None = None) -> bool:
@@ -163,8 +163,8 @@ class Orchestrator(BaseAgent):
                 self._record(error(f"child agent {child.name} could not run: {failure}"))
             else:
                 self._record(self._finish(child, others))
-        if self._state is not None:
-            self._state.repeats = 0  # waiting again after a child returned is not the same step repeated
+        if self.run_state is not None:
+            self.run_state.repeats = 0  # waiting again after a child returned is not the same step repeated
         team.start_waiting()
         if not team:
             team.close()

@@ -4,26 +4,45 @@ from __future__ import annotations
 
 import os
 import platform
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from anges.agents_md import ProjectFile, read_agents_md
 from anges.models.base import Prompt
-from anges.prompt import format_event_stream, render_template
+from anges.prompt.agents_md import ProjectFile, read_agents_md
+from anges.prompt.history import format_event_stream
+from anges.prompt.templates import render_template
 
 if TYPE_CHECKING:
     from anges.actions.base import Action
-    from anges.agents.base import BaseAgent
+    from anges.config.types import AgentConfig, Config
+    from anges.safety.run_safety import RunSafety
+    from anges.store.events import EventStream
 
 
 HISTORY_HEADING = "\n# History\n"
 """Where the stable prefix of an agent prompt ends (the templates render this heading before the history)."""
 
 
+class Prompted(Protocol):
+    """What an agent's prompt is made of (the templates read these as `agent` too)."""
+
+    uid: str
+    config: Config
+    agent_config: AgentConfig
+    agent_prompt_template: str
+    registered_actions: list[Action]
+    event_stream: EventStream | None
+    run_safety: RunSafety | None
+    notes: list[str]
+    cmd_init_dir: str
+    prefix_cmd: str
+    secrets: list[str]
+
+
 class Prompter:
     """Renders one agent's prompt. The environment facts are read once per run: they belong to the prompt's stable
     prefix, which must stay byte-identical from step to step."""
 
-    def __init__(self, agent: BaseAgent):
+    def __init__(self, agent: Prompted):
         self.agent = agent
         self._facts: dict | None = None
         self._project: list[ProjectFile] | None = None
@@ -74,13 +93,13 @@ class Prompter:
         the prompt's stable prefix."""
         if self._project is None:
             config, agent = self.agent.config.prompt, self.agent
-            self._project = read_agents_md(agent.cmd_init_dir, config.max_agents_md_chars, agent._secrets,
+            self._project = read_agents_md(agent.cmd_init_dir, config.max_agents_md_chars, agent.secrets,
                                            self._hidden()) if config.agents_md else []
         return self._project
 
     def _hidden(self):
         """What the run's sandbox hides from commands: anges reads none of it for the prompt either."""
-        from anges.sandbox import SandboxSettings
+        from anges.safety.sandbox import SandboxSettings
 
         agent = self.agent
         settings = agent.run_safety.settings if agent.run_safety else SandboxSettings.for_run(
@@ -98,7 +117,7 @@ class Prompter:
     def facts(self) -> dict:
         """The environment section: OS, shell, working directory, command prefix, sandbox."""
         if self._facts is None:
-            from anges.shell import find_shell
+            from anges.safety.shell import find_shell
 
             agent = self.agent
             self._facts = {"os": platform.system(), "shell": os.path.basename(find_shell()),

@@ -7,14 +7,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from anges.agents.record import jsonable
-from anges.events import Event, EventStream, interrupted_event, is_step
 from anges.exceptions import RunStopped
+from anges.store.events import Event, EventStream, interrupted_event, is_step
 
 if TYPE_CHECKING:
     from anges.actions.base import ActionContext
+    from anges.agents.budget import Budget, Ledger
     from anges.agents.history import History
-    from anges.budget import Budget, Ledger
-    from anges.config_types import AgentConfig
+    from anges.config.types import AgentConfig
 
 
 @dataclass
@@ -57,7 +57,7 @@ class RunState:
 def abandoned_run(stream: EventStream) -> Event | None:
     """The `task_interrupted` event for a stream whose last run's process died before it could record how the run
     ended (call it holding the stream's run lock); None when the last run ended properly."""
-    from anges.store import stream_status
+    from anges.store.event_store import stream_status
 
     if stream_status(stream.events_list) != "running":
         return None

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from anges.batch.runner import Report
     from anges.batch.tasks import TaskSpec
-    from anges.config import Config
+    from anges.config.types import Config
 
 DEFAULT_LOCAL_WORKERS = 4
 
@@ -33,7 +33,7 @@ def run_batch(tasks_file: str, *, defaults: dict, engine: str = "local", workers
     from anges.batch.runner import BatchRunner
     from anges.batch.tasks import batch_id_for, load_tasks
     from anges.batch.worker import missing_sandbox
-    from anges.config import load_config
+    from anges.config.loading import load_config
     from anges.exceptions import BatchError
 
     specs = load_tasks(tasks_file, defaults)

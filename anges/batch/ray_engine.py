@@ -28,9 +28,9 @@ from anges.batch.worker import Job, progress_item, result, run_task
 from anges.exceptions import BatchError, StreamBusy
 
 if TYPE_CHECKING:
-    from anges.config import Config
-    from anges.events import EventStream
-    from anges.store import EventStore
+    from anges.config.types import Config
+    from anges.store.event_store import EventStore
+    from anges.store.events import EventStream
 
 TICK = 0.2
 """Seconds between two drains of the collector (and two forwards from a worker)."""
@@ -120,7 +120,7 @@ def run_remote(job: Job, config: Config, collector, template: bytes | None) -> d
     """One attempt at one task on this node: fetch earlier records, prepare a folder, run, forward the events."""
     import ray
 
-    from anges.store import EventStore
+    from anges.store.event_store import EventStore
 
     key = job.spec.id
     began = ray.get(collector.begin.remote(key))
@@ -211,7 +211,7 @@ def _import_records(store: EventStore, records: list, scratch: Path) -> dict:
 
 
 def _status(stream: EventStream) -> str:
-    from anges.store import stream_status
+    from anges.store.event_store import stream_status
 
     return stream_status(stream.events_list)
 
@@ -434,7 +434,7 @@ class RecordApplier:
         return events
 
     def _apply_one(self, uid: str, record: dict) -> EventStream:
-        from anges.events import Event, EventStream, EventSummary
+        from anges.store.events import Event, EventStream, EventSummary
 
         kind = record.get("kind")
         if kind == "header":

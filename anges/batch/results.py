@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from anges.events import RETURN_TO_PARENT_EVENT_TYPES, Event, is_step, walk
 from anges.exceptions import InvalidStreamId, StreamNotFound
-from anges.store import stream_status
+from anges.store.event_store import stream_status
+from anges.store.events import RETURN_TO_PARENT_EVENT_TYPES, Event, is_step, walk
 
 if TYPE_CHECKING:
     from anges.batch.state import TaskRecord
     from anges.batch.tasks import TaskSpec
-    from anges.events import EventStream
-    from anges.store import EventStore
+    from anges.store.event_store import EventStore
+    from anges.store.events import EventStream
 
 MAX_ANSWER_CHARS = 20_000
 SUCCEEDED = ("completed", "answered")
@@ -51,7 +51,7 @@ def final_event(stream: EventStream) -> Event | None:
 
 
 def _add_stream_facts(row: dict, stream: EventStream, store: EventStore) -> None:
-    from anges.session import Outcome
+    from anges.agents.outcome import Outcome
 
     status = stream_status(stream.events_list)
     final = final_event(stream)

@@ -21,9 +21,9 @@ from anges.batch.results import outcome, task_result
 from anges.batch.state import BatchState
 from anges.batch.tasks import TaskSpec
 from anges.batch.worker import Job
-from anges.events import interrupted_event, new_id
 from anges.exceptions import StreamBusy
-from anges.store import EventStore, stream_status
+from anges.store.event_store import EventStore, stream_status
+from anges.store.events import interrupted_event, new_id
 
 
 @dataclass

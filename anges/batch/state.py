@@ -18,10 +18,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from anges.config import anges_home
-from anges.events import is_valid_id
+from anges.config.loading import anges_home
 from anges.exceptions import BatchError
-from anges.fileops import make_private_dirs
+from anges.store.events import is_valid_id
+from anges.store.fileops import make_private_dirs
 
 MAX_ERROR_CHARS = 2000
 

@@ -10,9 +10,9 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from anges.events import is_valid_id
 from anges.exceptions import BatchError
 from anges.registry import agent_types
+from anges.store.events import is_valid_id
 
 MAX_TASKS = 100_000
 MAX_TASK_FILE_BYTES = 64 * 1024 * 1024

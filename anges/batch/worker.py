@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from anges.batch.tasks import TaskSpec
-from anges.events import Event, is_step
 from anges.exceptions import AngesError
-from anges.fileops import make_private_dirs
+from anges.store.events import Event, is_step
+from anges.store.fileops import make_private_dirs
+from anges.util.jsonlines import JsonLines
 
 if TYPE_CHECKING:
-    from anges.config import Config, SafetyConfig
-    from anges.store import EventStore
+    from anges.config.types import Config, SafetyConfig
+    from anges.store.event_store import EventStore
 
 MAX_ERROR_TAIL = 1000
 PARENT_POLL_SECONDS = 0.5
@@ -86,7 +87,7 @@ def prepare_workdir(workdir: Path, template: str | None, keep: bool) -> bool:
 def run_task(job: Job, config: Config, store: EventStore, workdir: Path, fresh: bool, stop: threading.Event,
              on_message: Callable | None = None) -> dict:
     """Run the setup command (in a fresh folder) and then the agent; return the worker's result."""
-    from anges.events import EventStream
+    from anges.store.events import EventStream
 
     spec = job.spec
     config = config.model_copy(update={"safety": batch_safety(config.safety)})
@@ -111,8 +112,8 @@ def run_task(job: Job, config: Config, store: EventStore, workdir: Path, fresh: 
 
 def _run_setup(spec: TaskSpec, workdir: Path, config: Config, stop: threading.Event) -> str | None:
     """Run the task's setup command; the error text when it fails."""
-    from anges.safety import run_secrets
-    from anges.shell import run_command
+    from anges.safety.run_safety import run_secrets
+    from anges.safety.shell import run_command
 
     agent_config = config.agent(spec.agent)
     secrets, env = run_secrets(config, agent_config.pass_env)  # the agent's commands get the same environment
@@ -148,7 +149,7 @@ def batch_safety(safety: SafetyConfig) -> SafetyConfig:
     Without a sandbox every command needs approval, which nobody can give in a batch; choosing `off` for the
     batch is that approval. The rule comes after every other, so deny rules and asks (sudo, git push) still hold.
     """
-    from anges.config import SafetyRule
+    from anges.config.types import SafetyRule
 
     rules = list(safety.default_rules)
     if safety.sandbox == "off":
@@ -159,7 +160,7 @@ def batch_safety(safety: SafetyConfig) -> SafetyConfig:
 def missing_sandbox(safety: SafetyConfig, where: str, workdir: str) -> str | None:
     """Why a batch cannot run its commands in the sandbox it asks for `where` (None when it can), for a task
     working in `workdir`."""
-    from anges.sandbox import SandboxSettings, availability
+    from anges.safety.sandbox import SandboxSettings, availability
 
     if safety.sandbox == "off":
         return None
@@ -185,7 +186,7 @@ def _request(job: Job, stream, config: Config, fresh: bool) -> str:
     """The task itself, or for a resumed stream the request to continue it."""
     if not job.resume:
         return job.spec.task
-    from anges.prompt import render_template
+    from anges.prompt.templates import render_template
 
     last = stream.events_list[-1] if stream.events_list else None
     reason = (last.data.get("reason") if last is not None else None) or "its worker was lost"
@@ -202,11 +203,10 @@ def _describe(exc: BaseException) -> str:
 
 def main() -> int:
     """`python -m anges.batch.worker`: one job from stdin; progress and the result as JSON lines on stdout."""
-    from anges.config import load_config
-    from anges.output import JsonLinesOutput
-    from anges.store import EventStore
+    from anges.config.loading import load_config
+    from anges.store.event_store import EventStore
 
-    out = JsonLinesOutput(sys.stdout)
+    out = JsonLines(sys.stdout)
     job = Job.from_dict(json.load(sys.stdin))
     stop = threading.Event()
     _stop_on_signals(stop)

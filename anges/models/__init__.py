@@ -13,7 +13,7 @@ import os
 from importlib import import_module
 from typing import TYPE_CHECKING
 
-from anges.config import default_config
+from anges.config.loading import default_config
 from anges.exceptions import ModelSetupError
 from anges.models.base import Completion, Model, Prompt, Usage
 from anges.models.provider import config_hint, credential_hint, has_credentials
@@ -21,7 +21,7 @@ from anges.models.replay import RecordingModel, ReplayModel, replay_model, with_
 from anges.registry import providers
 
 if TYPE_CHECKING:
-    from anges.config_types import Config, ModelPreset
+    from anges.config.types import Config, ModelPreset
 
 __all__ = ["Completion", "Model", "Prompt", "RecordingModel", "ReplayModel", "Usage", "find_preset", "get_model",
            "provider_class", "provider_key_envs", "with_recording"]
@@ -46,7 +46,7 @@ def get_model(name: str | None = None, config: Config | None = None, agent_type:
 
 def find_preset(name: str, config: Config) -> tuple[str, ModelPreset]:
     """The preset a name stands for, and the name of the preset or provider it came from."""
-    from anges.config_types import ModelPreset
+    from anges.config.types import ModelPreset
 
     if name == "auto":
         return _auto(config)

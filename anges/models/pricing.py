@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from anges.config import Price
+from anges.config.types import Price
 from anges.models.base import Usage
 
 _SNAPSHOT = re.compile(r"(?:-\d{4}-\d{2}-\d{2}|-\d{8}|@\d{8}|@latest|-latest)$")

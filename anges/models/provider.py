@@ -7,8 +7,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
-from anges.clipping import one_line
-from anges.config import anges_home
+from anges.config.loading import anges_home
 from anges.exceptions import ModelReplyError, ModelSetupError
 from anges.models.base import Completion, Usage
 from anges.models.cancel import CancelToken, Connections, current_token, watching
@@ -19,9 +18,10 @@ from anges.models.retry import (
     retry_after_seconds,
     transport_failure,
 )
+from anges.util.clipping import one_line
 
 if TYPE_CHECKING:
-    from anges.config_types import ModelPreset, ModelSettings, RetryConfig
+    from anges.config.types import ModelPreset, ModelSettings, RetryConfig
 
 KEY_ALIASES = {"GEMINI_API_KEY": ("GOOGLE_API_KEY",), "GOOGLE_API_KEY": ("GEMINI_API_KEY",)}
 """Environment variables an SDK accepts in place of the one a preset names."""
@@ -77,7 +77,7 @@ class Provider:
     def __init__(self, preset: ModelPreset, settings: ModelSettings | None = None, retry: RetryConfig | None = None,
                  *, name: str = "", sleep: Callable[[float], object] | None = None,
                  clock: Callable[[], float] = time.monotonic):
-        from anges.config_types import ModelSettings, RetryConfig
+        from anges.config.types import ModelSettings, RetryConfig
 
         self.preset = preset
         self.settings = settings or ModelSettings()

@@ -23,7 +23,7 @@ LENIENT = "lenient:"
 
 def redact(text: str) -> str:
     """Replace the values of secret environment variables (…_API_KEY, …_TOKEN, …) with their names."""
-    from anges.masking import MIN_SECRET_LENGTH, is_secret_name
+    from anges.util.masking import MIN_SECRET_LENGTH, is_secret_name
 
     for name, value in os.environ.items():
         if is_secret_name(name) and len(value) >= MIN_SECRET_LENGTH and value in text:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from anges.config import RetryConfig
+from anges.config.types import RetryConfig
 from anges.exceptions import ModelCancelled, ModelError, ModelSetupError
 from anges.models.cancel import CancelToken
 from anges.models.streaming import StreamEnded

@@ -10,9 +10,8 @@ import json
 import re
 from pathlib import Path
 
-from anges.actions import Action, ActionContext
-from anges.events import Event
-from anges.parsing import Param
+from anges import Event
+from anges.actions import Action, ActionContext, Param
 from anges.plugins import hookimpl
 
 

@@ -1,0 +1,145 @@
+"""A command-line session: one agent on one stream, request after request, stopped cleanly by Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from anges.agents.outcome import Outcome
+from anges.store.events import walk
+
+if TYPE_CHECKING:
+    from anges.agents import BaseAgent
+
+EXIT_WORDS = ("exit", "quit")
+
+
+class Output(Protocol):
+    """Where a session reports: the text transcript, JSON lines or one JSON object."""
+
+    def watch(self, model): ...
+    def on_message(self, message) -> None: ...
+    def on_delta(self, delta) -> None: ...
+    def started(self, agent: BaseAgent, request: str) -> None: ...
+    def interrupting(self, signal_name: str) -> None: ...
+    def finished(self, outcome: Outcome, exit_code: int) -> None: ...
+    def close(self) -> None: ...
+
+
+class Session:
+    """Runs requests on one agent and its stream; Ctrl-C interrupts the request, twice quits; SIGTERM and SIGHUP
+    interrupt it and end the session."""
+
+    def __init__(self, agent: BaseAgent, output: Output):
+        self.agent = agent
+        self.output = output
+        self.ended_by = ""
+        """The signal (SIGTERM, SIGHUP) that ended the session, if one did: no more requests should follow."""
+
+    def run(self, request: str) -> Outcome:
+        """Work on one request until the agent returns or is stopped."""
+        agent = self.agent
+        stream = agent.event_stream
+        start = len(stream.events_list)
+        began = time.monotonic()
+        self.output.started(agent, request)
+        with interrupt_on_signals(agent, self._interrupting):
+            stream = agent.run_with_new_request(request)
+        events = list(walk(stream, agent.store.load, start))
+        return Outcome(stream, request, agent.status, events, time.monotonic() - began)
+
+    def _interrupting(self, signal_name: str) -> None:
+        if signal_name != "SIGINT":
+            self.ended_by = signal_name
+        self.output.interrupting(signal_name)
+
+
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+@contextmanager
+def interrupt_on_signals(agent: BaseAgent, notify: Callable[[str], None]) -> Iterator[None]:
+    """Inside, the first SIGINT, SIGTERM or SIGHUP interrupts the agent (and its command); the next raises
+    KeyboardInterrupt. After SIGHUP (the terminal closed) nothing more is read from or written to the terminal."""
+    received = 0
+    terminal = [fd for fd in (0, 1, 2) if os.isatty(fd)]  # asked now: a hung-up terminal no longer says it is one
+
+    def handle(signum, frame):
+        nonlocal received
+        received += 1
+        if received > 1:
+            raise KeyboardInterrupt
+        name = signal.Signals(signum).name
+        if name == "SIGHUP":
+            _leave_terminal(terminal)
+        agent.interrupt(name)
+        notify(name)
+
+    previous = {sig: signal.signal(sig, handle) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _leave_terminal(fds: list[int]) -> None:
+    """Point these standard streams (the terminal's) at /dev/null: writes to a hung-up terminal fail."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    try:
+        for fd in fds:
+            os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+def read_lines(prompt: str, history: Path | None) -> Iterator[str]:
+    """Requests typed by the user until exit, quit or end of input; readline editing and history on a terminal."""
+    terminal = sys.stdin.isatty()
+    if terminal:
+        import readline
+
+        if history is not None:
+            _load_history(readline, history)
+    try:
+        while True:
+            try:
+                line = input(prompt if terminal else "")
+            except EOFError:
+                if terminal:
+                    sys.stderr.write("\n")
+                return
+            except KeyboardInterrupt:  # at the prompt: drop the line, like a shell
+                sys.stderr.write("\n" if terminal else "")
+                continue
+            text = line.strip()
+            if text.lower() in EXIT_WORDS:
+                return
+            if text:
+                yield text
+    finally:
+        if terminal and history is not None:
+            _save_history(readline, history)
+
+
+def _load_history(readline, path: Path) -> None:
+    readline.set_history_length(1000)
+    try:
+        readline.read_history_file(path)
+    except OSError:
+        pass  # no history yet
+
+
+def _save_history(readline, path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        readline.write_history_file(path)
+        os.chmod(path, 0o600)
+    except OSError:
+        pass  # a read-only home must not break the session

@@ -1,0 +1,183 @@
+"""The event history as the model reads it.
+
+The history is the user's requests and one rolling summary for the events folded so far, then every later event
+as `format_event` shows it. An event is shown the same way at every step, so between two folds the history
+only grows at its end, and so does the head of the prompt (`templates.split_prompt`): the provider's prefix cache hits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from anges.config.types import PromptConfig
+from anges.store.attached import Attached
+from anges.store.events import EVENT_KINDS, REQUEST_EVENT_TYPES, kind_of
+from anges.store.turns import reasoning_after, turn_reasoning
+from anges.util.clipping import clip, omission
+
+if TYPE_CHECKING:
+    from anges.store.events import Event, EventStream, EventSummary
+
+_HIDDEN = frozenset(name for name, kind in EVENT_KINDS.items() if not kind.in_prompt)
+"""Event types the model does not read (the event that follows says it all)."""
+_caches: Attached[dict] = Attached()
+"""Per stream: the summaries in effect, and the history as formatted so far (see `_Formatted`)."""
+
+
+def format_event(index: int, event: Event, config: PromptConfig | None = None, reasoning: str | None = None) -> str:
+    """One event as `## Event N TYPE: LABEL` with its REASONING (`reasoning`, when given: "" leaves it out) and
+    CONTENT blocks. With a `config`, texts are cut to its limits; a request is shown whole."""
+    content = event.content or ""
+    reasoning = event.reasoning if reasoning is None else reasoning
+    if config is not None:
+        reasoning = clip(reasoning, config.max_event_chars, config.max_event_lines)
+        if event.type not in REQUEST_EVENT_TYPES:
+            content = clip(content, config.max_event_chars, config.max_event_lines)
+    parts = [f"## Event {index} TYPE: {history_label(event)}"]
+    if reasoning:
+        parts.append(f"REASONING:\n{reasoning}")
+    parts.append(f"CONTENT:\n{content}")
+    return "\n".join(parts)
+
+
+def history_label(event: Event) -> str:
+    """What the history calls an event: the name of the action that recorded it, as its guide spells it
+    (RUN_SHELL_CMD, TASK_COMPLETE, ...; a 0.1.x `action` is a RUN_SHELL_CMD), else its type in capitals."""
+    named = event.data.get("action_type")
+    if isinstance(named, str) and named:
+        return named.upper()
+    return kind_of(event.type).action or event.type.upper()
+
+
+def format_event_stream(stream: EventStream, config: PromptConfig) -> str:
+    """The history: the folded part (requests and the rolling summary), then each later event.
+
+    Both parts are kept beside the stream and the second only grows, so a step formats only its new events.
+    """
+    formatted = _formatted(stream, config)
+    return "\n\n".join(part for part in (formatted.folded, *formatted.blocks) if part) or "(no events yet)"
+
+
+def history_window(stream: EventStream, config: PromptConfig) -> tuple[int, int]:
+    """The events a fold would take now (all since the last fold but the newest `recent_events_in_full`): how
+    many, and how many characters of the history they fill."""
+    formatted = _formatted(stream, config)
+    foldable = len(stream.events_list) - config.recent_events_in_full
+    chars = sum(len(block) + 2 for index, block in zip(formatted.indexes, formatted.blocks) if index <= foldable)
+    return max(foldable - formatted.settled, 0), chars
+
+
+def folded_until(stream: EventStream) -> int:
+    """The last event (1-based) a summary covers; 0 when none does."""
+    summaries = covering_summaries(stream)
+    return summaries[-1].end_event_idx if summaries else 0
+
+
+def format_events(stream: EventStream, start: int, end: int, config: PromptConfig) -> str:
+    """Events `start`..`end` (1-based, inclusive) as the history shows them: a summary that falls inside the range
+    stands in for its events, after the requests among them."""
+    events = stream.events_list
+    blocks: list[str] = []
+    position = start
+    for summary in covering_summaries(stream):
+        if summary.start_event_idx < position or summary.end_event_idx > end:
+            continue
+        blocks.extend(_format_range(events, position, summary.start_event_idx - 1, config))
+        blocks.extend(_format_summary(events, summary, config))
+        position = summary.end_event_idx + 1
+    blocks.extend(_format_range(events, position, end, config))
+    return "\n\n".join(blocks)
+
+
+def covering_summaries(stream: EventStream) -> list[EventSummary]:
+    """The summaries in effect, in order: where ranges overlap, the one starting first (and widest) wins, so
+    each rolling summary replaces the ones before it."""
+    summaries = stream.event_summaries_list
+    key = (len(summaries), id(summaries[-1]) if summaries else None)
+    cache = _cache(stream)
+    cached = cache.get("covering_summaries")
+    if cached is None or cached[0] != key:
+        cached = cache["covering_summaries"] = (key, _choose_summaries(summaries))
+    return cached[1]
+
+
+@dataclass
+class _Formatted:
+    """The history of one stream as formatted so far: what the summaries cover, then one block per later event."""
+
+    key: tuple
+    folded: str
+    settled: int
+    """The last event the summaries cover."""
+    indexes: list[int] = field(default_factory=list)
+    blocks: list[str] = field(default_factory=list)
+    upto: int = 0
+    """The last event formatted."""
+    reasoning: str = ""
+    """The reasoning in effect after event `upto` (see `anges.store.events.reasoning_after`)."""
+
+
+def _formatted(stream: EventStream, config: PromptConfig) -> _Formatted:
+    events = stream.events_list
+    settled = folded_until(stream)
+    key = (len(stream.event_summaries_list), settled, config)
+    cache = _cache(stream)
+    formatted = cache.get("history")
+    if formatted is None or formatted.key != key or formatted.upto > len(events):
+        formatted = cache["history"] = _Formatted(key, format_events(stream, 1, settled, config), settled,
+                                                  upto=settled)
+    for index in range(formatted.upto + 1, len(events) + 1):
+        event = events[index - 1]
+        if event.type not in _HIDDEN:
+            formatted.indexes.append(index)
+            formatted.blocks.append(format_event(index, event, config, turn_reasoning(event, formatted.reasoning)))
+        formatted.reasoning = reasoning_after(event, formatted.reasoning)
+    formatted.upto = len(events)
+    return formatted
+
+
+def _cache(stream: EventStream) -> dict:
+    cache = _caches.get(stream)
+    if cache is None:
+        cache = {}
+        _caches.set(stream, cache)
+    return cache
+
+
+def _choose_summaries(summaries: list[EventSummary]) -> list[EventSummary]:
+    chosen: list = []
+    for summary in sorted(summaries, key=lambda s: (s.start_event_idx, -s.end_event_idx)):
+        if not chosen or summary.start_event_idx > chosen[-1].end_event_idx:
+            chosen.append(summary)
+    return chosen
+
+
+def _format_range(events: list, start: int, end: int, config: PromptConfig) -> list[str]:
+    """Events `start`..`end` in full; the first shown one has its reasoning, each later one only a new reasoning."""
+    blocks, previous = [], ""
+    for index in range(start, end + 1):
+        event = events[index - 1]
+        if event.type not in _HIDDEN:
+            blocks.append(format_event(index, event, config, turn_reasoning(event, previous)))
+        previous = reasoning_after(event, previous)
+    return blocks
+
+
+def _format_summary(events: list, summary: EventSummary, config: PromptConfig) -> list[str]:
+    """The requests a summary covers (the newest that fit `max_folded_request_chars`, the latest always), then
+    the summary itself."""
+    requests = [i for i in range(summary.start_event_idx, summary.end_event_idx + 1)
+                if events[i - 1].type in REQUEST_EVENT_TYPES]
+    shown: list[str] = []
+    room = config.max_folded_request_chars
+    for index in reversed(requests):
+        block = format_event(index, events[index - 1], config)
+        if shown and len(block) > room:
+            break
+        shown.insert(0, block)
+        room -= len(block)
+    left_out = len(requests) - len(shown)
+    marker = [omission(left_out, "earlier requests (in the summary)").strip()] if left_out else []
+    heading = f"## Summary of Events {summary.start_event_idx} to {summary.end_event_idx}"
+    return [*marker, *shown, f"{heading}\n{summary.summary}"]

@@ -1,0 +1,367 @@
+"""The run's command runner: one process per run, inside the bubblewrap sandbox or not, owning every process it
+starts.
+
+`CommandRunner` launches `anges/runner.py` (in `bwrap` when sandboxed, see `bwrap.bwrap_argv`) once per run;
+each command then costs about what an unsandboxed command costs, and when the run ends so does every process its
+commands started.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from anges.exceptions import SandboxError
+from anges.safety.bwrap import bwrap_argv, contained_argv
+from anges.safety.limits import process_limit
+from anges.safety.runner import KILL_GRACE, Channel, end_marked, select_read, send_fds
+from anges.safety.sandbox import SandboxSettings, availability, warn_once
+from anges.safety.seccomp import filter_fd
+
+log = logging.getLogger("anges.safety.sandbox")
+
+START_TIMEOUT = 10.0
+REPLY_TIMEOUT = 10.0
+RUNNER_SCRIPT = str(Path(__file__).with_name("runner.py"))
+SCRATCH_PREFIX = "anges-run-"
+
+
+class RemoteProcess:
+    """A command started by the runner: its pid (in the runner's view), exit watch and kill."""
+
+    def __init__(self, channel: Channel, pid: int):
+        self.channel = channel
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def exit_fd(self) -> int | None:
+        """A descriptor that becomes readable when the command's shell ends."""
+        return self.channel.fileno()
+
+    def poll(self) -> int | None:
+        """The exit code if the shell has ended, without waiting."""
+        if self.returncode is None and not self.channel.ended:
+            readable, _, _ = select_read([self.channel.sock], 0)
+            if readable:
+                self.channel.pump()
+            self._absorb()
+        if self.returncode is None and self.channel.ended:
+            self.returncode = -9  # the runner is gone, and every process of its run with it
+        return self.returncode
+
+    def wait(self, timeout: float | None) -> bool:
+        """Wait up to `timeout` seconds for the shell to end; True when it has (or the runner is gone)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None and not self.channel.ended:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            select_read([self.channel.sock], left)
+        return True
+
+    def kill(self, grace: float = KILL_GRACE) -> None:
+        """SIGTERM the command's process group, then SIGKILL what is left after `grace` seconds."""
+        if not self.channel.send({"kill": grace}):
+            return
+        deadline = time.monotonic() + grace + REPLY_TIMEOUT
+        try:
+            while self.channel.fill(deadline - time.monotonic()):
+                self._absorb()
+                killed = any("killed" in m for m in self.channel.messages)
+                self.channel.messages.clear()
+                if killed:
+                    return
+        except BaseException:
+            self.close()  # the runner kills the group at once when its socket closes
+            raise
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def _absorb(self) -> None:
+        for message in self.channel.messages:
+            if "exit" in message:
+                self.returncode = message["exit"]
+        self.channel.messages = [m for m in self.channel.messages if "exit" not in m]
+
+
+@dataclass
+class Job:
+    """A background command of the run: what it is, where its log is, and whether it still runs."""
+
+    command: str
+    process: object
+    log_path: str
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def status(self) -> str:
+        """`running`, `exited with code N` or `killed by signal N`."""
+        code = self.process.poll()
+        if code is None:
+            return "running"
+        return f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+
+
+class CommandRunner:
+    """The run's runner process: starts every command of the run and ends them all when the run ends."""
+
+    def __init__(self, cwd: str, settings: SandboxSettings | None = None, bwrap: str = "",
+                 log_cap: int = 10_000_000, contain: bool = False, writable: tuple[str, ...] = ()):
+        self.cwd = cwd
+        self.settings = settings if settings is not None and settings.enabled else None
+        self.bwrap = bwrap
+        self.writable = self.settings.writable if self.settings is not None else writable
+        """The directories the run's commands may write: a bwrap there is never run."""
+        self.contain = contain and bool(bwrap)
+        """Without the sandbox, still run in a PID namespace of its own (through bwrap)."""
+        self._cgroup = None
+        self.log_cap = log_cap
+        self.token = f"{os.getpid()}-{os.urandom(8).hex()}"
+        """Marks the environment of every command of a runner without a PID namespace, to find its leftovers."""
+        self._scratch: str | None = None
+        self.jobs: list[Job] = []
+        self.control: socket.socket | None = None
+        self.process: subprocess.Popen | None = None
+        self._lock = threading.RLock()
+        self._finalizer = weakref.finalize(self, _cleanup, None, None, None)
+
+    @property
+    def namespaced(self) -> bool:
+        """The runner has a PID namespace of its own: the run's processes are all it can see."""
+        return self.settings is not None or self.contain
+
+    @property
+    def scratch(self) -> str:
+        """The run's scratch directory (background logs), made on first use and removed by close()."""
+        with self._lock:
+            if self._scratch is None:
+                _remove_stale_scratch()
+                self._scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
+                self._finalizer.detach()
+                self._finalizer = weakref.finalize(self, _cleanup, self._scratch, None, None)
+            return self._scratch
+
+    def spawn(self, argv: list[str], cwd: str, env: dict[str, str], stdout: int, stderr: int) -> RemoteProcess:
+        """Start `argv` in its own session with the given outputs; OSError when it cannot start."""
+        channel = self._request_spawn(stdout, stderr)
+        if channel is None:  # the runner died (a command killed it): a new one takes over
+            channel = self._request_spawn(stdout, stderr, retry=False)
+        channel.send({"argv": argv, "cwd": cwd, "env": env})
+        reply = channel.receive(REPLY_TIMEOUT)
+        if reply is None or "pid" not in reply:
+            channel.close()
+            if reply is not None and "error" in reply:
+                raise OSError(reply.get("errno") or 0, reply["error"])
+            raise SandboxError("the command runner did not answer (a command may have killed it; the next command "
+                               f"starts a new one){self._log_tail()}")
+        return RemoteProcess(channel, reply["pid"])
+
+    def _request_spawn(self, stdout: int, stderr: int, retry: bool = True) -> Channel | None:
+        """The op socket of a new command; None when the runner turned out dead and `retry` is allowed."""
+        control = self._started()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        channel = Channel(ours)
+        try:
+            send_fds(control, {"op": "spawn"}, [theirs.fileno(), stdout, stderr])
+        except OSError as exc:
+            channel.close()
+            if retry and self._died():
+                return None
+            raise SandboxError(f"the command runner stopped: {exc}") from None
+        finally:
+            theirs.close()
+        return channel
+
+    def _died(self) -> bool:
+        """True (and the runner cleared away) when the runner process has ended or ends within a moment."""
+        with self._lock:
+            try:
+                self.process.wait(KILL_GRACE + 1)
+            except subprocess.TimeoutExpired:
+                return False
+            self._restart()
+            return True
+
+    def end_processes(self, keep_jobs: bool = False) -> None:
+        """End every process of the run, except the background jobs when `keep_jobs`."""
+        if self.control is None:
+            return
+        keep = [job.pid for job in self.jobs if keep_jobs and job.status() == "running"]
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        channel = Channel(ours)
+        try:
+            send_fds(self.control, {"op": "end", "keep": keep}, [theirs.fileno()])
+            channel.receive(KILL_GRACE + REPLY_TIMEOUT)
+        except OSError:
+            pass  # the runner is gone, and its processes with it
+        finally:
+            theirs.close()
+            channel.close()
+
+    def close(self) -> None:
+        """End every process of the run and the runner; remove the scratch files (background logs)."""
+        with self._lock:
+            control, process, self.control, self.process = self.control, self.process, None, None
+        for job in self.jobs:
+            job.process.close()
+        self._finalizer.detach()
+        _cleanup(self._scratch, control, process)
+        self._release_cgroup()
+        if not self.namespaced:
+            end_marked(self.token)  # commands that outlived a runner killed from inside
+
+    def _started(self) -> socket.socket:
+        with self._lock:
+            if self.process is not None and self.process.poll() is not None:
+                self._restart()
+            if self.control is None:
+                scratch = self.scratch
+                self.control, self.process = self._launch(scratch)
+                self._finalizer.detach()
+                self._finalizer = weakref.finalize(self, _cleanup, scratch, self.control, self.process)
+            return self.control
+
+    def _restart(self) -> None:
+        """The runner died (a command killed it): its processes are gone; the next command starts a new one."""
+        log.warning("anges: the command runner ended unexpectedly (exit code %s); starting a new one",
+                     self.process.returncode)
+        _cleanup(None, self.control, self.process)
+        self._release_cgroup()
+        if not self.namespaced:
+            end_marked(self.token)
+        self.control = self.process = None
+
+    def _release_cgroup(self) -> None:
+        cgroup, self._cgroup = self._cgroup, None
+        if cgroup is not None:
+            cgroup.remove()
+
+    def _launch(self, scratch: str) -> tuple[socket.socket, subprocess.Popen]:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        argv = [_python(), "-I", "-S", RUNNER_SCRIPT, str(theirs.fileno())]
+        passed = [theirs.fileno()]
+        what = "the sandbox" if self.settings is not None else "the command runner"
+        try:
+            if self.settings is not None or self.contain:
+                found = availability(self.bwrap, self.writable, quiet=True)  # every start of bwrap checks it
+                if not found.ok:
+                    raise SandboxError(f"{what} did not start: {found.reason}")
+            if self.settings is not None:
+                argv = self._sandbox_argv(argv, scratch, found.features, passed)
+            elif self.contain:
+                argv = contained_argv(self.bwrap) + ["--", *argv, "--namespace", "--drop-caps"]
+            else:
+                argv += ["--parent", str(os.getpid()), "--token", self.token, "--drop-caps"]
+            process = self._start_runner(argv, passed, scratch)
+        except BaseException:
+            ours.close()
+            self._release_cgroup()
+            raise
+        finally:
+            for fd in passed:
+                os.close(fd)
+        readable, _, _ = select_read([ours], START_TIMEOUT)
+        if not readable or ours.recv(16) != b"ready":
+            _cleanup(None, ours, process)
+            self._release_cgroup()
+            raise SandboxError(f"{what} did not start{self._log_tail()}")
+        return ours, process
+
+    def _sandbox_argv(self, runner: list[str], scratch: str, features, passed: list[int]) -> list[str]:
+        """bwrap's arguments around the runner's: the seccomp filter (its descriptor added to `passed`), and
+        `max_processes` (through a pids cgroup of its own for root)."""
+        seccomp = filter_fd(self.settings.unix_sockets)
+        if seccomp is None:
+            warn_once("the sandbox has no seccomp filter on this machine's architecture: commands may make Unix "
+                      "sockets and use io_uring")
+        else:
+            passed.append(seccomp)
+        self._cgroup, limit = process_limit(self.settings.max_processes)
+        argv = bwrap_argv(self.bwrap, self.settings, self.cwd, [scratch], features, seccomp)
+        argv += ["--", *runner, "--namespace", *limit]
+        return self._cgroup.enter_argv(argv) if self._cgroup is not None else argv
+
+    def _start_runner(self, argv: list[str], passed: list[int], scratch: str) -> subprocess.Popen:
+        with open(os.path.join(scratch, "runner.log"), "wb") as errors:
+            try:
+                return _spawn_from_keeper(argv, pass_fds=tuple(passed), env={"PATH": os.defpath},
+                                          stdin=subprocess.DEVNULL, stdout=errors, stderr=errors,
+                                          start_new_session=True)
+            except OSError as exc:
+                raise SandboxError(f"the command runner could not start: {exc}") from None
+
+    def _log_tail(self) -> str:
+        try:
+            text = Path(self._scratch or "", "runner.log").read_text(errors="replace").strip()
+        except OSError:
+            return ""
+        return f": {text.splitlines()[-1]}" if text else ""
+
+
+def _python() -> str:
+    """The interpreter itself, not a virtualenv's link to it (the runner needs only the standard library)."""
+    return os.path.realpath(sys.executable) if sys.executable else "python3"
+
+
+def _cleanup(scratch: str | None, control: socket.socket | None, process: subprocess.Popen | None) -> None:
+    if control is not None:
+        control.close()  # the runner ends every process of the run, then itself
+    if process is not None:
+        try:
+            process.wait(KILL_GRACE + 2)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    if scratch is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _remove_stale_scratch() -> None:
+    """Remove the scratch directories of anges processes that died without cleaning up (kill -9)."""
+    root = tempfile.gettempdir()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(SCRATCH_PREFIX):].split("-", 1)[0]
+        if name.startswith(SCRATCH_PREFIX) and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's
+    return True
+
+
+_keeper: ThreadPoolExecutor | None = None
+_keeper_lock = threading.Lock()
+
+
+def _spawn_from_keeper(argv: list[str], **kwargs) -> subprocess.Popen:
+    """Start a process from one long-lived thread: bwrap's --die-with-parent (and the runner's parent-death
+    signal) follow the thread that started them, and a run's own thread may end before the run's runner does."""
+    global _keeper
+    with _keeper_lock:
+        if _keeper is None:
+            _keeper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="anges-spawner")
+    return _keeper.submit(subprocess.Popen, argv, **kwargs).result()

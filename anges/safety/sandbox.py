@@ -1,0 +1,413 @@
+"""The bubblewrap sandbox: what it allows (`SandboxSettings`, from the `safety` config section) and whether it
+works here (`availability()`, probed once per process). The bwrap arguments of a run are `bwrap.bwrap_argv`;
+the run's runner process that commands start from is `command_runner.CommandRunner`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+
+from anges.safety.runner import prctl
+from anges.util.paths import resolve
+
+log = logging.getLogger("anges.safety.sandbox")
+
+CREDENTIAL_PATHS = (
+    "~/.ssh", "~/.aws", "~/.config/gcloud", "~/.azure", "~/.netrc", "~/.docker", "~/.kube", "~/.gnupg",
+    "~/.git-credentials", "~/.config/git/credentials", "~/.config/gh", "~/.config/hub", "~/.pypirc", "~/.npmrc",
+    "~/.yarnrc.yml", "~/.cargo/credentials", "~/.cargo/credentials.toml", "~/.gem/credentials", "~/.m2/settings.xml",
+    "~/.gradle/gradle.properties", "~/.composer/auth.json", "~/.config/composer/auth.json", "~/.pgpass",
+    "~/.my.cnf", "~/.vault-token", "~/.terraform.d", "~/.terraformrc", "~/.cache/huggingface/token",
+    "~/.huggingface/token", "~/.config/rclone", "~/.config/op", "~/.config/containers/auth.json",
+    "~/.config/sops", "~/.s3cfg", "~/.boto", "~/.oci", "~/.config/doctl", "~/.local/share/keyrings",
+    "~/.password-store", "~/.bash_history", "~/.zsh_history", "~/.python_history", "~/.psql_history",
+    "~/.mysql_history", "~/.node_repl_history", "~/.local/share/fish/fish_history", "~/.mozilla",
+    "~/.config/google-chrome", "~/.config/chromium", "~/.config/BraveSoftware", "~/.config/microsoft-edge",
+    "~/.colima", "~/.lima", "~/.rd", "/var/lib/lxd/unix.socket", "/var/snap/lxd/common/lxd/unix.socket",
+    "/var/lib/incus/unix.socket",
+)
+"""Hidden inside the sandbox, with ANGES_HOME, the config files anges read, the ssh-agent socket, every Unix
+socket of the host, and `safety.hidden_paths`."""
+XDG_CREDENTIAL_PATHS = ("gcloud", "gh", "hub", "git/credentials", "rclone", "op", "containers/auth.json", "sops")
+"""The same places under $XDG_CONFIG_HOME, when it is set."""
+RUNTIME_DIRS = ("/run", "/var/run")
+"""Where daemons keep their sockets (D-Bus, systemd, Docker, containerd...): an empty private directory in the
+sandbox, as is $XDG_RUNTIME_DIR."""
+STARTUP_PLACES = (
+    "~/.bashrc", "~/.bash_profile", "~/.bash_login", "~/.bash_logout", "~/.bash_aliases", "~/.profile", "~/.inputrc",
+    "~/.zshrc", "~/.zshenv", "~/.zprofile", "~/.zlogin", "~/.zlogout", "~/.oh-my-zsh", "~/.kshrc", "~/.mkshrc",
+    "~/.cshrc", "~/.tcshrc", "~/.login", "~/.logout", "~/.config/fish", "~/.config/nushell", "~/.config/zsh",
+    "~/.pam_environment", "~/.xprofile", "~/.xsession", "~/.xsessionrc", "~/.xinitrc", "~/.config/autostart",
+    "~/.config/autostart-scripts", "~/.config/plasma-workspace", "~/.config/environment.d", "~/.config/systemd",
+    "~/.local/share/systemd", "~/.local/share/applications", "~/.local/share/dbus-1",
+    "~/bin", "~/.local/bin", "~/.local/lib", "~/.cargo/bin", "~/.cargo/config", "~/.cargo/config.toml",
+    "~/.config/pip", "~/.pip", "~/.pydistutils.cfg", "~/.ipython", "~/.jupyter", "~/.Rprofile",
+    "~/.gitconfig", "~/.config/git", "~/.hgrc", "~/.config/hg", "~/.tmux.conf", "~/.config/tmux", "~/.screenrc",
+    "~/.config/direnv", "~/.mailcap", "~/.vimrc", "~/.vim", "~/.config/nvim", "~/.local/share/nvim", "~/.emacs",
+    "~/.emacs.d", "~/.config/emacs", "~/.nanorc",
+)
+"""What the user's shells, session, PATH, Python (user site-packages, a `.pth` there), git, tmux and editors run
+or read commands from: read-only in the sandbox, and an `ask` for anges' own edits, whether or not they exist yet
+(git's `core.fsmonitor` in ~/.gitconfig would run in every repository; a new ~/.bash_profile at the next login).
+The ~/.config and ~/.local/share places count under $XDG_CONFIG_HOME and $XDG_DATA_HOME too."""
+VCS_DIRS = (".git", ".hg")
+"""A repository's own directory in a writable one stays read-only: its hooks and config run outside the sandbox."""
+TRUSTED_BWRAP_DIRS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin", "/run/current-system/sw/bin",
+                      "/nix/var/nix/profiles/default/bin")
+"""Where `bwrap` is looked for (never on PATH, which a project's environment may change); `safety.bwrap` names
+another."""
+_READ_ONLY_MARKS = ("Read-only file system",)
+_NETWORK_MARKS = ("Network is unreachable", "Temporary failure in name resolution", "Could not resolve host",
+                  "Name or service not known", "No address associated with hostname", "getaddrinfo failed",
+                  "nodename nor servname", "Failed to establish a new connection", "network is unreachable")
+_SOCKET_MARKS = ("Address family not supported by protocol",)
+PR_SET_DUMPABLE = 4
+
+
+@dataclass(frozen=True)
+class SandboxSettings:
+    """What a sandboxed command may do."""
+
+    mode: str = "workspace"
+    """workspace, read-only or off."""
+    network: bool = False
+    writable: tuple[str, ...] = ()
+    """Absolute, resolved directories commands may write (besides a private /tmp)."""
+    hidden: tuple[str, ...] = ()
+    """Absolute, resolved paths commands cannot see."""
+    workdir: str = ""
+    """The resolved working directory: visible (read-only mode) or writable, even inside a hidden path."""
+    protected: tuple[str, ...] = ()
+    """Paths inside the writable directories that stay read-only: `.git`, the code anges itself runs, the
+    startup places (STARTUP_PLACES, whether they exist or not). What a command could plant there would run
+    outside the sandbox later."""
+    tmp_size: int = 1_000_000_000
+    """Bytes the private /tmp (and /dev/shm) may hold."""
+    max_processes: int = 2048
+    """Processes (and threads) the sandbox may hold at once."""
+    user_namespaces: bool = False
+    """Commands may make user namespaces of their own (rootless containers, Chromium's own sandbox)."""
+    unix_sockets: bool = False
+    """Commands may make Unix sockets (then a host daemon's socket is reachable by any name not covered)."""
+
+    @classmethod
+    def for_run(cls, safety, cwd: str) -> SandboxSettings:
+        """The settings of a run in `cwd` under the `safety` config section."""
+        writable: tuple[str, ...] = ()
+        if safety.sandbox != "read-only":  # with the sandbox off, in-process edits keep the workspace's limits
+            extra = [_expand(p, cwd) for p in safety.writable_paths]
+            writable = _unique(resolve(p) for p in [cwd, *(p for p in extra if _exists_or_warn(p))])
+        _warn_wide(writable)
+        return cls(mode=safety.sandbox, network=safety.network, writable=writable, hidden=hidden_paths(safety),
+                   workdir=resolve(cwd), protected=protected_paths(writable), tmp_size=safety.tmp_size,
+                   max_processes=safety.max_processes, user_namespaces=safety.user_namespaces,
+                   unix_sockets=safety.unix_sockets)
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode != "off"
+
+    def can_write(self, path: str) -> bool:
+        """True when `path` (resolved, symlinks included) lies in a writable directory, outside the protected."""
+        real = resolve(path)
+        return any(_inside(real, root) for root in self.writable) and not self.is_protected(real)
+
+    def is_protected(self, path: str) -> bool:
+        """True when `path` (resolved) is or lies under a protected path."""
+        real = resolve(path)
+        return any(_inside(real, kept) for kept in self.protected)
+
+    def is_private(self, path: str) -> bool:
+        """True when `path` (resolved) lies in a directory the sandbox replaces with a private one of its own (/tmp,
+        /run...), outside the work: what commands see there is not what the host has."""
+        real = resolve(path)
+        shown = [root for root in (*self.writable, self.workdir) if root]
+        return self.enabled and _inside_any(real, private_dirs()) and not _inside_any(real, shown)
+
+    def is_hidden(self, path: str) -> bool:
+        """True when `path` (resolved) lies under a hidden path, outside the work and writable folders inside it."""
+        real = resolve(path)
+        shown = [root for root in (*self.writable, self.workdir) if root]
+        return any(_inside(real, hidden) and not any(_inside(real, root) and _inside(root, hidden) for root in shown)
+                   for hidden in self.hidden)
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether the sandbox can run here, and why not."""
+
+    ok: bool
+    reason: str = ""
+    bwrap: str = ""
+    features: frozenset = frozenset()
+    """What this bwrap supports of what anges uses: `size` (--size), `disable-userns`."""
+
+
+def protect_process_memory() -> None:
+    """Make this process non-dumpable, so a command running as the same (non-root) user cannot read its memory
+    or environment (/proc/PID/environ holds the model's API key); Linux only, a no-op elsewhere."""
+    if sys.platform.startswith("linux"):
+        prctl(PR_SET_DUMPABLE, 0)
+
+
+def private_dirs() -> list[str]:
+    """Directories the sandbox replaces with empty private ones: /tmp, and the runtime directories where daemons
+    keep their sockets (/run, /var/run, $XDG_RUNTIME_DIR)."""
+    found = ["/tmp"]
+    for path in (*RUNTIME_DIRS, os.environ.get("XDG_RUNTIME_DIR") or ""):
+        if path and os.path.isabs(path) and os.path.isdir(path) and not os.path.islink(path):
+            real = resolve(path)
+            if not _inside_any(real, found):
+                found.append(real)
+    return found
+
+
+def hidden_paths(safety) -> tuple[str, ...]:
+    """Credential places, ANGES_HOME and the config files anges read (resolved), plus `hidden_paths`, that exist."""
+    from anges.config.loading import anges_home
+    from anges.util.masking import secret_files
+
+    candidates = [*CREDENTIAL_PATHS, str(anges_home()), *secret_files(), *safety.hidden_paths]
+    xdg_config = os.environ.get("XDG_CONFIG_HOME")
+    if xdg_config:
+        candidates += [os.path.join(xdg_config, name) for name in XDG_CREDENTIAL_PATHS]
+    for name in ("ANGES_CONFIG", "SSH_AUTH_SOCK"):
+        if os.environ.get(name):
+            candidates.append(os.environ[name])
+    found = (resolve(os.path.expanduser(p)) for p in candidates)
+    return _unique(p for p in found if os.path.lexists(p))
+
+
+def protected_paths(writable: tuple[str, ...]) -> tuple[str, ...]:
+    """What stays read-only inside the writable directories: each one's `.git` (`.hg`) and the code this process
+    runs (the interpreter's prefixes, the anges package, `sys.path`) where they exist, and the startup places
+    whether they exist or not."""
+    code = code_paths()
+    found = []
+    for path in [os.path.join(root, name) for root in writable for name in VCS_DIRS] + code:
+        real = resolve(path)
+        if real in writable:
+            if path in code:
+                warn_once(f"{real} is on Python's import path and writable by commands: code planted there could "
+                           "run in anges' own process; run anges from another directory")
+        elif _inside_any(real, writable) and os.path.lexists(real):
+            found.append(real)
+    for path in startup_places():
+        real = resolve(path)
+        if real not in writable and _inside_any(real, writable):
+            found.append(real)
+    return _unique(found)
+
+
+def startup_places() -> list[str]:
+    """The absolute paths of STARTUP_PLACES, with their forms under $XDG_CONFIG_HOME, $XDG_DATA_HOME, $ZDOTDIR
+    (zsh's files) and $PYTHONUSERBASE (Python's user site-packages and scripts)."""
+    places = [os.path.expanduser(place) for place in STARTUP_PLACES]
+    for variable, prefix in (("XDG_CONFIG_HOME", "~/.config/"), ("XDG_DATA_HOME", "~/.local/share/")):
+        root = os.environ.get(variable, "")
+        if os.path.isabs(root):
+            places += [os.path.join(root, p[len(prefix):]) for p in STARTUP_PLACES if p.startswith(prefix)]
+    zdotdir, userbase = os.environ.get("ZDOTDIR", ""), os.environ.get("PYTHONUSERBASE", "")
+    if os.path.isabs(zdotdir):
+        places += [os.path.join(zdotdir, name) for name in (".zshrc", ".zshenv", ".zprofile", ".zlogin", ".zlogout")]
+    if os.path.isabs(userbase):
+        places += [os.path.join(userbase, "lib"), os.path.join(userbase, "bin")]
+    return places
+
+
+def code_paths() -> list[str]:
+    """Where the code this process runs comes from: the interpreter and its prefixes, anges and the resources it
+    reads (its templates are code: Jinja2 reaches Python objects; config.yaml holds the default rules), the
+    top-level packages loaded, and `sys.path` ("" is the current directory)."""
+    from anges.config.loading import package_dir, resource_path
+
+    paths = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix, str(package_dir())]
+    paths += [str(resource_path(name)) for name in ("prompt_templates", "web", "config.yaml")]
+    if sys.executable:
+        paths += [os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))]
+    for entry in sys.path:
+        entry = entry or os.getcwd()
+        if os.path.isabs(entry) and os.path.exists(entry):
+            paths.append(entry)
+    for name, module in list(sys.modules.items()):
+        where = getattr(module, "__file__", None)
+        if "." not in name and isinstance(where, str) and os.path.isabs(where):
+            paths.append(os.path.dirname(where) if os.path.basename(where) == "__init__.py" else where)
+    return list(dict.fromkeys(paths))
+
+
+def availability(bwrap: str, writable: tuple[str, ...], quiet: bool = False) -> Availability:
+    """Whether `bwrap` works on this machine (probed once per process and `bwrap` location). `bwrap` is the
+    configured `safety.bwrap`; without it, bwrap is looked for in the system's directories only. One that the
+    commands of a run in `writable` could replace is refused before it is ever run (`bwrap_problem`)."""
+    if not sys.platform.startswith("linux"):
+        found = Availability(False, f"the sandbox needs Linux and bubblewrap; this is {sys.platform}")
+    else:
+        path = find_bwrap(bwrap)
+        if isinstance(path, Availability):
+            found = path
+        else:
+            problem = bwrap_problem(path, writable)
+            found = Availability(False, problem) if problem else _probe(path)
+    return found if quiet else _say_once(found)
+
+
+def bwrap_problem(path: str, writable: tuple[str, ...]) -> str:
+    """Why the bwrap at `path` must not be run ("" when it may): it lies in a directory the commands may write (the
+    run's `writable` ones; for a user other than root, any it may write itself), so a command could have put
+    its own program there. Every start of bwrap checks this first."""
+    real = resolve(path)
+    if _inside_any(real, writable):
+        return f"bwrap at {path} lies in a directory commands may write"
+    place = real
+    while os.geteuid() != 0:  # root may write anywhere: only the run's writable directories tell
+        if os.access(place, os.W_OK):
+            return f"bwrap at {path} can be changed by you ({place} is writable), so by commands run as you"
+        if place == os.path.dirname(place):
+            break
+        place = os.path.dirname(place)
+    return ""
+
+
+def find_bwrap(configured: str = "") -> str | Availability:
+    """The bwrap to use: `configured` (an absolute path), else the first in TRUSTED_BWRAP_DIRS; or why not."""
+    if configured:
+        if not os.path.isabs(configured):
+            return Availability(False, f"safety.bwrap must be an absolute path, not {configured!r}")
+        if not os.access(configured, os.X_OK) or os.path.isdir(configured):
+            return Availability(False, f"bwrap was not found at {configured} (safety.bwrap)")
+        return configured
+    for directory in TRUSTED_BWRAP_DIRS:
+        candidate = os.path.join(directory, "bwrap")
+        if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
+            return candidate
+    return Availability(False, f"bwrap was not found in {', '.join(TRUSTED_BWRAP_DIRS[:5])} (install the "
+                               "'bubblewrap' package, or name it with safety.bwrap)")
+
+
+def isolation(network: bool, features=frozenset(), user_namespaces: bool = True) -> list[str]:
+    """bwrap's arguments for the sandbox's namespaces: all new (the network's unless `network`), no capability,
+    a new session (no terminal to type into); no user namespace of its own unless `user_namespaces`."""
+    argv = ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    if not user_namespaces and "disable-userns" in features:
+        argv += ["--unshare-user", "--disable-userns"]
+    return argv + (["--share-net"] if network else [])
+
+
+@lru_cache(maxsize=4)
+def _probe(bwrap: str) -> Availability:
+    features = _features(bwrap)
+    done = _run(_probe_argv(bwrap, features))
+    if not isinstance(done, str) and done.returncode != 0 and "disable-userns" in features:
+        features.discard("disable-userns")  # no user namespace to disable (a setuid bwrap without them)
+        done = _run(_probe_argv(bwrap, features))
+    if isinstance(done, str):
+        return Availability(False, f"bwrap could not run: {done}", bwrap)
+    if done.returncode != 0:
+        detail = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+        return Availability(False, f"bwrap does not work here: {detail}", bwrap)
+    for feature, what in (("size", "the private /tmp is not capped in size"),
+                          ("disable-userns", "commands may make user namespaces of their own")):
+        if feature not in features:
+            warn_once(f"bwrap at {bwrap} cannot do all the sandbox asks of it (bubblewrap 0.8 or later, with user "
+                       f"namespaces, can): {what}")
+    return Availability(True, "", bwrap, frozenset(features))
+
+
+def _probe_argv(bwrap: str, features) -> list[str]:
+    return [bwrap, *isolation(False, features, user_namespaces=False), "--ro-bind", "/", "/", "--proc", "/proc",
+            "--dev", "/dev", "--", "/bin/sh", "-c", "exit 0"]
+
+
+def _features(bwrap: str) -> set[str]:
+    done = _run([bwrap, "--help"])
+    text = "" if isinstance(done, str) else done.stdout + done.stderr
+    return {name for name in ("size", "disable-userns") if f"--{name}" in text}
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess | str:
+    """The finished process, or why it could not run."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=20, env={"PATH": os.defpath},
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+
+
+_warned: set[str] = set()
+
+
+def _say_once(found: Availability) -> Availability:
+    if not found.ok:
+        warn_once(f"the sandbox is not available: {found.reason}. Commands will run without it, and each one "
+                   "needs approval (--approval)")
+    return found
+
+
+def warn_once(message: str) -> None:
+    """Log `message` as a warning, once per process."""
+    if message not in _warned:
+        _warned.add(message)
+        log.warning("anges: %s.", message)
+
+
+def explain_block(result, settings: SandboxSettings) -> str:
+    """A note when the sandbox, not the command, is the likely cause of a failure ("" otherwise)."""
+    if not settings.enabled or (result.exit_code == 0 and not result.timed_out):
+        return ""
+    output = f"{result.stdout}\n{result.stderr}"
+    if any(mark in output for mark in _READ_ONLY_MARKS):
+        where = ", ".join(settings.writable) or "nothing"
+        return (f"read-only file system — outside the sandbox's writable paths (writable: {where}; "
+                f"and a private /tmp)")
+    if not settings.network and any(mark in output for mark in _NETWORK_MARKS):
+        return "no network — the sandbox has no network access"
+    if any(path in output for path in settings.hidden):
+        return "hidden — credential paths are not visible in the sandbox"
+    if not settings.unix_sockets and any(mark in output for mark in _SOCKET_MARKS):
+        return ("no Unix sockets — commands in the sandbox cannot make them (a daemon of the machine could run "
+                "what they send); a socket pair still works")
+    return ""
+
+
+
+
+def _expand(path: str, cwd: str) -> str:
+    return os.path.join(cwd, os.path.expanduser(path))
+
+
+def _exists_or_warn(path: str) -> bool:
+    if os.path.isdir(path):
+        return True
+    warn_once(f"safety.writable_paths: {path} is not a directory; left out")
+    return False
+
+
+def _warn_wide(writable: tuple[str, ...]) -> None:
+    home = resolve("~")
+    for root in writable:
+        if root == "/" or _inside(home, root):
+            warn_once(f"commands may change what is in {root} (it holds your home directory), but not the startup "
+                      "files of your shell, session, git and editors, nor make new files right in your home (a "
+                      "new one could be a startup file); work in a project directory if you can")
+
+
+def _depth(path: str) -> int:
+    return path.rstrip(os.sep).count(os.sep)
+
+
+def _inside_any(path: str, roots) -> bool:
+    return any(_inside(path, root) for root in roots)
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _unique(paths) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(paths))

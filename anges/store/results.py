@@ -1,0 +1,211 @@
+"""The facts of a command's and of an edit's result (typed readers of `Event.data`, shared by every view), and the
+text the model reads of them, made from the facts alone.
+
+Such a text is not stored: the store rebuilds it from the facts (`anges.store.events.derived_content`), so it must never
+change for an event already recorded. Events recorded before `RESULT_FORMAT` 2 (anges 0.2) are laid out as they
+were then; a change to a layout below needs a new format number, written on new events, and the old layout kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from anges.util.clipping import clip, shorten
+
+RESULT_FORMAT = 2
+"""The layout of results recorded now (`result_format` in an event's data; absent = 1)."""
+COMMAND_CHARS, COMMAND_LINES = 1200, 16
+"""How much of a long command (a heredoc, say) its result repeats: head and tail."""
+FIRST_LINES, FIRST_LINE_CHARS = 10, 200
+"""How much of a file it just created the model reads again."""
+
+
+class Recorded(Protocol):
+    """What the readers read of an event (`anges.store.events.Event`)."""
+
+    type: str
+    content: str
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ShellRun:
+    """The facts of a RUN_SHELL_CMD event, and the text the model reads of them."""
+
+    command: str
+    exit_code: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    duration: float = 0.0
+    timed_out: bool = False
+    interrupted: bool = False
+    pid: int | None = None
+    log_path: str | None = None
+    blocked: str = ""
+    """How the sandbox likely caused a failure ("" when it did not)."""
+    printed_bytes: int | None = None
+    """What the command printed, stdout and stderr together, however much of it was kept (None: not recorded)."""
+    printed_lines: int | None = None
+    cut: int = 0
+    """Bytes of the output left out of `stdout` and `stderr`."""
+    output_path: str | None = None
+    """The file with the whole output, when stdout or stderr was cut."""
+    yielded: bool = False
+    """Still running at its yield point, it went on in the background."""
+    result_format: int = 1
+    """How the result text is laid out (`anges.store.results`)."""
+    can_escalate: bool = True
+    """When the sandbox blocked it: whether the command could ask to run outside."""
+    output_dropped: int = 0
+    """Bytes the full-output file lost from its start to stay within its cap."""
+
+    @classmethod
+    def of(cls, event: Recorded) -> ShellRun | None:
+        """The facts of `event`, or None when it is not a command's result."""
+        data = event.data
+        if event.type != "action" or not isinstance(data.get("command"), str):
+            return None
+        printed = [data.get(key) for key in ("stdout_bytes", "stderr_bytes", "stdout_lines", "stderr_lines")]
+        known = all(isinstance(value, int) for value in printed)
+        return cls(data["command"], data.get("exit_code"), data.get("stdout") or "", data.get("stderr") or "",
+                   data.get("duration") or 0.0, bool(data.get("timed_out")), bool(data.get("interrupted")),
+                   data.get("pid"), data.get("log_path"), data.get("blocked") or "",
+                   printed[0] + printed[1] if known else None, printed[2] + printed[3] if known else None,
+                   (data.get("stdout_omitted") or 0) + (data.get("stderr_omitted") or 0), data.get("output_path"),
+                   bool(data.get("yielded")), data.get("result_format") or 1,
+                   data.get("can_escalate", True) is not False, data.get("output_dropped") or 0)
+
+    @property
+    def state(self) -> str:
+        """How the command ended: exited, timed_out, interrupted or background (started, still running)."""
+        if self.timed_out or self.interrupted:
+            return "timed_out" if self.timed_out else "interrupted"
+        return "background" if self.exit_code is None and self.pid is not None else "exited"
+
+    def ending(self) -> str:
+        """How the command ended, in a few words for views: `exit code 0 after 1.2 s`, `killed after the timeout
+        (30 s)`, `started in the background: pid 42, output in LOG`..."""
+        if self.state == "timed_out":
+            return f"killed after the timeout ({self.duration:.0f} s)"
+        if self.state == "interrupted":
+            return "killed: the run was interrupted"
+        if self.state == "background":
+            how = "still running at its yield point, it went on" if self.yielded else "started"
+            return f"{how} in the background: pid {self.pid}, output in {self.log_path}"
+        return f"exit code {self.exit_code} after {self.duration:.1f} s"
+
+    def output(self) -> str:
+        """stdout, then stderr under a `STDERR:` label ("" if neither)."""
+        gap = "" if not self.stdout or self.stdout.endswith("\n") else "\n"
+        return f"{self.stdout}{gap}STDERR:\n{self.stderr}" if self.stderr else self.stdout
+
+    def text(self) -> str:
+        """The result as the model reads it (the event's content)."""
+        return shell_text(self)
+
+
+@dataclass(frozen=True)
+class FileEdit:
+    """The facts of an EDIT_FILE event (of a 0.1.x one too: its directive and diff are read from the content)."""
+
+    directive: str
+    path: str = ""
+    operation: str = ""
+    diff: str = ""
+    error: str | None = None
+    lines_added: int = 0
+    lines_removed: int = 0
+    created: bool = False
+    size: int = 0
+    """Bytes of the file after the edit."""
+    result_format: int = 1
+
+    @classmethod
+    def of(cls, event: Recorded) -> FileEdit | None:
+        """The facts of `event`, or None when it is not a file edit."""
+        data = event.data
+        if event.type != "edit_file":
+            return None
+        if "directive" not in data:
+            lines = event.content.splitlines()
+            start = next((i for i, line in enumerate(lines) if line.startswith("--- ")), len(lines))
+            return cls(lines[0] if lines else "", diff="\n".join(lines[start:]))
+        return cls(data["directive"], data.get("path") or "", data.get("operation") or "", data.get("diff") or "",
+                   data.get("error"), data.get("lines_added") or 0, data.get("lines_removed") or 0,
+                   bool(data.get("created")), data.get("size") or 0, data.get("result_format") or 1)
+
+    def text(self) -> str:
+        """The result as the model reads it (the event's content)."""
+        return edit_text(self)
+
+
+def shell_text(run: ShellRun) -> str:
+    """A command's result as the model reads it."""
+    if run.result_format < 2:
+        return _shell_text_v1(run)
+    parts = [f"COMMAND: {clip(run.command, COMMAND_CHARS, COMMAND_LINES)}"]
+    if run.state == "background" and not run.yielded:
+        return f"{parts[0]}\nStarted in the background: pid {run.pid}, output in {run.log_path}"
+    if run.yielded:
+        parts.append(f"STILL RUNNING after {run.duration:.0f} s, so it went on in the background: pid {run.pid}, "
+                     f"its output continuing in {run.log_path} (`kill {run.pid}` stops it). What it printed so far:")
+    else:
+        parts.append(_status(run))
+    parts += [f"STDOUT:\n{run.stdout}"] if run.stdout else []
+    parts += [f"STDERR:\n{run.stderr}"] if run.stderr else []
+    parts += [] if run.stdout or run.stderr else ["(no output yet)" if run.yielded else "(no output)"]
+    if run.output_path and not run.yielded and run.output_dropped:
+        parts.append(f"FULL OUTPUT: {run.printed_lines} lines ({run.printed_bytes} bytes), too much to keep whole: "
+                     f"{run.output_path} holds only the end, after its first {run.output_dropped} bytes were dropped "
+                     "(its line numbers are not the output's; available until this request ends).")
+    elif run.output_path and not run.yielded:
+        parts.append(f"FULL OUTPUT: {run.printed_lines} lines ({run.printed_bytes} bytes) in {run.output_path}, "
+                     "cut parts included (available until this request ends).")
+    return "\n".join(parts + _sandbox_note(run))
+
+
+def _status(run: ShellRun) -> str:
+    return {"timed_out": f"KILLED after the timeout ({run.duration:.0f} s)",
+            "interrupted": "KILLED: the run was interrupted"}.get(run.state, f"EXIT CODE: {run.exit_code}")
+
+
+def _sandbox_note(run: ShellRun) -> list[str]:
+    if not run.blocked:
+        return []
+    if not run.can_escalate:
+        return [f"SANDBOX: {run.blocked}. Commands cannot leave the sandbox in this session: do it another way "
+                "within it, or say what it needs with HELP_NEEDED; do not retry it unchanged."]
+    return [f"SANDBOX: {run.blocked}. If the task needs this, run the command again with `escalate` set to a one-line "
+            "reason; do not retry it unchanged."]
+
+
+def _shell_text_v1(run: ShellRun) -> str:
+    if run.state == "background":
+        return f"COMMAND: {run.command}\nStarted in the background: pid {run.pid}, output in {run.log_path}"
+    parts = [f"COMMAND: {run.command}", _status(run)]
+    parts += [f"STDOUT:\n{run.stdout}"] if run.stdout else []
+    parts += [f"STDERR:\n{run.stderr}"] if run.stderr else []
+    parts += [] if run.stdout or run.stderr else ["(no output)"]
+    return "\n".join(parts + _sandbox_note(run))
+
+
+def edit_text(edit: FileEdit) -> str:
+    """An edit's result as the model reads it: the diff, or for a file it created, its size and first lines."""
+    if edit.error is not None:
+        return f"EDIT FAILED: {edit.error}\nThe file was not changed."
+    if edit.result_format < 2 or not edit.created:
+        return f"{edit.directive}\n{edit.diff or '(no change)'}"
+    words = edit.directive.split(None, 1)
+    where = words[1] if len(words) > 1 else edit.path
+    added = [line[1:] for line in edit.diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    text = f"{edit.directive}\nCreated {where}: {_count(edit.lines_added, 'line')}, {_count(edit.size, 'byte')}."
+    if not added:
+        return text
+    shown = [shorten(line, FIRST_LINE_CHARS) for line in added[:FIRST_LINES]]
+    more = f"\n(and {_count(len(added) - len(shown), 'more line')})" if len(added) > len(shown) else ""
+    return f"{text} {'Its first lines' if more else 'Its lines'}:\n" + "\n".join(shown) + more
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"

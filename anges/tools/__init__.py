@@ -1,0 +1,1 @@
+"""The engines behind actions: file edits, images and PDFs, MCP servers."""

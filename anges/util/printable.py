@@ -1,0 +1,60 @@
+"""Untrusted text made safe to print: control characters and escape sequences are shown, never obeyed.
+
+Command output, model text, titles and file contents may hold escape sequences that clear the screen,
+retitle the window or write the clipboard (OSC 52). Everything anges prints or exports from them passes
+through `printable` first; anges' own colours are added afterwards.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_UNSAFE = re.compile("\r(?!\n)|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069"
+                     "\ud800-\udfff]")
+"""C0 controls but tab and newline (and the CR of a CRLF), DEL, C1 controls, the bidirectional overrides, and lone
+surrogates (no terminal can be sent one)."""
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+"""What json.dumps(..., ensure_ascii=False) leaves raw that a terminal may still act on."""
+
+
+def printable(text: str) -> str:
+    """`text` with each control character made visible: `^[` for ESC, `^G` for BEL, `^?` for DEL, `<U+009B>`
+    for the C1 controls and bidirectional overrides; newlines, tabs and line-ending CRs are kept."""
+    if not _UNSAFE.search(text):
+        return text
+    return _UNSAFE.sub(_shown, text)
+
+
+def unusable(text: str) -> str:
+    """Why `text` cannot be a file name or a program's argument ("" when it can): a NUL byte, or a lone surrogate
+    (which no encoding can write)."""
+    if "\0" in text:
+        return "a NUL byte"
+    found = re.search("[\ud800-\udfff]", text)
+    return f"<U+{ord(found.group()):04X}>, a lone surrogate (not a character)" if found else ""
+
+
+def printable_texts(value: Any) -> Any:
+    """`value` with each string in it, inside dicts and lists too, made `printable`."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {key: printable_texts(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [printable_texts(item) for item in value]
+    return value
+
+
+def printable_json(text: str) -> str:
+    """JSON text (from `json.dumps(..., ensure_ascii=False)`) with the characters a terminal acts on escaped."""
+    return _JSON_UNSAFE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
+
+def _shown(match: re.Match) -> str:
+    code = ord(match.group())
+    if code < 0x20:
+        return "^" + chr(code + 0x40)
+    if code == 0x7F:
+        return "^?"
+    return f"<U+{code:04X}>"
