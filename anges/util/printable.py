@@ -8,6 +8,7 @@ through `printable` first; anges' own colours are added afterwards.
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Any
 
 _UNSAFE = re.compile("\r(?!\n)|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069"
@@ -24,6 +25,34 @@ def printable(text: str) -> str:
     if not _UNSAFE.search(text):
         return text
     return _UNSAFE.sub(_shown, text)
+
+
+_UNSEEN_CATEGORIES = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"))
+"""Controls, format characters (zero-width, bidirectional, tags), surrogates, private-use and unassigned code
+points, line and paragraph separators, and every space but the ASCII one."""
+_UNSEEN = frozenset((0x034F, 0x115F, 0x1160, 0x180B, 0x180C, 0x180D, 0x180F, 0x2800, 0x3164, 0xFFA0,
+                     *range(0xFE00, 0xFE10), *range(0xE0100, 0xE01F0)))
+"""Characters that show as nothing although their category says otherwise: the combining grapheme joiner,
+Hangul fillers, variation selectors, the blank Braille pattern."""
+
+
+def visible(text: str) -> str:
+    """`text` as a person asked to approve it must see it: `printable`, and every other character that shows as
+    nothing or as a plain space (zero-width, format, tag and variation characters, non-ASCII spaces, private-use
+    and unassigned code points) marked `<U+200B>`: what shows is what runs."""
+    text = printable(text)
+    if text.isascii():
+        return text
+    return "".join(_marked(char) for char in text)
+
+
+def _marked(char: str) -> str:
+    if char < "\x80":
+        return char
+    code = ord(char)
+    if code in _UNSEEN or unicodedata.category(char) in _UNSEEN_CATEGORIES:
+        return f"<U+{code:04X}>"
+    return char
 
 
 def unusable(text: str) -> str:
