@@ -528,13 +528,13 @@ print(json.dumps([event.data for event in stream.events_list if event.type == "a
 """
 
 
-def run_agent_as(stranger, replies, **safety):
-    """The agent run as the unprivileged user in a working directory of its own; the data of its action events."""
+def run_agent_as(stranger, replies, cwd=None, **safety):
+    """The agent run as the unprivileged user in `cwd` (default: its home's `work`); its action events' data."""
     import json
     import subprocess
 
     prefix, env, home = stranger
-    work = home / "work"
+    work = cwd or home / "work"
     done = subprocess.run([*prefix, "-c", AGENT_AS, json.dumps(replies), json.dumps(safety), str(work)],
                           capture_output=True, text=True, cwd=work, env=env, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -561,3 +561,11 @@ def test_commands_make_no_user_namespace_of_their_own_unless_allowed(work):
     refused = actions(stream)[0]
     assert refused.data["exit_code"] != 0 and "nested" not in refused.data["stdout"]
     assert actions(allowed)[0].data["stdout"] == "nested\n"
+
+
+@pytest.mark.sandbox
+def test_as_an_ordinary_user_startup_files_cannot_be_planted_either(stranger):
+    home = stranger[2]
+    results = run_agent_as(stranger, [reply(*(shell(plant(name)) for name in PLANTED)), complete()], cwd=home)
+    assert [r["stdout"] for r in results] == [""] * len(PLANTED) and all("Read-only" in r["stderr"] for r in results)
+    assert sorted(os.listdir(home)) == ["anges"]  # its ANGES_HOME, and nothing planted nor left behind
