@@ -46,21 +46,6 @@ def actions(stream):
     return [e for e in stream.events_list if e.type == "action"]
 
 
-@pytest.fixture
-def work(tmp_path):
-    path = tmp_path / "work"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def outside():
-    """A directory outside /tmp (the sandbox has its own /tmp, so paths there are invisible rather than read-only)."""
-    path = Path(tempfile.mkdtemp(prefix="anges-test-outside-", dir="/var/tmp"))
-    yield path
-    shutil.rmtree(path)
-
-
 @pytest.mark.sandbox
 def test_a_workspace_write_is_kept_and_a_write_outside_fails_and_says_why(work, outside):
     stream, model = run_agent(work, [reply(shell(f"echo kept > inside.txt && echo x > '{outside}/f.txt'")),

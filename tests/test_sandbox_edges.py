@@ -25,13 +25,6 @@ PLANTED = {  # startup places a login shell, git, Python or the desktop session 
 
 
 @pytest.fixture
-def work(tmp_path):
-    path = tmp_path / "work"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
 def home(monkeypatch):
     """An empty home directory, outside /tmp (the sandbox's /tmp is private), as $HOME."""
     path = Path(tempfile.mkdtemp(prefix="anges-test-home-", dir="/var/tmp"))
@@ -159,13 +152,6 @@ CONNECT = ("import socket, sys; a = sys.argv[1]; s = socket.socket(socket.AF_UNI
 def connect(address):
     """A command that sends `reached` to the socket at `address` (`@name`: abstract)."""
     return f"{PYTHON} -c {shlex.quote(CONNECT)} {shlex.quote(str(address))}"
-
-
-@pytest.fixture
-def outside():
-    path = Path(tempfile.mkdtemp(prefix="anges-test-outside-", dir="/var/tmp"))
-    yield path
-    shutil.rmtree(path)
 
 
 @pytest.mark.sandbox

@@ -325,7 +325,8 @@ def preview_edit(args: dict, cwd: str, max_bytes: int = 5_000_000, resolved: str
     import stat
     import tempfile
 
-    from anges.tools.fileedit import EditError, apply_edit, edit_target, open_nofollow
+    from anges.tools.fileedit import EditError, apply_edit, edit_target
+    from anges.util.paths import open_nofollow
 
     directive = str(args.get("directive_line", "")).strip()
     try:

@@ -272,7 +272,8 @@ class CommandRunner:
             self._release_cgroup()
             raise
         finally:
-            for fd in passed:
+            theirs.close()
+            for fd in passed[1:]:  # the seccomp filter's pipe
                 os.close(fd)
         readable, _, _ = select_read([ours], START_TIMEOUT)
         if not readable or ours.recv(16) != b"ready":

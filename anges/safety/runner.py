@@ -395,12 +395,12 @@ def _kill(pid: int, signum: int) -> None:
         pass  # gone meanwhile, or not ours to signal
 
 
-def prctl(option: int, value: int, arg3: int = 0) -> bool:
+def prctl(option: int, value: int) -> bool:
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(option, value, arg3, 0, 0) == 0
+        return libc.prctl(option, value, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
 

@@ -21,10 +21,8 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
 from anges.exceptions import AngesError
-from anges.util.paths import open_directory, open_nofollow
+from anges.util.paths import open_directory
 from anges.util.printable import unusable
-
-__all__ = ["open_directory", "open_nofollow"]  # reached from here by the readers and writers of files
 
 OPERATIONS = ("NEW_FILE", "INSERT_LINES", "REMOVE_LINES", "REPLACE_LINES", "REPLACE_TEXT")
 _USAGE = {

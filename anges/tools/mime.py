@@ -109,7 +109,8 @@ def load_inputs(sources: list, cwd: str | os.PathLike, max_file_bytes: int,
 def write_answer(output: str, cwd: str | os.PathLike, text: str, checked: tuple[str, ...] | None = None) -> str:
     """Write the answer to `output` (relative to `cwd`) the way EDIT_FILE writes: to the path the policy judged,
     with no symlink followed after the check. Returns the path written; OSError when it cannot be."""
-    from anges.tools.fileedit import open_directory, replace_contents
+    from anges.tools.fileedit import replace_contents
+    from anges.util.paths import open_directory
 
     path = local_path(output, cwd)
     if checked is not None and path not in checked:
@@ -123,7 +124,7 @@ def write_answer(output: str, cwd: str | os.PathLike, text: str, checked: tuple[
 
 
 def _read_file(source: str, cwd: str | os.PathLike, max_file_bytes: int, checked: tuple[str, ...] | None) -> MimeInput:
-    from anges.tools.fileedit import open_nofollow
+    from anges.util.paths import open_nofollow
 
     try:
         path = local_path(source, cwd)
