@@ -43,7 +43,8 @@ NOT_TOOL_CALLS = (*RETURNING_ACTIONS, "WAIT_FOR_CHILDREN")
 """Actions that are no tool call: the turn's answer, or an orchestrator waiting for its children."""
 KINDS = {"RUN_SHELL_CMD": "execute", "EDIT_FILE": "edit", "READ_MIME_FILES": "read", "CALL_CHILD_AGENT": "think"}
 TITLE_CHARS = 160
-DECIDERS = {"editor": "you", "approval=deny": "--approval deny", "no_one": "no one (no one can approve here)"}
+DECIDERS = {"editor": "you", "approval=deny": "--approval deny", "no_one": "no one (no one can approve here)",
+            "limit": "anges (too long to be shown whole)"}
 
 
 @dataclass(frozen=True)

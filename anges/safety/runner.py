@@ -252,7 +252,7 @@ class Server:
         op = _Op(channel, fds[1:])
         if message.get("op") == "end":
             keep = set(message.get("keep") or ())
-            threading.Thread(target=self._end_and_reply, args=(op, keep), daemon=True).start()
+            _meanwhile(self._end_and_reply, op, keep)
             return True
         self.selector.register(channel.sock, selectors.EVENT_READ, op)
         return True
@@ -271,7 +271,7 @@ class Server:
                 self._spawn(op, message)
             elif "kill" in message and op.proc is not None:
                 grace = message["kill"] if isinstance(message["kill"], (int, float)) else KILL_GRACE
-                threading.Thread(target=self._kill_and_reply, args=(op, grace), daemon=True).start()
+                _meanwhile(self._kill_and_reply, op, grace)
 
     def _spawn(self, op: _Op, request: dict) -> None:
         try:
@@ -351,6 +351,15 @@ class Server:
                 mine |= frontier
             mine |= set(marked_pids(self.token, stats)) - {me}
         return [pid for pid in mine if stats[pid][0] not in ("", "Z", "X") and stats[pid][3] not in keep]
+
+
+def _meanwhile(target, *args) -> None:
+    """Run `target` on a thread of its own; at once, here, when no thread can be made (the process limit is
+    reached: a fork bomb must not stop the runner from ending it)."""
+    try:
+        threading.Thread(target=target, args=args, daemon=True).start()
+    except RuntimeError:
+        target(*args)
 
 
 def marked_pids(token: str, stats: dict | None = None) -> list[int]:

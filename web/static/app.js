@@ -846,6 +846,7 @@
   // -- approvals: a card per request, answered from any tab; the stream says when it is decided -------------
 
   const ANSWERED_BY = { web: "in the web chat", terminal: "in the terminal", editor: "in the editor",
+    limit: "as too long to be shown whole",
     always: "by an earlier \u201calways\u201d", auto: "automatically (approval: auto)", rule: "by a rule" };
 
   function renderApproval(step, item) {
