@@ -1,6 +1,7 @@
 """What anges reads and writes in its own process, attacked as a prompt-injected model would: project instructions
 linked to a secret, the host's /tmp behind the sandbox's back, and arguments made to crash the run."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -163,3 +164,28 @@ def test_the_command_line_shows_such_arguments_and_ends_the_run_normally(tmp_pat
         assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
         shown = (done.stdout + done.stderr).decode("utf-8")  # valid UTF-8: every odd character made visible
         assert "<U+D800>" in shown and "unexpected error" not in shown
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize("sandboxed", [True, False])
+def test_a_request_no_command_can_start_from_never_ends_the_runner(work, sandboxed):
+    from anges.safety.command_runner import CommandRunner
+    from anges.safety.sandbox import SandboxSettings, availability
+    from anges.safety.shell import run_command
+
+    bwrap = availability("", (str(work),)).bwrap
+    runner = CommandRunner(str(work), SandboxSettings(writable=(str(work),)) if sandboxed else None, bwrap)
+    token = sleep_token()
+    read_end, write_end = os.pipe()
+    try:
+        run_command(f"sleep {token}", cwd=work, runner=runner, background=True)
+        for argv in (["/bin/sh", "-c", "echo a\x00b"], ["/bin/sh", "-c", "echo \ud800"]):
+            with pytest.raises(OSError, match="ValueError|UnicodeEncodeError"):  # as the runner reports it
+                runner.spawn(argv, str(work), {}, write_end, write_end)
+        alive = bool(pids_running(token))
+        after = run_command("echo still working", cwd=work, runner=runner)
+    finally:
+        runner.close()
+        os.close(read_end)
+        os.close(write_end)
+    assert alive and after.stdout == "still working\n"
