@@ -24,7 +24,8 @@ def bwrap_argv(bwrap: str, settings: SandboxSettings, cwd: str, visible: list[st
                seccomp_fd: int | None = None) -> list[str]:
     """The bwrap arguments for one run: a read-only root, the writable directories (minus the protected places),
     private /tmp, /dev/shm and runtime directories of bounded size, hidden credentials and host sockets; the
-    `seccomp_fd` filter (see `seccomp.py`) when given. `features` are what this bwrap supports (`sandbox.features`)."""
+    `seccomp_fd` filter (see `seccomp.py`) when given. `features` are what this bwrap supports
+    (`Availability.features`)."""
     argv = [bwrap, *isolation(settings.network, features, settings.user_namespaces)]
     if seccomp_fd is not None:
         argv += ["--seccomp", str(seccomp_fd)]
