@@ -190,3 +190,23 @@ def test_a_request_no_command_can_start_from_never_ends_the_runner(work, sandbox
         os.close(read_end)
         os.close(write_end)
     assert alive and after.stdout == "still working\n"
+
+
+def test_a_task_or_notes_file_made_a_link_to_a_hidden_place_is_not_read(home, tmp_path):
+    import json
+
+    project = home / "project"
+    (project / "NOTES.md").symlink_to(home / ".ssh" / "id_rsa")  # as a command of an earlier run could leave it
+    (project / "TASK.md").symlink_to(home / ".ssh" / "id_rsa")
+    (project / "ok.md").write_text("use tabs\n")
+    (tmp_path / "replies.json").write_text(json.dumps([complete()]))
+    env = {**os.environ, "HOME": str(home)}
+    model = ["--model", f"scripted:{tmp_path / 'replies.json'}"]
+    runs = [subprocess.run([sys.executable, "-m", "anges", *args, *model], cwd=project, capture_output=True, text=True,
+                           timeout=60, env=env, stdin=subprocess.DEVNULL)
+            for args in (["-q", "go", "--notes-file", "NOTES.md"], ["-f", "TASK.md"], ["-q", "go", "--notes-file",
+                                                                                         "ok.md"])]
+    for done in runs[:2]:
+        assert done.returncode == 2 and "a link into a place hidden from commands" in done.stderr, done.stderr
+        assert "KEY-MATERIAL" not in done.stdout + done.stderr
+    assert runs[2].returncode == 0, runs[2].stderr

@@ -888,7 +888,7 @@
     const wrap = el("div", "codeblock");
     const detailPre = (text) => {
       const firstBreak = text.indexOf("\n");
-      return facts.action_type === "EDIT_FILE" && firstBreak > 0 && facts.complete !== false
+      return facts.action_type === "EDIT_FILE" && firstBreak > 0
         ? diffPre(text.slice(firstBreak + 1)) : el("pre", "output", text);
     };
     wrap.appendChild(detailPre(facts.complete === false ? facts.shown || "" : detail));
@@ -896,14 +896,13 @@
     body.appendChild(wrap);
     const size = el("p", "approval-size muted small", facts.size || "");
     body.appendChild(size);
-    let openAll = null;
     if (facts.complete === false) {
       size.textContent += facts.detail_cut ? " \u2014 too long to approve here" : " \u2014 only part of it is shown";
       if (!facts.detail_cut) {
-        openAll = el("button", "btn btn-small approval-open", "Show all of it");
+        const openAll = el("button", "btn btn-small approval-open", "Show all of it");
         openAll.type = "button";
         openAll.addEventListener("click", () => {
-          wrap.replaceChild(el("pre", "output", detail), wrap.firstChild);
+          wrap.replaceChild(detailPre(detail), wrap.firstChild);
           size.textContent = facts.size || "";
           openAll.remove();
           card.seen = true;
@@ -939,7 +938,7 @@
     };
     const card = { id: facts.request_id, uid: facts.agent_id, channel: facts.channel || "", node, feedback,
       outcome: el("p", "approval-outcome"), state: "pending", buttons: [], approving: [],
-      seen: facts.complete !== false, escalate: Boolean(facts.escalate) };
+      seen: facts.complete !== false };
     card.approving.push(button("Approve", "btn-primary", "allow", "Run it this once"));
     card.approving.push(button("Always", "", "always", `Run it, and for the rest of this run: ${facts.scope || ""}`));
     card.buttons.push(...card.approving);
