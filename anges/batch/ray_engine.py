@@ -449,7 +449,7 @@ class RecordApplier:
         if stream is None:
             stream = self.streams[uid] = self.store.load(uid)
         if kind == "event":
-            stream.events_list.append(Event.from_dict(record))
+            stream.events_list.append(Event.from_record(record))
         elif kind == "summary":
             stream.event_summaries_list.append(EventSummary.from_dict(record))
         elif kind == "title":

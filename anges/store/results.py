@@ -19,6 +19,12 @@ COMMAND_CHARS, COMMAND_LINES = 1200, 16
 """How much of a long command (a heredoc, say) its result repeats: head and tail."""
 FIRST_LINES, FIRST_LINE_CHARS = 10, 200
 """How much of a file it just created the model reads again."""
+COMMAND_DEFAULTS: dict[str, Any] = {
+    "exit_code": None, "stdout": "", "stderr": "", "timed_out": False, "interrupted": False, "stdout_omitted": 0,
+    "stderr_omitted": 0, "pid": None, "log_path": None, "output_path": None, "yielded": False, "output_dropped": 0,
+    "escalated": False}
+"""Facts every command's result has that a record leaves out at these values (reading puts them back);
+`ShellRun.of` reads an absent one so too."""
 
 
 class Recorded(Protocol):
