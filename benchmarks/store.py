@@ -168,7 +168,8 @@ def main() -> None:
         print(f"\n1,000 command results (1 KB output each): file {size:,} bytes; with each output stored twice "
               f"(format 1) it would be {size + saved:,} bytes ({saved / size:.0%} larger)")
         now, before = trivial_steps(Path(tmp) / "trivial")
-        print(f"\na trivial step (`echo hi`, one model call): {now:.0f} bytes on disk; {before:.0f} as format 2 stored it")
+        print(f"\na trivial step (`echo hi`, one model call): {now:.0f} bytes on disk; {before:.0f} as format 2 "
+              "stored it")
         first, warm = list_cost(EventStore(Path(tmp) / "list"))
         print(f"\nlist() over 2,000 streams: {first:.1f} ms first call, {warm:.1f} ms median of 5 more")
 

@@ -78,7 +78,8 @@ class GeminiModel(Provider):
             for chunk in self.client.models.generate_content_stream(**request):
                 if piece := reply.add(chunk):
                     sink(piece)
-            if not reply.finish_reason and not getattr(reply.feedback, "block_reason", None):  # a blocked prompt has none
+            blocked = getattr(reply.feedback, "block_reason", None)  # a blocked prompt has no finish reason
+            if not reply.finish_reason and not blocked:
                 raise StreamEnded(CUT_SHORT)
         else:
             reply.add(self.client.models.generate_content(**request))
