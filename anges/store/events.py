@@ -395,8 +395,15 @@ NESTED_DEFAULTS: dict[str, dict[str, Any]] = {"approval": {"request_id": None, "
 """Facts inside `approval` and `usage` that a record leaves out at these values."""
 
 
+def action_input(args: dict) -> dict:
+    """The `input` fact of an action's event: the arguments the model gave it (what a replay shows it was asked)."""
+    return {key: value for key, value in args.items() if key != "action_type"}
+
+
 def _defaults(event_type: str, data: dict) -> dict[str, Any]:
-    return COMMAND_DEFAULTS if event_type == "action" and isinstance(data.get("command"), str) else {}
+    if event_type == "action" and isinstance(data.get("command"), str):
+        return {**COMMAND_DEFAULTS, "input": {"command": data["command"]}}  # a command asked for with no option
+    return {}
 
 
 def stored_facts(event_type: str, data: dict) -> dict:
