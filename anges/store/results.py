@@ -146,6 +146,26 @@ class FileEdit:
         return edit_text(self)
 
 
+@dataclass(frozen=True)
+class ActionResult:
+    """The result of an action that is neither a command nor an MCP tool (a plug-in's action, say): its name, the
+    text the model read of it (the event's `content`) and, when it failed, why; views show it like a built-in's."""
+
+    action_type: str
+    text: str
+    error: str = ""
+
+    @classmethod
+    def of(cls, event: Recorded) -> ActionResult | None:
+        """The result `event` records, or None when it is not such an action's."""
+        data = event.data
+        if event.type != "action" or "command" in data or ("server" in data and "tool" in data):
+            return None
+        error = data.get("error")
+        return cls(str(data.get("action_type") or ""), event.content or "",
+                   str(error) if error and error is not True else "")
+
+
 def shell_text(run: ShellRun) -> str:
     """A command's result as the model reads it."""
     if run.result_format < 2:
