@@ -583,3 +583,40 @@ def test_a_second_batch_of_the_same_id_is_refused_while_the_first_runs(tmp_path)
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=20)
     tasks.wait_gone()
+
+
+# --- more actions ---------------------------------------------------------------------------------------------
+
+
+def test_actions_come_from_the_task_file_and_from_action_flags(tmp_path):
+    from anges.exceptions import BatchError
+
+    path = task_file(tmp_path, {"id": "a", "task": "x", "actions": ["test_plugins:Stamp"]},
+                     {"id": "b", "task": "y"})
+    specs = load_tasks(path, {"actions": ["anges.actions.shell:RunShellCommand"]})
+    assert specs[0].actions == ("anges.actions.shell:RunShellCommand", "test_plugins:Stamp")
+    assert specs[1].actions == ("anges.actions.shell:RunShellCommand",)
+    assert TaskSpec.from_dict(json.loads(json.dumps(specs[0].to_dict()))) == specs[0]  # as a worker gets it
+    bad = task_file(tmp_path, {"id": "a", "task": "x", "actions": ["SHOUT"]}, name="bad.jsonl")
+    with pytest.raises(BatchError, match=r"bad.jsonl:1: field 'actions': unknown action 'SHOUT' \(known: "):
+        load_tasks(bad)
+    with pytest.raises(BatchError, match=r"^--action: unknown action 'SHOUT'"):
+        load_tasks(path, {"actions": ["SHOUT"]})
+
+
+def test_a_task_offers_the_actions_its_file_and_the_action_flag_name(tmp_path):
+    # Two module:Class actions from this folder's test_plugins.py: one from the task file, one from --action.
+    stamp = reply({"action_type": "STAMP", "word": "ok"})
+    model = script(tmp_path, "r.json", stamp, reply({"action_type": "COUNT_LINES", "path": "x"}), complete())
+    (tmp_path / "counting.py").write_text(
+        "from anges import Event\nfrom anges.actions import Action\n\n"
+        "class CountLines(Action):\n    type = 'COUNT_LINES'\n    guide_prompt = '## COUNT_LINES'\n\n"
+        "    def run(self, ctx, args):\n"
+        "        return Event('action', content='COUNT_LINES: 0 lines', data={'action_type': self.type})\n")
+    path = task_file(tmp_path, {"id": "t", "task": "stamp and count", "actions": ["test_plugins:Stamp"]})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(tmp_path)])}
+    out = batch(str(path), "--model", model, "--action", "counting:CountLines", "--sandbox", "off", cwd=tmp_path,
+                env=env)
+    assert out.returncode == 0, out.stderr
+    stream = batch_streams(batch_id_for(path))["t"]
+    assert [e.data.get("action_type") for e in stream.events_list[1:]] == ["STAMP", "COUNT_LINES", "TASK_COMPLETE"]

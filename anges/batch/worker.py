@@ -134,8 +134,10 @@ def _build_agent(spec: TaskSpec, config: Config, store: EventStore, stream, work
     from anges.agents import agent_class
     from anges.models import get_model
 
-    limits = {"timeout": spec.timeout, "max_number_of_events_to_exhaust": spec.max_steps}
-    agent_config = config.agent(spec.agent).model_copy(update={key: value for key, value in limits.items() if value})
+    agent_config = config.agent(spec.agent)
+    limits = {"timeout": spec.timeout, "max_number_of_events_to_exhaust": spec.max_steps,
+              "extra_actions": list(dict.fromkeys([*agent_config.extra_actions, *spec.actions]))}
+    agent_config = agent_config.model_copy(update={key: value for key, value in limits.items() if value})
     model = get_model(spec.model, config, spec.agent)
     return agent_class(spec.agent)(
         inference_func=model, event_stream=stream, cmd_init_dir=str(workdir), interrupt_check=stop.is_set,

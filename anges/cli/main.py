@@ -339,7 +339,8 @@ BATCH_EPILOG = """\
 task file: one task per line of a .jsonl file, or a YAML list (.yaml/.yml), fields:
   id (required, 1-64 letters, digits, - or _), task (required), path (work in this folder) or template (work in
   a fresh copy of it; neither: a fresh empty folder), agent, model, setup (a command run first in a fresh
-  folder), timeout (seconds), max_steps. Flags give the defaults; relative paths are from the task file.
+  folder), timeout (seconds), max_steps, actions (more actions to offer, as --action). Flags give the
+  defaults; relative paths are from the task file.
 
   {"id": "fizzbuzz", "task": "Write fizzbuzz.py and test it", "template": "repos/empty", "timeout": 600}
 
@@ -385,6 +386,9 @@ def build_batch_parser() -> argparse.ArgumentParser:
     defaults.add_argument("--template", metavar="DIR")
     defaults.add_argument("--path", metavar="DIR")
     defaults.add_argument("--setup", metavar="COMMAND")
+    defaults.add_argument("--action", metavar="NAME", action="append", dest="actions",
+                          help="also offer this action: one a plug-in registers, or module:Class (repeatable; added "
+                               "to a task's own `actions`)")
     add_agents_md_flag(defaults)
     add_config_flag(parser)
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log messages, tracebacks")
@@ -406,7 +410,7 @@ def run_batch(argv: list[str]) -> int:
     from anges.batch.progress import print_summary
     from anges.batch.state import BatchState, write_results
 
-    fields = ("agent", "model", "timeout", "max_steps", "template", "path", "setup")
+    fields = ("agent", "model", "timeout", "max_steps", "template", "path", "setup", "actions")
     report = start(args.tasks, defaults={name: getattr(args, name) for name in fields}, engine=args.engine,
                    workers=args.workers, batch_id=args.batch_id, retry_failed=args.retry_failed,
                    config_file=args.config, address=args.address,
