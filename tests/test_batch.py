@@ -620,3 +620,80 @@ def test_a_task_offers_the_actions_its_file_and_the_action_flag_name(tmp_path):
     assert out.returncode == 0, out.stderr
     stream = batch_streams(batch_id_for(path))["t"]
     assert [e.data.get("action_type") for e in stream.events_list[1:]] == ["STAMP", "COUNT_LINES", "TASK_COMPLETE"]
+
+
+# --- the live panel -------------------------------------------------------------------------------------------
+
+
+class Frames:
+    """The batch's live panel (`RichDisplay`), each frame drawn as text when a task ends and when the batch ends,
+    and on demand; nothing else is drawn."""
+
+    def __init__(self, progress):
+        import io
+
+        from anges.batch.progress import RichDisplay
+
+        self.panel = RichDisplay(progress, io.StringIO())
+        self.frames: list[str] = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.draw()
+
+    def note(self, text):
+        pass
+
+    def finished(self, row):
+        self.draw()
+
+    def draw(self) -> str:
+        import io
+
+        from rich.console import Console
+
+        out = io.StringIO()
+        Console(file=out, width=200, color_system=None).print(self.panel._render())
+        self.frames.append(out.getvalue())
+        return self.frames[-1]
+
+
+@pytest.mark.sandbox
+def test_the_live_panel_shows_each_runs_steps_and_doing_and_agrees_with_the_summary_after_ctrl_c(tmp_path):
+    import io
+    import re
+
+    from anges.batch.local import LocalEngine
+    from anges.batch.progress import print_summary
+    from anges.batch.runner import BatchRunner
+
+    tasks = Stoppable(tmp_path, 4)
+    wait = json.loads(Path(tasks.args[2].removeprefix("scripted:")).read_text())[0]["actions"][0]["command"]
+    model = script(tmp_path, "first.json", shell("echo first step"), shell(wait), complete())
+    panels = []
+    runner = BatchRunner(load_tasks(tasks.path, {"model": model}), "panel", LocalEngine(2),
+                         config_file=tasks.args[-1], display_factory=lambda progress: panels.append(Frames(progress))
+                         or panels[-1])
+    box = {}
+    thread = threading.Thread(target=lambda: box.setdefault("report", runner.run()), daemon=True)
+    thread.start()
+    tasks.wait_started(2)
+    deadline = time.monotonic() + 10
+    while "running `test -f" not in (live := panels[0].draw()):
+        assert time.monotonic() < deadline, live
+        time.sleep(0.05)
+    rows = [line for line in live.splitlines() if line.startswith("t")]
+    assert len(rows) == 2 and all(f"1 step  running `{wait[:40]}" in row for row in rows), live
+
+    runner.stop()  # what Ctrl-C does
+    thread.join(30)
+    assert not thread.is_alive()
+    tasks.wait_gone()
+    summary = io.StringIO()
+    print_summary(box["report"].results, summary)
+    counts = {line.split()[0]: int(line.split()[1]) for line in summary.getvalue().splitlines()[1:]}
+    last = panels[0].frames[-1].splitlines()[0]
+    assert counts == {"unfinished": 4, "total": 4}
+    assert re.search(r"· 0/4 done · 0 failed · 4 unfinished · 0 running ·", last), last

@@ -219,12 +219,13 @@ def test_the_collector_hands_a_retry_what_earlier_attempts_sent_and_refuses_a_st
     collector.seed("t", [["s", {"kind": "header"}]])
     first = collector.begin("t")
     assert (first["attempt"], first["records"], first["ended"]) == (1, [["s", {"kind": "header"}]], False)
-    assert collector.append("t", 1, [["s", {"kind": "event", "type": "action"}]]) == "ok"
-    assert collector.drain() == {"t": [["s", {"kind": "event", "type": "action"}]]}  # the seed is not drained
+    assert collector.append("t", 1, [["s", {"kind": "event", "type": "action"}]], "running `ls`") == "ok"
+    assert collector.drain() == ({"t": [["s", {"kind": "event", "type": "action"}]]},  # the seed is not drained
+                                 {"t": "running `ls`"})
     second = collector.begin("t")  # Ray retried the task: the old attempt's node is gone
     assert second["attempt"] == 2 and len(second["records"]) == 2
-    assert collector.append("t", 1, [["s", {"kind": "event", "type": "late"}]]) == "stale"
-    assert collector.drain() == {}
+    assert collector.append("t", 1, [["s", {"kind": "event", "type": "late"}]], "thinking") == "stale"
+    assert collector.drain() == ({}, {"t": "running `ls`"})
     collector.end("t", 2)
     assert collector.begin("t")["ended"]  # a retry after the end does not run the task again
     collector.stop()

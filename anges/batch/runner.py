@@ -47,6 +47,7 @@ class Sink(Protocol):
 
     def started(self, job: Job) -> None: ...
     def event(self, job: Job, item: dict) -> None: ...
+    def doing(self, job: Job, text: str) -> None: ...
     def finished(self, job: Job, done: dict, wall_time: float) -> None: ...
 
 
@@ -151,6 +152,9 @@ class BatchRunner:
 
     def event(self, job: Job, item: dict) -> None:
         self._progress.event(job.spec.id, item)
+
+    def doing(self, job: Job, text: str) -> None:
+        self._progress.doing(job.spec.id, text)
 
     def finished(self, job: Job, done: dict, wall_time: float) -> None:
         if done["status"] == "not_started":

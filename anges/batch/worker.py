@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from anges.batch.tasks import TaskSpec
 from anges.exceptions import AngesError
@@ -85,8 +85,9 @@ def prepare_workdir(workdir: Path, template: str | None, keep: bool) -> bool:
 
 
 def run_task(job: Job, config: Config, store: EventStore, workdir: Path, fresh: bool, stop: threading.Event,
-             on_message: Callable | None = None) -> dict:
-    """Run the setup command (in a fresh folder) and then the agent; return the worker's result."""
+             on_message: Callable | None = None, on_doing: Callable[[str], None] | None = None) -> dict:
+    """Run the setup command (in a fresh folder) and then the agent; return the worker's result. `on_doing` hears
+    what the run is doing now ("thinking", "running `make test`", ...)."""
     from anges.store.events import EventStream
 
     spec = job.spec
@@ -103,7 +104,7 @@ def run_task(job: Job, config: Config, store: EventStore, workdir: Path, fresh: 
             return result("not_started")
         stream = store.load(job.stream_id) if job.resume else EventStream(uid=job.stream_id, agent_type=spec.agent)
         stream.update_settings({"batch_id": job.batch_id, "batch_task": spec.id})
-        agent = _build_agent(spec, config, store, stream, workdir, stop, on_message)
+        agent = _build_agent(spec, config, store, stream, workdir, stop, on_message, on_doing)
         agent.run_with_new_request(_request(job, stream, config, fresh))
     except (AngesError, ValueError, OSError) as exc:
         return result("error", job.stream_id if store.exists(job.stream_id) else None, _describe(exc))
@@ -130,7 +131,7 @@ def _run_setup(spec: TaskSpec, workdir: Path, config: Config, stop: threading.Ev
 
 
 def _build_agent(spec: TaskSpec, config: Config, store: EventStore, stream, workdir: Path, stop: threading.Event,
-                 on_message: Callable | None):
+                 on_message: Callable | None, on_doing: Callable[[str], None] | None):
     from anges.agents import agent_class
     from anges.models import get_model
 
@@ -139,10 +140,49 @@ def _build_agent(spec: TaskSpec, config: Config, store: EventStore, stream, work
               "extra_actions": list(dict.fromkeys([*agent_config.extra_actions, *spec.actions]))}
     agent_config = agent_config.model_copy(update={key: value for key, value in limits.items() if value})
     model = get_model(spec.model, config, spec.agent)
+    if on_doing is not None:
+        model = Narrated(model, on_doing)
     return agent_class(spec.agent)(
         inference_func=model, event_stream=stream, cmd_init_dir=str(workdir), interrupt_check=stop.is_set,
         config=config, store=store, agent_config=agent_config, message_handlers=[on_message] if on_message else [],
         approval=APPROVAL)
+
+
+class Narrated:
+    """A model that says what its run is doing: "thinking" while it is called, then what the reply does first."""
+
+    def __init__(self, model: Callable[..., Any], say: Callable[[str], None]):
+        self.model = model
+        self.say = say
+
+    def __call__(self, prompt: str, temperature: float = 0.0) -> Any:
+        self.say("thinking")
+        reply = self.model(prompt, temperature=temperature)
+        self.say(next_step(str(reply)))
+        return reply
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.model, name)
+
+
+def next_step(reply: str) -> str:
+    """What a reply's first action does, in a few words: "running `make test`", "editing app.py", ..."""
+    try:
+        actions = json.loads(reply[reply.find("{"):reply.rfind("}") + 1]).get("actions") or []
+        first = actions[0] if isinstance(actions, list) and isinstance(actions[0], dict) else {}
+    except (ValueError, AttributeError, IndexError):
+        return "thinking"
+    kind = str(first.get("action_type") or "").upper()
+    if kind == "RUN_SHELL_CMD":
+        return f"running `{first.get('command')}`"
+    if kind == "EDIT_FILE":
+        words = str(first.get("directive_line") or first.get("directive") or "").split()
+        return f"editing {words[1]}" if len(words) > 1 else "editing a file"
+    if kind == "CALL_CHILD_AGENT":
+        return f"delegating: {first.get('directive') or ''}".strip(": ")
+    if kind in ("TASK_COMPLETE", "HELP_NEEDED", "AGENT_TEXT_RESPONSE"):
+        return "answering"
+    return kind or "thinking"
 
 
 def batch_safety(safety: SafetyConfig) -> SafetyConfig:
@@ -222,7 +262,8 @@ def main() -> int:
         config = load_config(job.config_file, job.overrides)
         workdir = Path(job.spec.path or job.workdir)
         fresh = not job.resume if job.spec.path else prepare_workdir(workdir, job.spec.template, keep=job.resume)
-        done = run_task(job, config, EventStore(), workdir, fresh, stop, lambda m: report(progress_line(m)))
+        done = run_task(job, config, EventStore(), workdir, fresh, stop, lambda m: report(progress_line(m)),
+                        lambda text: report({"type": "doing", "text": text[:200]}))
     except KeyboardInterrupt:  # a second signal: the agent recorded the stop and killed its command on the way out
         done = result("interrupted", job.stream_id)
     except (AngesError, OSError) as exc:
