@@ -554,6 +554,7 @@ def test_a_killed_driver_stops_its_workers_and_the_batch_resumes(tmp_path):
     proc = subprocess.Popen([*ANGES, "batch", *tasks.args, "--workers", "2"], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     tasks.wait_started(2)
+    time.sleep(1.0)  # the killed runs last a second at least: their time must count
     proc.kill()
     proc.wait()
     tasks.wait_gone()  # each worker noticed it was orphaned and stopped its run
@@ -567,6 +568,13 @@ def test_a_killed_driver_stops_its_workers_and_the_batch_resumes(tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     assert "2 to run (2 continued where they stopped)" in resumed.stderr
     assert all(types(s)[-1] == "task_completion" for s in batch_streams(batch_id).values())
+    log = [json.loads(line) for line in BatchState(batch_id).log_path.read_text().splitlines()]
+    killed = [entry for entry in log if entry.get("recovered")]  # the ends the killed batch could not log
+    assert sorted(entry["task"] for entry in killed) == ["t0", "t1"]
+    assert all(entry["status"] == "interrupted" and entry["wall_time"] >= 1.0 for entry in killed)
+    for row in results_of(BatchState(batch_id).results_path).values():
+        ends = [e["wall_time"] for e in log if e["kind"] == "end" and e["task"] == row["id"]]
+        assert len(ends) == 2 and row["wall_time"] == pytest.approx(sum(ends), abs=0.002) and row["wall_time"] >= 1.0
 
 
 @pytest.mark.sandbox

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from anges.batch.progress import PlainDisplay, Progress
 from anges.batch.results import outcome, task_result
-from anges.batch.state import BatchState
+from anges.batch.state import BatchState, TaskRecord
 from anges.batch.tasks import TaskSpec
 from anges.batch.worker import Job
 from anges.exceptions import StreamBusy
@@ -102,6 +102,8 @@ class BatchRunner:
         jobs, earlier, resumed = [], Counter(), 0
         for spec in self.specs:
             record = records.get(spec.id)
+            if record is not None and record.open_since is not None:
+                self._end_killed_run(spec.id, record)
             row = task_result(self.store, spec, record)
             kind = outcome(row)
             if kind == "succeeded" or (kind == "failed" and not self.retry_failed):
@@ -169,6 +171,16 @@ class BatchRunner:
             row = task_result(self.store, job.spec, self.state.records()[job.spec.id])
             self._progress.finished(job.spec.id, row)
             self._display.finished(row)
+
+    def _end_killed_run(self, task_id: str, record: TaskRecord) -> None:
+        """Log the end of a run whose `anges batch` was killed, its time taken from its stream's last event (the
+        stop its worker recorded), so the task's wall time counts it."""
+        stream = self.store.load(record.stream_id) if record.stream_id and self.store.exists(record.stream_id) else None
+        if stream is None or not stream.events_list or self.store.is_running(stream.uid):
+            return  # it never started (the next run starts it), or its worker still runs
+        ended = stream.events_list[-1].created_at.timestamp()
+        self.state.ended(task_id, stream.uid, stream_status(stream.events_list), None,
+                         max(0.0, ended - record.open_since), recovered=True)
 
     def _close_stream(self, uid: str, reason: str, why: str) -> None:
         """End a stream whose worker was killed or lost before it could record the end itself."""

@@ -2,7 +2,8 @@
 
 `log.jsonl` has one line when a task's run starts (`{"kind": "start", "task", "stream_id", "time"}`) and one
 when it ends (`{"kind": "end", "task", "stream_id", "status", "error", "wall_time", "time"}`), so a later
-`anges batch` of the same batch knows each task's stream. `results.jsonl` is rewritten at the end of each run
+`anges batch` of the same batch knows each task's stream. A run whose `anges batch` was killed has no end line;
+the next `anges batch` writes it (`"recovered": true`), its wall time read from the stream's last event. `results.jsonl` is rewritten at the end of each run
 of the batch; `work/<task id>/` are the work directories of the local engine.
 """
 
@@ -36,6 +37,8 @@ class TaskRecord:
     error: str | None = None
     wall_time: float = 0.0
     """Seconds spent on the latest stream, over every run of the batch that worked on it."""
+    open_since: float | None = None
+    """When a run started that the log has no end for (its `anges batch` was killed): the time of its start."""
 
 
 class BatchState:
@@ -70,9 +73,11 @@ class BatchState:
     def started(self, task_id: str, stream_id: str) -> None:
         self._append({"kind": "start", "task": task_id, "stream_id": stream_id})
 
-    def ended(self, task_id: str, stream_id: str | None, status: str, error: str | None, wall_time: float) -> None:
+    def ended(self, task_id: str, stream_id: str | None, status: str, error: str | None, wall_time: float,
+              recovered: bool = False) -> None:
         self._append({"kind": "end", "task": task_id, "stream_id": stream_id, "status": status,
-                      "error": (error or "")[:MAX_ERROR_CHARS] or None, "wall_time": round(wall_time, 3)})
+                      "error": (error or "")[:MAX_ERROR_CHARS] or None, "wall_time": round(wall_time, 3),
+                      **({"recovered": True} if recovered else {})})
 
     def records(self) -> dict[str, TaskRecord]:
         """Each task's record, folded from the log once (a torn last line is ignored), then kept up to date."""
@@ -138,10 +143,12 @@ def _fold(record: TaskRecord, entry: dict) -> None:
         if stream_id != record.stream_id:
             record.wall_time = 0.0
         record.stream_id, record.status, record.error = stream_id, None, None
+        when = entry.get("time")
+        record.open_since = float(when) if isinstance(when, (int, float)) else None
     elif entry.get("kind") == "end":
         if stream_id != record.stream_id:
             record.wall_time = 0.0
-        record.stream_id = stream_id
+        record.stream_id, record.open_since = stream_id, None
         record.status, record.error = entry.get("status"), entry.get("error")
         wall = entry.get("wall_time")
         record.wall_time += wall if isinstance(wall, (int, float)) else 0.0

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 MAX_ERROR_TAIL = 1000
 PARENT_POLL_SECONDS = 0.5
+PR_SET_PDEATHSIG = 1
 APPROVAL = "ask"
 """With no channel: nobody watches a batch, so an action that needs approval is declined at once with the reason
 (`by: no_one`), and the run goes on."""
@@ -298,8 +299,12 @@ def _stop_on_signals(stop: threading.Event) -> None:
 
 
 def _stop_when_orphaned(stop: threading.Event) -> None:
-    """Stop the run if the driver dies (the worker then belongs to init, a new parent)."""
+    """Stop the run if the driver dies: on Linux the kernel sends SIGTERM at once (a parent-death signal), elsewhere
+    a watch notices the new parent (init) within PARENT_POLL_SECONDS."""
     parent = os.getppid()
+    _term_when_parent_dies()
+    if os.getppid() != parent:  # it died before the signal was asked for
+        stop.set()
 
     def watch():
         while not stop.wait(PARENT_POLL_SECONDS):
@@ -307,6 +312,18 @@ def _stop_when_orphaned(stop: threading.Event) -> None:
                 stop.set()
 
     threading.Thread(target=watch, name="anges-batch-parent", daemon=True).start()
+
+
+def _term_when_parent_dies() -> bool:
+    """Ask Linux for SIGTERM when the process that started this one exits (prctl PR_SET_PDEATHSIG)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 if __name__ == "__main__":
