@@ -133,8 +133,8 @@ def main() -> None:
     if args.orphaned:
         with tempfile.TemporaryDirectory() as folder:
             times = sorted(orphaned_stop(Path(folder)))
-        print("kill -9 of anges batch: its worker's command gone after "
-              f"{', '.join(f'{c:.2f}' for c, _ in times)} s; the worker after {', '.join(f'{w:.2f}' for _, w in times)} s")
+        commands, workers = (", ".join(f"{t[i]:.2f}" for t in times) for i in (0, 1))
+        print(f"kill -9 of anges batch: its worker's command gone after {commands} s; the worker after {workers} s")
         return
 
     with tempfile.TemporaryDirectory() as folder:

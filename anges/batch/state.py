@@ -3,7 +3,8 @@
 `log.jsonl` has one line when a task's run starts (`{"kind": "start", "task", "stream_id", "time"}`) and one
 when it ends (`{"kind": "end", "task", "stream_id", "status", "error", "wall_time", "time"}`), so a later
 `anges batch` of the same batch knows each task's stream. A run whose `anges batch` was killed has no end line;
-the next `anges batch` writes it (`"recovered": true`), its wall time read from the stream's last event. `results.jsonl` is rewritten at the end of each run
+the next `anges batch` writes it (`"recovered": true`), its wall time read from the stream's last event.
+`results.jsonl` is rewritten at the end of each run
 of the batch; `work/<task id>/` are the work directories of the local engine.
 """
 
