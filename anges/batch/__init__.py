@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
     from anges.config.types import Config
 
 DEFAULT_LOCAL_WORKERS = 4
+RAY_LOG = "ray.log"
+"""In the batch's folder: what Ray itself printed while the batch ran on it."""
 
 
 def run_batch(tasks_file: str, *, defaults: dict, engine: str = "local", workers: int | None = None,
@@ -39,11 +42,16 @@ def run_batch(tasks_file: str, *, defaults: dict, engine: str = "local", workers
     specs = load_tasks(tasks_file, defaults)
     config = load_config(config_file, overrides)
     check_models(specs, config)
+    batch_id = batch_id or batch_id_for(tasks_file)
+    notes = _safety_notes(config)
     if engine == "ray":  # each task checks the sandbox on its own node
-        from anges.batch.ray_engine import RayEngine
+        from anges.batch.ray_engine import RayEngine, ray_output
+        from anges.batch.state import BatchState
 
         chosen = RayEngine(config, address=address, workers=workers, retries=retries, cpus_per_task=cpus_per_task,
                            env_names=env_names)
+        output = ray_output(BatchState(batch_id).root / RAY_LOG)
+        notes += (f"Ray's own messages go to {BatchState(batch_id).root / RAY_LOG}",)
     else:
         from anges.batch.local import LocalEngine
 
@@ -51,11 +59,13 @@ def run_batch(tasks_file: str, *, defaults: dict, engine: str = "local", workers
         if missing:
             raise BatchError(missing)
         chosen = LocalEngine(workers or DEFAULT_LOCAL_WORKERS)
-    runner = BatchRunner(specs, batch_id or batch_id_for(tasks_file), chosen, retry_failed=retry_failed,
-                         config_file=os.path.abspath(config_file) if config_file else None,
-                         config_overrides=overrides, notes=_safety_notes(config),
-                         display_factory=lambda progress: make_display(progress, sys.stderr))
-    return runner.run()
+        output = nullcontext(sys.stderr)
+    with output as shown:
+        runner = BatchRunner(specs, batch_id, chosen, retry_failed=retry_failed,
+                             config_file=os.path.abspath(config_file) if config_file else None,
+                             config_overrides=overrides, notes=notes,
+                             display_factory=lambda progress: make_display(progress, shown))
+        return runner.run()
 
 
 def _safety_notes(config: Config) -> tuple[str, ...]:

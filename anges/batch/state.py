@@ -4,8 +4,8 @@
 when it ends (`{"kind": "end", "task", "stream_id", "status", "error", "wall_time", "time"}`), so a later
 `anges batch` of the same batch knows each task's stream. A run whose `anges batch` was killed has no end line;
 the next `anges batch` writes it (`"recovered": true`), its wall time read from the stream's last event.
-`results.jsonl` is rewritten at the end of each run
-of the batch; `work/<task id>/` are the work directories of the local engine.
+`results.jsonl` is rewritten at the end of each run of the batch; `work/<task id>/` are the work directories of
+the local engine; `ray.log` is what Ray itself printed while the batch ran on it.
 """
 
 from __future__ import annotations
