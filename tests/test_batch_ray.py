@@ -251,7 +251,7 @@ def test_what_ray_writes_to_stderr_goes_to_the_batch_log(tmp_path):
     log = tmp_path / "batch" / "ray.log"
     code = ("import logging, os, subprocess, sys\n"
             "from pathlib import Path\n"
-            "from anges.batch.ray_engine import ray_output\n"
+            "from anges.batch.ray_output import ray_output\n"
             f"with ray_output(Path({str(log)!r})) as shown:\n"
             "    os.write(2, b'[raylet] Started worker process 42\\n')\n"
             "    logging.getLogger('ray').warning('a node died: Traceback ...')\n"

@@ -147,7 +147,7 @@ class UpdateMapper:
             self._thought[speaker.id] = delta.reasoning.strip() or delta.analysis.strip()
             self.send(update_agent_thought_text(lead + delta.text))
 
-    def event(self, event, speaker: Speaker, step=None) -> None:
+    def event(self, event: Event, speaker: Speaker, step: Event | None = None) -> None:
         """An event was recorded (or is replayed; `step` is then the event that ended the step an approval request
         belongs to, whose thoughts and input the live turn showed before the request)."""
         with self._lock:

@@ -3,7 +3,8 @@
 - `tasks.py`: task files (JSON Lines or YAML) and their checks
 - `runner.py`: what to run, what to skip, Ctrl-C, results; `state.py`: the batch's folder and log
 - `worker.py`: one task's run, the same in a local worker process and in a Ray task
-- `local.py`, `ray_engine.py`: where runs happen; `progress.py`: the live display and the summary
+- `local.py`, `ray_engine.py`: where runs happen (`ray_output.py`: what Ray prints goes to the batch's `ray.log`);
+  `progress.py`: the live display and the summary
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ def run_batch(tasks_file: str, *, defaults: dict, engine: str = "local", workers
     batch_id = batch_id or batch_id_for(tasks_file)
     notes = _safety_notes(config)
     if engine == "ray":  # each task checks the sandbox on its own node
-        from anges.batch.ray_engine import RayEngine, ray_output
+        from anges.batch.ray_engine import RayEngine
+        from anges.batch.ray_output import ray_output
         from anges.batch.state import BatchState
 
         chosen = RayEngine(config, address=address, workers=workers, retries=retries, cpus_per_task=cpus_per_task,
