@@ -785,13 +785,13 @@ def test_a_loaded_stream_finds_its_children_with_its_stores_loader(tmp_path):
 
 
 def command_event(output: str, **facts) -> Event:
-    """A command's event with the facts RUN_SHELL_CMD records."""
+    """A command's event with the facts RUN_SHELL_CMD and the agent record."""
     from anges.safety.shell import CommandResult
 
     result = CommandResult("ls -l", 0, output, "", 0.01, stdout_bytes=len(output), stdout_lines=output.count("\n"))
     event = Event("action", reasoning="list them", data={
         **result.to_data(), "action_type": "RUN_SHELL_CMD", "stdout": output, "stderr": "", "sandbox": "workspace",
-        "escalated": False, "result_format": 2, **facts})
+        "escalated": False, "result_format": 2, "input": {"command": "ls -l"}, **facts})
     event.content = ShellRun.of(event).text()
     return event
 
