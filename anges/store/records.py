@@ -6,9 +6,10 @@ and the `Event.to_dict()` fields), `summary`, `title` and `settings` (`agent_set
 The last `title` and `settings` records win.
 
 Format 3 also leaves out every field and fact at its default: an empty `reasoning`, `analysis`, `message` or
-`content`, a `title` of null, token estimates of 0, empty `data`, and the facts of a command's or an edit's
-result and of its `approval` and `usage` that are at their defaults (`"timed_out": false`, `"pid": null`, ...:
-`anges.store.events.stored_facts`); `Event.from_dict` fills them in. Format 2 left out only the `content` of
+`content`, a `title` of null, token estimates of 0, empty `data`, the facts of a command's result at their
+defaults (`"timed_out": false`, `"pid": null`, ..., an `input` that is only the command) and those of an
+event's `approval` and `usage` (`anges.store.events.stored_facts`); `Event.from_record` fills them in, so an
+event reads back as it was recorded. Format 2 left out only the `content` of
 an event that is its facts rendered (a command's or an edit's result: `anges.store.events.derived_content`),
 so a command's output is stored once; `Event.from_dict` rebuilds it. Format 1 (anges 0.2.0) stored it twice.
 All three are read; a file of format 1 or 2 is rewritten in format 3 the next time its stream is written
