@@ -58,7 +58,8 @@ class Runners:
             if sandboxed not in self._runners:
                 settings = self.settings if sandboxed else None
                 self._runners[sandboxed] = CommandRunner(self.cwd, settings, self.bwrap, self.log_cap,
-                                                         contain=self.contain and not sandboxed)
+                                                         contain=self.contain and not sandboxed,
+                                                         writable=self.settings.writable)
             return self._runners[sandboxed]
 
     def jobs(self) -> list[Job]:
@@ -198,9 +199,9 @@ class SafetyShare:
             kept.close()
 
 
-def terminal_approval(safety: SafetyConfig, pause=None) -> tuple[Callable | None, list[str]]:
-    """The CLI's approval channel: the terminal prompt when a person can answer there (None otherwise), and what to
-    tell them up front (no terminal to ask on; unsandboxed commands no one can approve)."""
+def terminal_approval(safety: SafetyConfig, cwd: str, pause=None) -> tuple[Callable | None, list[str]]:
+    """The CLI's approval channel for a run in `cwd`: the terminal prompt when a person can answer there (None
+    otherwise), and what to tell them up front (no terminal to ask on; unsandboxed commands no one can approve)."""
     from anges.safety.approval import TerminalPrompt
 
     channel, notes = None, []
@@ -210,10 +211,15 @@ def terminal_approval(safety: SafetyConfig, pause=None) -> tuple[Callable | None
         elif safety.approval == "ask":
             notes.append("--approval ask needs a terminal to ask on; actions that need approval will be declined")
     no_one_approves = safety.approval != "auto" and (channel is None or safety.approval == "deny")
-    if no_one_approves and (safety.sandbox == "off" or not availability(safety.bwrap).ok):
+    if no_one_approves and (safety.sandbox == "off" or not sandbox_works(safety, cwd)):
         notes.append("commands run without a sandbox need approval, and none can be given here: add --approval auto "
                      "to run them")
     return channel, notes
+
+
+def sandbox_works(safety: SafetyConfig, cwd: str) -> bool:
+    """Whether the sandbox runs for a run in `cwd` (never trying a bwrap its commands could have written)."""
+    return availability(safety.bwrap, SandboxSettings.for_run(safety, cwd).writable, quiet=True).ok
 
 
 def run_secrets(config, pass_env: Iterable[str] = (), mcp=None) -> tuple[list[str], dict[str, str]]:
