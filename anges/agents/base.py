@@ -25,7 +25,7 @@ from anges.models import get_model
 from anges.prompt.parsing import ParsedReply
 from anges.safety.run_safety import SafetyShare, run_secrets
 from anges.store.event_store import EventStore, status_of
-from anges.store.events import Event, EventStream, new_id
+from anges.store.events import ChildReturn, Event, EventStream, action_input, new_id
 
 if TYPE_CHECKING:
     from anges.checkpoints import Checkpoints
@@ -216,13 +216,16 @@ class BaseAgent(Delegation):
                                data={"action_type": action.type, "error": f"{type(exc).__name__}: {exc}"}))
             return False
         if event is not None:
-            self._record_outcome(event, ctx.reply, permit)
+            self._record_outcome(event, ctx.reply, permit, None if action.returning_action else args)
         return action.returning_action
 
-    def _record_outcome(self, event: Event, reply: ParsedReply, permit: Permit | None = None) -> None:
-        """Record an action's event with the reply's reasoning and the approval it got."""
+    def _record_outcome(self, event: Event, reply: ParsedReply, permit: Permit | None = None,
+                        args: dict | None = None) -> None:
+        """Record an action's event with the reply's reasoning, the action's input and the approval it got."""
         event.reasoning = event.reasoning or reply.reasoning
         event.analysis = event.analysis or reply.analysis
+        if args is not None and ChildReturn.of(event) is None:  # a child's return: its start event has the input
+            event.data.setdefault("input", action_input(args))
         if permit is not None and permit.facts():
             event.data.setdefault("approval", permit.facts())
         self._record(event)

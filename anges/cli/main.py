@@ -360,7 +360,8 @@ task file: one task per line of a .jsonl file, or a YAML list (.yaml/.yml), fiel
   id (required, 1-64 letters, digits, - or _), task (required), path (work in this folder) or template (work in
   a fresh copy of it; neither: a fresh empty folder), agent, model, setup (a command run first in a fresh
   folder), timeout (seconds), max_steps, check (a command run in the folder after the agent: exit 0 = passed),
-  check_timeout (seconds). Flags give the defaults; relative paths are from the task file.
+  check_timeout (seconds), actions (more actions to offer, as --action). Flags give the defaults; relative paths
+  are from the task file.
 
   {"id": "fizzbuzz", "task": "Write fizzbuzz.py and test it", "template": "repos/empty", "timeout": 600}
 
@@ -410,6 +411,9 @@ def build_batch_parser() -> argparse.ArgumentParser:
                           help="run in the task's folder after the agent: exit 0 = passed")
     defaults.add_argument("--check-timeout", metavar="SECONDS", type=positive(float),
                           help="seconds the check may take (default: the agent's shell_cmd_timeout)")
+    defaults.add_argument("--action", metavar="NAME", action="append", dest="actions",
+                          help="also offer this action: one a plug-in registers, or module:Class (repeatable; added "
+                               "to a task's own `actions`)")
     add_agents_md_flag(defaults)
     add_config_flag(parser)
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log messages, tracebacks")
@@ -431,7 +435,8 @@ def run_batch(argv: list[str]) -> int:
     from anges.batch.progress import print_summary
     from anges.batch.state import BatchState, write_results
 
-    fields = ("agent", "model", "timeout", "max_steps", "template", "path", "setup", "check", "check_timeout")
+    fields = ("agent", "model", "timeout", "max_steps", "template", "path", "setup", "check", "check_timeout",
+              "actions")
     report = start(args.tasks, defaults={name: getattr(args, name) for name in fields}, engine=args.engine,
                    workers=args.workers, batch_id=args.batch_id, retry_failed=args.retry_failed,
                    config_file=args.config, address=args.address,

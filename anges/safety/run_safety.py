@@ -13,6 +13,7 @@ from anges.safety.approval import MODES, Asker, Gate, Permit
 from anges.safety.command_runner import CommandRunner, Job
 from anges.safety.policy import Policy
 from anges.safety.sandbox import SandboxSettings, availability
+from anges.store.events import action_input
 
 if TYPE_CHECKING:
     from anges.config.types import SafetyConfig
@@ -118,7 +119,9 @@ class RunSafety:
         permit = self.gate.check(ctx, action_type, args)
         if not permit.allowed or permit.request_id is not None:  # other approvals are facts on the action's event
             event = self.gate.decided_event(ctx, action_type, permit, skipped=0 if permit.allowed else remaining)
-            event.reasoning = "" if permit.allowed else ctx.reply.reasoning
+            if not permit.allowed:  # the declined action's only event: the step's thoughts and what it asked
+                event.reasoning, event.analysis = ctx.reply.reasoning, ctx.reply.analysis
+                event.data["input"] = action_input(args)
             ctx.record(event)
         return permit if permit.allowed else None
 
