@@ -105,7 +105,9 @@ def _run_task(job: Job, config: Config, store: EventStore, workdir: Path, fresh:
     from anges.store.events import EventStream
 
     spec = job.spec
-    config = config.model_copy(update={"safety": batch_safety(config.safety)})
+    kept = config.checkpoints
+    checkpoints = kept.model_copy(update={"enabled": kept.enabled and kept.batch})  # checkpoints.batch: false
+    config = config.model_copy(update={"safety": batch_safety(config.safety), "checkpoints": checkpoints})
     missing = missing_sandbox(config.safety, f"on {socket.gethostname()}", str(workdir))
     if missing:
         return result("error", error=missing)

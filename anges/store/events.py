@@ -317,6 +317,7 @@ EVENT_KINDS: dict[str, EventKind] = {
     "resume_child_agent": EventKind("Child agent resumed", "child_start"),
     "child_agent_running": EventKind("Child agent running", "child_running", in_report=False),
     "summary_failed": EventKind("Summary failed", in_prompt=False, in_report=False),
+    "workspace_restored": EventKind("Files restored (undo)", "restore"),
 }
 """Every event type anges records, but a parent's `child_agent_<exit type>` (see `kind_of`)."""
 _CHILD_RETURN = EventKind("Child agent returned", "child_exit")
@@ -335,8 +336,8 @@ def kind_of(event_type: str) -> EventKind:
 
 
 def group_of(event: Event) -> str:
-    """request, shell, tool, edit, answer, interrupted, approval, child_start, child_running, child_exit or other:
-    what views show an event as."""
+    """request, shell, tool, edit, answer, interrupted, approval, child_start, child_running, child_exit, restore or
+    other: what views show an event as."""
     if event.type == "action":
         data = event.data
         return "shell" if "command" in data else "tool" if "server" in data and "tool" in data else "other"
@@ -356,10 +357,10 @@ def stop_explanation(event: Event) -> str:
 
 
 def is_step(event: Event) -> bool:
-    """An action of the model, as step limits and counts see it: not a request, not bookkeeping, not the approval
-    that came before an action (a declined action's decision is its only event, so it counts)."""
+    """An action of the model, as step limits and counts see it: not a request, not bookkeeping, not an undo, not the
+    approval that came before an action (a declined action's decision is its only event, so it counts)."""
     kind = kind_of(event.type)
-    if event.type in REQUEST_EVENT_TYPES or not kind.in_report or event.type == "approval_requested":
+    if event.type in (*REQUEST_EVENT_TYPES, "approval_requested", "workspace_restored") or not kind.in_report:
         return False
     return event.type != "approval_decided" or (event.data or {}).get("decision") != "allow"
 
