@@ -84,3 +84,14 @@ def test_groups_skipped_on_purpose_need_nothing_installed(checkout):
     assert not [call for call in calls if call.startswith("apt-get")] and "chromium" not in out.stderr
     out, calls = run(checkout, 0, skip="browser")
     assert "apt-get -q install -y bubblewrap" in calls
+
+
+def test_a_type_error_fails_the_run_before_the_tests(checkout):
+    python = checkout / ".venv" / "bin"
+    tool(python, "python", f'echo "python $*" >> {checkout}/calls; '
+                           'case "$*" in *mypy*) echo "anges/x.py:1: error: bad [arg-type]"; exit 1;; esac')
+    out, calls = run(checkout, 0, skip="browser,sandbox")
+    assert out.returncode == 1
+    assert "python -m mypy --config-file tests/mypy.ini" in calls
+    assert "anges/x.py:1: error: bad" in out.stdout
+    assert not [call for call in calls if "pytest" in call], "no tests after a type error"

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from anges.agents.live import LiveReply, ReplyDelta
+from anges.agents.run import of_run
 from anges.exceptions import FormatError, ModelError, ModelReplyError, ModelSetupError, RunStopped
 from anges.models.base import ModelCall
 from anges.models.cancel import CallThread, CancelToken
@@ -72,7 +73,7 @@ class ModelCalls:
         feedback, error, problem, invalid, cut = "", "", "", 0, 0
         while True:
             prompt = agent.render_prompt(feedback)
-            if len(prompt) > agent.config.prompt.max_prompt_chars and agent.run_state.history.shorten():
+            if len(prompt) > agent.config.prompt.max_prompt_chars and of_run(agent.run_state).history.shorten():
                 prompt = agent.render_prompt(feedback)
             temperature = agent.config.model_settings.temperature + 0.1 * invalid
             reply = ""
@@ -96,7 +97,7 @@ class ModelCalls:
             feedback = render_template("invalid_reply.j2", agent.config.prompt.template_dir, error=error,
                                        attempt=invalid, max_attempts=attempts)
 
-    def reply(self, prompt: str, temperature: float | None = None, attach: bool = True, live: bool = False):
+    def reply(self, prompt: str, temperature: float | None = None, attach: bool = True, live: bool = False) -> str:
         """One model call, charged to the run (its usage put on the next event when `attach`); `live` streams its
         analysis and reasoning to the delta handlers."""
         agent = self.agent
@@ -110,7 +111,7 @@ class ModelCalls:
         except BaseException as exc:
             self._tell(prompt, temperature, started, error=exc)
             raise
-        cost = agent.run_state.ledger.count(reply if isinstance(reply, str) else "", attach)
+        cost = of_run(agent.run_state).ledger.count(reply if isinstance(reply, str) else "", attach)
         self._tell(prompt, temperature, started, reply, cost=cost)
         return reply
 
@@ -130,7 +131,7 @@ class ModelCalls:
         try:
             return self._watch(call, stop_requested, check_limits, live)
         except ModelReplyError as exc:
-            self.agent.run_state.budget.charge(exc.usage, None)  # a refused reply still cost tokens
+            of_run(self.agent.run_state).budget.charge(exc.usage, None)  # a refused reply still cost tokens
             raise
         except ModelSetupError as exc:  # a rejected key, an unknown model: retrying cannot help
             raise RunStopped("model_setup", f"the model is not usable: {exc}", error=str(exc)) from None
@@ -158,13 +159,16 @@ class ModelCalls:
             with listening(sink):
                 return call()
 
-        pending = self._thread.start(streamed, token) if self._thread is not None else None
-        if pending is None:  # no thread yet, or it ended while idle
-            self._thread = CallThread(f"anges-model-{self.agent.uid}")
-            pending = self._thread.start(streamed, token)
+        thread = self._thread
+        pending = thread.start(streamed, token) if thread is not None else None
+        if thread is None or pending is None:  # no thread yet, or it ended while idle
+            self._thread = thread = CallThread(f"anges-model-{self.agent.uid}")
+            pending = thread.start(streamed, token)
+        if pending is None:
+            raise RuntimeError("a new model call thread took no call")
         if wait_for(pending.wait, stop_requested) == "stopped":
             token.cancel()
-            self._thread.close()
+            thread.close()
             self._thread = None
             check_limits()
             raise RunStopped("interrupt", "the run was interrupted")  # a stop that `check_limits` did not see

@@ -6,6 +6,7 @@ import os
 import platform
 from typing import TYPE_CHECKING, Protocol
 
+from anges.agents.run import of_run
 from anges.models.base import Prompt
 from anges.prompt.agents_md import ProjectFile, read_agents_md
 from anges.prompt.history import format_event_stream
@@ -61,8 +62,9 @@ class Prompter:
     def prompt(self, feedback: str = "") -> Prompt:
         """The full prompt for the next step; `feedback` says what was wrong with the last reply."""
         agent, config = self.agent, self.agent.config.prompt
-        events = agent.event_stream.events_list
-        history = format_event_stream(agent.event_stream, config)
+        stream = of_run(agent.event_stream)
+        events = stream.events_list
+        history = format_event_stream(stream, config)
         jobs, older_jobs = agent.run_safety.job_lines() if agent.run_safety else ([], 0)
         text = render_template(
             agent.agent_prompt_template, config.template_dir,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from importlib import import_module
 from pathlib import Path
 
@@ -198,7 +199,7 @@ def run_task(args: argparse.Namespace) -> int:
     try:
         agent = _build_agent(args, output)
         session = Session(agent, output)
-        if not args.interactive:
+        if request is not None and not args.interactive:
             return _report(session.run(request), output)
         return _interact(session, request, quiet=args.quiet)
     finally:
@@ -461,9 +462,10 @@ def _batch_overrides(args: argparse.Namespace) -> dict | None:
     return overrides or None
 
 
-COMMANDS = {"run": run_task, "list": "list_streams", "show": "show_stream", "export": "export_stream",
-            "import": "import_stream", "rm": "remove_streams", "stats": "anges.cli.stats:show_stats",
-            "diff": "anges.cli.checkpoints:diff_command", "undo": "anges.cli.checkpoints:undo_command"}
+COMMANDS: dict[str, Callable[[argparse.Namespace], int] | str] = {
+    "run": run_task, "list": "list_streams", "show": "show_stream", "export": "export_stream",
+    "import": "import_stream", "rm": "remove_streams", "stats": "anges.cli.stats:show_stats",
+    "diff": "anges.cli.checkpoints:diff_command", "undo": "anges.cli.checkpoints:undo_command"}
 """Subcommand -> its function here, or the name of one in `anges.cli.streams` (or `module:function`), imported when
 used."""
 

@@ -45,8 +45,7 @@ class Session:
     def run(self, request: str) -> Outcome:
         """Work on one request until the agent returns or is stopped."""
         agent = self.agent
-        stream = agent.event_stream
-        start = len(stream.events_list)
+        start = len(agent.event_stream.events_list) if agent.event_stream is not None else 0
         began = time.monotonic()
         self.output.started(agent, request)
         with interrupt_on_signals(agent, self._interrupting):

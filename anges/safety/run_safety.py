@@ -120,7 +120,8 @@ class RunSafety:
         if not permit.allowed or permit.request_id is not None:  # other approvals are facts on the action's event
             event = self.gate.decided_event(ctx, action_type, permit, skipped=0 if permit.allowed else remaining)
             if not permit.allowed:  # the declined action's only event: the step's thoughts and what it asked
-                event.reasoning, event.analysis = ctx.reply.reasoning, ctx.reply.analysis
+                if ctx.reply is not None:
+                    event.reasoning, event.analysis = ctx.reply.reasoning, ctx.reply.analysis
                 event.data["input"] = action_input(args)
             ctx.record(event)
         return permit if permit.allowed else None
