@@ -195,22 +195,23 @@ class SafetyShare:
             kept.close()
 
 
-def terminal_approval(safety: SafetyConfig, pause=None) -> tuple[Callable | None, list[str]]:
-    """The CLI's approval channel: the terminal prompt when a person can answer there (None otherwise), and what to
-    tell them up front (no terminal to ask on; unsandboxed commands no one can approve)."""
+def terminal_approval(safety: SafetyConfig, channel: Callable | None = None) -> tuple[Callable | None, list[str]]:
+    """The CLI's approval channel when a person can answer on the terminal (None otherwise): `channel` (the live
+    screen's question), or the line prompt; and what to tell them up front (no terminal to ask on; unsandboxed
+    commands no one can approve)."""
     from anges.safety.approval import TerminalPrompt
 
-    channel, notes = None, []
+    chosen, notes = None, []
     if safety.approval in ("", "ask"):
         if sys.stdin.isatty() and sys.stderr.isatty():
-            channel = TerminalPrompt(sys.stderr, sys.stdin.fileno(), pause=pause)
+            chosen = channel if channel is not None else TerminalPrompt(sys.stderr, sys.stdin.fileno())
         elif safety.approval == "ask":
             notes.append("--approval ask needs a terminal to ask on; actions that need approval will be declined")
-    no_one_approves = safety.approval != "auto" and (channel is None or safety.approval == "deny")
+    no_one_approves = safety.approval != "auto" and (chosen is None or safety.approval == "deny")
     if no_one_approves and (safety.sandbox == "off" or not availability(safety.bwrap).ok):
         notes.append("commands run without a sandbox need approval, and none can be given here: add --approval auto "
                      "to run them")
-    return channel, notes
+    return chosen, notes
 
 
 def run_secrets(config, pass_env: Iterable[str] = (), mcp=None) -> tuple[list[str], dict[str, str]]:
