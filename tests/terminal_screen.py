@@ -21,12 +21,15 @@ PASTE_START, PASTE_END = "\x1b[200~", "\x1b[201~"
 class Terminal:
     """`anges ARGS` on the slave side of a pty, the master side read into a pyte screen with scrollback."""
 
-    def __init__(self, args, cwd, env=None, columns=100, rows=30):
+    def __init__(self, args, cwd, env=None, columns=100, rows=30, stdout=None):
+        """`stdout`: a file for anges' standard output (`anges ... > FILE` on a terminal)."""
         env = dict(os.environ if env is None else env)
         env.setdefault("TERM", "xterm-256color")
         pid, fd = pty.fork()
         if pid == 0:  # the child: become anges at once
             os.chdir(cwd)
+            if stdout is not None:
+                os.dup2(os.open(stdout, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 1)
             os.execve(sys.executable, [sys.executable, "-m", "anges", *args], env)
         self.pid, self.fd = pid, fd
         self.raw = b""

@@ -28,6 +28,7 @@ from prompt_toolkit.output.vt100 import Vt100_Output
 from prompt_toolkit.styles import Style
 from prompt_toolkit.utils import get_cwidth
 
+from anges.cli.terminal import terminal_size
 from anges.util.printable import printable
 
 if TYPE_CHECKING:
@@ -71,7 +72,8 @@ class Screen:
         self._lock = threading.Lock()
         self._running = False
         self._closing = False
-        self.app = self._application(above, below, bindings, input_fd)
+        self._resources = ExitStack()
+        self.app = self._application(above, below, bindings, self._input(input_fd))
         if focus is not None:
             self.app.layout.focus(focus)
 
@@ -137,6 +139,7 @@ class Screen:
             return self.app.run(pre_run=pre_run, handle_sigint=True)
 
     def _stopped(self) -> None:
+        self._resources.close()
         with self._lock:
             self._running = False
             pending, self._pending = list(self._pending), deque()
@@ -192,7 +195,15 @@ class Screen:
 
     # -- what it draws --------------------------------------------------------------------------------------------
 
-    def _application(self, above: Sequence[Pane], below: Sequence[Pane], bindings, input_fd) -> Application:
+    def _input(self, fd: int | None):
+        """Keys from the terminal on `fd`; none (a pipe that stays empty) when there is no terminal to read."""
+        from prompt_toolkit.input import create_input, create_pipe_input
+
+        if fd is not None and os.isatty(fd):
+            return create_input(sys.stdin if fd == 0 else os.fdopen(os.dup(fd), "r"))
+        return self._resources.enter_context(create_pipe_input())
+
+    def _application(self, above: Sequence[Pane], below: Sequence[Pane], bindings, keys_in) -> Application:
         live = Window(FormattedTextControl(self._live_text), dont_extend_height=True, wrap_lines=False)
         status = Window(FormattedTextControl(self._status_text), height=1, dont_extend_height=True)
         notice = ConditionalContainer(Window(FormattedTextControl(lambda: [("class:notice", self.notice)]),
@@ -202,7 +213,7 @@ class Screen:
         # of two bindings for the same key the later wins: a question's keys over the input box's, over the rest
         keys = [bindings, *(pane.bindings for pane in (*below, *above))]
         app = Application(layout=Layout(HSplit(parts)), key_bindings=merge_key_bindings([k for k in keys if k]),
-            full_screen=False, output=self._output(), input=_input(input_fd), style=STYLE,
+            full_screen=False, output=self._output(), input=keys_in, style=STYLE,
             color_depth=None if self.display.colour else ColorDepth.DEPTH_1_BIT, erase_when_done=True,
             mouse_support=False)
         app.key_processor.before_key_press += self._key_pressed
@@ -214,11 +225,8 @@ class Screen:
         stream = self.display.stream
 
         def size() -> Size:
-            try:
-                columns, rows = os.get_terminal_size(stream.fileno())
-            except OSError:
-                columns, rows = 80, 24
-            return Size(rows=rows or 24, columns=columns or 80)
+            columns, rows = terminal_size(stream)
+            return Size(rows=rows, columns=columns)
 
         # no cursor position requests: their answers would arrive as input, and a test's terminal gives none
         return Vt100_Output(stream, size, term=os.environ.get("TERM"), enable_cpr=False)
@@ -233,16 +241,6 @@ class Screen:
     def _status_text(self):
         line = self.status.line(self.width() - 1)
         return [("class:status" if self.status.working else "class:status.idle", line)]
-
-
-def _input(fd: int | None):
-    """Keys from the terminal on `fd`; none (a pipe that stays empty) when there is no terminal to read."""
-    from prompt_toolkit.input import create_input, create_pipe_input
-
-    if fd is not None and os.isatty(fd):
-        stdin = sys.stdin if fd == 0 else os.fdopen(os.dup(fd), "r")
-        return create_input(stdin)
-    return create_pipe_input().__enter__()
 
 
 def last_lines(text: str, width: int, count: int = LIVE_LINES) -> list[str]:

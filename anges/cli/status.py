@@ -109,7 +109,7 @@ class Status:
     def line(self, width: int = 1000, now: float | None = None) -> str:
         """`⠹ thinking · 12.4s · 3 steps · 4,210 tokens · $0.0123 · 62% cached · openai:gpt-4.1 · sandbox workspace`
         while a request runs, the settings and the session's totals between requests; what fits in `width` (the
-        model and the sandbox go first, then the activity is shortened)."""
+        activity is shortened to make room, then the last parts go)."""
         now = time.monotonic() if now is None else now
         with self.lock:
             model = shorten(self.model or "no model", 40)
@@ -118,13 +118,14 @@ class Status:
                 parts = [*self.session.parts()[1:], *settings] if self.session.steps else settings
                 return _fit(parts, width)
             glyph = SPINNER[int(now * 10) % len(SPINNER)]
-            activity = f"{glyph} {self.activity}"
+            activity = self.activity
             parts = [seconds(now - self.started), *self.run.parts(), *settings[:2], "Esc stops"]
         for keep in range(len(parts), 0, -1):
-            line = " · ".join([activity, *parts[:keep]])
-            if len(line) <= width:
-                return line
-        return _fit([activity, *parts[:1]], width)
+            rest = " · " + " · ".join(parts[:keep])
+            room = width - len(rest) - 2
+            if room >= min(len(activity), 24):
+                return f"{glyph} {shorten(activity, room)}{rest}"
+        return _fit([f"{glyph} {activity}", *parts[:1]], width)
 
 
 def _fit(parts: list[str], width: int) -> str:

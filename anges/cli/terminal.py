@@ -53,12 +53,7 @@ class Display:
 
     def width(self) -> int:
         """The columns of this stream's terminal now (never stdout's: the transcript may be on stderr)."""
-        if not self.styled:
-            return UNLIMITED
-        try:
-            return max(os.get_terminal_size(self.stream.fileno()).columns, 20)
-        except (OSError, ValueError, AttributeError):
-            return 80
+        return terminal_size(self.stream)[0] if self.styled else UNLIMITED
 
     def text(self, renderables: Iterable[RenderableType], width: int | None = None) -> str:
         """The renderables as this display shows them (ANSI on a terminal, plain text elsewhere), each line ended."""
@@ -84,6 +79,23 @@ class Display:
         if text:
             self.stream.write(text)
             self.stream.flush()
+
+
+def terminal_size(stream: TextIO) -> tuple[int, int]:
+    """(columns, rows) of the terminal `stream` is on: COLUMNS and LINES when set, as `shutil` reads them, else the
+    terminal's own (80 x 24 when it says 0 or is none)."""
+    try:
+        columns, rows = os.get_terminal_size(stream.fileno())
+    except (OSError, ValueError, AttributeError):
+        columns, rows = 0, 0
+    return _positive(os.environ.get("COLUMNS"), columns or 80), _positive(os.environ.get("LINES"), rows or 24)
+
+
+def _positive(text: str | None, default: int) -> int:
+    try:
+        return int(text) if text and int(text) > 0 else default
+    except ValueError:
+        return default
 
 
 def seconds(value: float) -> str:
