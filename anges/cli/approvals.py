@@ -18,16 +18,14 @@ from prompt_toolkit.layout import ConditionalContainer, HSplit, Window
 from prompt_toolkit.layout.controls import FormattedTextControl
 from prompt_toolkit.utils import get_cwidth
 from prompt_toolkit.widgets import TextArea
-from rich.text import Text
 
 from anges.cli.screen import Pane
-from anges.safety.approval import Decision
 from anges.util.clipping import clip, clip_lines, one_line
 from anges.util.printable import printable
 
 if TYPE_CHECKING:
     from anges.cli.screen import Screen
-    from anges.safety.approval import ApprovalRequest
+    from anges.safety.approval import ApprovalRequest, Decision
 
 TYPING_GAP = 0.4
 """A question that appears within this many seconds of typing into the input box is not answered by the keys that
@@ -111,7 +109,7 @@ class ApprovalPane(Pane):
     def __call__(self, request: ApprovalRequest) -> Decision:
         with self._one_at_a_time:
             if request.cancelled.is_set() or self.screen is None:
-                return Decision("cancelled", by="interrupt")
+                return _decision("cancelled", by="interrupt")
             size = self.screen.app.output.get_size()
             _, complete = approval_block(request, size.rows, size.columns)
             asking = Asking(request, complete)
@@ -119,7 +117,7 @@ class ApprovalPane(Pane):
             try:
                 while not asking.answered.wait(0.05):
                     if request.cancelled.is_set():
-                        return Decision("cancelled", by="interrupt")
+                        return _decision("cancelled", by="interrupt")
                 return asking.decision
             finally:
                 self.screen.in_loop(self._hide)
@@ -192,7 +190,7 @@ class ApprovalPane(Pane):
 
         @key("n")
         def _(event) -> None:
-            self._answer(Decision("deny", by=self.name))
+            self._answer(_decision("deny", by=self.name))
 
         @key("t")
         def _(event) -> None:
@@ -205,7 +203,7 @@ class ApprovalPane(Pane):
 
         @keys.add("enter", filter=Condition(lambda: self._telling))
         def _(event) -> None:
-            self._answer(Decision("deny", feedback=self.feedback.text.strip(), by=self.name))
+            self._answer(_decision("deny", feedback=self.feedback.text.strip(), by=self.name))
 
         @keys.add("escape", filter=Condition(lambda: self._telling), eager=True)
         def _(event) -> None:
@@ -234,10 +232,12 @@ class ApprovalPane(Pane):
         if not self.asking.complete:
             self.screen.say("part of it is not on the screen: view it all with v before you approve it")
             return
-        self._answer(Decision("allow", always=always, by=self.name))
+        self._answer(_decision("allow", always=always, by=self.name))
 
     def _view(self) -> None:
         """Print the whole detail above (into the scrollback): then it may be approved."""
+        from rich.text import Text
+
         asking = self.asking
         lines = printable(asking.request.detail).splitlines() or [""]
         framed = [Text.assemble(("  │ ", "dim"), line) for line in lines]
@@ -245,6 +245,12 @@ class ApprovalPane(Pane):
         self.screen.print(self.screen.display.text([heading, *framed]))
         asking.complete = True
         self.screen.say("the whole detail is above; y, n, a or t")
+
+
+def _decision(verdict: str, **facts) -> Decision:
+    from anges.safety.approval import Decision  # the gate has loaded it: not loaded before the input box shows
+
+    return Decision(verdict, **facts)
 
 
 def _discard_typed_ahead() -> None:

@@ -83,10 +83,14 @@ def _choices(options: dict[str, str]):
 
 def _models(session: Interactive, argument: str) -> list[tuple[str, str]]:
     setup = session.setup
+    if setup is None:  # not loaded yet
+        return []
     return [(name, f"{preset.provider}:{preset.model}") for name, preset in setup.config.models.items()]
 
 
 def _streams(session: Interactive, argument: str) -> list[tuple[str, str]]:
+    if session.setup is None:
+        return []
     return [(info.uid, (info.title or "")[:60]) for info in _recent(session)]
 
 

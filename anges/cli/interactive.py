@@ -1,8 +1,8 @@
 """The interactive session (`anges` on a terminal, or `anges -i`): an input box under the transcript, one request
 at a time on a thread of its own while what is typed meanwhile waits its turn, slash commands, Esc to stop.
 
-The input box shows before anything heavy is loaded: the configuration, the store and the agent are made on a
-thread once it is up, and a request typed before they are ready waits for them.
+The input box shows before anything heavy is loaded (the renderer, the configuration, the store, the agent): they
+are made once it is drawn, and a request typed before they are ready waits for them.
 """
 
 from __future__ import annotations
@@ -17,22 +17,21 @@ from prompt_toolkit.filters import Condition
 from prompt_toolkit.key_binding import KeyBindings
 from prompt_toolkit.layout import ConditionalContainer, Window
 from prompt_toolkit.layout.controls import FormattedTextControl
-from rich.text import Text
 
 from anges import __version__
 from anges.cli.approvals import ApprovalPane
-from anges.cli.commands import completions, run_command
 from anges.cli.composer import Completions, Composer, History
 from anges.cli.picker import Picker
-from anges.cli.render import one_line
 from anges.cli.screen import Pane, Screen
 from anges.cli.session import Session, exit_code, interrupt_on_signals
+from anges.cli.status import Status
 from anges.cli.terminal import Display
-from anges.cli.transcript import Transcript
 from anges.exceptions import AngesError, UsageError
+from anges.util.clipping import one_line
 
 if TYPE_CHECKING:
     from anges.cli.setup import Setup
+    from anges.cli.transcript import Transcript
     from anges.store.events import EventStream
 
 LEAVE_AGAIN = 3.0
@@ -99,10 +98,9 @@ class Interactive:
 
         self.args = args
         self.display = Display.of(sys.stderr)
-        self.transcript = Transcript(self.display, verbose=bool(args.verbose))
-        self.status = self.transcript.status
-        self.status.model = "starting…"
-        self.output = SessionOutput(self.transcript)
+        self.status = Status(model="starting…")
+        self.transcript: Transcript | None = None
+        self.output: SessionOutput | None = None
         self.setup: Setup | None = None
         self.session: Session | None = None
         self.ready = threading.Event()
@@ -119,7 +117,6 @@ class Interactive:
         self.screen = Screen(self.display, self.status, above=[self.approvals, self.picker, QueuePane(self.queue)],
                              below=[self.composer], bindings=self._keys(), focus=self.composer.box)
         self.approvals.attach(self.screen)
-        self.transcript.screen = self.screen
 
     # -- the session's life ----------------------------------------------------------------------------------------
 
@@ -128,13 +125,23 @@ class Interactive:
             with interrupt_on_signals(self.on_signal):
                 self.screen.run(started=lambda: self._started(first))
         finally:
-            self.transcript.screen = None
+            if self.transcript is not None:
+                self.transcript.screen = None
             self._end()
         return self.exit
 
     def _started(self, first: str | None) -> None:
-        self.transcript.note(f"anges {__version__} · {WELCOME}")
-        threading.Thread(target=self._prepare, args=(first,), name="anges-setup", daemon=True).start()
+        """Once the input box is drawn (the first draw follows at once): the welcome, and the rest set up."""
+        def after_the_first_draw() -> None:
+            from anges.cli.transcript import Transcript
+
+            self.transcript = Transcript(self.display, verbose=bool(self.args.verbose), status=self.status)
+            self.transcript.screen = self.screen
+            self.output = SessionOutput(self.transcript)
+            self.transcript.note(f"anges {__version__} · {WELCOME}")
+            threading.Thread(target=self._prepare, args=(first,), name="anges-setup", daemon=True).start()
+
+        self.screen.app.loop.call_soon(after_the_first_draw)
 
     def _prepare(self, first: str | None) -> None:
         """Load the configuration, open the stream (its earlier steps drawn first) and build the agent."""
@@ -218,8 +225,7 @@ class Interactive:
     def _start(self, text: str) -> None:
         self.running = True
         self.status.begin()
-        echo = Text("› ", "bold blue") + Text("\n  ".join(text.strip().splitlines()), "bold")
-        self.transcript.print([Text(), echo])
+        self._echo(text)
         threading.Thread(target=self._work, args=(text,), name="anges-run", daemon=True).start()
 
     def _work(self, text: str) -> None:
@@ -265,11 +271,19 @@ class Interactive:
 
     # -- slash commands --------------------------------------------------------------------------------------------
 
+    def _echo(self, text: str) -> None:
+        """What the person sent, into the transcript."""
+        from rich.text import Text
+
+        self.transcript.print([Text(), Text("› ", "bold blue") + Text("\n  ".join(text.strip().splitlines()), "bold")])
+
     def _command(self, line: str) -> None:
-        self.transcript.print([Text(), Text("› ", "bold blue") + Text(line, "bold")])
+        self._echo(line)
         threading.Thread(target=self._run_command, args=(line,), name="anges-command", daemon=True).start()
 
     def _run_command(self, line: str) -> None:
+        from anges.cli.commands import run_command
+
         self.run_in_background(lambda: run_command(self, line))
 
     def run_in_background(self, work) -> None:
@@ -286,6 +300,8 @@ class Interactive:
                 self.fail(exc, unexpected=True)
 
     def complete(self, before: str):
+        from anges.cli.commands import completions
+
         return completions(self, before)
 
     def cwd(self) -> str:
@@ -294,7 +310,7 @@ class Interactive:
 
     def say(self, text: str, style: str = "") -> None:
         """A line of a command's answer, into the transcript."""
-        self.transcript.print([Text(text, style)])
+        self.transcript.note(text, style)
 
     # -- keys ------------------------------------------------------------------------------------------------------
 

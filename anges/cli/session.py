@@ -11,11 +11,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from anges.agents.outcome import Outcome
-from anges.store.events import walk
-
 if TYPE_CHECKING:
     from anges.agents import BaseAgent
+    from anges.agents.outcome import Outcome
 
 EXIT_WORDS = ("exit", "quit")
 EXIT_BY_STATUS = {"completed": 0, "answered": 0, "help_needed": 3, "interrupted": 4}
@@ -54,6 +52,9 @@ class Session:
 
     def run(self, request: str) -> Outcome:
         """Work on one request until the agent returns or is stopped (on the calling thread)."""
+        from anges.agents.outcome import Outcome
+        from anges.store.events import walk
+
         agent = self.agent
         stream = agent.event_stream
         start = len(stream.events_list)

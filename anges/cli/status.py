@@ -7,11 +7,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from anges.agents.budget import cache_hit_ratio
-from anges.cli.render import one_line
 from anges.cli.terminal import seconds
-from anges.store.events import StepUsage, is_step
-from anges.util.clipping import shorten
+from anges.util.clipping import one_line, shorten
 from anges.util.printable import printable
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -30,6 +27,8 @@ class Usage:
 
     def add(self, event) -> None:
         """Count one recorded event (its step, and the model usage that led to it)."""
+        from anges.store.events import StepUsage, is_step
+
         self.steps += is_step(event)
         usage = StepUsage.of(event.data)
         if usage is None:
@@ -45,6 +44,13 @@ class Usage:
     def tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
+    @property
+    def cache_hits(self) -> float:
+        """The share of input tokens read from the provider's cache."""
+        from anges.agents.budget import cache_hit_ratio
+
+        return cache_hit_ratio(self.cached_tokens, self.input_tokens)
+
     def parts(self) -> list[str]:
         """`3 steps`, `4,210 tokens`, `$0.0123`, `62% cached`: what there is to say."""
         parts = [f"{self.steps} step{'s' if self.steps != 1 else ''}"]
@@ -53,7 +59,7 @@ class Usage:
         if self.cost is not None:
             parts.append(f"${self.cost:.4f}")
         if self.cached_tokens:
-            parts.append(f"{cache_hit_ratio(self.cached_tokens, self.input_tokens):.0%} cached")
+            parts.append(f"{self.cache_hits:.0%} cached")
         return parts
 
 

@@ -26,10 +26,10 @@ if TYPE_CHECKING:
 class Transcript:
     """A run's events as they are recorded, and our own notes: above the live screen when there is one."""
 
-    def __init__(self, display: Display, verbose: bool = False, quiet: bool = False):
+    def __init__(self, display: Display, verbose: bool = False, quiet: bool = False, status: Status | None = None):
         self.display = display
         self.quiet = quiet
-        self.status = Status()
+        self.status = status or Status()
         self.renderer = Renderer(display.styled, verbose=verbose)
         self.screen: Screen | None = None
         """The live screen while one is up (set by whoever runs it)."""
