@@ -214,7 +214,7 @@ def test_a_second_ctrl_c_exits_at_once_and_still_kills_the_command(tmp_path):
 
 
 def test_no_task_is_a_usage_error(tmp_path):
-    out = anges("--model", "auto", cwd=tmp_path)
+    out = anges("--model", "auto", cwd=tmp_path, input="")  # not a terminal: no session to open
     assert out.returncode == 2
     assert "no task" in out.stderr
 

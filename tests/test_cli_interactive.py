@@ -69,6 +69,21 @@ def test_sigterm_during_a_task_stops_it_and_ends_the_session(tmp_path):
     assert last.type == "task_interrupted" and last.data["by"] == "SIGTERM"
 
 
+def test_a_dumb_terminal_gets_one_request_a_line(tmp_path):
+    model = scripted(tmp_path, complete("one done"))
+    term = Terminal(["--model", model], cwd=tmp_path, env={**os.environ, "TERM": "dumb"})
+    try:
+        term.wait_for("anges>")
+        term.send("one\r")
+        term.wait_for("one done")
+        term.send("exit\r")
+        assert term.wait() == 0
+    finally:
+        term.close()
+    assert b"\x1b" not in term.raw
+    assert [e.content for e in only_stream().events_list] == ["one", "one done"]
+
+
 def test_interactive_reads_requests_from_a_pipe(tmp_path):
     model = scripted(tmp_path, complete("one done"), complete("two done"))
     out = subprocess.run([*ANGES, "--interactive", "--model", model], cwd=tmp_path, input="one\n\ntwo\nexit\nthree\n",

@@ -9,14 +9,20 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from rich.text import Text
 
 from anges.exceptions import UsageError
 
 if TYPE_CHECKING:
-    from anges.cli.interactive import Interactive
+    from anges.cli.picker import Picker
+    from anges.cli.screen import Screen
+    from anges.cli.session import Session
+    from anges.cli.setup import Setup
+    from anges.cli.status import Status
+    from anges.cli.terminal import Display
+    from anges.cli.transcript import Transcript
 
 SANDBOX_MODES = {"workspace": "commands may write the working directory only", "read-only": "commands write nothing "
                  "but a private /tmp", "off": "no sandbox: commands run with your rights"}
@@ -28,6 +34,28 @@ KEYS = [("Enter", "send the request (queued while a run works)"), ("Alt-Enter, C
         ("Esc, Ctrl-C", "stop the run (what was queued comes back into the box)"),
         ("y n a t v", "answer an approval: yes, no, always, no and tell why, view it all"),
         ("Ctrl-C twice, Ctrl-D", "leave (at an empty box)")]
+
+
+class Interactive(Protocol):
+    """What a command may use of the session (`anges.cli.interactive.Interactive`)."""
+
+    setup: Setup
+    session: Session
+    """The agent of the stream being worked on."""
+    transcript: Transcript
+    status: Status
+    screen: Screen
+    picker: Picker
+    display: Display
+    output: object
+    """Its `edits`: the file edits recorded this session."""
+    running: bool
+
+    def use(self, stream, show_earlier: bool = True) -> None: ...
+    def say(self, text: str, style: str = "") -> None: ...
+    def cwd(self) -> str: ...
+    def leave(self) -> None: ...
+    def run_in_background(self, work: Callable[[], None]) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,11 @@ EXIT_OK, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_HELP_NEEDED, EXIT_STOPPED = 0, 1, 2, 
 
 EPILOG = """\
 examples:
+  anges                                        the interactive session (on a terminal; also: anges -i)
   anges -q "How many Python files are here, and which is the largest?"
   anges -f task.md --path ~/src/project       the task from a file, commands run in ~/src/project
   git diff | anges -f -                        the task from stdin
-  anges -i                                     interactive: each line is a follow-up on one stream
+  anges -i < requests.txt                      one request a line, each a follow-up on one stream
   anges --resume ID -q "now add a test"        continue a saved stream
   anges -q "list the TODOs" --output jsonl     one JSON object per event, for scripts
   anges list                                   recent streams; then: anges show ID, anges export ID --format md
@@ -54,12 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="anges", description="anges: an LLM agent that works in your shell and keeps a replayable record.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
-    task = parser.add_argument_group("the task (one of -q, -f; -i may follow either)")
+    task = parser.add_argument_group("the task (one of -q, -f; -i may follow either; none on a terminal: the session)")
     source = task.add_mutually_exclusive_group()
     source.add_argument("-q", "--question", metavar="TEXT", help="run one task and exit")
     source.add_argument("-f", "--input-file", metavar="FILE", help="read the task from FILE ('-' = stdin)")
     task.add_argument("-i", "--interactive", action="store_true",
-                      help="interactive session: each line is a follow-up (exit, quit or Ctrl-D leave)")
+                      help="interactive session (see docs/terminal.md); without a terminal, one request a line")
     task.add_argument("--resume", metavar="ID", help="continue the saved stream ID with the task as a follow-up")
 
     agent = parser.add_argument_group("the agent")
@@ -182,24 +183,25 @@ def run_task(args: argparse.Namespace) -> int:
     from anges.cli.setup import Setup, close_agent
 
     request = _read_request(args)
-    if _at_a_terminal(args) and (args.interactive or request is None):
+    interactive = args.interactive or (request is None and args.output == "text" and sys.stdin.isatty())
+    if interactive and _at_a_terminal(args):
         from anges.cli.interactive import run_session
 
         return run_session(args, request)
-    if request is None and not args.interactive:
+    if request is None and not interactive:
         raise UsageError("no task: give one with -q TEXT, -f FILE or -i (see anges --help)")
     output = _make_output(args)
     agent = None
     try:
         setup = Setup(args)
-        if not args.interactive and getattr(output, "live", False):
+        if not interactive and getattr(output, "live", False):
             from anges.cli.oneshot import run_once
 
             outcome, agent = run_once(setup, output, request)
             return _report(outcome, output)
         agent = setup.agent(setup.stream(args.resume), output)
         session = Session(agent, output)
-        if not args.interactive:
+        if not interactive:
             with interrupt_on_signals(session.interrupt):
                 return _report(session.run(request), output)
         return _interact(session, request, quiet=args.quiet)

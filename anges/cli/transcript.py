@@ -82,8 +82,8 @@ class TextOutput:
 
     @property
     def live(self) -> bool:
-        """Whether a live screen can be drawn (stderr is a terminal)."""
-        return self.transcript.display.styled
+        """Whether the live screen is drawn (the transcript goes to a terminal, and is not --quiet)."""
+        return self.transcript.display.styled and not self.transcript.quiet
 
     def watch(self, model):
         return self.transcript.watch(model)
