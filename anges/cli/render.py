@@ -259,7 +259,7 @@ def diff_lines(diff: str, path: str, styled: bool) -> list[Text]:
             mark = {"+": "green", "-": "red", " ": ""}[line[0]]
             code = highlight(line[1:])
             if mark:
-                code.stylize(f"on {'#0f2f16' if mark == 'green' else '#3a1214'}")
+                code.stylize(f"on {'#005f00' if mark == 'green' else '#5f0000'}")  # the same in 256 colours
             shown.append(Text.assemble("  ", (line[0], f"bold {mark}".strip()), code, **OUTPUT))
         else:
             shown.append(Text("  " + line, **OUTPUT))

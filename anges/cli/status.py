@@ -121,7 +121,8 @@ class Status:
             model = shorten(self.model or "no model", 40)
             settings = [model, f"sandbox {self.sandbox}", f"approval {self.approval}"]
             if not self.activity:
-                parts = [*self.session.parts()[1:], *settings] if self.session.steps else settings
+                done = self.session.parts()
+                parts = [f"this session: {done[0]}", *done[1:], *settings] if self.session.steps else settings
                 return _fit(parts, width)
             glyph = SPINNER[int(now * 10) % len(SPINNER)]
             activity = self.activity
