@@ -95,7 +95,7 @@ def test_help_imports_no_sdk_web_or_template_modules(tmp_path):
     modules = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
     assert "anges.cli.main" in modules
     heavy = {"openai", "google.genai", "anthropic", "flask", "jinja2", "yaml", "httpx", "mcp", "anges.agents",
-             "anges.store.event_store", "anges.models", "readline"}
+             "anges.store.event_store", "anges.models", "readline", "prompt_toolkit", "rich"}
     assert not modules & heavy
 
 

@@ -32,6 +32,11 @@ def sessions():
         term.close()
 
 
+def finished(term, runs=1):
+    """Wait until `runs` requests have finished (their footer is drawn: the answer may show while it streams)."""
+    term.wait_until(lambda: term.text().count("completed in") >= runs, what=f"{runs} finished runs")
+
+
 def ready(screen: list[str]) -> bool:
     """The input box is up and the status line names the model."""
     text = "\n".join(screen)
@@ -142,10 +147,10 @@ def test_an_approval_is_one_block_answered_by_one_key(tmp_path, sessions):
     term.send("t")
     term.wait_for("tell the agent:", on_screen=True)
     term.send("use the Makefile\r")
-    term.wait_for("finished")
+    finished(term)
     text = term.text()
     assert "needs your approval" not in text, "the question left the screen with its answer, never printed twice"
-    assert text.count("approved by you") == 1 and text.count("declined by you") == 2
+    assert text.count("approved by you") == 1 and text.count("declined by you") == 2, text
     assert sorted(p.name for p in tmp_path.glob("*.txt")) == ["y.txt"]
     decided = [e.data for e in only_stream().events_list if e.type == "approval_decided"]
     assert [(d["decision"], d["feedback"]) for d in decided] == [("allow", ""), ("deny", ""),
@@ -191,19 +196,19 @@ def test_model_diff_and_cost(tmp_path, sessions):
     term = sessions("--model", first, cwd=tmp_path)
     assert "first.json" in "\n".join(term.display())
     term.send("write notes\r")
-    term.wait_for("noted")
+    finished(term)
     term.send("/model no-such-model\r")
     term.wait_for("unknown model 'no-such-model'")
-    term.send("/model " + second.removeprefix("") + "\r")
+    term.send(f"/model {second}\r")
     term.wait_for("second.json", on_screen=True)
     term.send("and again\r")
-    term.wait_for("from the second model")
+    finished(term, 2)
     term.send("/diff\r")
     diff = "\n".join(term.wait_for("1 edit of 1 file this session"))
     assert "✎ edited notes.txt (+1 −0)" in diff and "+hello" in diff
     term.send("/cost\r")
-    cost = term.wait_for("this session:")[-10:]
-    line = next(line for line in cost if "this session:" in line)
+    cost = term.wait_for("this session: ")[-10:]
+    line = next(line for line in cost if line.startswith("this session: "))
     assert "steps" in line and "3 model calls" in line and "input /" in line
     assert only_stream().events_list[-1].content == "from the second model"
 
@@ -228,7 +233,7 @@ def test_resizing_redraws_the_live_part_at_the_new_width(tmp_path, sessions):
 def test_ctrl_c_twice_at_an_empty_box_leaves_and_history_comes_back_next_time(tmp_path, sessions):
     term = sessions("--model", scripted(tmp_path, complete("remembered")), cwd=tmp_path)
     term.send("remember this task\r")
-    term.wait_for("remembered")
+    finished(term)
     term.send(CTRL_C)
     term.wait_for("Ctrl-C again leaves", on_screen=True)
     term.send(CTRL_C)
@@ -274,3 +279,46 @@ def test_children_show_indented_under_their_parent(tmp_path, sessions):
     lines = term.lines()
     assert f"⇢ starts task_executor {child.uid} make notes.txt" in lines
     assert f"  [task_executor {child.uid}] ✎ edited notes.txt (+1 −0)" in lines
+
+
+def test_jobs_lists_the_background_jobs_and_kills_one(tmp_path, sessions):
+    token = sleep_token()
+    model = scripted(tmp_path, shell(f"sleep {token}", run_in_background=True),
+                     shell("while [ ! -e go ]; do sleep 0.05; done"), complete("jobs done"))
+    term = sessions("--model", model, cwd=tmp_path, columns=160)
+    term.send("start a server\r")
+    term.wait_for("running while", on_screen=True)
+    wait_until_running(token)
+    term.send("/jobs\r")
+    listed = next(line for line in term.wait_for("1  pid ") if line.startswith("1  pid "))
+    assert f"sleep {token}" in listed and "running" in listed
+    term.send("/jobs kill 1\r")
+    term.wait_for("killed job 1")
+    term.wait_until(lambda: not pids_running(token), what="the job to end")
+    (tmp_path / "go").write_text("")
+    term.wait_for("jobs done")
+
+
+def test_new_sandbox_approval_and_export(tmp_path, sessions):
+    model = scripted(tmp_path, complete("first stream"), complete("second stream"))
+    term = sessions("--model", model, cwd=tmp_path)
+    term.send("one\r")
+    finished(term)
+    term.send("/sandbox read-only\r")
+    term.wait_for("sandbox: read-only (commands write nothing but a private /tmp)")
+    term.wait_for("sandbox read-only", on_screen=True)
+    term.send("/approval nonsense\r")
+    term.wait_for("/approval nonsense: choose one of ask, auto, deny")
+    term.send("/export notes.md\r")
+    term.wait_for(f"wrote {tmp_path / 'notes.md'}")
+    assert (tmp_path / "notes.md").read_text().startswith("# one")
+    term.send("/new\r")
+    term.wait_for("a new stream: the next request starts afresh")
+    term.send("two\r")
+    finished(term, 2)
+    assert "second stream" in term.text()
+    term.send(CTRL_D)
+    assert term.wait() == 0
+    streams = {info.title: EventStore().load(info.uid) for info in EventStore().list()}
+    assert sorted(streams) == ["one", "two"]
+    assert term.text().count("continue later with: anges --resume") == 1

@@ -51,7 +51,7 @@ class Interactive(Protocol):
     """Its `edits`: the file edits recorded this session."""
     running: bool
 
-    def use(self, stream, show_earlier: bool = True) -> None: ...
+    def use(self, stream, show_earlier: bool = True, new_model: bool = False) -> None: ...
     def say(self, text: str, style: str = "") -> None: ...
     def cwd(self) -> str: ...
     def leave(self) -> None: ...
@@ -181,7 +181,7 @@ def model(session: Interactive, argument: str) -> None:
     agent = session.session.agent
     session.setup.model_for(agent.agent_type, argument)  # a name that cannot be used says why, and changes nothing
     session.setup.model = argument
-    session.use(agent.event_stream, show_earlier=False)
+    session.use(agent.event_stream, show_earlier=False, new_model=True)
     session.say(f"model: {session.status.model}", "dim")
 
 

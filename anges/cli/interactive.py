@@ -159,15 +159,17 @@ class Interactive:
         if first is not None and self.session is not None:
             self.screen.in_loop(lambda: self.send(first))
 
-    def use(self, stream: EventStream, show_earlier: bool = True) -> None:
-        """Work on `stream` from now on (its earlier steps drawn first), with an agent built as set up now."""
+    def use(self, stream: EventStream, show_earlier: bool = True, new_model: bool = False) -> None:
+        """Work on `stream` from now on (its earlier steps drawn first), with an agent built as set up now: the
+        model of the agent before it, or the one set up (`new_model`, or there is no agent yet)."""
         from anges.cli.runs import stream_transcript
         from anges.cli.setup import close_agent
 
         if show_earlier and stream.events_list:
             self.transcript.print(stream_transcript(stream, self.setup.store, self.display.styled))
-        agent = self.setup.agent(stream, self.output, channel=self.approvals)
         old = self.session.agent if self.session is not None else None
+        model = old.inference_func if old is not None and not new_model else None
+        agent = self.setup.agent(stream, self.output, channel=self.approvals, model=model)
         if self.session is None:
             self.session = Session(agent, self.output)
         else:
@@ -192,6 +194,8 @@ class Interactive:
         close_agent(session.agent)
         if session.ended_by:
             self.exit = 4
+        elif session.agent.event_stream.events_list and self.transcript is not None:
+            self.transcript.note(f"continue later with: anges --resume {session.agent.event_stream.uid}")
 
     def leave(self) -> None:
         """Leave the session (after stopping the request that runs)."""

@@ -136,7 +136,10 @@ class Screen:
 
         with ExitStack() as stack:
             stack.callback(self._stopped)
-            return self.app.run(pre_run=pre_run, handle_sigint=True)
+            try:
+                return self.app.run(pre_run=pre_run, handle_sigint=True)
+            except EOFError:  # the terminal is gone (a hang-up points stdin at /dev/null)
+                return None
 
     def _stopped(self) -> None:
         self._resources.close()

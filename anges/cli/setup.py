@@ -47,9 +47,10 @@ class Setup:
 
         return get_model(name or self.model, self.config, agent_type, record=self.args.record)
 
-    def agent(self, stream: EventStream, output, channel=None) -> BaseAgent:
+    def agent(self, stream: EventStream, output, channel=None, model=None) -> BaseAgent:
         """An agent on `stream` with the configuration, model and MCP servers asked for, reporting to `output` and
-        asking `channel` (the terminal's question, when a person can answer there)."""
+        asking `channel` (the terminal's question, when a person can answer there); `model` (a previous agent's,
+        as it was watched) carries on where that agent left it."""
         from anges.agents import agent_class
         from anges.safety.run_safety import terminal_approval
         from anges.tools.mcp import manager_for
@@ -59,13 +60,13 @@ class Setup:
         mcp_file = _mcp_file(args, stream)
         agent_type = args.agent or stream.agent_type or "default"
         stream.agent_type = stream.agent_type or agent_type
-        model = self.model_for(agent_type)
+        model = model if model is not None else output.watch(self.model_for(agent_type))
         prefix = args.cmd_prefix if args.cmd_prefix is not None else stream.agent_settings.get("prefix_cmd", "")
         channel, warnings = terminal_approval(self.config.safety, channel)
         for warning in warnings:
             print(f"anges: {warning}", file=sys.stderr)
         agent = agent_class(agent_type)(
-            inference_func=output.watch(model), event_stream=stream, cmd_init_dir=workdir, prefix_cmd=prefix,
+            inference_func=model, event_stream=stream, cmd_init_dir=workdir, prefix_cmd=prefix,
             config=self.config, store=self.store, notes=self.notes, message_handlers=[output.on_message],
             mcp=manager_for(self.config, mcp_file), approval=channel)
         agent.delta_handlers.append(output.on_delta)

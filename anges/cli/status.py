@@ -122,7 +122,7 @@ class Status:
             settings = [model, f"sandbox {self.sandbox}", f"approval {self.approval}"]
             if not self.activity:
                 done = self.session.parts()
-                parts = [f"this session: {done[0]}", *done[1:], *settings] if self.session.steps else settings
+                parts = [f"session: {done[0]}", *done[1:], *settings] if self.session.steps else settings
                 return _fit(parts, width)
             glyph = SPINNER[int(now * 10) % len(SPINNER)]
             activity = self.activity
