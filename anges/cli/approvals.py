@@ -36,10 +36,11 @@ KEYS_ALL = [("y", "yes"), ("n", "no"), ("a", "always"), ("t", "no, and tell the 
 KEYS_PART = [("v", "view it all"), ("n", "no"), ("t", "no, and tell the agent why")]
 
 
-def approval_block(request: ApprovalRequest, rows: int, width: int, child: bool = False
+def approval_block(request: ApprovalRequest, rows: int, width: int, child: bool = False, viewed: bool = False
                    ) -> tuple[list[tuple[str, str]], bool]:
     """What a pending request shows, as (style, line) pairs, within `rows` lines of `width` columns; and whether
-    that is all of its detail (else y and a wait for v). A `child` agent's request says which child asks."""
+    that is all of its detail (else y and a wait for v, which prints it whole above: then it is `viewed`). A
+    `child` agent's request says which child asks."""
     who = f" [{printable(request.agent_type)} {request.agent_id}]" if child else ""
     lines = [("approval.head", f"? {request.action_type} needs your approval{who} — {printable(request.reason)} "
                                f"[{request.rule}]")]
@@ -57,9 +58,11 @@ def approval_block(request: ApprovalRequest, rows: int, width: int, child: bool 
         why = printable(request.justification) or "(no reason given)"
         lines.append(("notice", f"  this command runs OUTSIDE the sandbox; the agent says why: {one_line(why, 300)}"))
     lines.append(("hint", f"  always = for the rest of this run: {one_line(printable(request.scope), 300)}"))
-    if not complete:
+    if viewed:
+        lines.append(("notice", "  the whole of it is printed above"))
+    elif not complete:
         lines.append(("notice", "  only part of it is shown: v shows it all (above) before you can approve it"))
-    return lines, complete
+    return lines, complete or viewed
 
 
 @dataclass
@@ -67,8 +70,8 @@ class Asking:
     """A request on the screen and its answer, once given."""
 
     request: ApprovalRequest
-    complete: bool
-    shown_at: float = field(default_factory=time.monotonic)
+    viewed: bool = False
+    """`v` printed the whole detail."""
     armed: bool = True
     telling: bool = False
     decision: Decision | None = None
@@ -110,9 +113,7 @@ class ApprovalPane(Pane):
         with self._one_at_a_time:
             if request.cancelled.is_set() or self.screen is None:
                 return _decision("cancelled", by="interrupt")
-            size = self.screen.app.output.get_size()
-            _, complete = approval_block(request, size.rows, size.columns)
-            asking = Asking(request, complete)
+            asking = Asking(request)
             self.screen.in_loop(lambda: self._show(asking))
             try:
                 while not asking.answered.wait(0.05):
@@ -145,13 +146,19 @@ class ApprovalPane(Pane):
         self.screen.say("")
         app.invalidate()
 
+    def _shown(self) -> tuple[list[tuple[str, str]], bool]:
+        """The block at the terminal's size now, and whether the person has all of the detail (on the screen, or
+        printed above by `v`): a resize can cut what was whole."""
+        asking, size = self.asking, self.screen.app.output.get_size()
+        return approval_block(asking.request, size.rows, size.columns, asking.request.agent_id != self.root,
+                              asking.viewed)
+
     def _block_text(self):
-        asking = self.asking
-        if asking is None:
+        if self.asking is None:
             return []
-        size = self.screen.app.output.get_size()
-        lines, _ = approval_block(asking.request, size.rows, size.columns, asking.request.agent_id != self.root)
-        keys = KEYS_ALL if asking.complete else KEYS_PART
+        lines, complete = self._shown()
+        keys = KEYS_ALL if complete else KEYS_PART
+        asking = self.asking
         fragments = []
         for style, line in lines:
             fragments += [(f"class:{style}" if style else "", line), ("", "\n")]
@@ -229,7 +236,7 @@ class ApprovalPane(Pane):
         return False
 
     def _approve(self, always: bool) -> None:
-        if not self.asking.complete:
+        if not self._shown()[1]:
             self.screen.say("part of it is not on the screen: view it all with v before you approve it")
             return
         self._answer(_decision("allow", always=always, by=self.name))
@@ -243,7 +250,7 @@ class ApprovalPane(Pane):
         framed = [Text.assemble(("  │ ", "dim"), line) for line in lines]
         heading = Text(f"the whole {asking.request.action_type} detail ({len(lines)} lines):", "bold")
         self.screen.print(self.screen.display.text([heading, *framed]))
-        asking.complete = True
+        asking.viewed = True
         self.screen.say("the whole detail is above; y, n, a or t")
 
 

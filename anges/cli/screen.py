@@ -8,6 +8,7 @@ thread: the agent's, a child agent's, the approval gate's.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import threading
@@ -59,7 +60,7 @@ class Screen:
     """The live part of the terminal: a reply streaming, panes, the status line; the transcript printed above."""
 
     def __init__(self, display: Display, status: Status, above: Sequence[Pane] = (), below: Sequence[Pane] = (),
-                 bindings: KeyBindingsBase | None = None, input_fd: int | None = 0, focus=None):
+                 bindings: KeyBindingsBase | None = None, focus=None):
         self.display = display
         self.status = status
         self.live = ""
@@ -73,7 +74,7 @@ class Screen:
         self._running = False
         self._closing = False
         self._resources = ExitStack()
-        self.app = self._application(above, below, bindings, self._input(input_fd))
+        self.app = self._application(above, below, bindings, self._input())
         if focus is not None:
             self.app.layout.focus(focus)
 
@@ -134,12 +135,12 @@ class Screen:
             if started is not None:
                 started()
 
-        with ExitStack() as stack:
-            stack.callback(self._stopped)
-            try:
-                return self.app.run(pre_run=pre_run, handle_sigint=True)
-            except EOFError:  # the terminal is gone (a hang-up points stdin at /dev/null)
-                return None
+        try:
+            return self.app.run(pre_run=pre_run, handle_sigint=True)
+        except EOFError:  # the terminal is gone (a hang-up points stdin at /dev/null)
+            return None
+        finally:
+            self._stopped()
 
     def _stopped(self) -> None:
         self._resources.close()
@@ -181,8 +182,6 @@ class Screen:
             self.app.exit()
 
     async def _tick(self) -> None:
-        import asyncio
-
         while True:
             await asyncio.sleep(TICK)
             if self.status.working:
@@ -198,12 +197,12 @@ class Screen:
 
     # -- what it draws --------------------------------------------------------------------------------------------
 
-    def _input(self, fd: int | None):
-        """Keys from the terminal on `fd`; none (a pipe that stays empty) when there is no terminal to read."""
+    def _input(self):
+        """Keys from the terminal on stdin; none (a pipe that stays empty) when stdin is no terminal."""
         from prompt_toolkit.input import create_input, create_pipe_input
 
-        if fd is not None and os.isatty(fd):
-            return create_input(sys.stdin if fd == 0 else os.fdopen(os.dup(fd), "r"))
+        if sys.stdin.isatty():
+            return create_input(sys.stdin)
         return self._resources.enter_context(create_pipe_input())
 
     def _application(self, above: Sequence[Pane], below: Sequence[Pane], bindings, keys_in) -> Application:
