@@ -16,10 +16,10 @@ from rich.text import Text
 from anges.exceptions import UsageError
 
 if TYPE_CHECKING:
+    from anges.cli.build import Setup
     from anges.cli.picker import Picker
     from anges.cli.screen import Screen
     from anges.cli.session import Session
-    from anges.cli.setup import Setup
     from anges.cli.status import Status
     from anges.cli.terminal import Display
     from anges.cli.transcript import Transcript

@@ -30,7 +30,7 @@ from anges.exceptions import AngesError, UsageError
 from anges.util.clipping import one_line
 
 if TYPE_CHECKING:
-    from anges.cli.setup import Setup
+    from anges.cli.build import Setup
     from anges.cli.transcript import Transcript
     from anges.store.events import EventStream
 
@@ -74,7 +74,7 @@ class SessionOutput:
 
         if outcome.answer is not None:
             self.transcript.print(self.transcript.renderer.event(outcome.final))
-        self.transcript.note(status_line(outcome).split(" (resume:")[0])
+        self.transcript.note(status_line(outcome, hint=False))
 
     def close(self) -> None:
         """Nothing is left open."""
@@ -145,7 +145,7 @@ class Interactive:
 
     def _prepare(self, first: str | None) -> None:
         """Load the configuration, open the stream (its earlier steps drawn first) and build the agent."""
-        from anges.cli.setup import Setup
+        from anges.cli.build import Setup
 
         try:
             self.setup = Setup(self.args)
@@ -162,8 +162,8 @@ class Interactive:
     def use(self, stream: EventStream, show_earlier: bool = True, new_model: bool = False) -> None:
         """Work on `stream` from now on (its earlier steps drawn first), with an agent built as set up now: the
         model of the agent before it, or the one set up (`new_model`, or there is no agent yet)."""
+        from anges.cli.build import close_agent
         from anges.cli.runs import stream_transcript
-        from anges.cli.setup import close_agent
 
         if show_earlier and stream.events_list:
             self.transcript.print(stream_transcript(stream, self.setup.store, self.display.styled))
@@ -181,7 +181,7 @@ class Interactive:
 
     def _end(self) -> None:
         """After the screen: stop what still runs, end the agent's processes."""
-        from anges.cli.setup import close_agent
+        from anges.cli.build import close_agent
 
         session = self.session
         if session is None:

@@ -179,8 +179,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_task(args: argparse.Namespace) -> int:
     """One-shot or interactive run; on a terminal with no task, the interactive session."""
+    from anges.cli.build import Setup, close_agent
     from anges.cli.session import Session, interrupt_on_signals
-    from anges.cli.setup import Setup, close_agent
 
     request = _read_request(args)
     interactive = args.interactive or (request is None and args.output == "text" and sys.stdin.isatty())
@@ -260,7 +260,7 @@ def _read_request(args: argparse.Namespace) -> str | None:
     elif args.input_file == "-":
         text = sys.stdin.read()
     elif args.input_file:
-        from anges.cli.setup import read_file
+        from anges.cli.build import read_file
 
         text = read_file(args.input_file)
     else:

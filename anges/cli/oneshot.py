@@ -17,7 +17,7 @@ from anges.cli.session import Session, interrupt_on_signals
 
 if TYPE_CHECKING:
     from anges.agents.outcome import Outcome
-    from anges.cli.setup import Setup
+    from anges.cli.build import Setup
     from anges.cli.transcript import TextOutput
 
 QUIT = "quit"

@@ -120,8 +120,9 @@ class TextOutput:
         """Nothing is left open."""
 
 
-def status_line(outcome) -> str:
-    """`completed in 4.2s · 3 model calls · 1,234 tokens · 62% of input cached · stream ID (resume: ...)`."""
+def status_line(outcome, hint: bool = True) -> str:
+    """`completed in 4.2s · 3 model calls · 1,234 tokens · 62% of input cached · stream ID (resume: ...)`; the
+    command that continues the run only with `hint`."""
     usage = outcome.usage()
     word = SHOWN_STATUS.get(outcome.status, (outcome.status, ""))[0]
     parts = [f"{word} in {seconds(outcome.duration)}"]
@@ -135,6 +136,6 @@ def status_line(outcome) -> str:
     if "cost" in usage:
         parts.append(f"${usage['cost']:.4f}")
     uid = outcome.stream.uid
-    hint = "reply with" if outcome.status == "help_needed" else "resume"
-    parts.append(f"stream {uid} ({hint}: anges --resume {uid} -q ...)")
+    how = "reply with" if outcome.status == "help_needed" else "resume"
+    parts.append(f"stream {uid} ({how}: anges --resume {uid} -q ...)" if hint else f"stream {uid}")
     return " · ".join(parts)
