@@ -322,3 +322,21 @@ def test_new_sandbox_approval_and_export(tmp_path, sessions):
     streams = {info.title: EventStore().load(info.uid) for info in EventStore().list()}
     assert sorted(streams) == ["one", "two"]
     assert term.text().count("continue later with: anges --resume") == 1
+
+
+def test_the_history_file_is_private_bounded_and_reads_an_older_one(tmp_path):
+    from anges.cli.composer import MAX_HISTORY, MAX_HISTORY_BYTES, History
+
+    path = tmp_path / "history"
+    path.write_text("an old task\nanother\n")  # what the readline history of an earlier `anges -i` wrote
+    path.chmod(0o644)
+    history = History(str(path))
+    history.store_string("two\nlines")
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert list(History(str(path)).load_history_strings()) == ["two\nlines", "another", "an old task"]
+    entry = "x" * 200
+    for n in range(3000):
+        history.store_string(f"task {n} {entry}")
+    assert path.stat().st_size <= MAX_HISTORY_BYTES + 300
+    loaded = list(History(str(path)).load_history_strings())
+    assert len(loaded) == MAX_HISTORY and loaded[0] == f"task 2999 {entry}"

@@ -21,7 +21,8 @@ from prompt_toolkit.widgets import SearchToolbar, TextArea
 from anges.cli.screen import Pane
 
 MAX_HISTORY = 1000
-"""Requests kept in the history file (the oldest are dropped when it grows past twice this)."""
+"""Requests read from the history file; once it passes MAX_HISTORY_BYTES it is cut to them."""
+MAX_HISTORY_BYTES = 400_000
 MAX_PATHS = 200
 """Completions offered for one folder after `@`."""
 _AT_PATH = re.compile(r"(?:^|\s)@(\S*)$")
@@ -29,7 +30,7 @@ _AT_PATH = re.compile(r"(?:^|\s)@(\S*)$")
 
 class History(FileHistory):
     """Requests typed in earlier sessions, newest last in the file; multi-line ones whole. A file written by the
-    readline history of anges 0.2's `-i` (one request a line) is read too. Kept private (0600) and bounded."""
+    readline history of an earlier `anges -i` (one request a line) is read too. Kept private (0600) and bounded."""
 
     def load_history_strings(self) -> Iterable[str]:
         entries: list[str] = []
@@ -56,9 +57,10 @@ class History(FileHistory):
         path = Path(self.filename)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            super().store_string(string)
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))  # private from its first byte
             os.chmod(path, 0o600)
-            if path.stat().st_size > MAX_HISTORY * 400:
+            super().store_string(string)
+            if path.stat().st_size > MAX_HISTORY_BYTES:
                 self._trim(path)
         except OSError:
             pass  # a read-only home must not break the session
