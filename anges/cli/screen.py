@@ -9,6 +9,7 @@ thread: the agent's, a child agent's, the approval gate's.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import sys
 import threading
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
     from anges.cli.status import Status
     from anges.cli.terminal import Display
 
+GONE = (errno.EIO, errno.EBADF, errno.ENXIO, errno.EPIPE)
+"""What writing to (or reading from) a terminal that has closed raises."""
 LIVE_LINES = 6
 """Lines of a streaming reply shown in place (its last ones)."""
 TICK = 0.1
@@ -139,6 +142,10 @@ class Screen:
             return self.app.run(pre_run=pre_run, handle_sigint=True)
         except EOFError:  # the terminal is gone (a hang-up points stdin at /dev/null)
             return None
+        except OSError as exc:
+            if exc.errno not in GONE:
+                raise
+            return None  # the terminal closed under us: the hang-up that follows stops the run
         finally:
             self._stopped()
 
@@ -192,8 +199,12 @@ class Screen:
         self.notice = ""  # a notice lasts until the next key (whose handler may say another)
 
     def _write(self, text: str) -> None:
-        self.display.stream.write(text)
-        self.display.stream.flush()
+        try:
+            self.display.stream.write(text)
+            self.display.stream.flush()
+        except OSError as exc:
+            if exc.errno not in GONE:
+                raise
 
     # -- what it draws --------------------------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -82,8 +83,9 @@ STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SI
 
 @contextmanager
 def interrupt_on_signals(interrupt: Callable[[str], None]) -> Iterator[None]:
-    """Inside, the first SIGINT, SIGTERM or SIGHUP calls `interrupt(signal name)`; the next raises
-    KeyboardInterrupt. After SIGHUP (the terminal closed) nothing more is read from or written to the terminal."""
+    """Inside, the first SIGINT, SIGTERM or SIGHUP calls `interrupt(signal name)` (on a thread of its own); the next
+    raises KeyboardInterrupt. After SIGHUP (the terminal closed) nothing more is read from or written to the
+    terminal."""
     received = 0
     terminal = [fd for fd in (0, 1, 2) if os.isatty(fd)]  # asked now: a hung-up terminal no longer says it is one
 
@@ -95,7 +97,9 @@ def interrupt_on_signals(interrupt: Callable[[str], None]) -> Iterator[None]:
         name = signal.Signals(signum).name
         if name == "SIGHUP":
             _leave_terminal(terminal)
-        interrupt(name)
+        # not here: a handler runs on the main thread between two of its bytecodes, maybe while it holds a lock
+        # that `interrupt` takes (the screen's, the status line's)
+        threading.Thread(target=interrupt, args=(name,), name="anges-interrupt", daemon=True).start()
 
     previous = {sig: signal.signal(sig, handle) for sig in STOP_SIGNALS}
     try:
