@@ -97,7 +97,9 @@ def test_a_long_command_needs_viewing_in_full_before_yes(tmp_path):
     term = start(tmp_path, reply, complete("finished"))
     try:
         shown = "\n".join(term.wait_for("v view it all · n no · t no, and tell the agent why", on_screen=True))
-        assert "HIDDEN-PART" not in shown and "lines not shown (v shows them)" in shown
+        assert "HIDDEN-PART" not in shown and "lines not shown" in shown
+        size = f"{command.count(chr(10)) + 1} lines, {len(command):,} characters"
+        assert f"({size}; only part of it is shown: v shows it all, above)" in shown
         term.send("y")
         term.wait_for("view it all with v before you approve it", on_screen=True)
         assert not (tmp_path / "hidden.txt").exists()
@@ -151,3 +153,19 @@ def test_without_bwrap_the_cli_says_so_once_and_every_command_needs_approval(tmp
     assert allowed.returncode == 0 and (tmp_path / "1.txt").exists() and (tmp_path / "2.txt").exists()
     assert "not available" in allowed.stderr and "add --approval auto" not in allowed.stderr
     assert allowed.stderr.count("exit 0 · ") == 2 and allowed.stderr.count("no sandbox") == 2
+
+
+@pytest.mark.sandbox
+def test_the_question_marks_what_cannot_be_seen_and_says_where_it_runs(tmp_path):
+    unseen = "echo ask-t\u200bouch \u202eevil > z.txt"
+    term = start(tmp_path, shell(unseen), shell("echo outside", escalate="needs the host's cache"), complete("done"))
+    try:
+        shown = asked(term, "echo ask-t<U+200B>ouch <U+202E>evil > z.txt")
+        assert "\u200b" not in shown and f"(1 line, {len(unseen)} characters)" in shown
+        term.send("n")
+        shown = asked(term, "echo outside")
+        assert "If approved, this runs outside the sandbox. The agent says why: needs the host's cache" in shown
+        term.send("n")
+        assert term.wait() == 0
+    finally:
+        term.close()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from anges.actions import Action, ActionContext, LegacyAction, is_builtin_style, offered_actions
 from anges.agents.budget import Budget, Ledger
 from anges.agents.calls import ModelCalls
+from anges.agents.checkpointing import StepCheckpoints
 from anges.agents.delegation import Delegation
 from anges.agents.history import History
 from anges.agents.listening import Listener, listeners_for
@@ -24,9 +25,10 @@ from anges.models import get_model
 from anges.prompt.parsing import ParsedReply
 from anges.safety.run_safety import SafetyShare, run_secrets
 from anges.store.event_store import EventStore, status_of
-from anges.store.events import Event, EventStream, new_id
+from anges.store.events import ChildReturn, Event, EventStream, action_input, new_id
 
 if TYPE_CHECKING:
+    from anges.checkpoints import Checkpoints
     from anges.config.types import AgentConfig, Config
     from anges.safety.approval import Permit
     from anges.safety.run_safety import RunSafety
@@ -100,6 +102,7 @@ class BaseAgent(Delegation):
         self.delta_handlers.extend(delta_handlers)
         """Called with each `ReplyDelta` as a reply streams (`anges.agents.live`); a child agent shares them."""
         self._interrupted, self._interrupt_why = threading.Event(), ""
+        self._checkpointing = StepCheckpoints(self.config.checkpoints)
         self.run_state: RunState | None = None
         """The request being run: its budget, ledger, action context and history (None before the first)."""
         self.secrets: list[str] = []
@@ -122,12 +125,14 @@ class BaseAgent(Delegation):
             kind = ("new_request" if first else "follow_up_request") + ("_from_parent" if self.parent_ids else "")
             self._record(Event(kind, content=task_description, message=task_description))
             self.run_state = self._new_state(env)
+            self._checkpointing.begin(stream.uid, self.parent_ids, self.run_safety.settings, self.stop_requested)
             if first and self.auto_entitle:
                 self.run_state.history.entitle(task_description, self.secrets)
             try:
                 self._run()
             finally:
                 self._share.end(self.run_safety)  # every process of the run ends here (a child's: with its parent)
+                self._checkpointing.end()
         return stream
 
     def close(self) -> None:
@@ -143,6 +148,14 @@ class BaseAgent(Delegation):
         """Ask the running request to stop (the running command is killed); `why` (e.g. "SIGTERM") is recorded."""
         self._interrupt_why = why
         self._interrupted.set()
+
+    @property
+    def checkpoints(self) -> Checkpoints:
+        """Diff and undo of this agent's stream, from the checkpoints taken before its steps."""
+        from anges.checkpoints import Checkpoints
+
+        stream = self.event_stream or EventStream(uid=self.uid, parent_event_stream_uids=self.parent_ids)
+        return Checkpoints(stream, self.store, self.config.checkpoints, self.config.prompt.template_dir)
 
     def render_prompt(self, feedback: str = "") -> str:
         """The full prompt for the next step."""
@@ -190,6 +203,7 @@ class BaseAgent(Delegation):
 
     def _run_action(self, action: Action, args: dict, ctx: ActionContext, permit: Permit | None = None) -> bool:
         """Run one action (an anges 0.1.x one through its adapter) and record its event; True if it ended the run."""
+        self._checkpointing.before(action, args, ctx, len(self.event_stream.events_list) + 1)
         action = action if is_builtin_style(action) else LegacyAction(action, self)
         try:
             event = action.run(ctx, args)
@@ -202,13 +216,16 @@ class BaseAgent(Delegation):
                                data={"action_type": action.type, "error": f"{type(exc).__name__}: {exc}"}))
             return False
         if event is not None:
-            self._record_outcome(event, ctx.reply, permit)
+            self._record_outcome(event, ctx.reply, permit, None if action.returning_action else args)
         return action.returning_action
 
-    def _record_outcome(self, event: Event, reply: ParsedReply, permit: Permit | None = None) -> None:
-        """Record an action's event with the reply's reasoning and the approval it got."""
+    def _record_outcome(self, event: Event, reply: ParsedReply, permit: Permit | None = None,
+                        args: dict | None = None) -> None:
+        """Record an action's event with the reply's reasoning, the action's input and the approval it got."""
         event.reasoning = event.reasoning or reply.reasoning
         event.analysis = event.analysis or reply.analysis
+        if args is not None and ChildReturn.of(event) is None:  # a child's return: its start event has the input
+            event.data.setdefault("input", action_input(args))
         if permit is not None and permit.facts():
             event.data.setdefault("approval", permit.facts())
         self._record(event)
@@ -217,6 +234,7 @@ class BaseAgent(Delegation):
         """The bookkeeping every event gets once: usage, secrets masked, texts capped, stored, status, handlers."""
         if self.run_state is not None:
             self.run_state.note(event)
+        self._checkpointing.attach(event)
         mask_event(event, self.secrets)
         cap_event(event, self.agent_config.event_text_cap)
         self.event_stream.add_event(event)

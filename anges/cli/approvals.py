@@ -20,8 +20,9 @@ from prompt_toolkit.utils import get_cwidth
 from prompt_toolkit.widgets import TextArea
 
 from anges.cli.screen import Pane
-from anges.util.clipping import clip, clip_lines, one_line
-from anges.util.printable import printable
+from anges.safety.approval_text import escalation
+from anges.util.clipping import clip_lines, one_line
+from anges.util.printable import visible
 
 if TYPE_CHECKING:
     from anges.cli.screen import Screen
@@ -30,8 +31,6 @@ if TYPE_CHECKING:
 TYPING_GAP = 0.4
 """A question that appears within this many seconds of typing into the input box is not answered by the keys that
 follow one another faster than this (the typing going on), only by one after a pause."""
-MAX_SHOWN_LINE = 400
-"""A line of the detail longer than this is cut in the block (v shows it whole)."""
 KEYS_ALL = [("y", "yes"), ("n", "no"), ("a", "always"), ("t", "no, and tell the agent why")]
 KEYS_PART = [("v", "view it all"), ("n", "no"), ("t", "no, and tell the agent why")]
 
@@ -39,29 +38,29 @@ KEYS_PART = [("v", "view it all"), ("n", "no"), ("t", "no, and tell the agent wh
 def approval_block(request: ApprovalRequest, rows: int, width: int, child: bool = False, viewed: bool = False
                    ) -> tuple[list[tuple[str, str]], bool]:
     """What a pending request shows, as (style, line) pairs, within `rows` lines of `width` columns; and whether
-    that is all of its detail (else y and a wait for v, which prints it whole above: then it is `viewed`). A
-    `child` agent's request says which child asks."""
-    who = f" [{printable(request.agent_type)} {request.agent_id}]" if child else ""
-    lines = [("approval.head", f"? {request.action_type} needs your approval{who} — {printable(request.reason)} "
+    that is all of its detail (else y and a wait for v, which prints it whole above: then it is `viewed`). What
+    any surface shows of a request (marks, size, head and tail, the words for leaving the sandbox) comes from
+    `anges.safety.approval_text`; the screen only cuts it further to the rows it has. A `child` agent's request
+    says which child asks."""
+    shown = request.shown()
+    who = f" [{visible(request.agent_type)} {request.agent_id}]" if child else ""
+    lines = [("approval.head", f"? {request.action_type} needs your approval{who} — {visible(request.reason)} "
                                f"[{request.rule}]")]
-    detail = printable(request.detail).splitlines() or [""]
-    room = max(rows - 7, 3)
-    inner = max(width - 5, 10)
-    complete = all(len(line) <= MAX_SHOWN_LINE for line in detail) and sum(
-        1 + get_cwidth(line) // inner for line in detail) <= room
-    if not complete:
-        marker = lambda cut: f"… {cut} lines not shown (v shows them) …"  # noqa: E731
-        detail = [clip(line, min(MAX_SHOWN_LINE, inner * 2)) for line in clip_lines(detail, room - 1, marker)]
-        detail = [part for line in detail for part in line.split("\n")]
+    room, inner = max(rows - 8, 3), max(width - 5, 10)
+    detail = shown.lines
+    fits = sum(1 + get_cwidth(line) // inner for line in detail) <= room
+    if not fits:
+        detail = clip_lines(detail, room - 1, lambda cut: f"… {cut} lines not shown …")
+    complete = shown.complete and fits
     lines += [("", f"  │ {line}") for line in detail]
-    if request.escalate:
-        why = printable(request.justification) or "(no reason given)"
-        lines.append(("notice", f"  this command runs OUTSIDE the sandbox; the agent says why: {one_line(why, 300)}"))
-    lines.append(("hint", f"  always = for the rest of this run: {one_line(printable(request.scope), 300)}"))
     if viewed:
-        lines.append(("notice", "  the whole of it is printed above"))
-    elif not complete:
-        lines.append(("notice", "  only part of it is shown: v shows it all (above) before you can approve it"))
+        lines.append(("hint", f"  ({shown.size}; the whole of it is printed above)"))
+    else:
+        lines.append(("hint" if complete else "notice", f"  ({shown.size}"
+                      + ("" if complete else "; only part of it is shown: v shows it all, above") + ")"))
+    if request.escalate:
+        lines.append(("notice", f"  {one_line(escalation(request.justification), 400)}"))
+    lines.append(("hint", f"  always = for the rest of this run: {one_line(visible(request.scope), 300)}"))
     return lines, complete or viewed
 
 
@@ -246,7 +245,7 @@ class ApprovalPane(Pane):
         from rich.text import Text
 
         asking = self.asking
-        lines = printable(asking.request.detail).splitlines() or [""]
+        lines = visible(asking.request.detail).split("\n")
         framed = [Text.assemble(("  │ ", "dim"), line) for line in lines]
         heading = Text(f"the whole {asking.request.action_type} detail ({len(lines)} lines):", "bold")
         self.screen.print(self.screen.display.text([heading, *framed]))

@@ -28,7 +28,6 @@ class Setup:
         self.store = EventStore()
         self.model = args.model
         """The model name asked for (None: the configured one); `/model` changes it."""
-        self.notes = notes(args)
 
     def stream(self, uid: str | None = None) -> EventStream:
         """The saved stream `uid`, or a new one."""
@@ -62,12 +61,13 @@ class Setup:
         stream.agent_type = stream.agent_type or agent_type
         model = model if model is not None else output.watch(self.model_for(agent_type))
         prefix = args.cmd_prefix if args.cmd_prefix is not None else stream.agent_settings.get("prefix_cmd", "")
-        channel, warnings = terminal_approval(self.config.safety, channel)
+        channel, warnings = terminal_approval(self.config.safety, workdir, channel)
         for warning in warnings:
             print(f"anges: {warning}", file=sys.stderr)
         agent = agent_class(agent_type)(
             inference_func=model, event_stream=stream, cmd_init_dir=workdir, prefix_cmd=prefix,
-            config=self.config, store=self.store, notes=self.notes, message_handlers=[output.on_message],
+            config=self.config, store=self.store, notes=notes(args, self.config.safety, workdir),
+            message_handlers=[output.on_message],
             mcp=manager_for(self.config, mcp_file), approval=channel)
         agent.delta_handlers.append(output.on_delta)
         return agent
@@ -103,14 +103,25 @@ def _workdir(args: argparse.Namespace, stream) -> str:
     return path
 
 
-def notes(args: argparse.Namespace) -> list[str]:
+def notes(args: argparse.Namespace, safety, workdir: str) -> list[str]:
     """The notes of --notes and --notes-file."""
-    return list(args.notes) + [read_file(path) for path in args.notes_file]
+    return list(args.notes) + [read_file(path, safety, workdir) for path in args.notes_file]
 
 
-def read_file(path: str) -> str:
-    """A file's text, or a UsageError saying why it cannot be read."""
+def read_file(path: str, safety, workdir: str) -> str:
+    """A file you named (-f, --notes-file), read by the sandbox's rules: a command of an earlier run may have made
+    it a link, so one that leads into a place hidden from commands is not read, and no link swapped in after
+    that check is followed."""
+    from anges.safety.sandbox import SandboxSettings
+    from anges.util.paths import open_nofollow, resolve
+
+    named = os.path.abspath(os.path.expanduser(path))
     try:
-        return Path(path).expanduser().read_text(encoding="utf-8")
+        real = resolve(named)
+        if real != named and SandboxSettings.for_run(safety, workdir).is_hidden(real):
+            raise UsageError(f"cannot read {path}: it is a link into a place hidden from commands ({real}), which a "
+                             "command may have made; not read")
+        with os.fdopen(open_nofollow(real, os.O_RDONLY | os.O_NONBLOCK), encoding="utf-8") as stream:
+            return stream.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None

@@ -27,9 +27,10 @@ from anges.store.events import (
     stop_explanation,
 )
 from anges.store.export import printable_event
+from anges.store.results import ActionResult
 from anges.store.turns import reasoning_after, turn_reasoning
 from anges.util.clipping import clip_lines, shorten
-from anges.util.printable import printable
+from anges.util.printable import printable, visible
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -42,7 +43,7 @@ SHOWN_STATUS = {"completed": ("completed", "green"), "answered": ("answered", "g
 """How each stream status (anges.store.events.status_of) reads and is coloured."""
 APPROVERS = {"auto": "automatically (--approval auto)", "approval=deny": "(--approval deny)",
              "no_one": "(no one can approve here)", "always": "(approved earlier for the whole run)",
-             "terminal": "by you", "interrupt": ""}
+             "terminal": "by you", "interrupt": "", "limit": "(too long to be shown whole)"}
 """How `approval_decided` says who decided (the `by` fact); a channel's own name reads "by NAME"."""
 STOP_REASONS = {"interrupt": "interrupted", "timeout": "out of time", "event_limit": "out of steps",
                 "model_call_limit": "out of model calls", "repetition": "stuck repeating itself",
@@ -123,9 +124,19 @@ class Renderer:
             status, colour = SHOWN_STATUS.get(child.status, (child.exit_type, "yellow"))
             return [Text.assemble(("⇠", "bold magenta"), f" {child.agent_type} {child.agent_id} returned: ",
                                   (status, colour))]
+        result = ActionResult.of(event)
+        if result is not None:
+            return self._action(result, event.message)
         if data.get("error"):
             return [Text.assemble(("✗", "bold red"), f" {data['error']}")]
         return [Text.assemble(("•", "bold"), f" {kind}: {event.message or first_line(event.content)}")]
+
+    def _action(self, result: ActionResult, message: str) -> list[RenderableType]:
+        """Any other action's result (a plug-in's): its name and message, then the text the model read."""
+        mark = ("✗", "bold red") if result.error else ("•", "bold cyan")
+        head = Text.assemble(mark, " ", (result.action_type or "action", "bold"),
+                             f" {one_line(message or result.error)}".rstrip(), **OUTPUT)
+        return [head, *self._framed(self._clip([Text(line) for line in result.text.splitlines()], self.output_lines))]
 
     def _reasoning(self, event: Event) -> list[RenderableType]:
         text = (event.reasoning or "").strip()
@@ -181,9 +192,10 @@ class Renderer:
 
     def _approval(self, event: Event) -> list[RenderableType]:
         data = event.data
-        what = f"{data.get('action_type', '')} {one_line(str(data.get('subject', '')), 120)}"
+        what = f"{data.get('action_type', '')} {one_line(visible(str(data.get('subject', ''))), 120)}"
         outside = " outside the sandbox" if data.get("escalate") else ""
-        if event.type == "approval_requested":
+        if event.type == "approval_requested":  # as the question shows it (safety/approval_text.py)
+            outside = " (if approved, outside the sandbox)" if data.get("escalate") else ""
             return [Text.assemble(("?", "bold yellow"), " ", ("needs approval:", "yellow"),
                                   f" {what}{outside} — {data.get('reason', '')} ",
                                   (f"[{data.get('rule', '')}]", "dim"))]
