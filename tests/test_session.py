@@ -191,7 +191,8 @@ def test_resume_id_on_the_command_line_shows_the_earlier_steps_first(tmp_path, s
 
 
 def test_model_diff_and_cost(tmp_path, sessions):
-    first = scripted(tmp_path, edit("NEW_FILE notes.txt", "hello\n"), complete("noted"), name="first.json")
+    first = scripted(tmp_path, edit("NEW_FILE notes.txt", "hello\n"), shell("echo from-a-command > made.py"),
+                     complete("noted"), name="first.json")
     second = scripted(tmp_path, complete("from the second model"), name="second.json")
     term = sessions("--model", first, cwd=tmp_path)
     assert "first.json" in "\n".join(term.display())
@@ -204,13 +205,32 @@ def test_model_diff_and_cost(tmp_path, sessions):
     term.send("and again\r")
     finished(term, 2)
     term.send("/diff\r")
-    diff = "\n".join(term.wait_for("1 edit of 1 file this session"))
-    assert "✎ edited notes.txt (+1 −0)" in diff and "+hello" in diff
+    diff = "\n".join(term.wait_for("(all of it, for git apply: anges diff"))
+    assert "2 files changed, 2 insertions(+)" in diff, "what the edit and the command changed, from the checkpoints"
+    assert "+hello" in diff and "+from-a-command" in diff
     term.send("/cost\r")
     cost = term.wait_for("this session: ")[-10:]
     line = next(line for line in cost if line.startswith("this session: "))
-    assert "steps" in line and "3 model calls" in line and "input /" in line
+    assert "steps" in line and "4 model calls" in line and "input /" in line
     assert only_stream().events_list[-1].content == "from the second model"
+
+
+def test_undo_puts_the_files_back_once_you_say_yes(tmp_path, sessions):
+    (tmp_path / "kept.txt").write_text("before\n")
+    model = scripted(tmp_path, shell("echo after > kept.txt && echo new > new.txt"), complete("changed"))
+    term = sessions("--model", model, cwd=tmp_path)
+    term.send("change things\r")
+    finished(term)
+    term.send("/undo\r")
+    shown = "\n".join(term.wait_for("undo this?", on_screen=True))
+    text = term.text()
+    assert "undo: back to before step 2" in text and "-after" in text and "+before" in text, "the diff it applies"
+    assert "yes, put these files back" in shown
+    assert (tmp_path / "kept.txt").read_text() == "after\n", "nothing changes before the answer"
+    term.send("\r")  # yes: the first choice
+    term.wait_for("undone: 2 files changed")
+    assert (tmp_path / "kept.txt").read_text() == "before\n" and not (tmp_path / "new.txt").exists()
+    assert only_stream().events_list[-1].type == "workspace_restored"
 
 
 def test_resizing_redraws_the_live_part_at_the_new_width(tmp_path, sessions):
@@ -263,7 +283,7 @@ def test_completion_of_files_after_at_and_of_slash_commands(tmp_path, sessions):
     term.send(CTRL_C)
     term.send("/bogus\r")
     term.wait_for("unknown command /bogus: the commands are /help, /new, /resume, /list, /model, /sandbox, "
-                  "/approval, /cost, /diff, /jobs, /export, /exit")
+                  "/approval, /cost, /diff, /undo, /jobs, /export, /exit")
 
 
 def test_children_show_indented_under_their_parent(tmp_path, sessions):

@@ -47,8 +47,6 @@ class Interactive(Protocol):
     screen: Screen
     picker: Picker
     display: Display
-    output: object
-    """Its `edits`: the file edits recorded this session."""
     running: bool
 
     def use(self, stream, show_earlier: bool = True, new_model: bool = False) -> None: ...
@@ -223,22 +221,68 @@ def cost(session: Interactive, argument: str) -> None:
     session.say("this session: " + " · ".join(parts))
 
 
-@command("/diff", "what this session's file edits changed")
+@command("/diff [STEP]", "what this stream's steps changed in the files (or one step: its number)")
 def diff(session: Interactive, argument: str) -> None:
-    from anges.cli.render import Renderer
-    from anges.store.events import FileEdit
+    from anges.cli.render import files_diff
 
-    edits = [event for event in session.output.edits if FileEdit.of(event).error is None]
-    if not edits:
-        session.say("no file edits in this session yet", "dim")
+    found = _checkpoints(session).diff(_step(argument, "/diff STEP"))
+    if not found.files:
+        session.say("no changes", "dim")
         return
-    renderer = Renderer(session.display.styled, verbose=True, cwd=session.cwd())
-    paths = {FileEdit.of(event).path for event in edits}
-    lines = [Text(f"{len(edits)} edit{'s' if len(edits) != 1 else ''} of {len(paths)} file"
-                  f"{'s' if len(paths) != 1 else ''} this session (changes made by commands are not listed):", "bold")]
-    for event in edits:
-        lines += renderer.edit(event)
-    session.transcript.print(lines)
+    uid = session.session.agent.event_stream.uid
+    session.transcript.print([*files_diff(found.text, session.display.styled),
+                              Text(f"(all of it, for git apply: anges diff {uid})", "dim")])
+
+
+@command("/undo [STEP] [--overwrite]", "put the files back as they were before the last step (or step STEP)",
+         idle_only=True)
+def undo(session: Interactive, argument: str) -> None:
+    from anges.cli.checkpoints import plan_lines
+    from anges.cli.render import files_diff
+
+    words = argument.split()
+    overwrite = "--overwrite" in words
+    checkpoints = _checkpoints(session)
+    plan = checkpoints.plan_undo(_step(" ".join(w for w in words if w != "--overwrite"), "/undo STEP"))
+    if not plan.diff.files:
+        session.say(f"nothing to undo: the files are as they were before step {plan.to.number}", "dim")
+        return
+    session.transcript.print([*files_diff(plan.diff.text, session.display.styled),
+                              *(Text(line) for line in plan_lines(plan))])
+    if plan.conflicts and not overwrite:
+        raise UsageError("not undone: someone other than the agent changed the files above after the checkpoint "
+                         "(or what they hold now is not saved); /undo --overwrite replaces them")
+
+    def chosen(answer: str | None) -> None:
+        if answer != "yes":
+            session.say("not undone", "dim")
+            return
+
+        def apply() -> None:
+            done = checkpoints.undo(plan.to.number, overwrite=overwrite, expect=plan.token, by="session")
+            session.say(f"undone: {done.diff.stat_line}; the stream records it, so the agent knows")
+
+        session.run_in_background(apply)
+
+    choices = [("yes", "yes, put these files back"), ("no", "no, leave them")]
+    session.screen.in_loop(lambda: session.picker.offer("undo this?", choices, chosen))
+
+
+def _checkpoints(session: Interactive):
+    from anges.checkpoints import Checkpoints
+
+    config = session.setup.config
+    return Checkpoints(session.session.agent.event_stream, session.setup.store, config.checkpoints,
+                       config.prompt.template_dir)
+
+
+def _step(argument: str, usage: str) -> int | None:
+    """A step number, or None for none."""
+    if not argument:
+        return None
+    if not argument.isdigit() or int(argument) < 1:
+        raise UsageError(f"{usage}: STEP is a step's number (its event's number in the stream)")
+    return int(argument)
 
 
 @command("/jobs [kill N]", "the run's background jobs; kill one by its number or pid")

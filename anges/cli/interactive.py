@@ -49,15 +49,11 @@ class SessionOutput:
 
     def __init__(self, transcript: Transcript):
         self.transcript = transcript
-        self.edits: list = []
-        """The file edits recorded this session, oldest first (/diff)."""
 
     def watch(self, model):
         return self.transcript.watch(model)
 
     def on_message(self, message) -> None:
-        if message.event.type == "edit_file":
-            self.edits.append(message.event)
         self.transcript.on_message(message)
 
     def on_delta(self, delta) -> None:

@@ -124,6 +124,8 @@ class Renderer:
             status, colour = SHOWN_STATUS.get(child.status, (child.exit_type, "yellow"))
             return [Text.assemble(("⇠", "bold magenta"), f" {child.agent_type} {child.agent_id} returned: ",
                                   (status, colour))]
+        if group == "restore":
+            return [Text.assemble(("↺", "bold cyan"), f" {event.message or first_line(event.content)}")]
         result = ActionResult.of(event)
         if result is not None:
             return self._action(result, event.message)
@@ -263,7 +265,7 @@ def diff_lines(diff: str, path: str, styled: bool) -> list[Text]:
     highlight = _highlighter(path)
     shown = []
     for line in lines:
-        if line.startswith(("---", "+++")):
+        if line.startswith(("---", "+++", "diff --git ", "index ")):
             shown.append(Text("  " + line, "dim", **OUTPUT))
         elif line.startswith("@@"):
             shown.append(Text("  " + line, "cyan", **OUTPUT))
@@ -276,6 +278,22 @@ def diff_lines(diff: str, path: str, styled: bool) -> list[Text]:
         else:
             shown.append(Text("  " + line, **OUTPUT))
     return shown
+
+
+def files_diff(text: str, styled: bool, limit: int = 3000) -> list[Text]:
+    """A diff of several files as `git diff --stat --patch` writes it (the stat, then each file's diff): each file
+    coloured and highlighted in its own language; past `limit` lines, the first and last."""
+    text = visible(text.encode(errors="surrogateescape").decode(errors="replace"))
+    stat: list[str] = []
+    files: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        if line.startswith("diff --git "):
+            files.append((line.rsplit(" b/", 1)[-1], []))
+        (files[-1][1] if files else stat).append(line)
+    shown = [Text(line, **OUTPUT) for line in stat]
+    for path, lines in files:
+        shown += diff_lines("\n".join(lines), path, styled)
+    return clip_lines(shown, limit, lambda n: Text(f"… {n} more lines …", "dim"))
 
 
 @lru_cache(maxsize=64)
