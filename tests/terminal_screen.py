@@ -31,6 +31,16 @@ class Terminal:
             if stdout is not None:
                 os.dup2(os.open(stdout, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 1)
             os.execve(sys.executable, [sys.executable, "-m", "anges", *args], env)
+        self._attach(pid, fd, columns, rows)
+
+    @classmethod
+    def of(cls, pid, fd, columns=100, rows=30):
+        """A process already started on the slave side of the pty whose master is `fd`."""
+        term = cls.__new__(cls)
+        term._attach(pid, fd, columns, rows)
+        return term
+
+    def _attach(self, pid, fd, columns, rows):
         self.pid, self.fd = pid, fd
         self.raw = b""
         self.code = None
