@@ -26,7 +26,7 @@ from anges.store.event_store import EventStore, status_of
 from anges.store.events import Event, EventStream, new_id
 
 if TYPE_CHECKING:
-    from anges.config.types import AgentConfig, Config
+    from anges.config.types import AgentConfig, Config, PromptConfig
     from anges.safety.approval import Permit
     from anges.safety.run_safety import RunSafety
     from anges.tools.mcp import MCPManager
@@ -117,7 +117,8 @@ class BaseAgent(Delegation):
             if first and stream.title == stream.uid:
                 stream.title = masked_title(task_description, self.secrets)
             kind = ("new_request" if first else "follow_up_request") + ("_from_parent" if self.parent_ids else "")
-            self._record(Event(kind, content=task_description, message=task_description))
+            window = self._calls.sizing.new_run(self._prompter.fixed_size, self._interrupt_requested)
+            self._record(Event(kind, content=task_description, message=task_description, data=window))
             self.run_state = self._new_state(env)
             if first and self.auto_entitle:
                 self.run_state.history.entitle(task_description, self.secrets)
@@ -141,9 +142,14 @@ class BaseAgent(Delegation):
         self._interrupt_why = why
         self._interrupted.set()
 
-    def render_prompt(self, feedback: str = "") -> str:
-        """The full prompt for the next step."""
-        return self._prompter.prompt(feedback)
+    def render_prompt(self, feedback: str = "", limit: int = 0) -> str:
+        """The full prompt for the next step (past `limit` characters, the middle of its history cut)."""
+        return self._prompter.prompt(feedback, limit)
+
+    @property
+    def prompt_config(self) -> PromptConfig:
+        """The prompt limits of the current run: `config.prompt`, scaled down for a model with a small window."""
+        return self._calls.sizing.prompt
 
     # -- the loop: run → step → query → execute → record ------------------------------------------------------
 
@@ -264,11 +270,11 @@ class BaseAgent(Delegation):
         budget = Budget.for_request(self.agent_config, parent=self.budget)
         ledger = Ledger(budget, self.config.prices, getattr(self.inference_func, "name", ""))
         context = ActionContext(
-            config=self.agent_config, app_config=self.config, cwd=self.cmd_init_dir, prefix_cmd=self.prefix_cmd,
-            interrupt_check=self.stop_requested, reply=None, record=self._record, agent_id=self.uid,
-            agent_type=self.agent_type, secrets=self.secrets, env=env, charge=ledger.charge,
+            config=self._calls.sizing.actions, app_config=self.config, cwd=self.cmd_init_dir,
+            prefix_cmd=self.prefix_cmd, interrupt_check=self.stop_requested, reply=None, record=self._record,
+            agent_id=self.uid, agent_type=self.agent_type, secrets=self.secrets, env=env, charge=ledger.charge,
             render_guide=self._prompter.guide, delegator=self)
-        history = History(self.event_stream, self.store, self.config.prompt, self._call_model, self._record,
+        history = History(self.event_stream, self.store, self.prompt_config, self._call_model, self._record,
                           self.logger)
         return RunState(self.agent_config, budget, ledger, context, history)
 

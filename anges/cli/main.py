@@ -131,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     imported.add_argument("--new-id", action="store_true", help="give it a new id (when the id is taken)")
     remove = commands.add_parser("rm", parents=[verbose], help="delete streams and their child streams")
     remove.add_argument("ids", metavar="ID", nargs="+")
+    models = commands.add_parser("models", help="the model presets and their context windows")
+    add_config_flag(models)
     commands.add_parser("ui", add_help=False, help="start the web chat (see: anges ui --help)")
     commands.add_parser("batch", add_help=False, help="run many tasks from a file (see: anges batch --help)")
     commands.add_parser("acp", add_help=False, help="serve editors (Agent Client Protocol; see: anges acp --help)")
@@ -157,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         _setup_logging(verbose)
         command = COMMANDS[args.command or "run"]
         if isinstance(command, str):
-            command = getattr(import_module("anges.cli.streams"), command)
+            module, _, name = command.rpartition(":")
+            command = getattr(import_module(module or "anges.cli.streams"), name)
         return command(args)
     except KeyboardInterrupt:
         print("anges: interrupted", file=sys.stderr)
@@ -432,8 +435,9 @@ def _batch_overrides(args: argparse.Namespace) -> dict | None:
 
 
 COMMANDS = {"run": run_task, "list": "list_streams", "show": "show_stream", "export": "export_stream",
-            "import": "import_stream", "rm": "remove_streams"}
-"""Subcommand -> its function here, or the name of one in `anges.cli.streams` (imported when used)."""
+            "import": "import_stream", "rm": "remove_streams", "models": "anges.cli.models:list_models"}
+"""Subcommand -> its function here, or the name of one in `anges.cli.streams` or `module:function` (imported when
+used)."""
 
 
 # --- helpers ------------------------------------------------------------------------------------------------
