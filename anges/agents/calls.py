@@ -100,15 +100,18 @@ class ModelCalls:
 
     def _prompt(self, feedback: str) -> str:
         """The prompt for the next step, within the window: a fold first, then the middle of the history cut;
-        RunStopped when even that cannot make it fit."""
+        RunStopped when even that cannot make it fit a model's window (without one, `reply` cuts the prompt's
+        middle to `prompt.max_prompt_chars`)."""
         agent, limit = self.agent, self.sizing.limit()
         prompt = agent.render_prompt(feedback)
         if len(prompt) > limit and agent.run_state.history.shorten():
             prompt = agent.render_prompt(feedback)
         if len(prompt) > limit:
-            prompt = agent.render_prompt(feedback, limit)
-            if len(prompt) > limit:
-                raise self.sizing.too_small(prompt)
+            fitted = agent.render_prompt(feedback, limit)
+            if len(fitted) <= limit:
+                return fitted
+            if self.sizing.window is not None:
+                raise self.sizing.too_small(fitted)
         return prompt
 
     def reply(self, prompt: str, temperature: float | None = None, attach: bool = True, live: bool = False):

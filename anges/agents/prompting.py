@@ -10,7 +10,7 @@ from anges.models.base import Prompt
 from anges.prompt.agents_md import ProjectFile, read_agents_md
 from anges.prompt.history import format_event_stream
 from anges.prompt.templates import render_template
-from anges.util.clipping import clip
+from anges.util.clipping import clip, omission
 
 if TYPE_CHECKING:
     from anges.actions.base import Action
@@ -71,7 +71,8 @@ class Prompter:
         after_edit = bool(events) and events[-1].type == "edit_file"
         text = self._render(history, jobs, older_jobs, after_edit, feedback)
         if 0 < limit < len(text):
-            history = clip(history, max(len(history) - (len(text) - limit), 0))
+            room = len(history) - (len(text) - limit)
+            history = clip(history, room) if room > 0 else omission(len(history)).strip()
             text = self._render(history, jobs, older_jobs, after_edit, feedback)
         return self._cacheable(text, history)
 
