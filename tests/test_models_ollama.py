@@ -126,7 +126,7 @@ def test_a_reply_without_prompt_eval_count_gets_an_estimate(ollama_server):
 def test_a_model_not_pulled_says_how_to_pull_it(ollama_server):
     ollama_server.enqueue_error(404, message="model 'qwen9' not found, try pulling it first")
     model, waits = make(ollama_server, model="qwen9")
-    with pytest.raises(ModelSetupError, match=r"not on Ollama at .*: model 'qwen9' not found.*ollama pull qwen9"):
+    with pytest.raises(ModelSetupError, match=r"not found at http.*: model 'qwen9' not found.*ollama pull qwen9"):
         model("hi")
     assert waits == [] and len(ollama_server.requests) == 1
 

@@ -755,6 +755,7 @@ PROVIDERS = {
     "openai": (OpenAIWireServer, "anges.models.openai_model:OpenAIModel", "OPENAI_API_KEY"),
     "gemini": (GeminiWireServer, "anges.models.gemini_model:GeminiModel", "GEMINI_API_KEY"),
     "anthropic": (AnthropicWireServer, "anges.models.anthropic_model:AnthropicModel", "ANTHROPIC_API_KEY"),
+    "ollama": (OllamaWireServer, "anges.models.ollama_model:OllamaModel", "OLLAMA_API_KEY"),
 }
 """Each provider: its server, its model class, its key variable."""
 

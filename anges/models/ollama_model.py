@@ -127,6 +127,7 @@ class OllamaModel(Provider):
         sink = current_sink()
         sink.begin()
         parts: list[str] = []
+        lines = False
         with self.client.stream("POST", "/api/chat", json=body) as response:
             if response.status_code >= 400:
                 raise OllamaStatus(response.status_code, _error_of(response.read().decode("utf-8", "replace")),
@@ -141,7 +142,9 @@ class OllamaModel(Provider):
                     sink(content)
                 if chunk.get("done"):
                     return chunk, "".join(parts)
-        raise StreamEnded("the reply stream ended before its last line")
+                lines = True
+        raise StreamEnded("the reply stream ended before its last line" if lines else
+                          "the reply stream was empty or not JSON (no line came)")
 
     def _classify(self, exc: BaseException) -> Failure | None:
         import httpx2
@@ -153,8 +156,8 @@ class OllamaModel(Provider):
             if exc.status == 0:
                 return Failure.transient(f"the model failed while answering: {exc.message}")
             if exc.status == 404:
-                return Failure.setup(f"model {self.preset.model!r} is not on {self.label}: {exc.message}. Pull it "
-                                     f"with `ollama pull {self.preset.model}`", 404)
+                return Failure.setup(f"model {self.preset.model!r} not found at {self.base_url} (404): {exc.message}. "
+                                     f"Pull it with `ollama pull {self.preset.model}`, or check the model id", 404)
             return self._status_failure(exc.status, exc.headers, exc.message)
         if isinstance(exc, httpx2.ConnectError):
             return Failure.transient(f"cannot connect to {self.label}: is Ollama running (`ollama serve`)? "
