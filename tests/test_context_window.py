@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 from wire_servers import OllamaWireServer, prompt_of
 
 from anges.agents import DefaultAgent
@@ -221,8 +220,8 @@ def test_a_prompt_that_still_does_not_fit_is_cut_in_the_history_never_in_the_ins
 def test_a_small_window_scales_the_history_and_a_commands_output_and_says_it_in_the_first_event(tmp_path):
     script = [step(1, "seq 1 5000"), complete()]
     small, large = ScriptedModel(list(script), context_window=8192), ScriptedModel(list(script))
-    streams = [DefaultAgent(inference_func=model, cmd_init_dir=tmp_path, config=unlimited()).run_with_new_request(
-        "count") for model in (small, large)]
+    agents = [DefaultAgent(inference_func=model, cmd_init_dir=tmp_path, config=unlimited()) for model in (small, large)]
+    streams = [agent.run_with_new_request("count") for agent in agents]
 
     first, output = streams[0].events_list[0], streams[0].events_list[1]
     assert (first.data["context_window"], first.data["context_window_source"]) == (8192, "model")
@@ -230,6 +229,9 @@ def test_a_small_window_scales_the_history_and_a_commands_output_and_says_it_in_
     assert len(output.content) < len(streams[1].events_list[1].content) < 9000
     assert "FULL OUTPUT: 5000 lines" in output.content, "the rest is in a file the model can read"
     assert len(small.prompts[1]) < len(large.prompts[1])
+    scaled, default = agents[0].prompt_config, agents[1].prompt_config
+    for limit in ("history_window_chars", "max_event_chars", "max_summary_chars", "max_agents_md_chars"):
+        assert getattr(scaled, limit) < getattr(default, limit) == getattr(load_config().prompt, limit)
 
 
 def test_a_recorded_run_on_a_small_window_replays_with_the_same_prompts(tmp_path):
@@ -247,13 +249,14 @@ def test_a_recorded_run_on_a_small_window_replays_with_the_same_prompts(tmp_path
     assert replay.calls == len(model.prompts)
 
 
-@pytest.mark.parametrize("preset, shown", [("claude", "200,000 (known)"), ("local", "4,096 (preset)"),
-                                           ("ollama", "asked of Ollama")])
-def test_anges_models_lists_the_presets_with_their_windows(tmp_path, preset, shown):
+def test_anges_models_lists_the_presets_with_their_windows(tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text("models:\n  local: {provider: openai, model: m, base_url: 'http://127.0.0.1:9/v1', "
                       "context_window: 4096}\n")
     out = subprocess.run([*ANGES, "models", "--config", str(config)], capture_output=True, text=True, timeout=60,
                          check=True)
-    line = next(line for line in out.stdout.splitlines() if line.startswith(preset + " "))
-    assert shown in line
+    lines = {line.split()[0]: line for line in out.stdout.splitlines() if line.strip()}
+    assert lines["claude"].endswith("claude-sonnet-5   200,000 (known)")
+    assert lines["local"].endswith("4,096 (preset)")
+    assert lines["ollama"].endswith("asked of Ollama, else 8,192 (assumed)")
+    assert lines["deepseek"].endswith("asked of the server, else 128,000 (known)")
