@@ -98,14 +98,14 @@ def prompt_room(window: int, max_output_tokens: int) -> int:
 
 def window_in_listing(entries: list[dict], model_id: str) -> int | None:
     """The window an OpenAI-compatible `/v1/models` listing gives the model (the only entry, when the ids differ):
-    vLLM's `max_model_len`, `context_length` or `context_window` (OpenRouter, Groq, ...), llama.cpp's `meta.n_ctx`
-    or `meta.n_ctx_train`."""
+    vLLM's `max_model_len`, `context_length` or `context_window` (OpenRouter, Groq, ...), Mistral's
+    `max_context_length`, llama.cpp's `meta.n_ctx` or `meta.n_ctx_train`."""
     entry = next((e for e in entries if e.get("id") == model_id), entries[0] if len(entries) == 1 else None)
     if entry is None:
         return None
     meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
     for value in (entry.get("max_model_len"), entry.get("context_length"), entry.get("context_window"),
-                  meta.get("n_ctx"), meta.get("n_ctx_train")):
+                  entry.get("max_context_length"), meta.get("n_ctx"), meta.get("n_ctx_train")):
         if isinstance(value, int) and value > 0:
             return value
     return None
