@@ -31,7 +31,7 @@ KEY_ALIASES = {"GEMINI_API_KEY": ("GOOGLE_API_KEY",), "GOOGLE_API_KEY": ("GEMINI
 """Environment variables an SDK accepts in place of the one a preset names."""
 
 logger = logging.getLogger(__name__)
-LOOKUP_TIMEOUT = 10.0
+LOOKUP_TIMEOUT = 5.0
 """Seconds a server may take to say what the model's context window is."""
 _STATUS_WORDS = {408: "request timeout", 409: "conflict", 429: "rate limited", 503: "overloaded", 529: "overloaded"}
 
