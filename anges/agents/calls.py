@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from anges.agents.live import LiveReply, ReplyDelta
 from anges.agents.sizing import Sizing
 from anges.exceptions import ContextExceeded, FormatError, ModelError, ModelReplyError, ModelSetupError, RunStopped
+from anges.models.base import ModelCall
 from anges.models.cancel import CallThread, CancelToken
 from anges.models.streaming import NOWHERE, listening
 from anges.prompt.parsing import ParsedReply, parse_reply
@@ -20,6 +22,7 @@ from anges.util.waiting import wait_for
 
 if TYPE_CHECKING:
     from anges.actions.base import Action
+    from anges.agents.listening import Listener
     from anges.agents.run import RunState
     from anges.config.types import AgentConfig, Config
 
@@ -36,6 +39,7 @@ class Caller(Protocol):
     inference_func: Callable[..., Any]
     run_state: RunState | None
     secrets: list[str]
+    listeners: list[Listener]
 
     def render_prompt(self, feedback: str = "", limit: int = 0) -> str: ...
 
@@ -121,15 +125,29 @@ class ModelCalls:
         agent.check_limits()
         temperature = agent.config.model_settings.temperature if temperature is None else temperature
         prompt = clip(prompt, self.sizing.limit())
+        started = time.time()
         try:
             reply = self.call(lambda: agent.inference_func(prompt, temperature=temperature), agent.stop_requested,
                               agent.check_limits, live)
-        except ContextExceeded as exc:
-            exc.sent = exc.sent or self.sizing.gauge.tokens(len(prompt))
+        except BaseException as exc:
+            if isinstance(exc, ContextExceeded):
+                exc.sent = exc.sent or self.sizing.gauge.tokens(len(prompt))
+            self._tell(prompt, temperature, started, error=exc)
             raise
-        agent.run_state.ledger.count(reply if isinstance(reply, str) else "", attach)
+        cost = agent.run_state.ledger.count(reply if isinstance(reply, str) else "", attach)
+        self._tell(prompt, temperature, started, reply, cost=cost)
         self.sizing.check(prompt, reply)
         return reply
+
+    def _tell(self, prompt: str, temperature: float, started: float, reply: str | None = None,
+              error: BaseException | None = None, cost: float | None = None) -> None:
+        """Tell the listeners (if any) of a model call that ended."""
+        agent = self.agent
+        if agent.listeners:
+            call = ModelCall(agent.inference_func, prompt, temperature, started, time.time() - started, reply, error,
+                             cost)
+            for listener in agent.listeners:
+                listener.model_called(agent, call)
 
     def call(self, call: Callable[[], str], stop_requested: Callable[[], bool], check_limits: Callable[[], None],
              live: bool = False) -> str:
