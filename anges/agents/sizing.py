@@ -126,7 +126,9 @@ class Sizing:
 
 
 def _lookup(model: Any, stop: Callable[[], bool]) -> Window | None:
-    """`window_of(model)` on a thread of its own (a provider may ask its server), given up when `stop()`."""
+    """`window_of(model)`; on a thread of its own, given up when `stop()`, for a model that may ask its server."""
+    if not _may_ask(model):
+        return window_of(model)
     found: dict[str, Any] = {}
     done = threading.Event()
 
@@ -144,3 +146,14 @@ def _lookup(model: Any, stop: Callable[[], bool]) -> Window | None:
     if "error" in found:
         raise found["error"]
     return found["window"]
+
+
+def _may_ask(model: Any) -> bool:
+    """Whether a model (or one it wraps) has a `window()` to call, which may ask a server."""
+    for _ in range(8):
+        if model is None:
+            return False
+        if callable(getattr(model, "window", None)):
+            return True
+        model = getattr(model, "inner", None)
+    return False
