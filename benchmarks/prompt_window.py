@@ -54,7 +54,8 @@ def run(window: int, steps: int) -> dict:
     folds = [len(prompt) for kind, prompt in calls if kind == "fold"]
     return {"sizes": sizes, "folds": folds, "seconds": time.perf_counter() - started,
             "fixed": sizes and len(next(p for k, p in calls if k == "step").split("\n# History\n")[0]),
-            "limits": agent.prompt_config, "ok": stream.events_list[-1].type == "task_completion",
+            "limits": agent._prompter.sizing.prompt,  # the limits scaled to the window
+            "ok": stream.events_list[-1].type == "task_completion",
             "room": prompt_room(window, config.model_settings.max_output_tokens)}
 
 

@@ -66,7 +66,7 @@ class CallChildAgent(Action):
         info = {"agent_id": stream.uid, "starting_from": child.start}
         verb = "starts" if child.kind == "new_child_agent" else "resumes"
         data = {"agent_id": stream.uid, "agent_type": child.agent.agent_type, "directive": child.directive}
-        ctx.record(Event(child.kind, reasoning=ctx.reply.reasoning, content=child.request,
+        ctx.record(Event(child.kind, reasoning=ctx.reply.reasoning, analysis=ctx.reply.analysis, content=child.request,
                          message=f"{verb} child agent {child.agent.agent_type} {stream.uid}",
                          data={**data, **({"approval": child.approval} if child.approval else {})}))
         running = f"Child agent {child.name} is running."

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from anges.actions import Action, ActionContext, LegacyAction, is_builtin_style, offered_actions
 from anges.agents.budget import Budget, Ledger
 from anges.agents.calls import ModelCalls
+from anges.agents.checkpointing import StepCheckpoints
 from anges.agents.delegation import Delegation
 from anges.agents.history import History
 from anges.agents.listening import Listener, listeners_for
@@ -24,10 +25,11 @@ from anges.models import get_model
 from anges.prompt.parsing import ParsedReply
 from anges.safety.run_safety import SafetyShare, run_secrets
 from anges.store.event_store import EventStore, status_of
-from anges.store.events import Event, EventStream, new_id
+from anges.store.events import ChildReturn, Event, EventStream, action_input, new_id
 
 if TYPE_CHECKING:
-    from anges.config.types import AgentConfig, Config, PromptConfig
+    from anges.checkpoints import Checkpoints
+    from anges.config.types import AgentConfig, Config
     from anges.safety.approval import Permit
     from anges.safety.run_safety import RunSafety
     from anges.tools.mcp import MCPManager
@@ -94,12 +96,13 @@ class BaseAgent(Delegation):
         self.run_safety: RunSafety | None = None
         """The sandbox, policy and approval gate of the current run (its child agents share them)."""
         self._share = SafetyShare(self.config.safety, parent=parent_safety)
-        self._prompter = Prompter(self)
         self._calls = ModelCalls(self)
+        self._prompter = Prompter(self, self._calls.sizing)
         self.delta_handlers = self._calls.delta_handlers
         self.delta_handlers.extend(delta_handlers)
         """Called with each `ReplyDelta` as a reply streams (`anges.agents.live`); a child agent shares them."""
         self._interrupted, self._interrupt_why = threading.Event(), ""
+        self._checkpointing = StepCheckpoints(self.config.checkpoints)
         self.run_state: RunState | None = None
         """The request being run: its budget, ledger, action context and history (None before the first)."""
         self.secrets: list[str] = []
@@ -123,12 +126,14 @@ class BaseAgent(Delegation):
             window = self._calls.sizing.new_run(self._prompter.fixed_size, self._interrupt_requested)
             self._record(Event(kind, content=task_description, message=task_description, data=window))
             self.run_state = self._new_state(env)
+            self._checkpointing.begin(stream.uid, self.parent_ids, self.run_safety.settings, self.stop_requested)
             if first and self.auto_entitle:
                 self.run_state.history.entitle(task_description, self.secrets)
             try:
                 self._run()
             finally:
                 self._share.end(self.run_safety)  # every process of the run ends here (a child's: with its parent)
+                self._checkpointing.end()
         return stream
 
     def close(self) -> None:
@@ -145,14 +150,17 @@ class BaseAgent(Delegation):
         self._interrupt_why = why
         self._interrupted.set()
 
+    @property
+    def checkpoints(self) -> Checkpoints:
+        """Diff and undo of this agent's stream, from the checkpoints taken before its steps."""
+        from anges.checkpoints import Checkpoints
+
+        stream = self.event_stream or EventStream(uid=self.uid, parent_event_stream_uids=self.parent_ids)
+        return Checkpoints(stream, self.store, self.config.checkpoints, self.config.prompt.template_dir)
+
     def render_prompt(self, feedback: str = "", limit: int = 0) -> str:
         """The full prompt for the next step (past `limit` characters, the middle of its history cut)."""
         return self._prompter.prompt(feedback, limit)
-
-    @property
-    def prompt_config(self) -> PromptConfig:
-        """The prompt limits of the current run: `config.prompt`, scaled down for a model with a small window."""
-        return self._calls.sizing.prompt
 
     # -- the loop: run → step → query → execute → record ------------------------------------------------------
 
@@ -196,6 +204,7 @@ class BaseAgent(Delegation):
 
     def _run_action(self, action: Action, args: dict, ctx: ActionContext, permit: Permit | None = None) -> bool:
         """Run one action (an anges 0.1.x one through its adapter) and record its event; True if it ended the run."""
+        self._checkpointing.before(action, args, ctx, len(self.event_stream.events_list) + 1)
         action = action if is_builtin_style(action) else LegacyAction(action, self)
         try:
             event = action.run(ctx, args)
@@ -208,13 +217,16 @@ class BaseAgent(Delegation):
                                data={"action_type": action.type, "error": f"{type(exc).__name__}: {exc}"}))
             return False
         if event is not None:
-            self._record_outcome(event, ctx.reply, permit)
+            self._record_outcome(event, ctx.reply, permit, None if action.returning_action else args)
         return action.returning_action
 
-    def _record_outcome(self, event: Event, reply: ParsedReply, permit: Permit | None = None) -> None:
-        """Record an action's event with the reply's reasoning and the approval it got."""
+    def _record_outcome(self, event: Event, reply: ParsedReply, permit: Permit | None = None,
+                        args: dict | None = None) -> None:
+        """Record an action's event with the reply's reasoning, the action's input and the approval it got."""
         event.reasoning = event.reasoning or reply.reasoning
         event.analysis = event.analysis or reply.analysis
+        if args is not None and ChildReturn.of(event) is None:  # a child's return: its start event has the input
+            event.data.setdefault("input", action_input(args))
         if permit is not None and permit.facts():
             event.data.setdefault("approval", permit.facts())
         self._record(event)
@@ -223,6 +235,7 @@ class BaseAgent(Delegation):
         """The bookkeeping every event gets once: usage, secrets masked, texts capped, stored, status, handlers."""
         if self.run_state is not None:
             self.run_state.note(event)
+        self._checkpointing.attach(event)
         mask_event(event, self.secrets)
         cap_event(event, self.agent_config.event_text_cap)
         self.event_stream.add_event(event)
@@ -232,9 +245,6 @@ class BaseAgent(Delegation):
             listener.recorded(self, event)
         if notify and event.message:
             self.handle_user_visible_messages(AgentMessage(event.message, self, event))
-
-    def _call_model(self, prompt: str, temperature: float | None = None, attach: bool = True):
-        return self._calls.reply(prompt, temperature, attach)
 
     def check_limits(self) -> None:
         """Raise `RunStopped` when the run was interrupted or reached a limit."""
@@ -279,7 +289,7 @@ class BaseAgent(Delegation):
             prefix_cmd=self.prefix_cmd, interrupt_check=self.stop_requested, reply=None, record=self._record,
             agent_id=self.uid, agent_type=self.agent_type, secrets=self.secrets, env=env, charge=ledger.charge,
             render_guide=self._prompter.guide, delegator=self)
-        history = History(self.event_stream, self.store, self.prompt_config, self._call_model, self._record,
+        history = History(self.event_stream, self.store, self._calls.sizing.prompt, self._calls.reply, self._record,
                           self.logger)
         return RunState(self.agent_config, budget, ledger, context, history)
 

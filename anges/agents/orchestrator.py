@@ -139,6 +139,7 @@ class Orchestrator(BaseAgent):
             return False  # the wait comes once the whole reply has run
         if not isinstance(action, CallChildAgent):
             return super()._run_action(action, args, ctx, permit)
+        self._checkpointing.before(action, args, ctx, len(self.event_stream.events_list) + 1)
         try:
             prepared = action.prepare(ctx, args)
         except Exception as exc:  # as with any action: a failure is a result the model reads

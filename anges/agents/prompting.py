@@ -14,7 +14,8 @@ from anges.util.clipping import clip, omission
 
 if TYPE_CHECKING:
     from anges.actions.base import Action
-    from anges.config.types import AgentConfig, Config, PromptConfig
+    from anges.agents.sizing import Sizing
+    from anges.config.types import AgentConfig, Config
     from anges.safety.run_safety import RunSafety
     from anges.store.events import EventStream
 
@@ -29,8 +30,6 @@ class Prompted(Protocol):
     uid: str
     config: Config
     agent_config: AgentConfig
-    prompt_config: PromptConfig
-    """The run's prompt limits (`config.prompt`, scaled down for a small context window)."""
     agent_prompt_template: str
     registered_actions: list[Action]
     event_stream: EventStream | None
@@ -45,8 +44,10 @@ class Prompter:
     """Renders one agent's prompt. The environment facts are read once per run: they belong to the prompt's stable
     prefix, which must stay byte-identical from step to step."""
 
-    def __init__(self, agent: Prompted):
+    def __init__(self, agent: Prompted, sizing: Sizing):
         self.agent = agent
+        self.sizing = sizing
+        """Holds the run's prompt limits (`config.prompt`, scaled down for a small context window)."""
         self._facts: dict | None = None
         self._project: list[ProjectFile] | None = None
         self._history = ""
@@ -66,7 +67,7 @@ class Prompter:
         characters (0: none) the middle of the history is cut, never the instructions or the tail."""
         agent = self.agent
         events = agent.event_stream.events_list
-        history = format_event_stream(agent.event_stream, agent.prompt_config)
+        history = format_event_stream(agent.event_stream, self.sizing.prompt)
         jobs, older_jobs = agent.run_safety.job_lines() if agent.run_safety else ([], 0)
         after_edit = bool(events) and events[-1].type == "edit_file"
         text = self._render(history, jobs, older_jobs, after_edit, feedback)
@@ -82,7 +83,7 @@ class Prompter:
         return text.find(HISTORY_HEADING) + 1 or len(text)
 
     def _render(self, history: str, jobs: list, older_jobs: int, after_edit: bool, feedback: str) -> str:
-        agent, config = self.agent, self.agent.prompt_config
+        agent, config = self.agent, self.sizing.prompt
         return render_template(
             agent.agent_prompt_template, config.template_dir,
             action_types=[a.type for a in agent.registered_actions],
@@ -109,10 +110,19 @@ class Prompter:
         """The project's AGENTS.md files (none when `prompt.agents_md` is off), read once per run: they belong to
         the prompt's stable prefix."""
         if self._project is None:
-            config, agent = self.agent.prompt_config, self.agent
-            self._project = read_agents_md(agent.cmd_init_dir, config.max_agents_md_chars,
-                                           agent.secrets) if config.agents_md else []
+            config, agent = self.sizing.prompt, self.agent
+            self._project = read_agents_md(agent.cmd_init_dir, config.max_agents_md_chars, agent.secrets,
+                                           self._hidden()) if config.agents_md else []
         return self._project
+
+    def _hidden(self):
+        """What the run's sandbox hides from commands: anges reads none of it for the prompt either."""
+        from anges.safety.sandbox import SandboxSettings
+
+        agent = self.agent
+        settings = agent.run_safety.settings if agent.run_safety else SandboxSettings.for_run(
+            agent.config.safety, agent.cmd_init_dir)
+        return settings.is_hidden
 
     def guide(self, action: Action) -> str:
         """The guide of one built-in action, rendered from its `guide_template`."""

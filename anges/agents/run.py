@@ -41,7 +41,8 @@ class RunState:
         self.budget.check()
         limit = self.limits.max_number_of_events_to_exhaust
         if limit and self.steps >= limit:
-            raise RunStopped("event_limit", f"the run reached {limit} steps since the last request", limit=limit)
+            steps = "1 step" if limit == 1 else f"{limit} steps"
+            raise RunStopped("event_limit", f"the run reached {steps} since the last request", limit=limit)
 
     def count_repeats(self, args: dict) -> None:
         """Raise `RunStopped` when the same action comes `max_repeated_actions` times in a row."""

@@ -25,9 +25,10 @@ from anges.store.events import (
     walk,
 )
 from anges.store.export import printable_event
+from anges.store.results import ActionResult
 from anges.store.turns import reasoning_after, turn_reasoning
 from anges.util.clipping import clip_lines, shorten
-from anges.util.printable import printable
+from anges.util.printable import printable, visible
 
 if TYPE_CHECKING:
     from anges.store.events import Event
@@ -38,7 +39,7 @@ SHOWN_STATUS = {"completed": ("completed", "green"), "answered": ("answered", "g
 """How each stream status (anges.store.events.status_of) reads and is coloured."""
 APPROVERS = {"auto": "automatically (--approval auto)", "approval=deny": "(--approval deny)",
              "no_one": "(no one can approve here)", "always": "(approved earlier for the whole run)",
-             "terminal": "by you", "interrupt": ""}
+             "terminal": "by you", "interrupt": "", "limit": "(too long to be shown whole)"}
 """How `approval_decided` says who decided (the `by` fact); a channel's own name reads "by NAME"."""
 
 
@@ -102,9 +103,19 @@ class Renderer:
             child = ChildReturn.of(event)
             status, colour = SHOWN_STATUS.get(child.status, (child.exit_type, "yellow"))
             return [f"{s('⇠', 'bold', 'magenta')} {child.agent_type} {child.agent_id} returned: {s(status, colour)}"]
+        result = ActionResult.of(event)
+        if result is not None:
+            return self._action(result, event.message)
         if data.get("error"):
             return [f"{s('✗', 'bold', 'red')} {data['error']}"]
         return [f"{s('•', 'bold')} {kind}: {event.message or _first_line(event.content)}"]
+
+    def _action(self, result: ActionResult, message: str) -> list[str]:
+        """Any other action's result (a plug-in's): its name and message, then the text the model read."""
+        s = self.style
+        mark = s("✗", "bold", "red") if result.error else s("•", "bold", "cyan")
+        head = f"{mark} {s(result.action_type or 'action', 'bold')} {_one_line(message or result.error)}".rstrip()
+        return [head] + [s("  │ ", "dim") + line for line in self._clip(result.text.splitlines(), self.output_lines)]
 
     def _reasoning(self, event: Event) -> list[str]:
         text = (event.reasoning or "").strip()
@@ -168,9 +179,10 @@ class Renderer:
 
     def _approval(self, event: Event) -> list[str]:
         s, data = self.style, event.data
-        what = f"{data.get('action_type', '')} {_one_line(str(data.get('subject', '')), 120)}"
+        what = f"{data.get('action_type', '')} {_one_line(visible(str(data.get('subject', ''))), 120)}"
         outside = " outside the sandbox" if data.get("escalate") else ""
-        if event.type == "approval_requested":
+        if event.type == "approval_requested":  # as the prompt below shows it (safety/approval_text.py)
+            outside = " (if approved, outside the sandbox)" if data.get("escalate") else ""
             return [f"{s('?', 'bold', 'yellow')} {s('needs approval:', 'yellow')} {what}{outside} — "
                     f"{data.get('reason', '')} {s('[' + str(data.get('rule', '')) + ']', 'dim')}"]
         decision, by = data.get("decision"), data.get("by", "")

@@ -218,6 +218,28 @@ class MimeReaderConfig(Section):
     max_file_bytes: int = 20_000_000
 
 
+class CheckpointsConfig(Section):
+    """Checkpoints: the working directory (and `safety.writable_paths`) snapshotted before each step that can
+    change files, for `anges diff` and `anges undo` (docs/checkpoints.md)."""
+
+    enabled: bool = True
+    batch: bool = True
+    """Keep checkpoints in the tasks of `anges batch` too."""
+    max_file_bytes: int = 10_000_000
+    """A file larger than this is left out of checkpoints (and the step's record says so)."""
+    max_files: int = 100_000
+    """A folder with more files than this (not counting ignored ones) is not checkpointed (and the run says so)."""
+    git: str = ""
+    """The git to run (an absolute path); empty: the system's (/usr/bin, /bin, /usr/local/bin, ...), never PATH."""
+
+    @field_validator("max_file_bytes", "max_files")
+    @classmethod
+    def _positive(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"must be 1 or more, got {value}")
+        return value
+
+
 class TelemetryConfig(Section):
     """OpenTelemetry traces and metrics of every run (docs/telemetry.md); off unless enabled."""
 
@@ -299,6 +321,15 @@ class SafetyConfig(Section):
     """Keep background jobs running after the run ends (until the agent is closed or anges exits)."""
     background_log_cap: int = 10_000_000
     """Bytes kept of each background job's log and of each command's full-output file (the oldest are dropped)."""
+    tmp_size: int = Field(1_000_000_000, ge=1_000_000)
+    """Bytes the sandbox's private /tmp may hold (and its /dev/shm); it lives in memory."""
+    max_processes: int = Field(2048, ge=16)
+    """Processes (threads included) the sandbox may hold at once: a fork bomb stops there."""
+    user_namespaces: bool = False
+    """Let sandboxed commands make user namespaces of their own (rootless containers, Chromium's own sandbox)."""
+    unix_sockets: bool = False
+    """Let sandboxed commands make Unix sockets; then a daemon's socket bound by a name the sandbox does not cover
+    (relative, a hard link, made after the sandbox started, abstract with the network on) is reachable."""
     rules: list[SafetyRule] = Field(default_factory=list)
     """Your rules, checked first."""
     default_rules: list[SafetyRule] = Field(default_factory=_default_rules)
@@ -337,6 +368,7 @@ class Config(Section):
     mcp: MCPConfig = Field(default_factory=MCPConfig)
     mime_reader: MimeReaderConfig = Field(default_factory=MimeReaderConfig)
     safety: SafetyConfig = Field(default_factory=SafetyConfig)
+    checkpoints: CheckpointsConfig = Field(default_factory=CheckpointsConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     _common: AgentConfig = PrivateAttr(default_factory=AgentConfig)
     """The merged `agents.common` block: the settings of an agent type without a section of its own."""

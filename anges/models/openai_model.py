@@ -12,7 +12,7 @@ from anges.exceptions import ModelSetupError
 from anges.models.base import Completion, Usage, estimate_tokens
 from anges.models.provider import LOOKUP_TIMEOUT, Provider
 from anges.models.retry import Failure
-from anges.models.streaming import StreamEnded, current_sink
+from anges.models.streaming import CUT_SHORT, StreamEnded, current_sink
 from anges.models.window import OLLAMA_OPENAI_WINDOW, window_in_listing
 
 NO_KEY = "no-key"
@@ -128,6 +128,8 @@ class OpenAIModel(Provider):
                         sink(content)
             if not streamed:
                 raise StreamEnded("the reply stream was empty or not JSON (no chunk came)")
+            if reply.answered and not reply.finish_reason:
+                raise StreamEnded(CUT_SHORT)
         return reply
 
     def _create(self, params: dict[str, Any]) -> Any:

@@ -13,6 +13,7 @@ from anges.safety.approval import MODES, Asker, Gate, Permit
 from anges.safety.command_runner import CommandRunner, Job
 from anges.safety.policy import Policy
 from anges.safety.sandbox import SandboxSettings, availability
+from anges.store.events import action_input
 
 if TYPE_CHECKING:
     from anges.config.types import SafetyConfig
@@ -57,7 +58,8 @@ class Runners:
             if sandboxed not in self._runners:
                 settings = self.settings if sandboxed else None
                 self._runners[sandboxed] = CommandRunner(self.cwd, settings, self.bwrap, self.log_cap,
-                                                         contain=self.contain and not sandboxed)
+                                                         contain=self.contain and not sandboxed,
+                                                         writable=self.settings.writable)
             return self._runners[sandboxed]
 
     def jobs(self) -> list[Job]:
@@ -117,7 +119,9 @@ class RunSafety:
         permit = self.gate.check(ctx, action_type, args)
         if not permit.allowed or permit.request_id is not None:  # other approvals are facts on the action's event
             event = self.gate.decided_event(ctx, action_type, permit, skipped=0 if permit.allowed else remaining)
-            event.reasoning = "" if permit.allowed else ctx.reply.reasoning
+            if not permit.allowed:  # the declined action's only event: the step's thoughts and what it asked
+                event.reasoning, event.analysis = ctx.reply.reasoning, ctx.reply.analysis
+                event.data["input"] = action_input(args)
             ctx.record(event)
         return permit if permit.allowed else None
 
@@ -195,9 +199,9 @@ class SafetyShare:
             kept.close()
 
 
-def terminal_approval(safety: SafetyConfig, pause=None) -> tuple[Callable | None, list[str]]:
-    """The CLI's approval channel: the terminal prompt when a person can answer there (None otherwise), and what to
-    tell them up front (no terminal to ask on; unsandboxed commands no one can approve)."""
+def terminal_approval(safety: SafetyConfig, cwd: str, pause=None) -> tuple[Callable | None, list[str]]:
+    """The CLI's approval channel for a run in `cwd`: the terminal prompt when a person can answer there (None
+    otherwise), and what to tell them up front (no terminal to ask on; unsandboxed commands no one can approve)."""
     from anges.safety.approval import TerminalPrompt
 
     channel, notes = None, []
@@ -207,10 +211,15 @@ def terminal_approval(safety: SafetyConfig, pause=None) -> tuple[Callable | None
         elif safety.approval == "ask":
             notes.append("--approval ask needs a terminal to ask on; actions that need approval will be declined")
     no_one_approves = safety.approval != "auto" and (channel is None or safety.approval == "deny")
-    if no_one_approves and (safety.sandbox == "off" or not availability(safety.bwrap).ok):
+    if no_one_approves and (safety.sandbox == "off" or not sandbox_works(safety, cwd)):
         notes.append("commands run without a sandbox need approval, and none can be given here: add --approval auto "
                      "to run them")
     return channel, notes
+
+
+def sandbox_works(safety: SafetyConfig, cwd: str) -> bool:
+    """Whether the sandbox runs for a run in `cwd` (never trying a bwrap its commands could have written)."""
+    return availability(safety.bwrap, SandboxSettings.for_run(safety, cwd).writable, quiet=True).ok
 
 
 def run_secrets(config, pass_env: Iterable[str] = (), mcp=None) -> tuple[list[str], dict[str, str]]:
