@@ -50,7 +50,7 @@ STOP_REASONS = {"interrupt": "interrupted", "timeout": "out of time", "event_lim
                 "invalid_replies": "the model's replies were invalid", "model_error": "the model failed",
                 "reply_cut_off": "the model's replies were cut off at max_output_tokens",
                 "model_setup": "the model is not usable", "abandoned": "its process ended without finishing",
-                "budget": "over budget"}
+                "budget": "over budget", "context_window": "the prompt does not fit the model's context window"}
 OUTPUT = {"no_wrap": True, "overflow": "ellipsis"}
 """Command output and diff lines are cut at the edge of the screen, never wrapped (prose wraps)."""
 

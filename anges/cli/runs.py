@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 LISTED_STOPS = {"timeout": "timed out", "event_limit": "out of steps", "model_call_limit": "out of calls",
                 "budget": "over budget", "model_error": "model failed", "model_setup": "model failed",
-                "invalid_replies": "bad replies", "reply_cut_off": "cut off", "repetition": "repeating"}
+                "invalid_replies": "bad replies", "reply_cut_off": "cut off", "repetition": "repeating",
+                "context_window": "over the window"}
 """How `anges list` shows an interrupted stream that stopped for a reason other than an interrupt."""
 
 
