@@ -87,8 +87,9 @@ class ModelCalls:
                 return parse_reply(reply, agent.actions_by_type())
             except ContextExceeded as exc:  # the model did not read the whole prompt: its reply is not used
                 exceeded += 1
-                agent.run_state.context.record(self.sizing.exceeded(exc, again=exceeded > 1))
-                agent.run_state.history.shorten()
+                state = of_run(agent.run_state)
+                state.context.record(self.sizing.exceeded(exc, again=exceeded > 1))
+                state.history.shorten()
                 continue
             except FormatError as exc:
                 error, problem = exc.feedback, _problem(exc.feedback, reply)

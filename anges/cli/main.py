@@ -204,7 +204,7 @@ def run_task(args: argparse.Namespace) -> int:
     agent = None
     try:
         setup = Setup(args)
-        if not interactive and getattr(output, "live", False):
+        if request is not None and not interactive and getattr(output, "live", False):
             from anges.cli.oneshot import run_once
 
             outcome, agent = run_once(setup, output, request)

@@ -50,7 +50,7 @@ class ModelPreset(Section):
     prompt_cache_key: bool | None = None
     """OpenAI only: send each run's `prompt_cache_key` (None = only to api.openai.com; other servers may reject
     an unknown parameter)."""
-    context_window: int = Field(0, ge=0)
+    context_window: int = Field(default=0, ge=0)
     """The model's context window in tokens (prompt and reply together); 0 = ask the server where it can tell
     (Ollama, vLLM, llama.cpp, ...), else the known window of the model, else an assumed one (docs/models.md). For
     Ollama it also caps the window each request asks for (`num_ctx`)."""
