@@ -125,6 +125,7 @@ class ModelCalls:
         analysis and reasoning to the delta handlers. ContextExceeded when the prompt did not fit the window."""
         agent = self.agent
         agent.check_limits()
+        ledger = of_run(agent.run_state).ledger
         temperature = agent.config.model_settings.temperature if temperature is None else temperature
         prompt = clip(prompt, self.sizing.limit())
         started = time.time()
@@ -136,7 +137,7 @@ class ModelCalls:
                 exc.sent = exc.sent or self.sizing.gauge.tokens(len(prompt))
             self._tell(prompt, temperature, started, error=exc)
             raise
-        cost = of_run(agent.run_state).ledger.count(reply if isinstance(reply, str) else "", attach)
+        cost = ledger.count(reply if isinstance(reply, str) else "", attach)
         self._tell(prompt, temperature, started, reply, cost=cost)
         self.sizing.check(prompt, reply)
         return reply
