@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -210,3 +211,31 @@ def test_a_task_or_notes_file_made_a_link_to_a_hidden_place_is_not_read(home, tm
         assert done.returncode == 2 and "a link into a place hidden from commands" in done.stderr, done.stderr
         assert "KEY-MATERIAL" not in done.stdout + done.stderr
     assert runs[2].returncode == 0, runs[2].stderr
+
+
+@pytest.mark.sandbox
+def test_an_edit_of_a_folder_swapped_for_a_link_after_the_check_writes_nothing_through_it(home):
+    """The policy once judged no path for a directive naming a folder (`NEW_FILE d`) and let the edit through
+    unchecked: a command that swapped the folder for a link to ~/.ssh/authorized_keys in that moment had anges
+    write the key there. A background command makes the swap while a person reads the question."""
+    project, keys = home / "project", home / ".ssh" / "authorized_keys"
+    keys.write_text("ssh-ed25519 MINE\n")
+    swap = f"mkdir d; until [ -e go ]; do sleep 0.01; done; rmdir d && ln -s {keys} d && touch swapped"
+
+    def approve(request):  # while the person reads, the background command swaps the folder for a link
+        (project / "go").touch()
+        deadline = time.monotonic() + 30
+        while not (project / "swapped").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return True
+
+    edit = {"action_type": "EDIT_FILE", "directive_line": "NEW_FILE d", "content": "ssh-ed25519 EVIL"}
+    steps = [reply(shell(swap, run_in_background=True)), reply(shell("sleep 0.3")), reply(edit), complete()]
+    config = load_config(overrides={"safety": {"rules": [{"action": "EDIT_FILE", "decision": "ask"}]}})
+    stream = DefaultAgent(inference_func=ScriptedModel(steps), cmd_init_dir=project, config=config,
+                          approval=approve).run_with_new_request("go")
+
+    assert (project / "d").is_symlink()  # the swap happened
+    assert keys.read_text() == "ssh-ed25519 MINE\n"
+    edit_event = [e for e in stream.events_list if e.type == "edit_file"][0]
+    assert "changed after it was checked" in edit_event.data["error"]

@@ -111,6 +111,8 @@ def apply_edit(
     elif operation in ("REMOVE_LINES", "REPLACE_LINES"):
         match = _argument(_RANGE_ARGUMENT, rest, operation)
     target = _target(match["path"] if match else rest, base_dir, operation)
+    if os.path.isdir(target.path):
+        raise EditError(f"{target.shown} is a directory, not a file")
     with _opened(target, resolved), _locked(target):
         if operation == "NEW_FILE":
             return _new_file(target, content)
@@ -141,8 +143,6 @@ def _target(raw: str, base_dir: str | os.PathLike, operation: str) -> _Target:
     path = os.path.abspath(os.path.join(base, os.path.expanduser(raw)))
     relative = os.path.relpath(path, base)
     shown = path if relative == os.pardir or relative.startswith(os.pardir + os.sep) else relative
-    if os.path.isdir(path):
-        raise EditError(f"{shown} is a directory, not a file")
     return _Target(path, shown, base)
 
 
