@@ -106,6 +106,28 @@ def test_one_list_of_startup_places_serves_the_sandbox_and_the_policy(home, monk
     assert settings.can_write(str(home / "project" / "x.py")) and settings.can_write(str(home / "notes.txt"))
 
 
+
+@pytest.mark.sandbox
+def test_a_writable_path_a_command_made_a_link_does_not_open_a_hidden_place(home):
+    """`writable_paths: [~/.cache/pip]` before pip made it: a command (working in the home) made it a link to ~/.ssh,
+    and the next run bound ~/.ssh writable, unhidden. A writable path reached through a link that commands could
+    have made is left out."""
+    (home / ".ssh").mkdir()
+    (home / ".ssh" / "authorized_keys").write_text("ssh-ed25519 MINE\n")
+    (home / ".cache").mkdir()
+    safety = {"approval": "auto", "writable_paths": ["~/.cache/pip"]}
+    run_agent(home, [reply(shell("ln -s ~/.ssh ~/.cache/pip")), complete()], **safety)
+    assert (home / ".cache" / "pip").is_symlink()
+
+    stream, _ = run_agent(home, [reply(shell("echo ssh-ed25519 EVIL >> ~/.cache/pip/authorized_keys; ls ~/.ssh")),
+                                 complete()], **safety)
+
+    assert (home / ".ssh" / "authorized_keys").read_text() == "ssh-ed25519 MINE\n"
+    assert actions(stream)[0].data["stdout"] == ""  # hidden, as before
+    assert str(home / ".ssh") not in SandboxSettings.for_run(load_config(overrides={"safety": safety}).safety,
+                                                            str(home)).writable
+
+
 # -- host Unix sockets, however named --------------------------------------------------------------------------
 
 DAEMON = """

@@ -101,7 +101,9 @@ class SandboxSettings:
         writable: tuple[str, ...] = ()
         if safety.sandbox != "read-only":  # with the sandbox off, in-process edits keep the workspace's limits
             extra = [_expand(p, cwd) for p in safety.writable_paths]
-            writable = _unique(resolve(p) for p in [cwd, *(p for p in extra if _exists_or_warn(p))])
+            extra = [p for p in extra if _exists_or_warn(p)]
+            roots = [resolve(p) for p in [cwd, *extra]]
+            writable = _unique(resolve(p) for p in [cwd, *(p for p in extra if not _linked_from(p, roots))])
         _warn_wide(writable)
         return cls(mode=safety.sandbox, network=safety.network, writable=writable, hidden=hidden_paths(safety),
                    workdir=resolve(cwd), protected=protected_paths(writable), tmp_size=safety.tmp_size,
@@ -385,6 +387,19 @@ def _exists_or_warn(path: str) -> bool:
     if os.path.isdir(path):
         return True
     warn_once(f"safety.writable_paths: {path} is not a directory; left out")
+    return False
+
+
+def _linked_from(path: str, roots: list[str]) -> bool:
+    """True (with a warning) when a symlink on the way to `path` lies in one of `roots`, the directories commands may
+    write: a command could have made it, to have the next run make writable what it points at (~/.ssh)."""
+    parts = os.path.normpath(path).split(os.sep)
+    for count in range(2, len(parts) + 1):
+        link = os.sep.join(parts[:count])
+        if os.path.islink(link) and _inside_any(resolve(os.path.dirname(link)), roots):
+            warn_once(f"safety.writable_paths: {path} is reached through the link {link}, which commands may have "
+                      "made (it lies in a directory they may write); left out")
+            return True
     return False
 
 
