@@ -128,6 +128,26 @@ def test_a_writable_path_a_command_made_a_link_does_not_open_a_hidden_place(home
                                                             str(home)).writable
 
 
+
+@pytest.mark.sandbox
+def test_the_programs_on_path_in_the_home_cannot_be_replaced(home, monkeypatch):
+    """With the working directory at the home, a command replaced `git` in ~/.pyenv/shims (on PATH): the next
+    escalated `git commit`, or the user's next `git`, ran it. The directories on PATH in the home, and the version
+    managers PATH leads into, stay read-only whether they exist or not."""
+    shims = home / ".pyenv" / "shims"
+    shims.mkdir(parents=True)
+    (shims / "git").write_text("#!/bin/sh\nexec /usr/bin/git \"$@\"\n")
+    (home / ".pyenv" / "libexec").mkdir()
+    monkeypatch.setenv("PATH", f"{shims}:{home / 'go' / 'bin'}:{os.environ['PATH']}")
+    plant = ("echo 'echo pwned' > ~/.pyenv/shims/git; echo 'echo pwned' > ~/.pyenv/libexec/pyenv; "
+             "mkdir -p ~/go/bin && echo 'echo pwned' > ~/go/bin/git; ls -A ~/.pyenv/libexec")
+    stream, _ = run_agent(home, [reply(shell(plant)), complete()], approval="auto")
+
+    assert (shims / "git").read_text() == "#!/bin/sh\nexec /usr/bin/git \"$@\"\n"
+    assert not (home / ".pyenv" / "libexec" / "pyenv").exists() and not (home / "go").exists()
+    assert actions(stream)[0].data["stderr"].count("Read-only file system") == 3
+
+
 # -- host Unix sockets, however named --------------------------------------------------------------------------
 
 DAEMON = """

@@ -49,12 +49,14 @@ STARTUP_PLACES = (
     "~/.config/pip", "~/.pip", "~/.pydistutils.cfg", "~/.ipython", "~/.jupyter", "~/.Rprofile",
     "~/.gitconfig", "~/.config/git", "~/.hgrc", "~/.config/hg", "~/.tmux.conf", "~/.config/tmux", "~/.screenrc",
     "~/.config/direnv", "~/.mailcap", "~/.vimrc", "~/.vim", "~/.config/nvim", "~/.local/share/nvim", "~/.emacs",
-    "~/.emacs.d", "~/.config/emacs", "~/.nanorc",
+    "~/.emacs.d", "~/.config/emacs", "~/.nanorc", "~/.pyenv", "~/.rbenv", "~/.nodenv", "~/.nvm", "~/.rustup",
+    "~/.sdkman", "~/.asdf", "~/.volta", "~/.bun", "~/.deno", "~/.local/share/mise",
 )
 """What the user's shells, session, PATH, Python (user site-packages, a `.pth` there), git, tmux and editors run
 or read commands from: read-only in the sandbox, and an `ask` for anges' own edits, whether or not they exist yet
-(git's `core.fsmonitor` in ~/.gitconfig would run in every repository; a new ~/.bash_profile at the next login).
-The ~/.config and ~/.local/share places count under $XDG_CONFIG_HOME and $XDG_DATA_HOME too."""
+(git's `core.fsmonitor` in ~/.gitconfig would run in every repository; a new ~/.bash_profile at the next login);
+the version managers whose shims and scripts PATH leads into. The ~/.config and ~/.local/share places count under
+$XDG_CONFIG_HOME and $XDG_DATA_HOME too, and so does every directory on $PATH (`path_dirs`)."""
 VCS_DIRS = (".git", ".hg")
 """A repository's own directory in a writable one stays read-only: its hooks and config run outside the sandbox."""
 TRUSTED_BWRAP_DIRS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin", "/run/current-system/sw/bin",
@@ -199,11 +201,20 @@ def protected_paths(writable: tuple[str, ...]) -> tuple[str, ...]:
                            "run in anges' own process; run anges from another directory")
         elif _inside_any(real, writable) and os.path.lexists(real):
             found.append(real)
-    for path in startup_places():
+    for path in [*startup_places(), *path_dirs(writable)]:
         real = resolve(path)
         if real not in writable and _inside_any(real, writable):
             found.append(real)
     return _unique(found)
+
+
+def path_dirs(writable: tuple[str, ...]) -> list[str]:
+    """The directories on $PATH (resolved) that lie in a writable directory holding the home: a program planted
+    there would run at the next escalated command, or the next one you type, under a name you trust (`git`)."""
+    home = resolve("~")
+    holding = [root for root in writable if _inside(home, root)]
+    entries = (resolve(entry) for entry in os.environ.get("PATH", "").split(os.pathsep) if os.path.isabs(entry))
+    return [entry for entry in entries if _inside_any(entry, holding)]
 
 
 def startup_places() -> list[str]:
