@@ -239,3 +239,18 @@ def test_an_edit_of_a_folder_swapped_for_a_link_after_the_check_writes_nothing_t
     assert keys.read_text() == "ssh-ed25519 MINE\n"
     edit_event = [e for e in stream.events_list if e.type == "edit_file"][0]
     assert "changed after it was checked" in edit_event.data["error"]
+
+
+@pytest.mark.sandbox
+def test_an_edit_of_a_huge_sparse_file_is_refused_unread(tmp_path):
+    """A command makes a sparse file of many gigabytes in no time; EDIT_FILE read all of it into anges' memory."""
+    from anges.tools.fileedit import MAX_FILE_BYTES
+
+    edit = {"action_type": "EDIT_FILE", "directive_line": "REPLACE_TEXT big.txt", "old_text": "a", "content": "b"}
+    steps = [reply(shell(f"truncate -s {MAX_FILE_BYTES * 3} big.txt")), reply(edit), reply(shell("echo on")),
+             complete()]
+    stream = agent_for(tmp_path, steps).run_with_new_request("go")
+
+    edit_event = [e for e in stream.events_list if e.type == "edit_file"][0]
+    assert f"over the {MAX_FILE_BYTES:,} bytes EDIT_FILE edits" in edit_event.data["error"]
+    assert stream.events_list[-1].type == "task_completion"

@@ -32,6 +32,8 @@ _USAGE = {
     "REPLACE_LINES": "REPLACE_LINES <path> <x>-<y>",
     "REPLACE_TEXT": "REPLACE_TEXT <path>",
 }
+MAX_FILE_BYTES = 10_000_000
+"""The largest file EDIT_FILE reads (a file made huge, or sparse, must not fill anges' memory)."""
 _LINE_ARGUMENT = re.compile(r"(?P<path>.+?)\s+(?P<n>-?\d+)")
 _RANGE_ARGUMENT = re.compile(r"(?P<path>.+?)\s+(?P<x>\d+)\s*-\s*(?P<y>\d+)")
 
@@ -234,10 +236,14 @@ def _read(target: _Target, operation: str) -> str:
     except OSError as error:
         raise _moved(target, error) from error
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise EditError(f"{target.shown} is not a regular file; EDIT_FILE only edits text files")
         with os.fdopen(fd, "rb", closefd=False) as handle:
-            data = handle.read()
+            data = handle.read(MAX_FILE_BYTES + 1) if info.st_size <= MAX_FILE_BYTES else b""
+        if info.st_size > MAX_FILE_BYTES or len(data) > MAX_FILE_BYTES:
+            raise EditError(f"{target.shown} is over the {MAX_FILE_BYTES:,} bytes EDIT_FILE edits; change it with a "
+                            "command instead")
     except OSError as error:
         raise EditError(f"Cannot read {target.shown}: {error.strerror}") from error
     finally:
