@@ -59,7 +59,7 @@ def test_agents_md_linked_to_a_hidden_file_is_not_read_into_the_prompt(home):
 
 
 @pytest.mark.sandbox
-@pytest.mark.parametrize("private", ["/tmp", "/run"])
+@pytest.mark.parametrize("private", ["/tmp", "/run", "/dev/shm"])
 def test_read_mime_files_sees_the_sandbox_view_not_the_hosts_private_directories(
         private, tmp_path, gemini_server, monkeypatch):
     host_file = Path(tempfile.mkdtemp(prefix="anges-test-private-", dir=private)) / "report.pdf"

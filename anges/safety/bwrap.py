@@ -8,7 +8,16 @@ import os
 import stat
 import sys
 
-from anges.safety.sandbox import SandboxSettings, _depth, _inside, _inside_any, _unique, isolation, private_dirs
+from anges.safety.sandbox import (
+    SHARED_MEMORY,
+    SandboxSettings,
+    _depth,
+    _inside,
+    _inside_any,
+    _unique,
+    isolation,
+    private_dirs,
+)
 from anges.util.paths import resolve
 
 RESOLV_CONF = "/etc/resolv.conf"
@@ -31,7 +40,7 @@ def bwrap_argv(bwrap: str, settings: SandboxSettings, cwd: str, visible: list[st
         argv += ["--seccomp", str(seccomp_fd)]
     argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     sized = "size" in features
-    argv += [*(["--size", str(settings.tmp_size)] if sized else []), "--tmpfs", "/dev/shm"]
+    argv += [*(["--size", str(settings.tmp_size)] if sized else []), "--tmpfs", SHARED_MEMORY]
     private = private_dirs()
     if not _inside_any(resolve(cwd), settings.writable):
         visible = [resolve(cwd), *visible]  # read-only mode: the working directory is still there to read

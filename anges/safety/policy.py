@@ -151,7 +151,7 @@ class Policy:
         for path in read:
             if self.settings.is_private(path):
                 return self._ask(action_type, "private_paths", "private to the sandbox: its commands have a /tmp "
-                                 "(and /run) of their own, and this is the machine's", path, paths)
+                                 "(and /run, /dev/shm) of their own, and this is the machine's", path, paths)
         for path in write:
             if self.settings.is_protected(path):
                 return self._ask(action_type, "protected_paths", "read-only in the sandbox: a repository's .git, "

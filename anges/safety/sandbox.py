@@ -38,6 +38,8 @@ XDG_CREDENTIAL_PATHS = ("gcloud", "gh", "hub", "git/credentials", "rclone", "op"
 RUNTIME_DIRS = ("/run", "/var/run")
 """Where daemons keep their sockets (D-Bus, systemd, Docker, containerd...): an empty private directory in the
 sandbox, as is $XDG_RUNTIME_DIR."""
+SHARED_MEMORY = "/dev/shm"
+"""Private in the sandbox too (a tmpfs of its own), besides the directories of `private_dirs`."""
 STARTUP_PLACES = (
     "~/.bashrc", "~/.bash_profile", "~/.bash_login", "~/.bash_logout", "~/.bash_aliases", "~/.profile", "~/.inputrc",
     "~/.zshrc", "~/.zshenv", "~/.zprofile", "~/.zlogin", "~/.zlogout", "~/.oh-my-zsh", "~/.kshrc", "~/.mkshrc",
@@ -128,10 +130,11 @@ class SandboxSettings:
 
     def is_private(self, path: str) -> bool:
         """True when `path` (resolved) lies in a directory the sandbox replaces with a private one of its own (/tmp,
-        /run...), outside the work: what commands see there is not what the host has."""
+        /run, /dev/shm...), outside the work: what commands see there is not what the host has."""
         real = resolve(path)
         shown = [root for root in (*self.writable, self.workdir) if root]
-        return self.enabled and _inside_any(real, private_dirs()) and not _inside_any(real, shown)
+        private = [*private_dirs(), resolve(SHARED_MEMORY)]
+        return self.enabled and _inside_any(real, private) and not _inside_any(real, shown)
 
     def is_hidden(self, path: str) -> bool:
         """True when `path` (resolved) lies under a hidden path, outside the work and writable folders inside it."""
