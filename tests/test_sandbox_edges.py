@@ -11,7 +11,9 @@ import pytest
 from helpers import SANDBOX_PYTHON as PYTHON
 from test_sandbox import actions, complete, reply, run_agent, shell
 
+from anges.agents import DefaultAgent
 from anges.config import load_config
+from anges.models.scripted import ScriptedModel
 from anges.safety.sandbox import SandboxSettings
 
 PLANTED = {  # startup places a login shell, git, Python or the desktop session would run later
@@ -430,6 +432,29 @@ def test_a_bwrap_commands_could_write_is_never_run_on_any_path(work, tmp_path):
 
     assert not marker.exists()
     assert not actions(stream) and "lies in a directory commands may write" in batch and not web["sandboxed"]
+
+
+@pytest.mark.sandbox
+def test_a_bwrap_reached_through_a_link_commands_could_repoint_is_never_run(work, outside, tmp_path):
+    """`safety.bwrap` named through a link in the working directory: a command pointed the link at another program,
+    and the next run started its sandbox with that."""
+    marker = tmp_path / "other-program-ran"
+    other = planted_bwrap(outside, marker)  # any program of the machine the link could be pointed at
+    (work / "tools").mkdir()
+    (work / "tools" / "bwrap").symlink_to("/usr/bin/bwrap")
+    config = load_config(overrides={"safety": {"bwrap": str(work / "tools" / "bwrap"), "approval": "deny"}})
+
+    def run(command):
+        agent = DefaultAgent(inference_func=ScriptedModel([reply(shell(command)), complete()]), cmd_init_dir=work,
+                             config=config)
+        return agent.run_with_new_request("go")
+
+    first = run(f"ln -sfn {other} tools/bwrap && echo repointed")
+    second = run("echo ran")
+
+    assert not marker.exists()
+    assert not actions(first) and not actions(second)  # no sandbox from the start: nothing runs unasked
+    assert "reached through a link in a directory commands may write" in first.events_list[-2].content
 
 
 STRANGER_UID = 61234

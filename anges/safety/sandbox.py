@@ -269,7 +269,7 @@ def availability(bwrap: str, writable: tuple[str, ...], quiet: bool = False) -> 
             found = path
         else:
             problem = bwrap_problem(path, writable)
-            found = Availability(False, problem) if problem else _probe(path)
+            found = Availability(False, problem) if problem else _probe(resolve(path))  # what was checked is what runs
     return found if quiet else _say_once(found)
 
 
@@ -280,6 +280,8 @@ def bwrap_problem(path: str, writable: tuple[str, ...]) -> str:
     real = resolve(path)
     if _inside_any(real, writable):
         return f"bwrap at {path} lies in a directory commands may write"
+    if link_in(path, writable):
+        return f"bwrap at {path} is reached through a link in a directory commands may write ({link_in(path, writable)})"
     place = real
     while os.geteuid() != 0:  # root may write anywhere: only the run's writable directories tell
         if os.access(place, os.W_OK):
@@ -407,14 +409,22 @@ def _exists_or_warn(path: str) -> bool:
 def _linked_from(path: str, roots: list[str]) -> bool:
     """True (with a warning) when a symlink on the way to `path` lies in one of `roots`, the directories commands may
     write: a command could have made it, to have the next run make writable what it points at (~/.ssh)."""
+    link = link_in(path, roots)
+    if link:
+        warn_once(f"safety.writable_paths: {path} is reached through the link {link}, which commands may have made (it "
+                  "lies in a directory they may write); left out")
+    return bool(link)
+
+
+def link_in(path: str, roots) -> str:
+    """The first symlink on the way to `path` (absolute) that lies in one of `roots`, where a command could have made
+    it or pointed it elsewhere; "" when none does."""
     parts = os.path.normpath(path).split(os.sep)
     for count in range(2, len(parts) + 1):
         link = os.sep.join(parts[:count])
         if os.path.islink(link) and _inside_any(resolve(os.path.dirname(link)), roots):
-            warn_once(f"safety.writable_paths: {path} is reached through the link {link}, which commands may have "
-                      "made (it lies in a directory they may write); left out")
-            return True
-    return False
+            return link
+    return ""
 
 
 def _warn_wide(writable: tuple[str, ...]) -> None:
