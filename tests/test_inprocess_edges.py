@@ -254,3 +254,22 @@ def test_an_edit_of_a_huge_sparse_file_is_refused_unread(tmp_path):
     edit_event = [e for e in stream.events_list if e.type == "edit_file"][0]
     assert f"over the {MAX_FILE_BYTES:,} bytes EDIT_FILE edits" in edit_event.data["error"]
     assert stream.events_list[-1].type == "task_completion"
+
+
+@pytest.mark.sandbox
+def test_a_checkpoint_git_commands_could_replace_is_never_run(tmp_path):
+    """`checkpoints.git` in the working directory: a command replaced it, and the next step's checkpoint ran it in
+    anges' own process, outside the sandbox."""
+    work, marker = tmp_path / "work", tmp_path / "planted-git-ran"
+    (work / "tools").mkdir(parents=True)
+    (work / "tools" / "git").write_text('#!/bin/sh\nexec /usr/bin/git "$@"\n')
+    (work / "tools" / "git").chmod(0o755)
+    plant = f"printf '#!/bin/sh\\ntouch {marker}\\nexec /usr/bin/git \"$@\"\\n' > tools/git"
+    edit = {"action_type": "EDIT_FILE", "directive_line": "NEW_FILE notes.txt", "content": "x"}
+    stream = agent_for(work, [reply(shell(plant)), reply(edit), complete()],
+                       checkpoints={"git": str(work / "tools" / "git")}).run_with_new_request("go")
+
+    assert "touch" in (work / "tools" / "git").read_text()  # planted: the sandbox lets a command write there
+    assert not marker.exists()
+    marks = [e.data.get("checkpoint") for e in stream.events_list if e.data.get("checkpoint")]
+    assert marks and "lies in a directory commands may write" in marks[0]["error"]

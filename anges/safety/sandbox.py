@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from anges.safety.runner import prctl
-from anges.util.paths import resolve
+from anges.util.paths import inside, link_in, resolve
 
 log = logging.getLogger("anges.safety.sandbox")
 
@@ -280,8 +280,9 @@ def bwrap_problem(path: str, writable: tuple[str, ...]) -> str:
     real = resolve(path)
     if _inside_any(real, writable):
         return f"bwrap at {path} lies in a directory commands may write"
-    if link_in(path, writable):
-        return f"bwrap at {path} is reached through a link in a directory commands may write ({link_in(path, writable)})"
+    link = link_in(path, writable)
+    if link:
+        return f"bwrap at {path} is reached through a link in a directory commands may write ({link})"
     place = real
     while os.geteuid() != 0:  # root may write anywhere: only the run's writable directories tell
         if os.access(place, os.W_OK):
@@ -416,17 +417,6 @@ def _linked_from(path: str, roots: list[str]) -> bool:
     return bool(link)
 
 
-def link_in(path: str, roots) -> str:
-    """The first symlink on the way to `path` (absolute) that lies in one of `roots`, where a command could have made
-    it or pointed it elsewhere; "" when none does."""
-    parts = os.path.normpath(path).split(os.sep)
-    for count in range(2, len(parts) + 1):
-        link = os.sep.join(parts[:count])
-        if os.path.islink(link) and _inside_any(resolve(os.path.dirname(link)), roots):
-            return link
-    return ""
-
-
 def _warn_wide(writable: tuple[str, ...]) -> None:
     home = resolve("~")
     for root in writable:
@@ -444,8 +434,7 @@ def _inside_any(path: str, roots) -> bool:
     return any(_inside(path, root) for root in roots)
 
 
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+_inside = inside
 
 
 def _unique(paths) -> tuple[str, ...]:
