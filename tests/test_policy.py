@@ -582,7 +582,7 @@ def test_mime_inputs_are_judged_as_the_reader_reads_them(tmp_path, monkeypatch):
         assert (verdict.decision, verdict.rule) == ("ask", "hidden_paths"), source
         assert load_inputs([source], work, 0)[0].data.startswith(b"\x89PNG")  # what the reader would have read
     link = policy.decide("READ_MIME_FILES", {"question": "?", "inputs": ["https://example.com/a.png"]})
-    assert link.decision == "allow"
+    assert (link.decision, link.rule, link.subject) == ("ask", "network", "https://example.com/a.png")
 
 
 def test_mime_reads_and_writes_only_the_paths_that_were_checked(tmp_path):

@@ -31,7 +31,7 @@ class Verdict:
     """allow, ask or deny."""
     rule: str = ""
     """What decided: `safety.rules[N]`, `safety.default_rules[N]`, `escalation`, `unsandboxed`, `writable_paths`,
-    `protected_paths`, `hidden_paths`, `private_paths`, `changing_path`, or "" (nothing objected)."""
+    `protected_paths`, `hidden_paths`, `private_paths`, `network`, `changing_path`, or "" (nothing objected)."""
     reason: str = ""
     subject: str = ""
     """The command, path, server.tool or directive the decision is about."""
@@ -140,7 +140,13 @@ class Policy:
             return self._path_check(action_type, read=[], write=list(paths))
         if action_type == "READ_MIME_FILES":
             write = list(self._mime_output(args))
-            return self._path_check(action_type, read=[p for p in paths if p not in write], write=write)
+            verdict = self._path_check(action_type, read=[p for p in paths if p not in write], write=write)
+            links = [source for source in self.subjects(action_type, args) if source not in paths]
+            if verdict.decision == "allow" and links and self.sandboxed and not self.settings.network:
+                return self._ask(action_type, "network", "a link the model's provider fetches from the internet, "
+                                 "which this run's sandbox keeps commands from (safety.network is off): what the link "
+                                 "carries reaches that site", links[0], paths)
+            return verdict
         return Verdict("allow", subject=subject, paths=paths)
 
     def _path_check(self, action_type: str, read: list[str], write: list[str]) -> Verdict:
