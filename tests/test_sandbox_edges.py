@@ -94,6 +94,19 @@ def test_edits_of_startup_files_that_do_not_exist_ask_and_auto_declines_them(hom
     assert sorted(os.listdir(home)) == ["old.txt", "project"]
 
 
+def test_anges_own_edits_make_no_new_file_right_in_the_home_either(home):
+    """Commands cannot make a new file right in the home (it could be a startup file no list names: ~/.gdbinit,
+    ~/.psqlrc, ~/.selected_editor); EDIT_FILE could, without a question."""
+    edits = [{"action_type": "EDIT_FILE", "directive_line": f"NEW_FILE {name}", "content": "shell id\n"}
+             for name in ("~/.gdbinit", "~/newdir/x.txt", "~/old.txt", "~/project/made.txt")]
+    stream, _ = run_agent(home, [reply(edit) for edit in edits] + [complete()], approval="auto")
+
+    decided = [(e.data["subject"], e.data["rule"]) for e in stream.events_list if e.type == "approval_decided"]
+    assert decided == [(str(home / ".gdbinit"), "protected_paths"), (str(home / "newdir" / "x.txt"), "protected_paths")]
+    assert sorted(os.listdir(home)) == ["old.txt", "project"]
+    assert (home / "old.txt").read_text() == "shell id\n" and (home / "project" / "made.txt").exists()
+
+
 def test_one_list_of_startup_places_serves_the_sandbox_and_the_policy(home, monkeypatch):
     xdg = home / "xdg"
     xdg.mkdir()
@@ -105,7 +118,8 @@ def test_one_list_of_startup_places_serves_the_sandbox_and_the_policy(home, monk
                  ".local/lib/python3.12/site-packages/x.pth"):
         assert settings.is_protected(str(home / name)), name
         assert not settings.can_write(str(home / name)), name
-    assert settings.can_write(str(home / "project" / "x.py")) and settings.can_write(str(home / "notes.txt"))
+    assert settings.can_write(str(home / "project" / "x.py")) and settings.can_write(str(home / "old.txt"))
+    assert not settings.can_write(str(home / "notes.txt"))  # new, right in the home: as in the sandbox
 
 
 

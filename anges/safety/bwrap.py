@@ -17,14 +17,13 @@ from anges.safety.sandbox import (
     _unique,
     isolation,
     private_dirs,
+    sealed_names,
 )
 from anges.util.paths import resolve
 
 RESOLV_CONF = "/etc/resolv.conf"
 RUNTIME_SIZE = 16 * 1024 * 1024
 """Bytes each private runtime directory (/run, /var/run, $XDG_RUNTIME_DIR) may hold."""
-MAX_SEALED_ENTRIES = 5000
-"""A sealed directory with more entries than this is made read-only as a whole instead."""
 # The order of mounts at one depth: a later mount at the same path covers an earlier one.
 _PRIVATE, _WRITABLE, _REBOUND, _SEALED, _READ_ONLY, _HIDDEN, _SOCKET = range(7)
 
@@ -84,7 +83,7 @@ def _mounts(settings: SandboxSettings, private: list[str], visible: list[str], s
             mounts.append((path, _SOCKET, ["--ro-bind", "/dev/null", path]))  # visible in the sandbox: cover it
     mounted = {path for path, _, _ in mounts}
     sealed = []
-    for directory in sealed_dirs(settings):
+    for directory in settings.sealed():
         entries = _entries(directory)
         if entries is None:
             mounts.append((directory, _READ_ONLY, ["--ro-bind", directory, directory]))
@@ -95,32 +94,10 @@ def _mounts(settings: SandboxSettings, private: list[str], visible: list[str], s
     return mounts, [*around, *sealed]
 
 
-def sealed_dirs(settings: SandboxSettings) -> list[str]:
-    """The directories where a protected place that does not exist yet would be made: the deepest existing one
-    on its way, inside the writable directories. Sealed, they keep what they hold but take no new entry, and no
-    mount point of the sandbox is left on the host (an empty ~/.bash_profile would stop login shells from
-    reading ~/.profile)."""
-    found = []
-    for path in settings.protected:
-        if os.path.lexists(path):
-            continue
-        directory = os.path.dirname(path)
-        while not os.path.lexists(directory) and directory != os.path.dirname(directory):
-            directory = os.path.dirname(directory)
-        if os.path.isdir(directory) and not os.path.islink(directory) and directory != "/" \
-                and _inside_any(directory, settings.writable):
-            found.append(directory)
-    return list(_unique(found))
-
-
 def _entries(directory: str) -> list[tuple[str, list[str]]] | None:
     """The mounts that put a sealed directory's entries back as they are; None when there are too many."""
-    try:
-        with os.scandir(directory) as scan:
-            names = [entry.name for entry, _ in zip(scan, range(MAX_SEALED_ENTRIES + 1), strict=False)]
-    except OSError:
-        return None
-    if len(names) > MAX_SEALED_ENTRIES:
+    names = sealed_names(directory)
+    if names is None:
         return None
     found = []
     for name in names:

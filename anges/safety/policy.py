@@ -159,9 +159,10 @@ class Policy:
                 return self._ask(action_type, "private_paths", "private to the sandbox: its commands have a /tmp "
                                  "(and /run, /dev/shm) of their own, and this is the machine's", path, paths)
         for path in write:
-            if self.settings.is_protected(path):
+            if self.settings.is_protected(path) or self.settings.is_sealed(path):
                 return self._ask(action_type, "protected_paths", "read-only in the sandbox: a repository's .git, "
-                                 "code anges itself runs, or a shell startup file", path, paths)
+                                 "code anges itself runs, a startup file, or a new file right in your home (it could "
+                                 "be one)", path, paths)
             if not self.settings.can_write(path):
                 where = ", ".join(self.settings.writable) or "nothing (read-only sandbox)"
                 return self._ask(action_type, "writable_paths", f"outside the writable paths ({where})", path, paths)

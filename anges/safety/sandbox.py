@@ -59,6 +59,8 @@ or read commands from: read-only in the sandbox, and an `ask` for anges' own edi
 (git's `core.fsmonitor` in ~/.gitconfig would run in every repository; a new ~/.bash_profile at the next login);
 the version managers whose shims and scripts PATH leads into. The ~/.config and ~/.local/share places count under
 $XDG_CONFIG_HOME and $XDG_DATA_HOME too, and so does every directory on $PATH (`path_dirs`)."""
+MAX_SEALED_ENTRIES = 5000
+"""A sealed directory with more entries than this is made read-only as a whole instead."""
 VCS_DIRS = (".git", ".hg")
 """A repository's own directory in a writable one stays read-only: its hooks and config run outside the sandbox."""
 TRUSTED_BWRAP_DIRS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin", "/run/current-system/sw/bin",
@@ -121,12 +123,40 @@ class SandboxSettings:
     def can_write(self, path: str) -> bool:
         """True when `path` (resolved, symlinks included) lies in a writable directory, outside the protected."""
         real = resolve(path)
-        return any(_inside(real, root) for root in self.writable) and not self.is_protected(real)
+        return any(_inside(real, root) for root in self.writable) and not self.is_protected(real) \
+            and not self.is_sealed(real)
 
     def is_protected(self, path: str) -> bool:
         """True when `path` (resolved) is or lies under a protected path."""
         real = resolve(path)
         return any(_inside(real, kept) for kept in self.protected)
+
+    def sealed(self) -> list[str]:
+        """The directories where a protected place that does not exist yet would be made: the deepest existing one
+        on its way, inside the writable directories. Sealed, they keep what they hold but take no new entry, and no
+        mount point of the sandbox is left on the host (an empty ~/.bash_profile would stop login shells from
+        reading ~/.profile)."""
+        found = []
+        for path in self.protected:
+            if os.path.lexists(path):
+                continue
+            directory = os.path.dirname(path)
+            while not os.path.lexists(directory) and directory != os.path.dirname(directory):
+                directory = os.path.dirname(directory)
+            if os.path.isdir(directory) and not os.path.islink(directory) and directory != "/" \
+                    and _inside_any(directory, self.writable):
+                found.append(directory)
+        return list(_unique(found))
+
+    def is_sealed(self, path: str) -> bool:
+        """True when a sealed directory keeps commands from writing `path` (resolved): it would be a new entry in one
+        (a new file right in the home could be a startup file no list names), or lies in one made read-only whole."""
+        real = resolve(path)
+        existing = real
+        while not os.path.lexists(existing) and existing != os.path.dirname(existing):
+            existing = os.path.dirname(existing)
+        return any((existing == directory and existing != real)
+                   or (_inside(real, directory) and sealed_names(directory) is None) for directory in self.sealed())
 
     def is_private(self, path: str) -> bool:
         """True when `path` (resolved) lies in a directory the sandbox replaces with a private one of its own (/tmp,
@@ -153,6 +183,17 @@ class Availability:
     bwrap: str = ""
     features: frozenset = frozenset()
     """What this bwrap supports of what anges uses: `size` (--size), `disable-userns`."""
+
+
+def sealed_names(directory: str) -> list[str] | None:
+    """The names in a directory to seal; None when it holds more than MAX_SEALED_ENTRIES (or cannot be read): it is
+    made read-only whole instead."""
+    try:
+        with os.scandir(directory) as scan:
+            names = [entry.name for entry, _ in zip(scan, range(MAX_SEALED_ENTRIES + 1), strict=False)]
+    except OSError:
+        return None
+    return names if len(names) <= MAX_SEALED_ENTRIES else None
 
 
 def protect_process_memory() -> None:
