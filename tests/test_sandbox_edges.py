@@ -94,6 +94,27 @@ def test_edits_of_startup_files_that_do_not_exist_ask_and_auto_declines_them(hom
     assert sorted(os.listdir(home)) == ["old.txt", "project"]
 
 
+@pytest.mark.sandbox
+def test_a_protected_place_cannot_be_moved_away_with_a_folder_above_it(home, monkeypatch):
+    """A read-only mount goes with its folder when the folder is renamed: `mv tool tool-old` took the protected
+    ~/projects/tool/.venv/bin (on PATH) along, and a new ~/projects/tool/.venv/bin/python took its place; the same
+    for a config anges reads kept two folders down (hidden)."""
+    bin_dir, config = home / "projects" / "tool" / ".venv" / "bin", home / "projects" / "app" / "conf" / "mcp.json"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").write_text("#!/bin/sh\nexec /usr/bin/python3 \"$@\"\n")
+    config.parent.mkdir(parents=True)
+    config.write_text('{"mcpServers": {}}\n')
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    swap = ("cd ~/projects && mv tool tool-old; mkdir -p tool/.venv/bin && echo 'echo pwned' > tool/.venv/bin/python;"
+            " mv app/conf app/conf-old; mv app app-old; mkdir -p app/conf && echo '{\"mcpServers\": {\"x\": {}}}' "
+            "> app/conf/mcp.json; ls")
+    stream, _ = run_agent(home, [reply(shell(swap)), complete()], approval="auto", hidden_paths=[str(config)])
+
+    assert (bin_dir / "python").read_text().startswith("#!/bin/sh") and config.read_text() == '{"mcpServers": {}}\n'
+    assert sorted(os.listdir(home / "projects")) == ["app", "tool"]
+    assert actions(stream)[0].data["stdout"].split() == ["app", "tool"]
+
+
 def test_anges_own_edits_make_no_new_file_right_in_the_home_either(home):
     """Commands cannot make a new file right in the home (it could be a startup file no list names: ~/.gdbinit,
     ~/.psqlrc, ~/.selected_editor); EDIT_FILE could, without a question."""

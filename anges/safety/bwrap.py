@@ -91,7 +91,25 @@ def _mounts(settings: SandboxSettings, private: list[str], visible: list[str], s
         sealed.append(directory)
         mounts.append((directory, _SEALED, ["--tmpfs", directory]))
         mounts += [(path, _REBOUND, mount) for path, mount in entries if path not in mounted]
+    # A mount moves with its folder: renaming a folder above a protected place would take it away, for a new one
+    # to be made at its path. A mount point cannot be renamed, so each folder above one is bound onto itself.
+    kept = [path for path, rank, _ in mounts if rank in (_SEALED, _READ_ONLY, _HIDDEN)]
+    mounted = {path for path, _, _ in mounts}
+    mounts += [(path, _WRITABLE, ["--bind", path, path]) for path in _folders_above(kept, settings.writable)
+               if path not in mounted and not _inside_any(path, private)]
     return mounts, [*around, *sealed]
+
+
+def _folders_above(paths: list[str], roots: tuple[str, ...]) -> list[str]:
+    """The folders between each of `paths` and the writable root it lies in (both left out)."""
+    found = []
+    for path in paths:
+        for root in roots:
+            folder = os.path.dirname(path)
+            while path != root and folder != root and _inside(folder, root):
+                found.append(folder)
+                folder = os.path.dirname(folder)
+    return list(_unique(found))
 
 
 def _entries(directory: str) -> list[tuple[str, list[str]]] | None:
