@@ -657,3 +657,19 @@ def test_as_an_ordinary_user_startup_files_cannot_be_planted_either(stranger):
     results = run_agent_as(stranger, [reply(*(shell(plant(name)) for name in PLANTED)), complete()], cwd=home)
     assert [r["stdout"] for r in results] == [""] * len(PLANTED) and all("Read-only" in r["stderr"] for r in results)
     assert sorted(os.listdir(home)) == ["anges"]  # its ANGES_HOME, and nothing planted nor left behind
+
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize("sandbox", ["workspace", "off"])
+def test_a_command_that_stops_the_runner_does_not_stop_the_commands_after_it(work, monkeypatch, sandbox):
+    """`kill -STOP $PPID` (or `pkill -STOP python`) froze the runner: every later command of the run waited and
+    failed, though the message said the next one starts a new runner."""
+    from anges.safety import command_runner
+
+    monkeypatch.setattr(command_runner, "REPLY_TIMEOUT", 1.0)  # how long a runner may take to answer
+    steps = [reply(shell("kill -STOP $PPID; echo stopped", background_after=1)), reply(shell("echo second")),
+             reply(shell("echo third")), complete()]
+    stream, _ = run_agent(work, steps, approval="auto", sandbox=sandbox)
+
+    assert [event.data.get("stdout") for event in actions(stream)[1:]] == ["second\n", "third\n"]
