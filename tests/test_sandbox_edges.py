@@ -641,6 +641,21 @@ def test_as_an_ordinary_user_a_fork_bomb_stops_at_the_process_limit_too(stranger
 
 
 @pytest.mark.sandbox
+def test_as_an_ordinary_user_a_folder_above_a_protected_place_cannot_be_moved_either(stranger):
+    prefix, env, home = stranger
+    bin_dir = home / "projects" / "tool" / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").write_text("real\n")
+    for path in (home / "projects", home / "projects" / "tool", bin_dir.parent, bin_dir, bin_dir / "python"):
+        os.chown(path, STRANGER_UID, STRANGER_UID)
+    swap = "cd ~/projects && mv tool tool-old; mkdir -p tool/.venv/bin && echo pwned > tool/.venv/bin/python"
+    results = run_agent_as((prefix, {**env, "PATH": f"{bin_dir}:{env['PATH']}"}, home), [reply(shell(swap)),
+                                                                                         complete()], cwd=home)
+    assert (bin_dir / "python").read_text() == "real\n" and sorted(os.listdir(home / "projects")) == ["tool"]
+    assert "Read-only file system" in results[0]["stderr"]
+
+
+@pytest.mark.sandbox
 def test_commands_make_no_user_namespace_of_their_own_unless_allowed(work):
     nest = "unshare --user --net sh -c 'ip link show lo >/dev/null' && echo nested"  # a namespace, then another
     stream, _ = run_agent(work, [reply(shell(nest)), complete()])
