@@ -185,6 +185,28 @@ def test_the_programs_on_path_in_the_home_cannot_be_replaced(home, monkeypatch):
     assert actions(stream)[0].data["stderr"].count("Read-only file system") == 3
 
 
+@pytest.mark.sandbox
+def test_credential_files_the_environment_names_are_hidden(work, outside, monkeypatch):
+    """google-genai reads a service account's key from $GOOGLE_APPLICATION_CREDENTIALS (Vertex AI): the variable
+    is no secret, but the file it names is anges' own model credential, and a command read it (so with
+    $AWS_SHARED_CREDENTIALS_FILE, each file of $KUBECONFIG, $DOCKER_CONFIG...)."""
+    names = {"GOOGLE_APPLICATION_CREDENTIALS": "sa.json", "AWS_SHARED_CREDENTIALS_FILE": "aws",
+             "KUBECONFIG": "kube-a", "DOCKER_CONFIG": "docker"}
+    for name, file in names.items():
+        (outside / file).write_text(f"KEY-OF-{name}\n")
+        monkeypatch.setenv(name, str(outside / file))
+    (outside / "kube-b").write_text("KEY-OF-KUBE-B\n")
+    monkeypatch.setenv("KUBECONFIG", f"{outside / 'kube-a'}{os.pathsep}{outside / 'kube-b'}")
+    (outside / "docker").unlink()
+    (outside / "docker").mkdir()
+    (outside / "docker" / "config.json").write_text("KEY-OF-DOCKER\n")
+    read = ('cat "$GOOGLE_APPLICATION_CREDENTIALS" "$AWS_SHARED_CREDENTIALS_FILE" "$DOCKER_CONFIG/config.json"; '
+            'tr : "\\n" <<< "$KUBECONFIG" | xargs cat')
+    stream, _ = run_agent(work, [reply(shell(read)), complete()], approval="auto")
+
+    assert "KEY-OF" not in actions(stream)[0].data["stdout"] + actions(stream)[0].data["stderr"]
+
+
 # -- host Unix sockets, however named --------------------------------------------------------------------------
 
 DAEMON = """

@@ -33,6 +33,14 @@ CREDENTIAL_PATHS = (
 )
 """Hidden inside the sandbox, with ANGES_HOME, the config files anges read, the ssh-agent socket, every Unix
 socket of the host, and `safety.hidden_paths`."""
+CREDENTIAL_VARIABLES = (
+    "GOOGLE_APPLICATION_CREDENTIALS", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "KUBECONFIG", "DOCKER_CONFIG", "CLOUDSDK_CONFIG", "AZURE_CONFIG_DIR", "GNUPGHOME", "PASSWORD_STORE_DIR",
+    "GH_CONFIG_DIR", "NETRC", "PGPASSFILE", "BOTO_CONFIG", "RCLONE_CONFIG", "OCI_CLI_CONFIG_FILE", "TF_CLI_CONFIG_FILE",
+    "NPM_CONFIG_USERCONFIG", "HF_TOKEN_PATH",
+)
+"""Variables that name a credential file or folder (each of a `KUBECONFIG` list): what they name is hidden too
+(google-genai reads a service account's key from GOOGLE_APPLICATION_CREDENTIALS)."""
 XDG_CREDENTIAL_PATHS = ("gcloud", "gh", "hub", "git/credentials", "rclone", "op", "containers/auth.json", "sops")
 """The same places under $XDG_CONFIG_HOME, when it is set."""
 RUNTIME_DIRS = ("/run", "/var/run")
@@ -224,9 +232,9 @@ def hidden_paths(safety) -> tuple[str, ...]:
     xdg_config = os.environ.get("XDG_CONFIG_HOME")
     if xdg_config:
         candidates += [os.path.join(xdg_config, name) for name in XDG_CREDENTIAL_PATHS]
-    for name in ("ANGES_CONFIG", "SSH_AUTH_SOCK"):
-        if os.environ.get(name):
-            candidates.append(os.environ[name])
+    for name in ("ANGES_CONFIG", "SSH_AUTH_SOCK", *CREDENTIAL_VARIABLES):
+        named = os.path.expanduser(os.environ.get(name, ""))
+        candidates += [path for path in named.split(os.pathsep) if os.path.isabs(path) and path != os.sep]
     found = (resolve(os.path.expanduser(p)) for p in candidates)
     return _unique(p for p in found if os.path.lexists(p))
 
