@@ -553,12 +553,17 @@ def test_for_an_ordinary_user_a_bwrap_it_could_change_is_never_run(stranger):
     prefix, env, home = stranger
     fake = planted_bwrap(home / "bin", home / "planted-bwrap-ran")
     os.chown(fake, STRANGER_UID, STRANGER_UID)
+    (home / "links").mkdir()
+    (home / "links" / "bwrap").symlink_to("/usr/bin/bwrap")  # a link it may point elsewhere, to a bwrap it may not
+    os.chown(home / "links", STRANGER_UID, STRANGER_UID)
     code = ("import sys; from anges.safety.sandbox import availability; found = availability(sys.argv[1], ()); "
             "print(found.ok, found.reason)")
-    done = subprocess.run([*prefix, "-c", code, str(fake)], capture_output=True, text=True, cwd=home, timeout=60,
-                          env=env)
+    for named, writable in ((fake, fake), (home / "links" / "bwrap", home / "links")):
+        done = subprocess.run([*prefix, "-c", code, str(named)], capture_output=True, text=True, cwd=home,
+                              timeout=60, env=env)
+        assert done.stdout.startswith(f"False bwrap at {named} can be changed by you ({writable} is writable)"), \
+            done.stdout + done.stderr
     assert not (home / "planted-bwrap-ran").exists()
-    assert done.stdout.startswith(f"False bwrap at {fake} can be changed by you"), done.stdout + done.stderr
 
 
 # -- the sandbox's resources -------------------------------------------------------------------------------------

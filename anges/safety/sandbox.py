@@ -129,7 +129,8 @@ class SandboxSettings:
         return self.mode != "off"
 
     def can_write(self, path: str) -> bool:
-        """True when `path` (resolved, symlinks included) lies in a writable directory, outside the protected."""
+        """True when `path` (resolved, symlinks included) lies in a writable directory, outside the protected, and is
+        no new entry of a sealed directory: what a command could write."""
         real = resolve(path)
         return any(_inside(real, root) for root in self.writable) and not self.is_protected(real) \
             and not self.is_sealed(real)
@@ -332,13 +333,13 @@ def bwrap_problem(path: str, writable: tuple[str, ...]) -> str:
     link = link_in(path, writable)
     if link:
         return f"bwrap at {path} is reached through a link in a directory commands may write ({link})"
-    place = real
-    while os.geteuid() != 0:  # root may write anywhere: only the run's writable directories tell
-        if os.access(place, os.W_OK):
-            return f"bwrap at {path} can be changed by you ({place} is writable), so by commands run as you"
-        if place == os.path.dirname(place):
-            break
-        place = os.path.dirname(place)
+    for place in dict.fromkeys((real, os.path.dirname(os.path.abspath(path)))):  # the file, and a link to it
+        while os.geteuid() != 0:  # root may write anywhere: only the run's writable directories tell
+            if os.access(place, os.W_OK):
+                return f"bwrap at {path} can be changed by you ({place} is writable), so by commands run as you"
+            if place == os.path.dirname(place):
+                break
+            place = os.path.dirname(place)
     return ""
 
 
