@@ -43,6 +43,7 @@ setup(
         "pydantic>=2.7",
         "pluggy>=1.2",
         "jiter>=0.5",  # a streaming reply's partial JSON (already a dependency of openai)
+        "httpx2>=2.0",  # Ollama's native API (already the HTTP client of the SDKs)
     ],
     extras_require={
         "anthropic": [],  # the Anthropic SDK is a core dependency now; the extra stays for old install commands

@@ -194,7 +194,7 @@ def test_a_stop_in_the_middle_of_a_stream_closes_it_at_once(wire, tmp_path, how)
 def openai_agent(server, tmp_path, monkeypatch, **agent_settings):
     monkeypatch.setenv("OPENAI_API_KEY", TEST_KEY)
     config = load_config(overrides={"agents": {"common": agent_settings}} if agent_settings else None)
-    preset = ModelPreset("openai", "gpt-test", server.base_url, "OPENAI_API_KEY")
+    preset = ModelPreset("openai", "gpt-test", server.base_url, "OPENAI_API_KEY", context_window=200_000)
     model = OpenAIModel(preset, config.model_settings, name="openai:gpt-test")
     return DefaultAgent(inference_func=model, cmd_init_dir=tmp_path, config=config)
 

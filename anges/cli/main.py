@@ -134,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     imported.add_argument("--new-id", action="store_true", help="give it a new id (when the id is taken)")
     remove = commands.add_parser("rm", parents=[verbose], help="delete streams and their child streams")
     remove.add_argument("ids", metavar="ID", nargs="+")
+    models = commands.add_parser("models", help="the model presets and their context windows")
+    add_config_flag(models)
     add_checkpoint_parsers(commands, [verbose])
     commands.add_parser("ui", add_help=False, help="start the web chat (see: anges ui --help)")
     commands.add_parser("batch", add_help=False, help="run many tasks from a file (see: anges batch --help)")
@@ -463,7 +465,8 @@ def _batch_overrides(args: argparse.Namespace) -> dict | None:
 
 COMMANDS = {"run": run_task, "list": "list_streams", "show": "show_stream", "export": "export_stream",
             "import": "import_stream", "rm": "remove_streams", "stats": "anges.cli.stats:show_stats",
-            "diff": "anges.cli.checkpoints:diff_command", "undo": "anges.cli.checkpoints:undo_command"}
+            "diff": "anges.cli.checkpoints:diff_command", "undo": "anges.cli.checkpoints:undo_command",
+            "models": "anges.cli.models:list_models"}
 """Subcommand -> its function here, or the name of one in `anges.cli.streams` (or `module:function`), imported when
 used."""
 

@@ -430,14 +430,15 @@ def _activity(reply) -> str:
 
 LISTED_STOPS = {"timeout": "timed out", "event_limit": "out of steps", "model_call_limit": "out of calls",
                 "budget": "over budget", "model_error": "model failed", "model_setup": "model failed",
-                "invalid_replies": "bad replies", "reply_cut_off": "cut off", "repetition": "repeating"}
+                "invalid_replies": "bad replies", "reply_cut_off": "cut off", "repetition": "repeating",
+                "context_window": "over the window"}
 """How `anges list` shows an interrupted stream that stopped for a reason other than an interrupt."""
 STOP_REASONS = {"interrupt": "interrupted", "timeout": "out of time", "event_limit": "out of steps",
                 "model_call_limit": "out of model calls", "repetition": "stuck repeating itself",
                 "invalid_replies": "the model's replies were invalid", "model_error": "the model failed",
                 "reply_cut_off": "the model's replies were cut off at max_output_tokens",
                 "model_setup": "the model is not usable", "abandoned": "its process ended without finishing",
-                "budget": "over budget"}
+                "budget": "over budget", "context_window": "the prompt does not fit the model's context window"}
 
 
 def _stop_text(event: Event) -> str:
