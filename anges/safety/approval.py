@@ -324,7 +324,7 @@ def _unread_edit(args: dict) -> str:
     return text + (f"\nwith:\n{args['content']}" if args.get("content") else "")
 
 
-def preview_edit(args: dict, cwd: str, max_bytes: int = 0, resolved: str | None = None) -> str:
+def preview_edit(args: dict, cwd: str, max_bytes: int = 5_000_000, resolved: str | None = None) -> str:
     """The diff an EDIT_FILE action would make, computed on a copy of the file (the file is not touched).
 
     The file is read at `resolved` (the path the policy judged; else the directive's path, resolved now)
@@ -333,10 +333,9 @@ def preview_edit(args: dict, cwd: str, max_bytes: int = 0, resolved: str | None 
     import stat
     import tempfile
 
-    from anges.tools.fileedit import MAX_FILE_BYTES, EditError, apply_edit, edit_target
+    from anges.tools.fileedit import EditError, apply_edit, edit_target
     from anges.util.paths import open_nofollow
 
-    max_bytes = max_bytes or MAX_FILE_BYTES
     directive = str(args.get("directive_line", "")).strip()
     try:
         operation, path, arguments = edit_target(directive, cwd)

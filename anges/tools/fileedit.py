@@ -32,7 +32,7 @@ _USAGE = {
     "REPLACE_LINES": "REPLACE_LINES <path> <x>-<y>",
     "REPLACE_TEXT": "REPLACE_TEXT <path>",
 }
-MAX_FILE_BYTES = 10_000_000
+MAX_FILE_BYTES = 200_000_000
 """The largest file EDIT_FILE reads (a file made huge, or sparse, must not fill anges' memory)."""
 _LINE_ARGUMENT = re.compile(r"(?P<path>.+?)\s+(?P<n>-?\d+)")
 _RANGE_ARGUMENT = re.compile(r"(?P<path>.+?)\s+(?P<x>\d+)\s*-\s*(?P<y>\d+)")
