@@ -334,9 +334,9 @@ def test_a_partial_reply_is_read_as_far_as_it_goes():
 
 
 def test_live_lines_are_the_last_lines_wrapped_to_the_width():
-    from anges.cli.terminal import last_lines
+    from anges.cli.screen import last_lines
 
-    assert last_lines("one\ntwo\nthree\nfour\nfive", 20) == ["two", "three", "four", "five"]
+    assert last_lines("one\ntwo\nthree\nfour\nfive", 20, count=4) == ["two", "three", "four", "five"]
     assert last_lines("abcdefghij", 4, count=2) == ["efgh", "ij"]
     assert last_lines("漢字漢字漢", 4) == ["漢字", "漢字", "漢"], "wide characters take two columns"
 

@@ -76,6 +76,8 @@ class Scripted:
     """Streamed: seconds between two pieces of text."""
     stall: float = 0.0
     """Streamed: after the text, hold the stream open this long without ending it."""
+    pause: threading.Event | None = None
+    """Streamed: wait for this to be set before each piece after the first (a test releases the rest)."""
     plain: bool = False
     """Send the body as it is even to a streaming request (a proxy's error page), not as server-sent events."""
     cut: bool = False
@@ -164,15 +166,16 @@ class WireServer:
 
     def enqueue_text(self, text: str, *, input_tokens: int | None = None, output_tokens: int = 5,
                      cached_tokens: int = 0, model: str | None = None, delay: float = 0.0, times: int = 1,
-                     chunks: list[str] | None = None, gap: float = 0.0, stall: float = 0.0, **extra: Any) -> None:
+                     chunks: list[str] | None = None, gap: float = 0.0, stall: float = 0.0,
+                     pause: threading.Event | None = None, **extra: Any) -> None:
         """A normal reply with these usage numbers (input: by default about a quarter of the request's characters,
         as a server that read the whole prompt would count); `extra` are provider-specific fields of the message;
-        `chunks`, `gap` and `stall` shape it when it is streamed."""
+        `chunks`, `gap`, `stall` and `pause` shape it when it is streamed."""
         assert chunks is None or "".join(chunks) == text, "the chunks must make up the text"
         usage = lambda request: {"input": self.count_prompt(request) if input_tokens is None else input_tokens,
                                  "output": output_tokens, "cached": cached_tokens}
         body = lambda request: self.render_text(request, text, usage(request), model, "stop", extra)
-        self.enqueue(Scripted(body=body, delay=delay, chunks=chunks, gap=gap, stall=stall), times)
+        self.enqueue(Scripted(body=body, delay=delay, chunks=chunks, gap=gap, stall=stall, pause=pause), times)
 
     def enqueue_truncated(self, text: str, *, input_tokens: int | None = None, output_tokens: int = 5) -> None:
         """A reply cut off at the max-tokens limit."""
@@ -356,6 +359,10 @@ class _Handler(BaseHTTPRequestHandler):
             for index, event in enumerate(texts):
                 if index and scripted.gap and self.wire._closing.wait(scripted.gap):
                     return
+                if index and scripted.pause is not None:
+                    while not scripted.pause.wait(0.05):
+                        if self.wire._closing.is_set():
+                            return
                 self._chunk(event)
                 with self.wire._lock:
                     self.wire.sent.append(time.monotonic())
