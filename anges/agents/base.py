@@ -23,7 +23,7 @@ from anges.models import get_model
 from anges.prompt.parsing import ParsedReply
 from anges.safety.run_safety import SafetyShare, run_secrets
 from anges.store.event_store import EventStore, status_of
-from anges.store.events import Event, EventStream, new_id
+from anges.store.events import RETURN_TO_PARENT_EVENT_TYPES, Event, EventStream, new_id
 
 if TYPE_CHECKING:
     from anges.config.types import AgentConfig, Config
@@ -46,6 +46,8 @@ class BaseAgent(Delegation):
     """An orchestrator may start agents of this type (NEW_CHILD_AGENT <TYPE>)."""
     mcp_tools = True
     """Offer USE_MCP_TOOL when an MCP manager with tools is attached (`mcp=`)."""
+    read_only_shell = False
+    """Its commands run in the read-only sandbox: never asked about, never let out (a deny rule still holds)."""
 
     def __init__(self, parent_ids=None, inference_func: Callable | None = None, event_stream: EventStream | None = None,
                  cmd_init_dir: str | os.PathLike | None = None, prefix_cmd: str = "",
@@ -178,10 +180,11 @@ class BaseAgent(Delegation):
             self.check_limits()
             self.run_state.count_repeats(args)
             action = actions[args["action_type"]]
-            permit = self.run_safety.permit(ctx, action.type, args, remaining=len(reply.actions) - index - 1)
+            read_only = self.read_only_shell and action.type == "RUN_SHELL_CMD"
+            permit = self.run_safety.permit(ctx, action.type, args, len(reply.actions) - index - 1, read_only)
             if permit is None:
                 return False  # declined: the model reads why and plans again
-            if self._run_action(action, args, replace(ctx, **self.run_safety.equipment(permit)), permit):
+            if self._run_action(action, args, replace(ctx, **self.run_safety.equipment(permit, read_only)), permit):
                 return True
         return False
 
@@ -214,6 +217,9 @@ class BaseAgent(Delegation):
         """The bookkeeping every event gets once: usage, secrets masked, texts capped, stored, status, handlers."""
         if self.run_state is not None:
             self.run_state.note(event)
+        ended = self._share.ending_jobs(self.run_safety) if event.type in RETURN_TO_PARENT_EVENT_TYPES else []
+        if ended:  # the run ends with this event, and these jobs with the run
+            event.data["ended_jobs"] = ended
         mask_event(event, self.secrets)
         cap_event(event, self.agent_config.event_text_cap)
         self.event_stream.add_event(event)

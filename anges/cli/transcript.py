@@ -88,9 +88,11 @@ class Renderer:
             word, colour = SHOWN_STATUS[status_of(kind)]
             head = f"{s('✓' if colour == 'green' else '?', 'bold', colour)} {s(word, 'bold', colour)}"
             limit = 12 if depth and not self.verbose else 100_000
-            return [head] + self._clip(render_markdown(event.content, s).splitlines(), limit)
+            body = self._clip(render_markdown(event.content, s).splitlines(), limit)
+            return [head] + body + ([s("  " + ended_jobs(event), "dim")] if ended_jobs(event) else [])
         if group == "interrupted":
-            return [f"{s('■', 'bold', 'yellow')} {s(_stop_text(event), 'yellow')}"]
+            ended = [s("  " + ended_jobs(event), "dim")] if ended_jobs(event) else []
+            return [f"{s('■', 'bold', 'yellow')} {s(_stop_text(event), 'yellow')}"] + ended
         if group in ("shell", "tool", "edit", "approval"):
             draw = {"shell": self._command, "tool": self._tool_call, "edit": self._edit}.get(group, self._approval)
             return draw(event)
@@ -330,10 +332,19 @@ def status_line(outcome) -> str:
         parts.append(f"{usage['cache_hit_ratio']:.0%} of input cached")
     if "cost" in usage:
         parts.append(f"${usage['cost']:.4f}")
+    if outcome.final is not None and ended_jobs(outcome.final):
+        parts.append(ended_jobs(outcome.final))
     uid = outcome.stream.uid
     hint = "reply with" if outcome.status == "help_needed" else "resume"
     parts.append(f"stream {uid} ({hint}: anges --resume {uid} -q ...)")
     return " · ".join(parts)
+
+
+def ended_jobs(event: Event) -> str:
+    """`ended with the run: pid 7 (python3 -m http.server)`, for an event after which the run ended its jobs."""
+    jobs = event.data.get("ended_jobs") or []
+    shown = ", ".join(f"pid {job.get('pid')} ({_one_line(str(job.get('command', '')), 80)})" for job in jobs)
+    return f"ended with the run: {shown}" if shown else ""
 
 
 def print_stream(stream, store, out: TextIO, verbose: bool = False) -> None:

@@ -41,6 +41,8 @@ class RemoteProcess:
         self.channel = channel
         self.pid = pid
         self.returncode: int | None = None
+        self.ports: list[int] = []
+        """The ports it listens on, once the runner said so (asked for with `watch_ports`)."""
 
     def exit_fd(self) -> int | None:
         """A descriptor that becomes readable when the command's shell ends."""
@@ -56,6 +58,11 @@ class RemoteProcess:
         if self.returncode is None and self.channel.ended:
             self.returncode = -9  # the runner is gone, and every process of its run with it
         return self.returncode
+
+    def listening(self) -> list[int]:
+        """The TCP ports the command listens on ([] until the runner says)."""
+        self.poll()
+        return self.ports
 
     def wait(self, timeout: float | None) -> bool:
         """Wait up to `timeout` seconds for the shell to end; True when it has (or the runner is gone)."""
@@ -90,7 +97,8 @@ class RemoteProcess:
         for message in self.channel.messages:
             if "exit" in message:
                 self.returncode = message["exit"]
-        self.channel.messages = [m for m in self.channel.messages if "exit" not in m]
+            self.ports = message.get("listening") or self.ports
+        self.channel.messages = [m for m in self.channel.messages if "exit" not in m and "listening" not in m]
 
 
 @dataclass
@@ -149,12 +157,14 @@ class CommandRunner:
                 self._finalizer = weakref.finalize(self, _cleanup, self._scratch, None, None)
             return self._scratch
 
-    def spawn(self, argv: list[str], cwd: str, env: dict[str, str], stdout: int, stderr: int) -> RemoteProcess:
-        """Start `argv` in its own session with the given outputs; OSError when it cannot start."""
+    def spawn(self, argv: list[str], cwd: str, env: dict[str, str], stdout: int, stderr: int,
+              watch_ports: bool = False) -> RemoteProcess:
+        """Start `argv` in its own session with the given outputs (`watch_ports`: the runner says when it listens on a
+        TCP port); OSError when it cannot start."""
         channel = self._request_spawn(stdout, stderr)
         if channel is None:  # the runner died (a command killed it): a new one takes over
             channel = self._request_spawn(stdout, stderr, retry=False)
-        channel.send({"argv": argv, "cwd": cwd, "env": env})
+        channel.send({"argv": argv, "cwd": cwd, "env": env, "watch_ports": watch_ports})
         reply = channel.receive(REPLY_TIMEOUT)
         if reply is None or "pid" not in reply:
             channel.close()

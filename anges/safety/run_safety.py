@@ -6,13 +6,15 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from anges.exceptions import ConfigError
-from anges.safety.approval import MODES, Asker, Gate, Permit
+from anges.safety.approval import MODES, Asker, Decision, Gate, Permit
 from anges.safety.command_runner import CommandRunner, Job
-from anges.safety.policy import Policy
+from anges.safety.policy import Policy, Verdict
 from anges.safety.sandbox import SandboxSettings, availability
+from anges.util.clipping import shorten
 
 if TYPE_CHECKING:
     from anges.config.types import SafetyConfig
@@ -38,7 +40,8 @@ ENDED_JOBS_SHOWN = 5
 """Background jobs that ended stay in the prompt's list this many at a time (the newest); running ones always."""
 
 class Runners:
-    """The run's runner processes, started on first use: one in the sandbox, one for commands let out of it."""
+    """The run's runner processes, started on first use: one in the sandbox, one for commands let out of it, and one
+    in the read-only sandbox (an orchestrator's commands)."""
 
     def __init__(self, cwd: str, settings: SandboxSettings, bwrap: str, log_cap: int, contain: bool = False):
         self.cwd = cwd
@@ -46,7 +49,7 @@ class Runners:
         self.bwrap = bwrap
         self.log_cap = log_cap
         self.contain = contain
-        self._runners: dict[bool, CommandRunner] = {}
+        self._runners: dict[bool | str, CommandRunner] = {}
         self._lock = threading.Lock()
 
     def get(self, sandboxed: bool) -> CommandRunner | None:
@@ -59,6 +62,14 @@ class Runners:
                 self._runners[sandboxed] = CommandRunner(self.cwd, settings, self.bwrap, self.log_cap,
                                                          contain=self.contain and not sandboxed)
             return self._runners[sandboxed]
+
+    def read_only(self, bwrap: str) -> CommandRunner:
+        """The runner whose commands see everything read-only but a private /tmp (`bwrap` must work)."""
+        with self._lock:
+            if "read-only" not in self._runners:
+                settings = replace(self.settings, mode="read-only", writable=(), protected=())
+                self._runners["read-only"] = CommandRunner(self.cwd, settings, bwrap, self.log_cap)
+            return self._runners["read-only"]
 
     def jobs(self) -> list[Job]:
         """Every background job of the run."""
@@ -109,21 +120,34 @@ class RunSafety:
         found = availability(self.config.bwrap, self.settings.writable, quiet=True)
         return found.bwrap if found.ok else ""
 
-    def permit(self, ctx: Asker, action_type: str, args: dict, remaining: int = 0) -> Permit | None:
+    def permit(self, ctx: Asker, action_type: str, args: dict, remaining: int = 0,
+               read_only: bool = False) -> Permit | None:
         """The gate's answer for one action; a declined action (or an approval) is recorded, with the reason.
 
         None when it is declined: the model reads why and plans again; `remaining` actions of the reply are skipped.
+        A command of a `read_only` shell runs in the read-only sandbox: only a deny rule stops it, no one is asked,
+        and it never leaves the sandbox.
         """
-        permit = self.gate.check(ctx, action_type, args)
+        permit = self._read_only_permit(action_type, args) if read_only else self.gate.check(ctx, action_type, args)
         if not permit.allowed or permit.request_id is not None:  # other approvals are facts on the action's event
             event = self.gate.decided_event(ctx, action_type, permit, skipped=0 if permit.allowed else remaining)
             event.reasoning = "" if permit.allowed else ctx.reply.reasoning
             ctx.record(event)
         return permit if permit.allowed else None
 
-    def equipment(self, permit: Permit) -> dict[str, Any]:
+    def _read_only_permit(self, action_type: str, args: dict) -> Permit:
+        verdict = self.policy.decide(action_type, {key: value for key, value in args.items() if key != "escalate"})
+        if verdict.decision == "deny":
+            return Permit(False, verdict, Decision("deny", by="rule"))
+        return Permit(True, Verdict("allow", subject=verdict.subject))
+
+    def equipment(self, permit: Permit, read_only: bool = False) -> dict[str, Any]:
         """What a permitted action runs with (fields of its `ActionContext`): the sandbox's runner, or the unsandboxed
-        one if it escalated, and the paths the policy judged."""
+        one if it escalated (the read-only sandbox's for a `read_only` shell), and the paths the policy judged."""
+        if read_only:
+            runner = self.runners.read_only(read_only_bwrap(self.config))
+            return {"runner": runner, "sandbox": runner.settings, "escalated": False, "checked_paths": None,
+                    "output_dir": None, "can_escalate": False}
         runner = self.runners.get(sandboxed=self.sandboxed and not permit.escalate)
         inside = self.runners.get(sandboxed=True) if permit.escalate and self.sandboxed else None
         return {"runner": runner, "sandbox": runner.settings if runner is not None else None,
@@ -144,14 +168,29 @@ class RunSafety:
         """Whether a command may ask to leave the sandbox and be let out."""
         return self.approval == "ask" or (self.approval == "auto" and self.gate.auto_escalate)
 
-    def facts(self) -> dict:
-        """What the prompt's Environment section says about the sandbox."""
+    def facts(self, read_only: bool = False) -> dict:
+        """What the prompt's Environment section says about the sandbox (a `read_only` shell's: the read-only one)."""
+        if read_only:
+            return {"mode": "read-only", "sandboxed": True, "writable": [], "network": self.settings.network,
+                    "reason": "", "approval": self.approval, "can_escalate": False, "repository": "",
+                    "keep_background": self.config.keep_background, "commands_allowed": True}
         return {"mode": self.settings.mode, "sandboxed": self.sandboxed, "writable": list(self.settings.writable),
                 "network": self.settings.network, "reason": self.unsandboxed_reason, "approval": self.approval,
-                "can_escalate": self.can_escalate,
+                "can_escalate": self.can_escalate, "repository": self._read_only_repository(),
                 "keep_background": self.config.keep_background,
                 # a rule may allow commands without the sandbox (a batch run with --sandbox off adds one)
                 "commands_allowed": self.policy.decide("RUN_SHELL_CMD", {"command": ""}).decision == "allow"}
+
+    def _read_only_repository(self) -> str:
+        """The `.git` of the repository the working directory is in, when commands may write the working directory
+        but not it ("" otherwise)."""
+        from anges.prompt.agents_md import project_directories
+
+        settings = self.settings
+        if not self.sandboxed or not settings.can_write(settings.workdir):
+            return ""
+        git = os.path.join(project_directories(settings.workdir)[0], ".git")
+        return git if os.path.exists(git) and not settings.can_write(git) else ""
 
     def job_lines(self) -> tuple[list[dict], int]:
         """The background jobs as the prompt lists them on every step: the running ones and the newest that ended
@@ -170,6 +209,14 @@ class RunSafety:
         return [line for n, line in enumerate(lines) if n not in left_out], len(left_out)
 
 
+def read_only_bwrap(safety: SafetyConfig) -> str:
+    """The bwrap that can run a read-only shell's commands ("" where none works, or off Linux)."""
+    if not sys.platform.startswith("linux"):
+        return ""
+    found = availability(safety.bwrap, quiet=True)
+    return found.bwrap if found.ok else ""
+
+
 class SafetyShare:
     """An agent's part in run safety: a `RunSafety` of its own for each run (background jobs it keeps carry over
     to the next run), or, for a child agent, its parent's."""
@@ -182,6 +229,14 @@ class SafetyShare:
     def begin(self, cwd: str, approval: Callable | str | None) -> RunSafety:
         """The safety of the run about to start."""
         return self.parent or RunSafety(self.config, cwd, approval, runners=self._kept)
+
+    def ending_jobs(self, run: RunSafety) -> list[dict]:
+        """The background jobs still running that the end of this run will end ([] for a child's run, which leaves
+        them to its parent's, or when they are kept running)."""
+        if self.parent is not None or run.config.keep_background:
+            return []
+        return [{"pid": job.pid, "command": shorten(" ".join(job.command.split()), 200)} for job in run.runners.jobs()
+                if job.status() == "running"]
 
     def end(self, run: RunSafety) -> None:
         """End the run's processes (a child leaves that to its parent's run)."""

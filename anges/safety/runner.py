@@ -4,7 +4,8 @@ The agent starts it as a script (`python -I -S runner.py CONTROL_FD [--namespace
 imports only the standard library. Requests come over the control socket (SOCK_SEQPACKET): each message
 is a small JSON object and carries, by SCM_RIGHTS, a stream socket of its own ("the op socket") plus the
 command's stdout and stderr. On the op socket the agent sends the request (one JSON line: argv, cwd,
-env) and later `{"kill": grace}`; the runner answers `{"pid": N}` or `{"error": ..., "errno": N}`, then
+env, and `watch_ports` to hear when it listens on a TCP port) and later `{"kill": grace}`; the runner answers
+`{"pid": N}` or `{"error": ..., "errno": N}`, then `{"listening": [port, ...]}` if it starts listening and
 `{"exit": code}` when the command's shell ends and `{"killed": true}` after a kill. Closing an op socket
 kills what is left of that command. `{"op": "end", "keep": [sessions]}` ends every process of the run
 but those sessions; the control socket's end (or SIGTERM) ends them all and the runner.
@@ -29,6 +30,8 @@ import threading
 import time
 
 KILL_GRACE = 0.5
+WATCH_INTERVAL = 0.2
+"""Seconds between two looks at whether a watched command listens on a port."""
 MARKER = "ANGES_RUN"
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -93,6 +96,67 @@ def _stat(pid: int) -> tuple[str, int, int, int]:
         return "", 0, 0, 0
     state, ppid, pgid, session = stat[stat.rfind(b")") + 2:].split()[:4]
     return state.decode(), int(ppid), int(pgid), int(session)
+
+
+# -- listening sockets (also used by anges.safety.shell) ---------------------------------------------------------------
+
+
+class PortWatch:
+    """Notices when a command's processes (its session) start listening on a TCP port outside the ephemeral range
+    (where a test's server on port 0 lands); only a listening socket not seen before sends it to their descriptors."""
+
+    def __init__(self, session: int):
+        self.session = session
+        low, high = (_read_lines("/proc/sys/net/ipv4/ip_local_port_range") or ["32768 60999"])[0].split()[:2]
+        self.skip = range(int(low), int(high) + 1)
+        self.known = set(_listening())
+        """Listening sockets already looked at (those there before the command started, to begin with)."""
+
+    def check(self) -> list[int]:
+        """The ports outside `skip` the command listens on now, on sockets new since the last check ([] if none)."""
+        fresh = {inode: port for inode, port in _listening().items() if inode not in self.known}
+        if not fresh:
+            return []
+        self.known |= set(fresh)
+        held = _session_sockets(self.session)
+        return sorted({port for inode, port in fresh.items() if inode in held and port not in self.skip})
+
+
+def _listening() -> dict[int, int]:
+    """Socket inode -> port of every TCP socket listening in this network namespace."""
+    found = {}
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        for row in _read_lines(table)[1:]:
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == "0A":  # TCP_LISTEN
+                found[int(fields[9])] = int(fields[1].rsplit(":", 1)[1], 16)
+    return found
+
+
+def _session_sockets(session: int) -> set[int]:
+    """The inodes of the sockets the processes of `session` hold."""
+    links = []
+    for pid in (pid for pid in _all_pids() if _stat(pid)[3] == session):
+        try:
+            links += [_readlink(entry.path) for entry in os.scandir(f"/proc/{pid}/fd")]
+        except OSError:  # gone meanwhile
+            continue
+    return {int(link[8:-1]) for link in links if link.startswith("socket:[") and link[8:-1].isdigit()}
+
+
+def _readlink(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:  # closed meanwhile
+        return ""
+
+
+def _read_lines(path: str) -> list[str]:
+    try:
+        with open(path) as handle:
+            return handle.read().splitlines()
+    except OSError:
+        return []
 
 
 # -- framing --------------------------------------------------------------------------------------------------
@@ -199,6 +263,7 @@ class _Op:
         self.fds = fds
         self.proc: subprocess.Popen | None = None
         self.exited = False
+        self.watch: PortWatch | None = None
 
 
 class Server:
@@ -213,11 +278,14 @@ class Server:
         self.children: dict[int, _Op] = {}
         self.groups: set[int] = set()
         self.spawned = threading.Event()
+        self.watching = threading.Event()
+        """Set while some command is watched for a listening port."""
         self._wake_read, self._wake_write = os.pipe()
 
     def serve(self) -> None:
         """Answer requests until the control socket closes, then end every process of the run."""
         threading.Thread(target=self._reap, name="reaper", daemon=True).start()
+        threading.Thread(target=self._watch_ports, name="ports", daemon=True).start()
         self.selector.register(self.control, selectors.EVENT_READ, None)
         self.selector.register(self._wake_read, selectors.EVENT_READ, "stop")
         self.control.send(b"ready")
@@ -272,6 +340,9 @@ class Server:
                                            stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
                 self.children[op.proc.pid] = op
                 self.groups.add(op.proc.pid)
+                if request.get("watch_ports"):
+                    op.watch = PortWatch(op.proc.pid)
+                    self.watching.set()
                 op.channel.send({"pid": op.proc.pid})
             self.spawned.set()
         except OSError as exc:
@@ -300,6 +371,21 @@ class Server:
                     op.proc.returncode = os.waitstatus_to_exitcode(status)
                     op.exited = True
                     op.channel.send({"exit": op.proc.returncode})
+
+    def _watch_ports(self) -> None:
+        """Tell each watched command, once, the ports it starts listening on (`{"listening": [port, ...]}`)."""
+        while True:
+            self.watching.wait()
+            time.sleep(WATCH_INTERVAL)
+            with self.lock:
+                ops = [op for op in self.children.values() if op.watch is not None]
+                if not ops:
+                    self.watching.clear()
+            for op in ops:
+                ports = op.watch.check()
+                if ports:
+                    op.watch = None
+                    op.channel.send({"listening": ports})
 
     def _kill_and_reply(self, op: _Op, grace: float) -> None:
         kill_group(op.proc.pid, grace)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -362,14 +363,38 @@ def explain_block(result, settings: SandboxSettings) -> str:
         return ""
     output = f"{result.stdout}\n{result.stderr}"
     if any(mark in output for mark in _READ_ONLY_MARKS):
-        where = ", ".join(settings.writable) or "nothing"
-        return (f"read-only file system — outside the sandbox's writable paths (writable: {where}; "
-                f"and a private /tmp)")
+        return f"read-only file system — {_why_read_only(result.command, output, settings)}"
     if not settings.network and any(mark in output for mark in _NETWORK_MARKS):
         return "no network — the sandbox has no network access"
     if any(path in output for path in settings.hidden):
         return "hidden — credential paths are not visible in the sandbox"
     return ""
+
+
+def _why_read_only(command: str, output: str, settings: SandboxSettings) -> str:
+    """Why a write failed: the protected place it touched (named in the output; for a git command that names none
+    outside the writable paths, the working directory's repository), else where commands may write."""
+    lines = [line for line in output.splitlines() if any(mark in line for mark in _READ_ONLY_MARKS)]
+    words = (word.rstrip(".,;:") for line in lines for word in re.split(r"[\s'\"`]+", line))
+    named = [_resolve(os.path.join(settings.workdir, word)) for word in words if "/" in word or word[:1] == "."]
+    if re.search(r"(^|[\s;&|(])git\s", command) and all(_inside_any(path, settings.writable) for path in named):
+        named += [_resolve(os.path.join(settings.workdir, name)) for name in VCS_DIRS]
+    for path in named:
+        kept = next((kept for kept in settings.protected if _inside(path, kept)), None)
+        if kept is not None:
+            return _protected_reason(kept)
+    if not settings.writable:
+        return "the read-only sandbox lets commands write only to a private /tmp"
+    return f"outside the sandbox's writable paths (writable: {', '.join(settings.writable)}; and a private /tmp)"
+
+
+def _protected_reason(kept: str) -> str:
+    if os.path.basename(kept) in VCS_DIRS:
+        return (f"{kept} is a repository's own directory, read-only in the sandbox (its hooks and config would run "
+                "outside it), so committing, branching or bisecting fails there")
+    if kept in {_resolve(os.path.expanduser(path)) for path in STARTUP_FILES}:
+        return f"{kept} is a startup file of the shell, git or an editor, read-only in the sandbox"
+    return f"{kept} holds code anges itself runs, read-only in the sandbox"
 
 
 def _resolve(path: str) -> str:
