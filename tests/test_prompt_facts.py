@@ -10,6 +10,7 @@ import pytest
 from anges.agents import agent_class
 from anges.config.loading import load_config
 from anges.models.scripted import SUMMARY_PROMPT_MARK, ScriptedModel
+from anges.prompt.templates import split_prompt
 from anges.registry import actions as registered_actions
 
 ACTION_NAMES = {name.upper() for name, _ in registered_actions.classes()} | {"USE_MCP_TOOL"}
@@ -162,6 +163,12 @@ def test_the_history_numbers_what_the_model_reads_without_gaps(tmp_path):
     fold = next(p for p in model.prompts if p.startswith(SUMMARY_PROMPT_MARK))
     end = int(re.search(r"from event 1 to event (\d+)", fold).group(1))
     assert f"## Event {end} TYPE:" in fold and f"## Event {end + 1} TYPE:" not in fold
+    def summary(prompt):
+        return re.findall(r"^## Summary of Events .*$", prompt, re.M)
+
+    for before, after in zip(steps_seen, steps_seen[1:]):  # between folds the cache still hits
+        if summary(before) == summary(after):
+            assert split_prompt(after)[0].startswith(split_prompt(before)[0])
 
 
 @pytest.mark.sandbox
@@ -171,5 +178,6 @@ def test_the_default_agents_first_prompt_stays_within_7000_characters(tmp_path):
     assert ".git is read-only" in prompt and "escalate" in prompt, "the largest default prompt: every fact applies"
     assert len(prompt) <= 7000, len(prompt)
     for kind in ("task_executor", "task_analyzer", "orchestrator"):
-        prompt, _ = first_prompt(kind, work, child=kind != "orchestrator", approval=ask_a_person)
-        assert len(prompt) <= 7000, (kind, len(prompt))
+        for child in (False, True):
+            prompt, _ = first_prompt(kind, work, child=child, approval=ask_a_person)
+            assert len(prompt) <= 7000, (kind, child, len(prompt))
