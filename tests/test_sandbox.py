@@ -732,3 +732,38 @@ def test_the_runner_starts_when_anges_and_its_python_live_under_tmp(work, tmp_pa
     done = subprocess.run([str(python), "-c", RUN_ONE_COMMAND, str(work)], capture_output=True, text=True,
                           env=env, timeout=60)
     assert done.stdout == "inside\n", done.stderr
+
+
+def test_a_blocked_write_is_explained_by_the_protected_place_it_touched(tmp_path, monkeypatch):
+    from anges.safety.sandbox import SandboxSettings, code_paths, explain_block
+    from anges.safety.shell import CommandResult
+
+    work, home = tmp_path / "work", tmp_path / "home"
+    (work / ".git").mkdir(parents=True)
+    home.mkdir()
+    (home / ".bashrc").write_text("")
+    monkeypatch.setenv("HOME", str(home))
+    code = next(path for path in code_paths() if os.path.isdir(path) and "anges" in path)
+    settings = SandboxSettings(writable=(str(work), str(home)), workdir=str(work),
+                               protected=(str(work / ".git"), str(home / ".bashrc"), code))
+
+    def why(command, stderr, given=settings):
+        return explain_block(CommandResult(command, 1, "", stderr, 0.1), given)
+
+    git = ("fatal: cannot lock ref 'refs/heads/topic': Unable to create "
+           f"'{work}/.git/refs/heads/topic.lock': Read-only file system")
+    assert why("git branch topic", git).startswith(f"read-only file system — {work}/.git is a repository's own "
+                                                   "directory, read-only in the sandbox")
+    assert ".git is a repository's own directory" in why("git stash", "error: Read-only file system")
+    assert ".git is a repository's own directory" in why("touch .git/x",
+                                                         "touch: cannot touch '.git/x': Read-only file system")
+    assert why("echo >> ~/.bashrc", f"bash: {home}/.bashrc: Read-only file system") == \
+        f"read-only file system — {home}/.bashrc is a startup file of the shell, git or an editor, read-only in the " \
+        "sandbox"
+    assert f"{code} holds code anges itself runs" in why("touch x", f"touch: '{code}/x': Read-only file system")
+    outside = why("git clone . /opt/copy", "fatal: could not create '/opt/copy': Read-only file system")
+    assert outside == f"read-only file system — outside the sandbox's writable paths (writable: {work}, {home}; and " \
+                      "a private /tmp)", "a git command writing elsewhere is not blamed on the repository"
+    read_only = SandboxSettings(mode="read-only", workdir=str(work))
+    assert why("touch x", "touch: 'x': Read-only file system", read_only) == \
+        "read-only file system — the read-only sandbox lets commands write only to a private /tmp"

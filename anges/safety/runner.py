@@ -107,8 +107,8 @@ class PortWatch:
 
     def __init__(self, session: int):
         self.session = session
-        low, high = (_read_lines("/proc/sys/net/ipv4/ip_local_port_range") or ["32768 60999"])[0].split()[:2]
-        self.skip = range(int(low), int(high) + 1)
+        bounds = [int(word) for word in "".join(_read_lines("/proc/sys/net/ipv4/ip_local_port_range")).split()]
+        self.skip = range(bounds[0], bounds[1] + 1) if len(bounds) == 2 else range(32768, 61000)
         self.known = set(_listening())
         """Listening sockets already looked at (those there before the command started, to begin with)."""
 
