@@ -129,8 +129,9 @@ class Renderer:
         elif shell.state == "interrupted":
             status = s("killed: interrupted", "yellow")
         elif shell.yielded:
-            status = s(f"still running after {seconds(shell.duration)}: went on in the background as pid {shell.pid}, "
-                       f"output in {shell.log_path}", "cyan")
+            why = f"listening on port {', '.join(map(str, shell.listening))}" if shell.listening else \
+                f"still running after {seconds(shell.duration)}"
+            status = s(f"{why}: went on in the background as pid {shell.pid}, output in {shell.log_path}", "cyan")
         elif shell.state == "background":
             status = s(f"started in the background: pid {shell.pid}, output in {shell.log_path}", "cyan")
         else:

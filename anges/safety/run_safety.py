@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from anges.exceptions import ConfigError
+from anges.prompt.agents_md import project_directories
 from anges.safety.approval import MODES, Asker, Decision, Gate, Permit
 from anges.safety.command_runner import CommandRunner, Job
 from anges.safety.policy import Policy, Verdict
@@ -184,8 +185,6 @@ class RunSafety:
     def _read_only_repository(self) -> str:
         """The `.git` of the repository the working directory is in, when commands may write the working directory
         but not it ("" otherwise)."""
-        from anges.prompt.agents_md import project_directories
-
         settings = self.settings
         if not self.sandboxed or not settings.can_write(settings.workdir):
             return ""
