@@ -401,6 +401,11 @@ def test_the_edit_preview_is_the_diff_the_edit_would_make_and_leaves_the_file(tm
     assert diff.startswith("REPLACE_LINES app.py 2-2\n--- a/app.py\n+++ b/app.py\n")
     assert "-two\n+TWO\n" in diff and (tmp_path / "app.py").read_text() == "one\ntwo\nthree\n"
     assert "would fail" in preview_edit({"directive_line": "REMOVE_LINES app.py 7-9"}, str(tmp_path))
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-other.txt"  # outside: its path as it is, as the edit's own diff shows it
+    elsewhere.write_text("x\n")
+    diff = preview_edit({"directive_line": f"REPLACE_LINES {elsewhere} 1-1", "content": "y"}, str(tmp_path))
+    assert diff.startswith(f"REPLACE_LINES {elsewhere} 1-1\n--- {elsewhere}\n+++ {elsewhere}\n")
+    assert "b//" not in diff and "a//" not in diff
 
 
 def test_an_edit_outside_the_writable_paths_asks_and_shows_its_diff(tmp_path):

@@ -18,7 +18,7 @@ from anges.models.scripted import ScriptedModel
 from anges.store.event_store import EventStore
 from anges.store.events import Event, EventStream
 
-PASSWORD = "correct horse battery"
+PASSWORD = "a lamp on the sill at dusk"
 
 
 def reply(*actions, reasoning="working on it"):
@@ -179,16 +179,71 @@ def test_login_sets_a_strict_session_cookie_and_opens_every_page(client):
     assert client.get("/api/chats").json == {"chats": []}
 
 
-def test_a_wrong_password_is_refused_and_failures_are_rate_limited(client):
-    for _ in range(5):
-        response = login(client, "wrong")
-        assert response.status_code == 401
-        assert "Wrong password" in response.get_data(as_text=True)
-    blocked = login(client, "wrong")
-    assert blocked.status_code == 429 and int(blocked.headers["Retry-After"]) > 0
-    assert "Too many failed attempts" in blocked.get_data(as_text=True)
-    assert login(client).status_code == 429  # even the right password waits
+def test_a_wrong_password_is_refused_and_the_next_try_waits_a_moment(client):
+    response = login(client, "wrong")
+    assert response.status_code == 401 and "Wrong password" in response.get_data(as_text=True)
+    hurried = login(client)  # the right password, too soon: not even checked
+    assert hurried.status_code == 429 and hurried.headers["Retry-After"] == "1"
+    assert "Too many failed attempts. Try again in 1 second." in hurried.get_data(as_text=True)
     assert client.get("/api/chats").status_code == 401
+
+
+class Clock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_guessing_slows_down_twice_over_each_time_but_never_shuts_the_owner_out(app):
+    clock = Clock()
+    app.extensions["anges"].guard.delay.clock = clock
+    owner = app.test_client()
+    assert login(owner).status_code == 302
+    owner.post("/logout", headers={"X-CSRF-Token": csrf_from(owner.get("/").get_data(as_text=True))})
+    assert owner.get("/api/chats").status_code == 401
+
+    stranger = app.test_client()  # another account of this machine: the same address as the owner
+    waits = []
+    for _ in range(8):
+        assert login(stranger, "a guess").status_code == 401
+        waits.append(int(login(stranger, "another guess").headers["Retry-After"]))
+        clock.now += waits[-1]
+    assert waits == [1, 2, 4, 8, 16, 30, 30, 30], "twice as long each time, at most web.max_login_delay"
+    clock.now -= 5
+    assert login(stranger, PASSWORD).status_code == 429, "a try during the wait is not checked"
+
+    assert login(owner).status_code == 302, "a browser that logged in before is not slowed by the guesses"
+    assert owner.get("/api/chats").status_code == 200
+    elsewhere = app.test_client()
+    elsewhere.environ_base["REMOTE_ADDR"] = "192.0.2.7"
+    assert login(elsewhere, "wrong").status_code == 401, "each address waits for its own failures only"
+    newcomer = app.test_client()  # a new browser at the stranger's address shares its wait: not forever
+    assert login(newcomer).status_code == 429
+    clock.now += 5
+    assert login(newcomer).status_code == 302
+    clock.now += 3600 * 2
+    assert login(stranger, "wrong").status_code == 401
+    assert login(stranger).headers["Retry-After"] == "1", "an hour without failures starts afresh"
+
+
+def test_wrong_tokens_are_never_limited_and_the_printed_link_keeps_working(config, store):
+    app = create_app(config, store, password="", token=TOKEN)
+    stranger = app.test_client()
+    for n in range(50):
+        refused = stranger.get(f"/?token=guess-{n}-{TOKEN}")
+        assert refused.status_code == 403 and "wrong token" in refused.get_data(as_text=True)
+    page = refused.get_data(as_text=True)
+    assert "http://localhost/?token=..." in page, "the hint names the address the request came to"
+    assert "Back to the chats" not in page, "the link would lead back to this refusal"
+    owner = app.test_client()
+    assert owner.get(f"/?token={TOKEN}").status_code == 302
+    assert owner.get("/api/chats").status_code == 200
+    missing = owner.get("/chat/nosuchchat")
+    assert missing.status_code == 404 and "Back to the chats" in missing.get_data(as_text=True)
 
 
 def test_login_needs_its_csrf_token_and_only_redirects_to_local_paths(app):
@@ -336,12 +391,13 @@ def test_anges_ui_prints_the_address_with_its_token(tmp_path):
 
     env = {**os.environ, "ANGES_HOME": str(tmp_path)}
     server = subprocess.Popen([sys.executable, "-m", "anges", "ui", "--port", "0"], stderr=subprocess.PIPE,
-                              text=True, env=env, cwd=tmp_path)
+                              stdout=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
     try:
         first = server.stderr.readline()
         match = re.match(r"anges web chat on (http://127\.0\.0\.1:(\d+)/)\?token=([\w-]{32,})  \(Ctrl-C to stop\)", first)
         assert match, first
         base, token = match.group(1), match.group(3)
+        assert server.stdout.readline() == f"{base}?token={token}\n", "the address alone on stdout, for scripts"
         assert "only this machine can use it, from a browser that opens the address" in server.stderr.readline()
         opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
         with opener.open(f"{base}?token={token}") as page:
@@ -356,6 +412,7 @@ def test_anges_ui_prints_the_address_with_its_token(tmp_path):
         server.wait(10)
         log = server.stderr.read()
         server.stderr.close()
+        server.stdout.close()
     assert token not in log and "GET /?token=[hidden] HTTP/1.1" in log, "the request log leaves the token out"
 
 
@@ -392,26 +449,22 @@ def test_the_password_can_come_from_the_environment(config, store, monkeypatch):
     assert client.get("/api/chats").status_code == 200
 
 
-@pytest.mark.parametrize("password", ["x", " ", "eleven-char", " " * 12, "  short one  "])
-def test_a_short_password_is_refused_at_start_up(config, store, password, capsys):
-    with pytest.raises(ConfigError, match="password .* is too short: use at least 12 characters"):
+@pytest.mark.parametrize("password, why", [
+    ("x", "too short: use at least 12 characters"), (" " * 12, "too short"), ("  short one  ", "too short"),
+    ("eleven-char", "too short"), ("zzzzzzzzzzzzzzzz", "one character or text repeated"),
+    ("hunter2hunter2", "one character or text repeated"), ("Password1234", "a well-known password"),
+    ("correct horse battery staple", "a well-known password"), ("1qaz-2wsx-3edc", "a well-known password"),
+])
+def test_a_weak_password_is_refused_at_start_up(config, store, password, why, capsys, monkeypatch):
+    with pytest.raises(ConfigError, match=f"password .* is {why}"):
         create_app(config, store, password=password)
-    assert main_ui(["--password", password, "--port", "0"]) == 2
-    assert "anges ui: the web chat password (--password, ANGES_UI_PASSWORD or web.password) is too short" \
+    monkeypatch.setenv("ANGES_UI_PASSWORD", password)
+    assert main_ui(["--port", "0"]) == 2
+    assert f"anges ui: the web chat password (ANGES_UI_PASSWORD, --password-file or web.password) is {why}" \
         in capsys.readouterr().err
-
-
-def test_failed_logins_are_limited_from_all_addresses_together(store):
-    config = load_config(overrides={"web": {"login_attempts_per_minute": 5, "login_attempts_per_minute_total": 8}})
-    app = create_app(config, store, password=PASSWORD)
-    for n in range(8):  # one wrong guess from each of 8 addresses: each under its own limit
-        client = app.test_client()
-        client.environ_base["REMOTE_ADDR"] = f"127.0.0.{n + 2}"
-        assert login(client, "wrong guess").status_code == 401
-    late = app.test_client()
-    late.environ_base["REMOTE_ADDR"] = "127.0.0.99"
-    blocked = login(late)
-    assert blocked.status_code == 429 and int(blocked.headers["Retry-After"]) > 0
+    monkeypatch.setenv("ANGES_UI_TOKEN", password)
+    with pytest.raises(ConfigError, match=f"token .* is {why}"):
+        create_app(config, store, password="")
 
 
 def test_logout_ends_the_session_on_the_server(app, config, store):
@@ -514,7 +567,10 @@ def test_a_taken_port_an_unknown_host_or_a_bad_port_number_is_a_one_line_error(c
         assert main_ui(["--port", str(port)]) == 2
     assert capsys.readouterr().err == (f"anges ui: cannot serve on 127.0.0.1 port {port}: Address already in use; "
                                        "another program uses that port: choose another with --port\n")
-    assert main_ui(["--host", "no-such-host.invalid", "--port", "0", "--password", PASSWORD]) == 2
+    secret = tmp_path / "password"
+    secret.write_text(PASSWORD + "\n")
+    secret.chmod(0o600)
+    assert main_ui(["--host", "no-such-host.invalid", "--port", "0", "--password-file", str(secret)]) == 2
     assert capsys.readouterr().err.startswith("anges ui: cannot serve on no-such-host.invalid: no such address (")
     for bad in ("99999", "-1", "http"):
         with pytest.raises(SystemExit) as exit_:
@@ -1058,7 +1114,8 @@ def test_a_run_held_elsewhere_keeps_the_feed_open_and_a_vanished_chat_is_reporte
     assert events[-1] == ("gone", None, {"uid": uid})
 
 
-def test_the_feed_ends_when_the_session_does(auth, app, model):
+@pytest.mark.parametrize("url", ["/api/chats/{uid}/events", "/api/feed?watch=a~{uid}~0~"])
+def test_the_feed_ends_when_the_session_does(auth, app, model, url):
     client, headers = auth
     release = threading.Event()
     model.enqueue(gate(release, complete("done")))
@@ -1069,12 +1126,62 @@ def test_the_feed_ends_when_the_session_does(auth, app, model):
     def log_out_once(events, comments):
         if events and not getattr(log_out_once, "done", False):
             log_out_once.done = other.post("/logout", headers=headers).status_code == 302
-        return ended(events, comments)
+        return any(kind == "end" and "sub" not in data for kind, _, data in events)
 
-    events, _ = read_sse(client, f"/api/chats/{uid}/events", log_out_once)
+    events, _ = read_sse(client, url.format(uid=uid), log_out_once)
     assert events[-1] == ("end", None, {"reason": "login"})
     release.set()
     wait_idle(app, uid)
+
+
+def test_one_shared_feed_follows_several_chats_each_message_naming_its_watch(auth, app, store, model):
+    client, _ = auth
+    done = stored_finished_chat(store, "done before")
+    release = threading.Event()
+    model.enqueue(shell("echo first"), gate(release, complete("the end")))
+    running = new_chat(auth, app, text="live", wait=False)
+
+    def first_shell(events, comments):
+        return any(s["kind"] == "shell" for kind, _, d in events if kind == "steps" and d["sub"] == "b"
+                   for s in d["steps"])
+
+    url = f"/api/feed?watch=a~{done}~1~&watch=b~{running}~0~&watch=c~nosuchchat~0~"
+    first, _ = read_sse(client, url, first_shell)
+    assert {data["sub"] for _, _, data in first} == {"a", "b", "c"} and all(i is None for _, i, _ in first)
+    assert ("gone", None, {"sub": "c", "uid": "nosuchchat"}) in first
+    of_a = [(kind, data) for kind, _, data in first if data["sub"] == "a"]
+    assert [kind for kind, _ in of_a] == ["steps", "status", "end"] and of_a[-1][1]["reason"] == "finished"
+    assert [step["index"] for step in of_a[0][1]["steps"]] == [1, 2], "from where the page was"
+    resume = [data["resume"] for kind, _, data in first if kind == "steps" and data["sub"] == "b"][-1]
+    assert resume == {"from": 2, "blocks": ""}, "where that chat goes on in a new connection"
+    assert not any(kind == "end" and "sub" not in data for kind, _, data in first), "b still runs"
+    release.set()
+    rest, _ = read_sse(client, f"/api/feed?watch=b~{running}~{resume['from']}~", ended_all)
+    assert [s["index"] for kind, _, d in rest if kind == "steps" for s in d["steps"]] == [2]
+    assert rest[-2:] == [("end", None, {"sub": "b", "reason": "finished"}), ("end", None, {"reason": "finished"})]
+
+
+def test_a_shared_feed_refuses_malformed_or_too_many_watches(auth):
+    client, _ = auth
+    for bad in ("a~chat", "a b~chat~0~", "a~ch/at~0~", "a~chat~x~", "a~chat~0~1:x", "a" * 33 + "~chat~0~"):
+        response = client.get("/api/feed", query_string={"watch": bad})
+        assert response.status_code == 400 and "watch" in response.json["error"] or "blocks" in response.json["error"]
+    many = client.get("/api/feed", query_string=[("watch", f"s{n}~chat~0~") for n in range(65)])
+    assert many.status_code == 400 and "at most 64" in many.json["error"]
+    assert client.application.test_client().get("/api/feed?watch=a~chat~0~").status_code == 401
+
+
+def stored_finished_chat(store, title):
+    stream = EventStream(title=title)
+    stream.add_event(Event("new_request", content="go"))
+    stream.add_event(Event("action", data={"command": "true", "exit_code": 0}))
+    stream.add_event(Event("task_completion", content="done"))
+    store.sync(stream)
+    return stream.uid
+
+
+def ended_all(events, comments):
+    return any(kind == "end" and "sub" not in data for kind, _, data in events)
 
 
 def child_tree(store):
@@ -1126,6 +1233,22 @@ def test_a_reconnecting_page_resumes_its_open_child_blocks_only(auth, store):
     assert [s["index"] for s in steps_of(events, "1")] == [2]
     assert steps_of(events, "1/1") == []
     assert [s["index"] for s in steps_of(events, "3")] == [3, 4], "a block new to the page starts at its run"
+
+
+def test_a_shared_feed_says_where_each_chat_resumes_child_blocks_included(auth, store):
+    client, _ = auth
+    child_tree(store)
+    events, _ = read_sse(client, "/api/feed?watch=p~parent1~0~", ended_all)
+    messages = [data for kind, _, data in events if kind == "steps"]
+    assert messages[0]["block"] == "" and messages[0]["resume"] == {"from": 6, "blocks": "1:0,3:3"}
+    assert messages[-1]["resume"] == {"from": 6, "blocks": ""}, "every block returned"
+    # a new connection from the first cursor sends the rest of the tree, and nothing twice
+    first = messages[0]["resume"]
+    rest, _ = read_sse(client, f"/api/feed?watch=p~parent1~{first['from']}~{first['blocks']}", ended_all)
+    sent = sorted((d["block"], s["index"]) for d in messages[:1] for s in d["steps"])
+    sent += sorted((d["block"], s["index"]) for kind, _, d in rest if kind == "steps" for s in d["steps"])
+    everything = sorted((d["block"], s["index"]) for d in messages for s in d["steps"])
+    assert sorted(sent) == everything and len(sent) == len(set(sent))
 
 
 # -- rendering model output ---------------------------------------------------------------------------------

@@ -70,6 +70,39 @@ class RoutedModel:
         return self.models["orchestrator"](prompt, temperature)
 
 
+class FeedCounter:
+    """WSGI middleware that notes each live feed the app serves, and how many are open (until the server sees
+    the browser close one: at its next write, a heartbeat at most a second later)."""
+
+    def __init__(self, app):
+        self.app = app
+        self.urls: list[str] = []
+        self.open = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, environ, start_response):
+        from werkzeug.wsgi import ClosingIterator
+
+        path = environ.get("PATH_INFO", "")
+        if path != "/api/feed" and not path.endswith("/events"):
+            return self.app(environ, start_response)
+        with self.lock:
+            self.urls.append(f"{path}?{environ.get('QUERY_STRING', '')}")
+            self.open += 1
+        return ClosingIterator(self.app(environ, start_response), self._closed)
+
+    def _closed(self):
+        with self.lock:
+            self.open -= 1
+
+
+def watched_chats(url):
+    """The chats a shared feed's URL follows."""
+    from urllib.parse import parse_qs, urlsplit
+
+    return [watch.split("~")[1] for watch in parse_qs(urlsplit(url).query).get("watch", [])]
+
+
 class LiveServer:
     """The real app served by werkzeug's threaded server on 127.0.0.1 with a free (or the given) port."""
 
@@ -86,7 +119,8 @@ class LiveServer:
     def start(self, port=0):
         from werkzeug.serving import make_server
 
-        self.server = make_server("127.0.0.1", port, self.app, threaded=True)
+        self.feeds = FeedCounter(self.app)
+        self.server = make_server("127.0.0.1", port, self.feeds, threaded=True)
         self.url = f"http://127.0.0.1:{self.server.port}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -132,9 +166,6 @@ def page(browser, server):
 def log_in(page, server):
     page.goto(server.url + "/")
     assert "/login" in page.url
-    page.fill("#password", "not the password")
-    page.click("button[type=submit]")
-    expect(page.locator("#login-error")).to_contain_text("Wrong password")
     page.fill("#password", PASSWORD)
     page.click("button[type=submit]")
     expect(page.locator("#app[data-ready=true]")).to_be_attached()  # the script has wired the page
@@ -164,7 +195,17 @@ def assert_safe(page):
 def test_log_in_start_a_task_and_watch_the_steps_arrive(page, server, model):
     release = threading.Event()
     model.enqueue(shell("echo step-one"), gate(release, complete("Finished: **everything** worked.")))
-    log_in(page, server)
+    page.goto(server.url + "/")
+    page.fill("#password", "not the password")
+    page.click("button[type=submit]")
+    expect(page.locator("#login-error")).to_contain_text("Wrong password")
+    page.fill("#password", PASSWORD)  # too soon: the next try waits a second, and the page says so
+    page.click("button[type=submit]")
+    expect(page.locator("#login-error")).to_have_text("Too many failed attempts. Try again in 1 second.")
+    page.wait_for_timeout(1100)
+    page.fill("#password", PASSWORD)
+    page.click("button[type=submit]")
+    expect(page.locator("#app[data-ready=true]")).to_be_attached()
     page.fill("#message", "first line")
     page.press("#message", "Shift+Enter")  # a newline, not a send
     page.locator("#message").press_sequentially("second line")
@@ -260,20 +301,6 @@ def test_open_a_child_agent(browser, tmp_path):
     context = browser.new_context(viewport={"width": 1280, "height": 820})
     context.set_default_timeout(WAIT)
     page = context.new_page()
-    feeds, open_feeds = [], []  # every feed opened; how many were open at each moment
-
-    def opened(request):
-        if "/events" in request.url:
-            feeds.append(request.url)
-            open_feeds.append((open_feeds or [0])[-1] + 1)
-
-    def closed(request):
-        if "/events" in request.url:
-            open_feeds.append(open_feeds[-1] - 1)
-
-    page.on("request", opened)
-    page.on("requestfinished", closed)
-    page.on("requestfailed", closed)
     try:
         log_in(page, live)
         page.click("#settings-open")
@@ -293,8 +320,8 @@ def test_open_a_child_agent(browser, tmp_path):
         expect(tree.locator(".pill")).to_have_text("Completed")
         expect(tree.locator(".child-name")).to_have_text("Write notes.txt")
         parent_uid = page.url.rsplit("/", 1)[1]
-        assert all(f"/api/chats/{parent_uid}/events" in url for url in feeds), feeds  # none for the child itself
-        assert max(open_feeds) == 1, "one connection at a time carries the chat and its child agent"
+        watched = {chat for url in live.feeds.urls for chat in watched_chats(url)}
+        assert watched == {parent_uid}, "the chat's feed carries its child agent: none of its own for the child"
         # collapsible
         tree.locator("summary").click()
         expect(tree.locator(".child-steps")).to_be_hidden()
@@ -411,9 +438,23 @@ def test_phone_sized_viewport(browser, server, model):
         page.tap("#send")
         expect(page.locator(".answer-task_completion")).to_contain_text("Done")
         assert page.evaluate("document.documentElement.scrollWidth") <= 390
-        for selector in ("#send", "#menu", "#message"):
+        for selector in ("#send", "#menu", "#more", "#message"):
             box = page.locator(selector).bounding_box()
-            assert box["height"] >= 36 and box["x"] >= 0 and box["x"] + box["width"] <= 390, selector
+            assert box["height"] >= 44 and box["x"] >= 0 and box["x"] + box["width"] <= 390, selector
+        # the header is one row and one status line; the chat's actions open from a button, each 44 px high
+        header = page.locator("#status-line").bounding_box()
+        assert header["y"] + header["height"] <= 844 / 8, "the header takes an eighth of the screen at most"
+        expect(page.locator("#settings-open")).to_be_hidden()
+        page.tap("#more")
+        for action in page.locator("#chat-actions .btn").all():
+            box = action.bounding_box()
+            assert box["height"] >= 44 and box["x"] >= 0 and box["x"] + box["width"] <= 390, action.inner_text()
+        assert page.locator("#chat-actions .btn").all_inner_texts() == ["Rename", "Settings", "JSON", "Markdown",
+                                                                          "Delete"]
+        page.tap("#settings-open")
+        expect(page.locator("#settings")).to_be_visible()
+        expect(page.locator("#chat-actions")).to_be_hidden()
+        page.tap("#settings-cancel")
         code = page.locator(".answer-task_completion pre").bounding_box()
         assert code["x"] >= 0 and code["x"] + code["width"] <= 390
         # code blocks have a copy button, visible without hover on a touch screen
@@ -521,10 +562,16 @@ def test_without_a_password_the_printed_address_opens_the_chat_and_nothing_else_
     token = live.app.extensions["anges"].guard.token
     context = browser.new_context()
     context.set_default_timeout(WAIT)
+    other = browser.new_context()  # another profile (another local user) without the token
     try:
-        stranger = context.new_page()
+        stranger = other.new_page()
         stranger.goto(live.url + "/")
-        expect(stranger.locator("main")).to_contain_text("needs the secret token that `anges ui` printed")
+        refusal = stranger.locator("main")
+        expect(refusal).to_contain_text("needs the secret token that `anges ui` printed")
+        expect(refusal).to_contain_text(f"http://127.0.0.1:{live.server.port}/?token=...")  # the real port
+        expect(refusal.locator("a")).to_have_count(0)  # no "Back to the chats" leading here again
+        for n in range(30):  # a neighbour's guesses do not lock the owner out
+            assert other.request.get(f"{live.url}/?token=guess{n:02d}-{token[:20]}").status == 403
         page = context.new_page()
         page.goto(f"{live.url}/?token={token}")
         expect(page).to_have_url(live.url + "/")  # the token is gone from the address bar
@@ -533,14 +580,39 @@ def test_without_a_password_the_printed_address_opens_the_chat_and_nothing_else_
         send(page, "hello")
         expect(page.locator(".answer-task_completion")).to_contain_text("Hello from the token session.")
         expect(page.locator(".sidebar-foot")).to_have_count(0)  # no password, so no log-out button
-        other = browser.new_context()  # another profile (another local user) without the token
-        try:
-            elsewhere = other.new_page()
-            elsewhere.goto(page.url)
-            expect(elsewhere.locator("main")).to_contain_text("needs the secret token")
-        finally:
-            other.close()
+        stranger.goto(page.url)
+        expect(stranger.locator("main")).to_contain_text("needs the secret token")
     finally:
+        other.close()
+        context.close()
+        live.close()
+
+
+def test_a_browser_that_logged_in_before_is_not_slowed_by_a_neighbours_guesses(browser, model, tmp_path):
+    live = LiveServer(model, tmp_path)
+    context = browser.new_context()
+    context.set_default_timeout(WAIT)
+    other = browser.new_context()
+    try:
+        owner = context.new_page()
+        log_in(owner, live)
+        owner.click(".sidebar-foot button")
+        expect(owner).to_have_url(re.compile("/login"))
+        live.app.extensions["anges"].guard.delay.clock = lambda: 1000.0  # time stands still: no wait ever ends
+        guesser = other.new_page()
+        guesser.goto(live.url + "/login")
+        guesser.fill("#password", "not it either")
+        guesser.click("button[type=submit]")
+        expect(guesser.locator("#login-error")).to_contain_text("Wrong password")
+        for guess in ("and not this", PASSWORD):  # not even the right password is checked while it waits
+            guesser.fill("#password", guess)
+            guesser.click("button[type=submit]")
+            expect(guesser.locator("#login-error")).to_have_text("Too many failed attempts. Try again in 1 second.")
+        owner.fill("#password", PASSWORD)
+        owner.click("button[type=submit]")
+        expect(owner.locator("#app[data-ready=true]")).to_be_attached()
+    finally:
+        other.close()
         context.close()
         live.close()
 
@@ -569,7 +641,7 @@ def test_the_page_says_when_the_server_is_gone_and_recovers(browser, model, tmp_
         live.close()
 
 
-def test_a_hidden_tab_gives_up_its_connection_and_catches_up_when_shown(page, server, model):
+def test_a_hidden_tab_keeps_following_and_shows_each_step_once(page, server, model):
     release = threading.Event()
     model.enqueue(shell("echo before"), gate(release, complete("Done while hidden.")))
     log_in(page, server)
@@ -577,14 +649,80 @@ def test_a_hidden_tab_gives_up_its_connection_and_catches_up_when_shown(page, se
     expect(page.locator(".step-shell pre.output")).to_have_text("before")
     expect(page.locator("#app")).to_have_attribute("data-feed", "open")
     page.evaluate(HIDE)
-    expect(page.locator("#app")).to_have_attribute("data-feed", "paused")
     release.set()
-    _wait_for(lambda: server.store.load(page.url.rsplit("/", 1)[1]).events_list[-1].type == "task_completion")
-    assert page.locator(".answer-task_completion").count() == 0
-    page.evaluate(SHOW)
-    expect(page.locator(".answer-task_completion")).to_contain_text("Done while hidden.")
+    expect(page.locator(".answer-task_completion")).to_contain_text("Done while hidden.")  # drawn while hidden
     expect(page.locator("#app")).to_have_attribute("data-feed", "idle")
+    page.evaluate(SHOW)
+    page.wait_for_timeout(300)
     assert page.eval_on_selector_all("#steps > li.step", "els => els.map(e => +e.dataset.index)") == [0, 1, 2]
+
+
+class JobModel:
+    """A model for many chats at once, told apart by their request ("job number N"): each runs a command, then
+    waits for its gate before it answers. A chat without a job number is answered at once."""
+
+    def __init__(self, count):
+        self.gates = [threading.Event() for _ in range(count)]
+
+    def __call__(self, prompt, temperature=0.0):
+        job = re.search(r"job number (\d+)", prompt)
+        if job is None:
+            return json.dumps(complete("Answered at once."))
+        n = int(job.group(1))
+        if f"[started-{n}]" not in prompt:
+            return json.dumps(shell(f"echo '[started-{n}]'"))
+        assert self.gates[n].wait(30), "test gate never opened"
+        return json.dumps(complete(f"Job {n} is done."))
+
+
+@pytest.mark.parametrize("shared_by", ["worker", "leader"])
+def test_twelve_pages_of_running_chats_all_stay_live_in_one_browser(browser, tmp_path, shared_by):
+    model = JobModel(12)
+    live = LiveServer(model, tmp_path)
+    runs = live.app.extensions["anges"].runs
+    chats = []
+    for n in range(12):
+        stream = EventStream(title=f"Job {n}")
+        live.store.sync(stream)
+        runs.start(stream.uid, f"job number {n}")
+        chats.append(stream.uid)
+    context = browser.new_context(viewport={"width": 1000, "height": 700})
+    context.set_default_timeout(WAIT)
+    if shared_by == "leader":  # as on Chrome for Android: one page leads over a BroadcastChannel
+        context.add_init_script("delete window.SharedWorker;")
+    try:
+        pages = [context.new_page()]
+        log_in(pages[0], live)
+        pages += [context.new_page() for _ in range(11)]
+        for n, (page, uid) in enumerate(zip(pages, chats)):
+            page.goto(f"{live.url}/chat/{uid}")
+            expect(page.locator(".step-shell pre.output")).to_have_text(f"[started-{n}]")
+            expect(page.locator("#status-pill")).to_have_text("Running")
+        roles = sorted(page.locator("#app").get_attribute("data-feed-hub") for page in pages)
+        assert roles == (["worker"] * 12 if shared_by == "worker" else ["follower"] * 11 + ["leader"])
+        _wait_for(lambda: live.feeds.open == 1)  # the server sees one connection for the twelve pages
+        if shared_by == "leader":  # the leading page goes: another leads, and no page misses a step
+            leader = next(page for page in pages if page.locator("#app").get_attribute("data-feed-hub") == "leader")
+            model.gates[pages.index(leader)].set()
+            leader.close()
+            pages.remove(leader)
+            _wait_for(lambda: [p.locator("#app").get_attribute("data-feed-hub") for p in pages].count("leader") == 1)
+        for gate_ in model.gates:
+            gate_.set()
+        for page in pages:
+            n = chats.index(page.url.rsplit("/", 1)[1])
+            expect(page.locator(".answer-task_completion")).to_contain_text(f"Job {n} is done.")
+            expect(page.locator("#status-pill")).to_have_text("Completed")
+            assert page.eval_on_selector_all("#steps > li.step", "els => els.map(e => +e.dataset.index)") == [0, 1, 2]
+        # a thirteenth page loads and runs a chat of its own
+        extra = context.new_page()
+        extra.goto(live.url + "/")
+        expect(extra.locator("#app[data-ready=true]")).to_be_attached()
+        send(extra, "hello from page thirteen")
+        expect(extra.locator(".answer-task_completion")).to_contain_text("Answered at once.")
+    finally:
+        context.close()
+        live.close()
 
 
 # What a browser does when a tab goes to the background, and back (headless Chromium keeps every tab visible).
@@ -638,6 +776,46 @@ def test_a_streaming_reply_grows_live_as_text_before_its_step_arrives(browser, o
         expect(page.locator("#steps > li.step-live")).to_have_count(0)  # the step took its place
         expect(page.locator(".step-shell .reasoning")).to_have_text("Then count the files and answer.")
         expect(page.locator(".answer-task_completion")).to_contain_text("One file.")
+        assert_safe(page)
+    finally:
+        context.close()
+        server.close()
+
+
+def test_the_answer_grows_as_it_streams_and_its_step_takes_its_place(browser, openai_server, tmp_path, monkeypatch):
+    from wire_servers import TEST_KEY
+
+    from anges.config import ModelPreset, ModelSettings
+    from anges.models.openai_model import OpenAIModel
+
+    monkeypatch.setenv("OPENAI_API_KEY", TEST_KEY)
+    answer = "The folder holds **three** files: a.txt, b.txt and c.txt. <b>Nothing</b> else is there."
+    text = json.dumps(complete(answer, reasoning="Counted them."))
+    first, second = text.index("holds") + len("holds"), text.index("files:") + len("files:")
+    openai_server.enqueue_text(text, chunks=[text[:first], text[first:second], text[second:]], gap=2)
+    model = OpenAIModel(ModelPreset("openai", "gpt-test", openai_server.base_url, "OPENAI_API_KEY"),
+                        ModelSettings(request_timeout=30))
+    server = LiveServer(model, tmp_path)
+    context = browser.new_context(viewport={"width": 1280, "height": 820})
+    context.set_default_timeout(WAIT)
+    page = context.new_page()
+    page.add_init_script(TRAP)
+    page.dialogs = []
+    try:
+        log_in(page, server)
+        send(page, "how many files?")
+        growing = page.locator("#steps > li.step-live .live-answer")
+        expect(growing.locator(".live-answer-text")).to_have_text("The folder holds")
+        expect(growing).to_have_attribute("data-type", "TASK_COMPLETE")
+        expect(growing.locator(".answer-label")).to_have_text("Task complete")
+        expect(page.locator("#steps > li.step-live .live-text")).to_have_text("Counted them.")
+        expect(growing.locator(".live-answer-text")).to_have_text("The folder holds **three** files:")
+        assert page.locator(".answer-task_completion").count() == 0, "the step has not arrived yet"
+        final = page.locator(".answer-task_completion")
+        expect(final).to_contain_text("three files: a.txt, b.txt and c.txt. <b>Nothing</b> else is there.")
+        expect(final.locator("strong")).to_have_text("three")  # the step, rendered, took its place
+        expect(page.locator("#steps > li.step-live")).to_have_count(0)
+        assert page.locator("#steps b").count() == 0
         assert_safe(page)
     finally:
         context.close()

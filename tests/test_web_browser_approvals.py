@@ -136,6 +136,9 @@ def test_a_second_tab_sees_the_request_answers_it_and_the_first_sees_the_decisio
     # "Always" covers the same command again: no second card.
     expect(first.locator(".step-shell .command")).to_have_text(["touch one.txt", "touch one.txt"])
     expect(first.locator(".card.approval")).to_have_count(1)
+    badges = first.locator(".step-shell .badge.approved")  # the second ran under the earlier "Always", and says so
+    expect(badges).to_have_count(1)
+    expect(first.locator(".step-shell").nth(1).locator(".badge.approved")).to_have_text("approved: always")
     release.set()
     expect(second.locator(".answer-task_completion")).to_contain_text("Both made.")
     assert (tmp_path / "one.txt").exists()
@@ -189,6 +192,7 @@ def test_an_edit_outside_the_workspace_shows_its_diff(page, server, model, tmp_p
     expect(card.locator(".approval-reason")).to_contain_text("outside the writable paths")
     expect(card.locator("pre.diff .line.del")).to_have_text("-debug = false")
     expect(card.locator("pre.diff .line.add")).to_have_text("+debug = true")
+    expect(card.locator("pre.diff .line.meta")).to_have_text([f"--- {outside}/settings.ini", f"+++ {outside}/settings.ini"])
     card.locator("button[data-decision=allow]").click()
     expect(page.locator(".answer-task_completion")).to_contain_text("Turned debugging on.")
     assert (outside / "settings.ini").read_text() == "debug = true\n"

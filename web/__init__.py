@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
-from flask import Flask, jsonify, render_template, request
+from flask import Flask, g, jsonify, render_template, request
 from werkzeug.exceptions import HTTPException
 from werkzeug.serving import WSGIRequestHandler, make_server
 
@@ -25,7 +25,8 @@ from anges.config.types import Config
 from anges.exceptions import AngesError, ConfigError
 from anges.store.event_store import EventStore
 
-from .auth import MIN_SECRET_LENGTH, SESSIONS_FILE, Guard, is_loopback, load_secret
+from .auth import SESSIONS_FILE, Guard, is_loopback, load_secret
+from .passwords import WHERE, check_secret, chosen_password
 from .runs import ChatBusy, ModelFactory, Runs, default_model_factory, unsandboxed_problem
 
 TOKEN_IN_URL = re.compile(r"([?&])token=[^&\s]*")
@@ -67,8 +68,8 @@ def create_app(config: Config | None = None, store: EventStore | None = None, *,
         password = os.environ.get("ANGES_UI_PASSWORD") or config.web.password
     if token is None:
         token = os.environ.get("ANGES_UI_TOKEN") or secrets.token_urlsafe(32)
-    _check_secret("the web chat password (--password, ANGES_UI_PASSWORD or web.password)", password)
-    _check_secret("the web chat token (ANGES_UI_TOKEN)", "" if password else token)
+    check_secret(f"the web chat password ({WHERE})", password)
+    check_secret("the web chat token (ANGES_UI_TOKEN)", "" if password else token)
     app = Flask(__name__)
     app.secret_key = load_secret(anges_home())
     app.config.update(
@@ -84,8 +85,7 @@ def create_app(config: Config | None = None, store: EventStore | None = None, *,
     from .views import ChatIdConverter, bp
 
     app.url_map.converters["chat"] = ChatIdConverter
-    limits = (config.web.login_attempts_per_minute, config.web.login_attempts_per_minute_total)
-    guard = Guard(app, password or "", token, limits, anges_home() / SESSIONS_FILE)
+    guard = Guard(app, password or "", token, config.web.max_login_delay, anges_home() / SESSIONS_FILE)
     runs = Runs(store, config, model_factory or default_model_factory, default_dir or os.getcwd())
     app.extensions["anges"] = WebState(config, store, runs, guard, sse_lifetime)
     app.register_blueprint(bp)
@@ -93,12 +93,6 @@ def create_app(config: Config | None = None, store: EventStore | None = None, *,
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(ChatBusy, lambda exc: _error(409, str(exc)))
     return app
-
-
-def _check_secret(what: str, value: str) -> None:
-    if value and len(value.strip()) < MIN_SECRET_LENGTH:
-        raise ConfigError(f"{what} is too short: use at least {MIN_SECRET_LENGTH} characters (a few words "
-                          "make a passphrase that is long and easy to type)")
 
 
 def _security_headers(response):
@@ -118,7 +112,8 @@ def _http_error(exc: HTTPException):
 def _error(status: int, message: str):
     if request.path.startswith("/api/"):
         return jsonify(error=message), status
-    return render_template("error.html", status=status, message=message), status
+    # No link back to the chats for a request the guard shut out: it would come back here.
+    return render_template("error.html", status=status, message=message, back=not g.get("shut_out")), status
 
 
 def serve(config: Config | None = None, host: str | None = None, port: int | None = None,
@@ -134,8 +129,8 @@ def serve(config: Config | None = None, host: str | None = None, port: int | Non
         password = os.environ.get("ANGES_UI_PASSWORD") or config.web.password
     if not password and not is_loopback(host):
         raise ConfigError(f"refusing to serve on {host} without a password: anyone who can reach it would get a "
-                          "shell on this machine. Set one with --password, ANGES_UI_PASSWORD or web.password in "
-                          "the config, or bind to 127.0.0.1.")
+                          "shell on this machine. Set one with ANGES_UI_PASSWORD, --password-file FILE or "
+                          "web.password in the config (run it on a terminal to be asked), or bind to 127.0.0.1.")
     problem = "" if is_loopback(host) else unsandboxed_problem(config)
     if problem:
         raise ConfigError(f"refusing to serve on {host}: {problem} (or bind to 127.0.0.1)")
@@ -147,6 +142,7 @@ def serve(config: Config | None = None, host: str | None = None, port: int | Non
     shown = f"[{host}]" if ":" in host else host
     address = f"http://{shown}:{server.port}/" + (f"?token={token}" if token else "")
     print(f"anges web chat on {address}  (Ctrl-C to stop)", file=sys.stderr)
+    print(address, flush=True)  # for scripts: the address alone, on stdout
     if token:
         print("no password set: only this machine can use it, from a browser that opens the address above",
               file=sys.stderr)
@@ -209,13 +205,16 @@ class _QuietTokenHandler(WSGIRequestHandler):
 
 
 def main_ui(argv: list[str] | None = None) -> int:
-    """`anges ui [--host H] [--port P] [--password PW] [--no-token] [--config FILE] [--sandbox MODE] [--network]
-    [--approval MODE]`; returns the exit code."""
+    """`anges ui [--host H] [--port P] [--password-file FILE] [--no-token] [--config FILE] [--sandbox MODE]
+    [--network] [--approval MODE]`; returns the exit code."""
     parser = argparse.ArgumentParser(prog="anges ui", description="Run the anges web chat.")
     parser.add_argument("--host", help="address to bind (default: web.host, 127.0.0.1)")
     parser.add_argument("--port", type=port_number, help="port, 0 for any free one (default: web.port, 5000)")
-    parser.add_argument("--password", help="login password (or ANGES_UI_PASSWORD), at least 12 characters; "
-                                            "required off localhost")
+    parser.add_argument("--password", help="login password, at least 12 characters; required off localhost. Every "
+                                            "user of this machine can read it with ps: prefer ANGES_UI_PASSWORD, "
+                                            "--password-file or, on a terminal, the question asked off localhost")
+    parser.add_argument("--password-file", metavar="FILE",
+                        help="read the login password from the first line of FILE (- for standard input)")
     parser.add_argument("--no-token", action="store_true",
                         help="without a password, do not ask for the per-launch token: every account on this "
                              "machine can then use the chat (for single-user machines)")
@@ -228,7 +227,9 @@ def main_ui(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config, config_overrides(args) or None)
-        serve(config, args.host, args.port, args.password, token="" if args.no_token else None)
+        password = chosen_password(args.password, args.password_file, args.host or config.web.host,
+                                   config.web.password)
+        serve(config, args.host, args.port, password, token="" if args.no_token else None)
     except (AngesError, OSError) as exc:
         print(f"anges ui: {exc}", file=sys.stderr)
         return 2

@@ -5,24 +5,22 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import math
 import os
 import secrets
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
-from flask import Flask, abort, jsonify, redirect, request, session, url_for
+from flask import Flask, abort, g, jsonify, redirect, request, session, url_for
 
 from .sessions import SessionRegistry
 
 SECRET_FILE = "web_secret"
 SESSIONS_FILE = "web_sessions.json"
-MIN_SECRET_LENGTH = 12
-"""Characters a password (or a chosen token) needs at least."""
-TOKEN_NEEDED = ("this chat needs the secret token that `anges ui` printed when it started: open the address "
-                "it printed (http://127.0.0.1:PORT/?token=...)")
 CSRF_HEADER = "X-CSRF-Token"
 SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
 PUBLIC_ENDPOINTS = {"chat.login", "static"}
@@ -60,49 +58,40 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-class LoginLimiter:
-    """Counts failed logins over the last minute, per client address and from all addresses together."""
+class LoginDelay:
+    """Slows password guessing without locking anyone out: after each failed login a client waits twice as long
+    as after the one before (1, 2, 4 ... seconds, at most `max_seconds`) before its next try is even checked. A
+    success, or an hour without failures, starts it afresh. Clients are told apart by `Guard.login_client`."""
 
-    def __init__(self, per_minute: int, total_per_minute: int, max_clients: int = 10000):
-        self.per_minute = max(int(per_minute), 1)
-        self.total_per_minute = max(int(total_per_minute), 1)
+    def __init__(self, max_seconds: float, max_clients: int = 10000, forget_after: float = 3600,
+                 clock: Callable[[], float] = time.monotonic):
+        self.max_seconds = max(float(max_seconds), 1.0)
+        self.clock = clock
         self.max_clients = max_clients
-        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
-        self._all: deque[float] = deque()
+        self.forget_after = forget_after
+        self._failures: OrderedDict[str, tuple[int, float]] = OrderedDict()
         self._lock = threading.Lock()
 
     def retry_after(self, client: str) -> int:
         """Seconds until `client` may try again; 0 when it may try now."""
-        now = time.monotonic()
         with self._lock:
-            return max(_wait(self._failures.get(client), self.per_minute, now),
-                       _wait(self._all, self.total_per_minute, now))
+            count, last = self._failures.get(client, (0, 0.0))
+        if not count:
+            return 0
+        wait = min(2.0 ** (count - 1), self.max_seconds) - (self.clock() - last)
+        return math.ceil(wait) if wait > 0 else 0
 
     def fail(self, client: str) -> None:
-        now = time.monotonic()
+        now = self.clock()
         with self._lock:
-            self._failures.setdefault(client, deque()).append(now)
-            self._failures.move_to_end(client)
+            count, last = self._failures.pop(client, (0, now))
+            self._failures[client] = (1 if now - last > self.forget_after else min(count + 1, 64), now)
             while len(self._failures) > self.max_clients:
                 self._failures.popitem(last=False)
-            self._all.append(now)
-            while len(self._all) > self.total_per_minute:
-                self._all.popleft()
 
     def succeed(self, client: str) -> None:
         with self._lock:
             self._failures.pop(client, None)
-
-
-def _wait(failures: deque[float] | None, limit: int, now: float) -> int:
-    """Seconds until `failures` (times of failed logins) fall below `limit` in the last minute."""
-    if not failures:
-        return 0
-    while failures and now - failures[0] >= 60:
-        failures.popleft()
-    if len(failures) < limit:
-        return 0
-    return max(int(60 - (now - failures[-limit])) + 1, 1)
 
 
 class Guard:
@@ -113,10 +102,10 @@ class Guard:
     session cookie and the token dropped from the address.
     """
 
-    def __init__(self, app: Flask, password: str, token: str, limits: tuple[int, int], sessions_file: Path | None):
+    def __init__(self, app: Flask, password: str, token: str, max_login_delay: float, sessions_file: Path | None):
         self.password = password
         self.token = "" if password else token
-        self.limiter = LoginLimiter(*limits)
+        self.delay = LoginDelay(max_login_delay)
         secret = f"password:{password}" if password else f"token:{self.token}"
         fingerprint = hmac.new(app.secret_key, secret.encode(), hashlib.sha256).hexdigest()[:32]
         lifetime = app.permanent_session_lifetime.total_seconds()
@@ -141,31 +130,45 @@ class Guard:
     def check_password(self, given: str) -> bool:
         return bool(self.password) and hmac.compare_digest(given.encode(), self.password.encode())
 
+    def login_client(self) -> str:
+        """Who a login attempt counts against: a browser that logged in here before (its signed cookie names it),
+        so that guesses from its address cannot slow it down; else the address."""
+        browser = session.get("browser")
+        return f"browser:{browser}" if isinstance(browser, str) else f"address:{request.remote_addr or '?'}"
+
     def log_in(self) -> None:
+        browser = session.get("browser") or secrets.token_urlsafe(16)
         session.clear()
         session.permanent = True
+        session["browser"] = browser
         session["sid"] = self.sessions.create()
         self.csrf_token()
 
     def log_out(self) -> None:
         """End this browser's session on the server too: a copy of its cookie stops working."""
         self.sessions.end(session.get("sid"))
+        browser = session.get("browser")
         session.clear()
+        if browser:  # it stays known: a neighbour's guesses do not slow its next login
+            session.permanent = True
+            session["browser"] = browser
 
     def check(self):
         """Runs before every request: local-only mode, the token, login, then CSRF on state changes."""
         if not self.password and (_proxied() or not (is_loopback(request.remote_addr or "")
                                                       and is_loopback(_host_name()))):
+            g.shut_out = True
             abort(403, "this server has no password, so it only answers on localhost; set a password "
-                       "(--password, ANGES_UI_PASSWORD or web.password) to use it from elsewhere")
+                       "(ANGES_UI_PASSWORD, --password-file or web.password) to use it from elsewhere")
         if self.token and "token" in request.args and request.method in SAFE_METHODS:
             return self._exchange_token()
         endpoint = request.endpoint or ""
         if endpoint not in PUBLIC_ENDPOINTS and not self.logged_in():
             if request.path.startswith("/api/"):
-                return jsonify(error=TOKEN_NEEDED if self.token else "login required"), 401
+                return jsonify(error=token_needed() if self.token else "login required"), 401
             if self.token:
-                abort(403, TOKEN_NEEDED)
+                g.shut_out = True
+                abort(403, token_needed())
             return redirect(url_for("chat.login", next=request.full_path if request.query_string else request.path))
         if request.method not in SAFE_METHODS:
             self._check_origin()
@@ -176,15 +179,11 @@ class Guard:
         return None
 
     def _exchange_token(self):
-        """`?token=...`: start a session and show the same address without the token."""
-        client = request.remote_addr or "?"
-        wait = self.limiter.retry_after(client)
-        if wait:
-            abort(429, f"Too many wrong tokens. Try again in {wait} seconds.")
+        """`?token=...`: start a session and show the same address without the token. No limit on wrong tokens:
+        nobody guesses 43 random characters, and a limit would let a neighbour shut the owner out."""
         if not hmac.compare_digest(request.args["token"].encode(), self.token.encode()):
-            self.limiter.fail(client)
-            abort(403, f"wrong token. {TOKEN_NEEDED}")
-        self.limiter.succeed(client)
+            g.shut_out = not self.logged_in()
+            abort(403, f"wrong token. {token_needed()}")
         self.log_in()
         rest = [(key, value) for key, value in request.args.items(multi=True) if key != "token"]
         return redirect(request.path + (f"?{urlencode(rest)}" if rest else ""))
@@ -194,6 +193,12 @@ class Guard:
         # Compare hosts only: behind a TLS-terminating proxy the scheme we see may differ from the browser's.
         if origin and urlsplit(origin).netloc != request.host:
             abort(403, "cross-origin request refused")
+
+
+def token_needed() -> str:
+    """What to do without the token, naming the address this request came to."""
+    return (f"this chat needs the secret token that `anges ui` printed when it started: open the address it "
+            f"printed (http://{request.host}/?token=...)")
 
 
 def _host_name() -> str:

@@ -97,6 +97,9 @@ def step_view(event: Event, index: int, cwd: str = "", reasoning: str | None = N
         "analysis_html": markdown_html(event.analysis),
         "usage": _usage(data),
     }
+    approved_by = _approved_by(data)
+    if approved_by:
+        view["approved_by"] = approved_by
     kind = view["kind"]
     if kind == "request":
         view["text"] = event.content
@@ -132,6 +135,13 @@ def step_view(event: Event, index: int, cwd: str = "", reasoning: str | None = N
         view["text"] = event.content
         view["message"] = event.message
     return view
+
+
+def _approved_by(data: dict) -> str:
+    """Who let an action the policy wanted approved run without a card: "always" (an earlier answer) or "auto"."""
+    approval = data.get("approval")
+    by = approval.get("by") if isinstance(approval, dict) and approval.get("request_id") is None else ""
+    return by if by in ("always", "auto") else ""
 
 
 def _kind(event: Event) -> str:

@@ -87,12 +87,13 @@ class Run:
     stop_requested: bool = False
     approvals: WebApproval | None = None
     live: dict[str, dict] = field(default_factory=dict)
-    """The reply streaming now in each agent of the run, by stream id: its call, analysis and reasoning so far
-    (until the agent records its next event)."""
+    """The reply streaming now in each agent of the run, by stream id: its call, and its analysis, reasoning and
+    answer so far (until the agent records its next event)."""
 
     def on_delta(self, delta) -> None:
         """Delta handler: keep the reply's texts so far for the feed."""
-        self.live[delta.agent_id] = {"call": delta.call, "analysis": delta.analysis, "reasoning": delta.reasoning}
+        self.live[delta.agent_id] = {"call": delta.call, "analysis": delta.analysis, "reasoning": delta.reasoning,
+                                     "answer": delta.answer, "answer_type": delta.answer_type}
 
     def on_message(self, message) -> None:
         """Message handler: the agent recorded an event, which shows the reply from now on."""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 from flask import (
@@ -26,8 +28,8 @@ from anges.store.events import Event, EventStream, title_from
 from anges.store.export import to_markdown
 
 from .approvals import ANSWERS, CHANNEL_NAME, MAX_FEEDBACK
-from .auth import TOKEN_NEEDED, request_is_local
-from .feed import BadCursor, feed, parse_blocks, shown_status
+from .auth import request_is_local, token_needed
+from .feed import BadCursor, feed, parse_blocks, parse_watches, shared_feed, shown_status
 from .runs import ChatBusy, sandbox_summary, unsandboxed_problem, user_notes
 
 bp = Blueprint("chat", __name__)
@@ -75,7 +77,15 @@ def _page(uid: str | None):
         default_dir=web.runs.default_dir,
         login_enabled=bool(web.guard.password),
         sandbox=sandbox_summary(web.config),
+        feed_worker=url_for("static", filename="feed.js", v=_asset_version("feed.js")),
     )
+
+
+@lru_cache(maxsize=8)
+def _asset_version(name: str) -> str:
+    """A digest of a static file: a new version gets a new shared worker, not the one older pages still hold."""
+    with current_app.open_resource(f"static/{name}") as source:
+        return hashlib.sha256(source.read()).hexdigest()[:12]
 
 
 @bp.route("/login", methods=["GET", "POST"])
@@ -85,19 +95,19 @@ def login():
     if not web.guard.needs_login or (web.guard.logged_in() and request.method == "GET"):
         return redirect(target)
     if not web.guard.password:
-        abort(403, TOKEN_NEEDED)
+        abort(403, token_needed())
     error, status = "", 200
     if request.method == "POST":
-        client = request.remote_addr or "?"
-        wait = web.guard.limiter.retry_after(client)
-        if wait:
-            error, status = f"Too many failed attempts. Try again in {wait} seconds.", 429
+        client, delay = web.guard.login_client(), web.guard.delay
+        wait = delay.retry_after(client)
+        if wait:  # not even checked: a guesser learns nothing from trying faster
+            error, status = f"Too many failed attempts. Try again in {wait} second{'s' if wait > 1 else ''}.", 429
         elif web.guard.check_password(request.form.get("password", "")):
-            web.guard.limiter.succeed(client)
+            delay.succeed(client)
             web.guard.log_in()
             return redirect(target)
         else:
-            web.guard.limiter.fail(client)
+            delay.fail(client)
             error, status = "Wrong password.", 401
     response = Response(render_template("login.html", error=error, next=target,
                                         csrf_token=web.guard.csrf_token()), status)
@@ -285,7 +295,22 @@ def events(uid: str):
         blocks = parse_blocks(request.args.get("blocks", ""))
     except BadCursor as exc:
         abort(400, str(exc))
-    response = Response(stream_with_context(feed(web, uid, max(next_index, 0), blocks)), mimetype="text/event-stream")
+    return _event_stream(feed(web, uid, max(next_index, 0), blocks))
+
+
+@bp.get("/api/feed")
+def shared_events():
+    """The live feed of several chats in one connection (every page of a browser shares it, see `feed.py`):
+    `watch=SUB~CHAT~FROM~BLOCKS`, once per chat followed."""
+    try:
+        watches = parse_watches(request.args.getlist("watch"))
+    except BadCursor as exc:
+        abort(400, str(exc))
+    return _event_stream(shared_feed(_web(), watches))
+
+
+def _event_stream(messages) -> Response:
+    response = Response(stream_with_context(messages), mimetype="text/event-stream")
     response.headers["Cache-Control"] = "no-cache, no-store"
     response.headers["X-Accel-Buffering"] = "no"  # nginx: pass events through at once
     return response

@@ -92,9 +92,10 @@ class Session:
             turn.mapper.event(message.event, Speaker(message.agent_id, message.agent_type, parent, message.depth))
 
     def on_delta(self, delta) -> None:
-        """Delta handler: a piece of a reply's analysis or reasoning, sent as a thought chunk as it streams."""
+        """Delta handler: a piece of a reply's analysis or reasoning, sent as a thought chunk as it streams (the
+        answer goes out as the agent's message when it is recorded)."""
         turn = self.turn
-        if turn is not None and not turn.cancelled.is_set():
+        if turn is not None and not turn.cancelled.is_set() and delta.field != "answer":
             parent = delta.parent_ids[-1] if delta.parent_ids else ""
             turn.mapper.thought(Speaker(delta.agent_id, delta.agent_type, parent, delta.depth), delta)
 

@@ -1,4 +1,4 @@
-"""The reply as it streams: its analysis and reasoning so far, told to the agent's delta handlers.
+"""The reply as it streams: its analysis, reasoning and answer so far, told to the agent's delta handlers.
 
 Deltas are a side channel: nothing of them is stored, and the finished reply is recorded as it always is.
 """
@@ -13,13 +13,16 @@ from anges.prompt.parsing import partial_reply
 from anges.util.masking import mask_secrets, settled_length
 
 SHOWN_FIELDS = ("analysis", "reasoning")
+ANSWER_ACTIONS = ("TASK_COMPLETE", "AGENT_TEXT_RESPONSE", "HELP_NEEDED")
+"""The actions whose `content` is the reply's answer: it streams too, as the field "answer"."""
 MAX_READ_CHARS = 400_000
-"""Past this much reply text no more is read for deltas (the actions come after the shown fields anyway)."""
+"""Past this much reply text no more is read for deltas."""
 
 
 @dataclass(frozen=True)
 class ReplyDelta:
-    """A reply's analysis or reasoning grew as it streamed: what was added, and both texts so far (secrets masked)."""
+    """A reply's analysis, reasoning or answer grew as it streamed: what was added, and the texts so far (secrets
+    masked)."""
 
     agent_id: str
     agent_type: str
@@ -27,13 +30,17 @@ class ReplyDelta:
     call: int
     """Which model call of the agent's run it belongs to: a new number starts a new reply."""
     field: str
-    """"analysis" or "reasoning"."""
+    """"analysis", "reasoning" or "answer"."""
     text: str
     """What was added to the field."""
     analysis: str
     reasoning: str
     restart: bool = False
     """The first delta of a retried attempt: what this call showed before is void."""
+    answer: str = ""
+    """The `content` of the reply's answer action so far (one of ANSWER_ACTIONS: the only action of its reply)."""
+    answer_type: str = ""
+    """That action's type, e.g. "TASK_COMPLETE"; "" until the answer streams."""
 
     @property
     def depth(self) -> int:
@@ -42,7 +49,7 @@ class ReplyDelta:
 
 class LiveReply:
     """The sink of one model call: gathers the text, reads its fields as far as they go and tells the handlers what
-    grew. Reading stops once the actions begin, or once the call is cancelled."""
+    grew. Reading stops once the actions begin with one that is no answer, or once the call is cancelled."""
 
     def __init__(self, handlers: Sequence[Callable[[ReplyDelta], None]], tag: dict, secrets: Sequence[str],
                  cancel: CancelToken):
@@ -53,7 +60,8 @@ class LiveReply:
         self.cancel = cancel
         self._parts: list[str] = []
         self._size = 0
-        self._shown = dict.fromkeys(SHOWN_FIELDS, "")
+        self._shown = dict.fromkeys((*SHOWN_FIELDS, "answer"), "")
+        self._answer_type = ""
         self._done = False
         self._restart = False
 
@@ -61,7 +69,8 @@ class LiveReply:
         """An attempt starts: read from scratch."""
         self._restart = self._restart or any(self._shown.values())
         self._parts, self._size, self._done = [], 0, False
-        self._shown = dict.fromkeys(SHOWN_FIELDS, "")
+        self._shown = dict.fromkeys((*SHOWN_FIELDS, "answer"), "")
+        self._answer_type = ""
 
     def __call__(self, text: str) -> None:
         if self._done or self.cancel.cancelled:
@@ -73,16 +82,38 @@ class LiveReply:
         for name in SHOWN_FIELDS:
             value = fields.get(name)
             if isinstance(value, str):
-                settled = value if finished else value[:settled_length(value, self.secrets)]
-                self._grow(name, mask_secrets(settled, self.secrets))
-        self._done = finished or self._size > MAX_READ_CHARS
+                self._grow(name, self._settled(value, finished))
+        more = self._read_answer(fields["actions"]) if finished else True
+        self._done = not more or self._size > MAX_READ_CHARS
+
+    def _read_answer(self, actions) -> bool:
+        """Tell the answer's `content` as it grows; False once the first action is known to be no answer."""
+        first = actions[0] if isinstance(actions, list) and actions else None
+        if first is None:
+            return isinstance(actions, list)  # "[" so far
+        kind = first.get("action_type", first.get("type")) if isinstance(first, dict) else None
+        if not isinstance(kind, str):
+            return kind is None and isinstance(first, dict) and len(actions) == 1
+        kind = kind.strip().upper()
+        if kind not in ANSWER_ACTIONS:  # perhaps one cut short: "TASK_CO"
+            return len(actions) == 1 and any(name.startswith(kind) for name in ANSWER_ACTIONS)
+        self._answer_type = kind
+        content = first.get("content")
+        if isinstance(content, str):
+            self._grow("answer", self._settled(content, False))
+        return True
+
+    def _settled(self, value: str, whole: bool) -> str:
+        """What of a field can be shown: masked, and without an end that may be the start of a secret."""
+        return mask_secrets(value if whole else value[:settled_length(value, self.secrets)], self.secrets)
 
     def _grow(self, name: str, value: str) -> None:
         old = self._shown[name]
         if len(value) <= len(old) or not value.startswith(old):
             return
         self._shown[name] = value
-        delta = ReplyDelta(**self.tag, field=name, text=value[len(old):], restart=self._restart, **self._shown)
+        delta = ReplyDelta(**self.tag, field=name, text=value[len(old):], restart=self._restart,
+                           answer_type=self._answer_type, **self._shown)
         self._restart = False
         for handler in self.handlers:
             handler(delta)

@@ -5,7 +5,8 @@ JSON lines, one object each:
 - `{"type": "event", "stream_id", "agent_type", "parent_ids", "depth", "event": {Event.to_dict()}}` for each
   event, children's included, as it is recorded
 - `{"type": "delta", "stream_id", "agent_type", "parent_ids", "depth", "call", "field", "text"}` as a reply
-  streams: `text` was added to its `field` ("analysis" or "reasoning"); `call` numbers the agent's model calls
+  streams: `text` was added to its `field` ("analysis", "reasoning", or "answer": the `content` of a TASK_COMPLETE,
+  AGENT_TEXT_RESPONSE or HELP_NEEDED); `call` numbers the agent's model calls
   (a new number starts a new reply), and `"restart": true` says a retried attempt starts the reply's text again.
   Deltas are not stored: the `event` lines that follow carry the finished reply
 - `{"type": "run_finished", "stream_id", "status", "exit_code", "reason", "answer", "usage", "duration"}`

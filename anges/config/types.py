@@ -177,10 +177,9 @@ class WebConfig(Section):
     """Or ANGES_UI_PASSWORD, 12 characters or more; required on any non-loopback address."""
     heartbeat_seconds: float = 15
     """Seconds of silence after which a live event feed sends a comment, so proxies keep it open."""
-    login_attempts_per_minute: int = 5
-    """Failed logins allowed per client address per minute; more are refused with 429."""
-    login_attempts_per_minute_total: int = 20
-    """Failed logins allowed per minute from all addresses together (against guessing from many addresses)."""
+    max_login_delay: float = 30
+    """After each failed login a client waits twice as long before its next try is checked (1, 2, 4 ... seconds),
+    at most this long; a browser that logged in before is counted apart from its address."""
     poll_seconds: float = 0.25
     """How often a live event feed looks at the store for new events."""
     secure_cookies: bool = False

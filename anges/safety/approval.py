@@ -331,8 +331,8 @@ def preview_edit(args: dict, cwd: str, max_bytes: int = 5_000_000, resolved: str
     except (EditError, OSError) as exc:
         return f"{directive}\n(the edit would fail: {exc})"
     relative = os.path.relpath(path, cwd)
-    shown = path if relative.startswith(os.pardir) else relative
-    diff = result.diff.replace("--- a/f\n", f"--- a/{shown}\n", 1).replace("+++ b/f\n", f"+++ b/{shown}\n", 1)
+    before, after = (path, path) if relative.startswith(os.pardir) else (f"a/{relative}", f"b/{relative}")
+    diff = result.diff.replace("--- a/f\n", f"--- {before}\n", 1).replace("+++ b/f\n", f"+++ {after}\n", 1)
     return f"{directive}\n{diff or '(no change)'}"
 
 

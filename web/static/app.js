@@ -6,6 +6,8 @@
   const $ = (id) => document.getElementById(id);
   const app = $("app");
   const csrf = app.dataset.csrf;
+  // How this page takes part in the browser's one connection: worker, leader, follower or alone (for tests).
+  const feed = new window.AngesFeed(app.dataset.feedWorker, (hub) => onHub(hub), (role) => { app.dataset.feedHub = role; });
 
   const STATUS_LABELS = {
     new: "New", running: "Running", completed: "Completed", help_needed: "Needs help",
@@ -24,6 +26,8 @@
   const ANSWER_LABELS = {
     task_completion: "Task complete", agent_text_response: "Answer", agent_requested_help: "Needs your help",
   };
+  const LIVE_ANSWER_TYPES = { TASK_COMPLETE: "task_completion", AGENT_TEXT_RESPONSE: "agent_text_response",
+    HELP_NEEDED: "agent_requested_help" }; // an answer still streaming, by its action
   const RETURN_TYPES = new Set(["task_completion", "agent_text_response", "agent_requested_help", "task_interrupted"]);
   const RETURN_STATUS = { task_completion: "completed", agent_requested_help: "help_needed",
     agent_text_response: "answered", task_interrupted: "interrupted" };
@@ -34,12 +38,10 @@
     chatId: app.dataset.chatId || null,
     chat: null,
     chats: [],
-    feed: null, // the page's one live connection (EventSource), open while the chat runs
+    sub: null, // the page's subscription to the browser's shared feed (feed.js), while the chat runs
     blocks: new Map(), // child agent blocks by key ("7", "7/3"): {list, pill, name, uid, last, done}
     queue: [], // feed messages waiting for the next paint
     flushing: false,
-    retryTimer: null,
-    retryDelay: 0,
     lastIndex: -1,
     status: null,
     stopping: false,
@@ -186,7 +188,7 @@
       renderChatList();
       // A run started elsewhere (the CLI, another tab) while this page's feed was closed: follow it.
       const current = state.chats.find((chat) => chat.uid === state.chatId);
-      if (current && !state.feed && app.dataset.feed === "idle"
+      if (current && !state.sub && app.dataset.feed === "idle"
           && (current.running || current.updated_at !== state.seenUpdate)) {
         state.seenUpdate = current.updated_at;
         openFeed();
@@ -338,7 +340,6 @@
 
   function resetTranscript() {
     closeFeed("idle");
-    clearTimeout(state.retryTimer);
     state.blocks.clear();
     state.approvals.clear();
     state.live.clear();
@@ -393,10 +394,7 @@
       if (parents.length) parentLink.href = "/chat/" + encodeURIComponent(parents[parents.length - 1]);
     } catch (err) {
       if (state.chatId !== uid) return;
-      if (err.status === 404) {
-        closeFeed("idle");
-        clearTimeout(state.retryTimer);
-      }
+      if (err.status === 404) closeFeed("idle");
       showNotice(err.status === 404 ? "This chat no longer exists." : err.message);
     }
   }
@@ -416,60 +414,57 @@
     document.title = `${title} · anges`;
   }
 
-  // -- the live feed: one connection per page for the chat and its child agents, open while a run is active
+  // -- the live feed: the chat and its child agents, while a run is active, through the connection every page
+  // of this browser shares (feed.js)
 
   function setFeedState(name) {
-    app.dataset.feed = name; // idle, open, paused (tab hidden) or retrying; for tests and scripts
-  }
-
-  function feedUrl(uid) {
-    const query = new URLSearchParams({ from: String(state.lastIndex + 1) });
-    const open = [];
-    for (const [key, block] of state.blocks) if (!block.done) open.push(`${key}:${block.last + 1}`);
-    if (open.length) query.set("blocks", open.join(","));
-    return `/api/chats/${encodeURIComponent(uid)}/events?${query}`;
+    app.dataset.feed = name; // idle, open or retrying; for tests and scripts
   }
 
   function openFeed() {
-    if (!state.chatId || state.feed) return;
-    clearTimeout(state.retryTimer);
-    if (document.hidden) { setFeedState("paused"); return; } // a hidden tab holds no connection
-    const source = new EventSource(feedUrl(state.chatId));
-    let opened = false;
-    state.feed = source;
-    setFeedState("open");
-    const on = (name, handler) => source.addEventListener(name, (event) => {
-      if (state.feed === source) handler(event.data ? JSON.parse(event.data) : {});
+    if (!state.chatId || state.sub) return;
+    const open = [];
+    for (const [key, block] of state.blocks) if (!block.done) open.push(`${key}:${block.last + 1}`);
+    const sub = feed.watch(state.chatId, state.lastIndex + 1, open.join(","), (name, data) => {
+      if (state.sub === sub) onFeed(name, data);
     });
-    on("open", () => { opened = true; state.retryDelay = 0; showDisconnected(false); });
-    on("steps", (data) => queue(data));
-    on("child", (data) => queue(data));
-    on("live", (data) => queue({ live: data }));
-    on("status", updateStatus);
-    on("gone", () => {
+    state.sub = sub;
+    setFeedState("open");
+  }
+
+  function onFeed(name, data) {
+    if (name === "steps" || name === "child") queue(data);
+    else if (name === "live") queue({ live: data });
+    else if (name === "status") updateStatus(data);
+    else if (name === "gone") {
       closeFeed("idle");
       showNotice("This chat was deleted.");
       refreshChats();
-    });
-    on("end", (data) => {
+    } else if (name === "end") { // no run is active any more
       flush();
       for (const key of [...state.live.keys()]) dropLive(key);
       closeFeed("idle");
-      if (data.reason === "lifetime") openFeed();
-      else if (data.reason === "login") checkSession();
-      else endBlocks();
-    });
-    on("error", () => {
-      closeFeed("retrying");
-      if (!opened) checkSession(); // refused or unreachable: the check redirects to the login, or shows the hint
-      state.retryDelay = Math.min(Math.max(state.retryDelay * 2, 1000), 10000);
-      state.retryTimer = setTimeout(openFeed, state.retryDelay);
-    });
+      endBlocks();
+    }
+  }
+
+  function onHub(hub) {
+    // The shared connection: up, down (retrying), refused (perhaps the session ended) or login (it did).
+    if (hub === "up") showDisconnected(false);
+    if (!state.sub) return;
+    if (hub === "up") setFeedState("open");
+    else if (hub === "login") {
+      closeFeed("idle");
+      checkSession();
+    } else {
+      setFeedState("retrying");
+      if (hub === "refused") checkSession(); // redirects to the login, or shows that the server is gone
+    }
   }
 
   function closeFeed(next) {
-    if (state.feed) state.feed.close();
-    state.feed = null;
+    if (state.sub) feed.unwatch(state.sub);
+    state.sub = null;
     setFeedState(next);
   }
 
@@ -500,7 +495,7 @@
     if (state.stick) scrollToBottom();
   }
 
-  // The analysis and reasoning of a reply as it streams, as plain text; its step takes its place.
+  // The analysis, reasoning and answer of a reply as it streams, as plain text; its step takes its place.
   function showLive(live, main) {
     const block = live.block ? state.blocks.get(live.block) : null;
     if (live.block && (!block || block.done)) return;
@@ -511,7 +506,20 @@
       state.live.set(live.block, item);
     }
     item.firstChild.textContent = [live.analysis, live.reasoning].filter((text) => text && text.trim()).join("\n\n");
+    if (live.answer) showLiveAnswer(item, live.answer_type, live.answer);
     (block ? block.list : main).appendChild(item);
+  }
+
+  function showLiveAnswer(item, type, text) {
+    let card = item.querySelector(".live-answer");
+    if (!card) {
+      card = el("div", "card answer live-answer");
+      card.dataset.type = type;
+      card.appendChild(el("div", "answer-label", ANSWER_LABELS[LIVE_ANSWER_TYPES[type]] || "Answer"));
+      card.appendChild(el("div", "answer-body live-answer-text"));
+      item.appendChild(card);
+    }
+    card.lastChild.textContent = text;
   }
 
   function dropLive(key) {
@@ -688,6 +696,7 @@
     if (typeof step.duration === "number") badges.appendChild(el("span", "badge", `${step.duration.toFixed(1)} s`));
     if (step.escalated) badges.appendChild(el("span", "badge warn", "outside the sandbox"));
     else if (step.sandbox === "none") badges.appendChild(el("span", "badge warn", "no sandbox"));
+    addApprovedBadge(badges, step);
     head.appendChild(badges);
     head.appendChild(copyButton(() => step.command, "Copy command"));
     card.appendChild(head);
@@ -701,6 +710,20 @@
     return card;
   }
 
+  // A step the policy wanted approved that ran without a card: an earlier "Always" (or approval: auto) let it.
+  const APPROVED_BADGES = {
+    always: ["approved: always", "Run without asking: an earlier \u201cAlways\u201d approved it for the rest of this run"],
+    auto: ["approved: auto", "Run without asking: approval is auto for this chat's runs"],
+  };
+
+  function addApprovedBadge(badges, step) {
+    const badge = APPROVED_BADGES[step.approved_by];
+    if (!badge) return;
+    const node = el("span", "badge approved", badge[0]);
+    node.title = badge[1];
+    badges.appendChild(node);
+  }
+
   function renderEdit(step) {
     const card = el("div", "card edit");
     const head = cardHead();
@@ -710,6 +733,7 @@
     if (step.error) badges.appendChild(el("span", "badge bad", "not changed"));
     if (step.lines_added) badges.appendChild(el("span", "badge ok", `+${step.lines_added}`));
     if (step.lines_removed) badges.appendChild(el("span", "badge bad", `\u2212${step.lines_removed}`));
+    addApprovedBadge(badges, step);
     head.appendChild(badges);
     card.appendChild(head);
     if (step.error) {
@@ -780,6 +804,9 @@
     const card = el("div", "card other");
     const head = cardHead();
     head.appendChild(el("span", "edit-label", step.type.replace(/_/g, " ")));
+    const badges = el("span", "badges");
+    addApprovedBadge(badges, step);
+    head.appendChild(badges);
     card.appendChild(head);
     if (step.text) card.appendChild(outputBlock(step.text, step.text.split("\n").length > 20, "Details"));
     return card;
@@ -1134,6 +1161,13 @@
     $("menu").setAttribute("aria-expanded", "false");
   }
 
+  // -- the chat's actions (on a phone: behind one button) ---------------------------------------------------
+
+  function showActions(open) {
+    document.querySelector(".topbar").classList.toggle("actions-open", open);
+    $("more").setAttribute("aria-expanded", String(open));
+  }
+
   // -- wiring ----------------------------------------------------------------------------------------------
 
   $("composer").addEventListener("submit", (event) => { event.preventDefault(); send(); });
@@ -1159,6 +1193,12 @@
   $("confirm-delete").addEventListener("close", () => {
     if ($("confirm-delete").returnValue === "delete") deleteChat();
   });
+  $("more").addEventListener("click", (event) => {
+    event.stopPropagation();
+    showActions($("more").getAttribute("aria-expanded") !== "true");
+  });
+  document.addEventListener("click", () => showActions(false)); // a pick, or a tap anywhere else, closes it
+  document.addEventListener("keydown", (event) => { if (event.key === "Escape") showActions(false); });
   $("menu").addEventListener("click", () => (app.classList.contains("drawer-open") ? closeDrawer() : openDrawer()));
   $("backdrop").addEventListener("click", closeDrawer);
   $("parent-link").addEventListener("click", (event) => {
@@ -1170,14 +1210,9 @@
     const match = window.location.pathname.match(/^\/chat\/([A-Za-z0-9_-]{1,64})$/);
     if (match) openChat(match[1]); else newChat();
   });
-  document.addEventListener("visibilitychange", () => {
-    if (document.hidden) {
-      if (state.feed) closeFeed("paused"); // browsers allow six connections per site: hidden tabs give theirs up
-    } else {
-      if (app.dataset.feed === "paused") openFeed();
-      refreshChats();
-    }
-  });
+  document.addEventListener("visibilitychange", () => { if (!document.hidden) refreshChats(); });
+  window.addEventListener("pagehide", () => feed.leave());
+  window.addEventListener("pageshow", (event) => { if (event.persisted) window.location.reload(); });
   setInterval(() => { if (!document.hidden) refreshChats(); }, 5000);
 
   watchScrolling();
