@@ -60,8 +60,7 @@ class RemoteProcess:
         return self.returncode
 
     def listening(self) -> list[int]:
-        """The TCP ports the command listens on ([] until the runner says)."""
-        self.poll()
+        """The TCP ports the command listens on, once the runner said so ([] before; `poll` reads what it says)."""
         return self.ports
 
     def wait(self, timeout: float | None) -> bool:

@@ -102,24 +102,24 @@ def _stat(pid: int) -> tuple[str, int, int, int]:
 
 
 class PortWatch:
-    """Notices when a command's processes (its session) start listening on a TCP port outside the ephemeral range
-    (where a test's server on port 0 lands); only a listening socket not seen before sends it to their descriptors."""
+    """Notices when a command's processes (its session) listen on a TCP port outside the ephemeral range (a test's
+    server on port 0). The socket tables (slow: every socket of the machine) are read only for sockets new to it."""
 
     def __init__(self, session: int):
         self.session = session
         bounds = [int(word) for word in "".join(_read_lines("/proc/sys/net/ipv4/ip_local_port_range")).split()]
         self.skip = range(bounds[0], bounds[1] + 1) if len(bounds) == 2 else range(32768, 61000)
-        self.known = set(_listening())
-        """Listening sockets already looked at (those there before the command started, to begin with)."""
+        self.looks: dict[int, int] = {}
+        """Socket inode -> times it was looked up (a socket is made a moment before it listens: twice, then no more)."""
 
     def check(self) -> list[int]:
-        """The ports outside `skip` the command listens on now, on sockets new since the last check ([] if none)."""
-        fresh = {inode: port for inode, port in _listening().items() if inode not in self.known}
-        if not fresh:
-            return []
-        self.known |= set(fresh)
-        held = _session_sockets(self.session)
-        return sorted({port for inode, port in fresh.items() if inode in held and port not in self.skip})
+        """The ports outside `skip` the command listens on now ([] if none)."""
+        self.looks = {inode: self.looks.get(inode, 0) for inode in _session_sockets(self.session)}  # held now only
+        fresh = [inode for inode, looks in self.looks.items() if looks < 2]
+        listening = _listening() if fresh else {}
+        for inode in fresh:
+            self.looks[inode] = 2 if inode in listening else self.looks.get(inode, 0) + 1
+        return sorted({port for inode in fresh if (port := listening.get(inode)) is not None and port not in self.skip})
 
 
 def _listening() -> dict[int, int]:

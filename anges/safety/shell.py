@@ -139,7 +139,7 @@ class _LocalProcess:
         self.pid = popen.pid
         self._exit_fd: int | None = None
         self._watch = PortWatch(popen.pid) if watch_ports and os.path.isdir("/proc/self/net") else None
-        self._next_look = 0.0
+        self._next_look = time.monotonic() + WATCH_INTERVAL
         self.ports: list[int] = []
 
     @property
@@ -356,9 +356,8 @@ def _pump(proc, streams: dict, deadline: float, yield_at: float | None, interrup
                     yield_at = min(yield_at, now + LISTEN_GRACE)
             wait = min(POLL_INTERVAL, deadline - now)
             watched = _read_ready(selector, wait) if selector.get_map() else proc.wait(wait)
-            # The exit watch fires on the shell's end; a runner's also on its other news (a port it listens on), which
-            # `listening()` may have read already, the exit with it.
-            if exited_at is None and (watched or exit_fd is None or yield_at is not None) and proc.poll() is not None:
+            # The exit watch fires on the shell's end; a runner's also on its other news (a port it listens on).
+            if exited_at is None and (watched or exit_fd is None) and proc.poll() is not None:
                 exited_at = time.monotonic()
                 if exit_fd is not None and exit_fd in selector.get_map():
                     selector.unregister(exit_fd)
