@@ -126,7 +126,7 @@ def test_sandbox_and_escalation_text_only_where_they_apply(tmp_path):
     assert "- No sandbox: the sandbox is off (safety.sandbox: off). Commands run with the user's rights." in unsandboxed
 
     for approval in ("deny", "auto", None):  # nobody can approve leaving the sandbox (None: no channel)
-        prompt, _ = first_prompt("default", tmp_path, approval=approval, sandbox="workspace")
+        prompt, _ = first_prompt("default", tmp_path, approval=approval, sandbox="workspace", auto_escalate=False)
         assert "escalate" not in prompt, approval
 
 
