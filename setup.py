@@ -49,6 +49,7 @@ setup(
         "mcp": ["mcp>=2.0"],
         "ray": ["ray>=2.9", "rich>=13"],
         "rich": ["rich>=13"],
+        "otel": ["opentelemetry-sdk>=1.27", "opentelemetry-exporter-otlp-proto-http>=1.27"],  # docs/telemetry.md
         "acp": ["agent-client-protocol>=0.12", "mcp>=2.0"],  # editors pass their MCP servers to the agent
         "dev": [
             "pytest>=8",
@@ -61,6 +62,9 @@ setup(
             "rich>=13",
             "agent-client-protocol>=0.12",
             "pyte>=0.8",  # a terminal emulator: what the CLI draws, as a person sees it
+            "opentelemetry-sdk>=1.27",
+            "opentelemetry-exporter-otlp-proto-http>=1.27",
+            "opentelemetry-proto>=1.27",  # the tests' OTLP receiver decodes what the exporter sends
         ],
     },
     entry_points={"console_scripts": ["anges=anges.cli.main:main"]},

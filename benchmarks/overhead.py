@@ -1,7 +1,12 @@
 """Per-step framework overhead of the agent loop: 1,000 scripted steps that each run `true`.
 
 Framework time = the whole step minus the model call minus the shell command. Run:
-    python benchmarks/overhead.py [--steps 1000]
+    python benchmarks/overhead.py [--steps 1000] [--telemetry]
+
+With --telemetry the run is traced (`pip install 'anges[otel]'`): every model call, command and the run become spans
+through the SDK's batch span processor (exported on its own thread, to an exporter that counts and drops them), and
+the metrics are recorded. The spans are made on the telemetry thread; the process's CPU per step counts that work
+wherever it ran.
 """
 
 import argparse
@@ -23,7 +28,10 @@ DONE = '{"reasoning": "done", "actions": [{"action_type": "TASK_COMPLETE", "cont
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=1000)
-    steps = parser.parse_args().steps
+    parser.add_argument("--telemetry", action="store_true", help="trace the run (OpenTelemetry SDK)")
+    options = parser.parse_args()
+    steps = options.steps
+    listeners, exported = (traced() if options.telemetry else (None, None))
 
     step_starts: list[float] = []
     model_time: list[float] = []
@@ -52,10 +60,12 @@ def main() -> None:
     config = load_config(overrides={"agents": {"common": {
         "max_number_of_events_to_exhaust": 0, "max_model_calls": 0, "max_repeated_actions": 0}}})
     with tempfile.TemporaryDirectory() as work:
-        agent = DefaultAgent(inference_func=model, cmd_init_dir=work, config=config)
-        started = time.perf_counter()
+        agent = DefaultAgent(inference_func=model, cmd_init_dir=work, config=config, listeners=listeners)
+        started, cpu = time.perf_counter(), time.process_time()
         agent.run_with_new_request("run true many times")
-        total = time.perf_counter() - started
+        if listeners:
+            listeners[0].flush()  # the spans made on the telemetry thread count too
+        total, cpu = time.perf_counter() - started, time.process_time() - cpu
 
     # Step i spans from its model call to the next one; summary calls and their model time fall inside.
     spans = [b - a for a, b in zip(step_starts, step_starts[1:])][:steps]
@@ -71,6 +81,32 @@ def main() -> None:
           f"median of first 100 {first * 1e3:.3f} ms, of last 100 {last * 1e3:.3f} ms (ratio {last / first:.2f})")
     print(f"shell round-trip (`true`): mean {statistics.mean(shell_time) * 1e3:.3f} ms, "
           f"p50 {statistics.median(shell_time) * 1e3:.3f} ms")
+    print(f"this process's CPU per step (all threads, the model and the shell's pipes included): "
+          f"{cpu / len(spans) * 1e3:.3f} ms")
+    if listeners:
+        print(f"telemetry: {exported()} spans exported")
+
+
+def traced():
+    """A `Telemetry` on the SDK with the batch span processor; and how many spans its exporter got."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    from anges.telemetry.tracing import Telemetry
+
+    class Counted(SpanExporter):
+        count = 0
+
+        def export(self, spans):
+            Counted.count += len(spans)
+            return SpanExportResult.SUCCESS
+
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(BatchSpanProcessor(Counted()))
+    telemetry = Telemetry(tracer_provider, MeterProvider(metric_readers=[InMemoryMetricReader()]))
+    return [telemetry], lambda: Counted.count
 
 
 if __name__ == "__main__":

@@ -583,3 +583,26 @@ def test_a_second_batch_of_the_same_id_is_refused_while_the_first_runs(tmp_path)
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=20)
     tasks.wait_gone()
+
+
+@pytest.mark.sandbox
+def test_a_check_runs_in_the_tasks_sandbox_not_with_the_rights_of_the_batch(tmp_path, outside):
+    # The agent plants a script the check runs: it writes the task's folder, never outside it.
+    plant = f"printf 'echo in > inside.txt; echo out > {outside}/escaped\\n' > grade.sh"
+    model = script(tmp_path, "r.json", shell(plant), complete())
+    path = task_file(tmp_path, {"id": "t", "task": "prepare", "check": "bash grade.sh; test -f inside.txt"})
+    run = batch(str(path), "--model", model, "--batch-id", "graded", "-o", "-", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    (row,) = [json.loads(line) for line in run.stdout.splitlines()]
+    assert row["check"] == "passed" and "Read-only file system" in row["check_detail"]["output"]
+    assert (BatchState("graded").work_dir("t") / "inside.txt").read_text() == "in\n"
+    assert list(outside.iterdir()) == []
+
+
+def test_a_check_whose_folder_is_gone_fails_with_the_reason(tmp_path):
+    from anges.batch.checks import run_check
+
+    spec = TaskSpec("t", "task", check="true")
+    done = run_check(spec, tmp_path / "removed-by-the-agent", load_config(), threading.Event())
+    assert done["status"] == "failed" and done["exit_code"] is None
+    assert done["output"].startswith("the check could not start: ")

@@ -229,3 +229,34 @@ def test_the_collector_hands_a_retry_what_earlier_attempts_sent_and_refuses_a_st
     assert collector.begin("t")["ended"]  # a retry after the end does not run the task again
     collector.stop()
     assert collector.append("t", 3, []) == "stop" and collector.begin("u")["stop"]
+
+
+def test_with_telemetry_a_ray_batch_is_one_trace_and_each_remote_run_is_under_its_tasks_span(ray_address, tmp_path):
+    from otlp_receiver import OTLPReceiver
+
+    import anges.telemetry
+    from anges.batch import trace_factory
+
+    model = script(tmp_path, "r.json", shell("echo 42 > answer.txt"), complete("Wrote it."))
+    path = task_file(tmp_path, *({"id": f"t{i}", "task": "write 42", "check": "grep -qx 42 answer.txt"}
+                                for i in range(2)))
+    with OTLPReceiver() as receiver:
+        config = load_config(overrides={"telemetry": {"enabled": True, "endpoint": receiver.url, "metrics": False}})
+        runner = BatchRunner(load_tasks(path, {"model": model}), "ray-traced", RayEngine(config),
+                             display_factory=lambda progress: PlainDisplay(progress, io.StringIO()),
+                             trace_factory=trace_factory(config))
+        try:
+            report = runner.run()
+            spans = receiver.wait_for(lambda found: sum(s.name.startswith("invoke_agent") for s in found) == 2
+                                      and any(s.name.startswith("invoke_workflow") for s in found))
+        finally:
+            anges.telemetry.shutdown()
+    assert [row["check"] for row in report.results] == ["passed", "passed"]
+    (batch,) = [span for span in spans if span.name == "invoke_workflow ray-traced"]
+    tasks = {span.span_id: span for span in spans if span.name.startswith("batch_task ")}
+    runs = [span for span in spans if span.name.startswith("invoke_agent")]
+    assert {task.parent_id for task in tasks.values()} == {batch.span_id}
+    assert {run.parent_id for run in runs} == set(tasks)  # each run, on a Ray worker, under its own task's span
+    assert {span.trace_id for span in spans} == {batch.trace_id}
+    assert {run.resource["process.pid"] for run in runs}.isdisjoint({os.getpid()})
+    assert all(tasks[run.parent_id].attributes["anges.batch.check"] == "passed" for run in runs)

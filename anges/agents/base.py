@@ -14,6 +14,7 @@ from anges.agents.budget import Budget, Ledger
 from anges.agents.calls import ModelCalls
 from anges.agents.delegation import Delegation
 from anges.agents.history import History
+from anges.agents.listening import Listener, listeners_for
 from anges.agents.prompting import Prompter
 from anges.agents.record import AgentMessage, cap_event, mask_event, masked_title
 from anges.agents.run import RunState, abandoned_run, saved_notes, stop_event
@@ -58,7 +59,7 @@ class BaseAgent(Delegation):
                  agent_config: AgentConfig | None = None, actions: Iterable[Action] | None = None,
                  mcp: MCPManager | None = None, approval: Callable | str | None = None,
                  remaining_depth: int | None = None, delta_handlers: Iterable[Callable] = (),
-                 parent_safety: RunSafety | None = None):
+                 parent_safety: RunSafety | None = None, listeners: Iterable[Listener] | None = None):
         self.config = config or default_config()
         self.agent_config = agent_config or self.config.agent(self.agent_type)
         if max_consecutive_actions_to_summarize is not None:
@@ -80,6 +81,8 @@ class BaseAgent(Delegation):
         self.user_notes = list(notes) or saved_notes(saved)
         self.notes = list(self.agent_config.notes) + self.user_notes
         self.message_handlers: list[Callable] = list(message_handlers)
+        self.listeners: list[Listener] = listeners_for(self.config) if listeners is None else list(listeners)
+        """Told of each recorded event and model call (telemetry, `anges.agents.listening`); a child shares them."""
         self.auto_entitle = auto_entitle or self.agent_config.auto_entitle
         self.budget = budget  # a parent's: this agent's requests draw from it too
         self.remaining_depth = self.agent_config.max_depth if remaining_depth is None else remaining_depth
@@ -225,6 +228,8 @@ class BaseAgent(Delegation):
         self.event_stream.add_event(event)
         self.store.sync(self.event_stream)
         self.status = status_of(event.type) or self.status
+        for listener in self.listeners:
+            listener.recorded(self, event)
         if notify and event.message:
             self.handle_user_visible_messages(AgentMessage(event.message, self, event))
 

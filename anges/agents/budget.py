@@ -81,15 +81,15 @@ class Ledger:
         """Who answers when a reply does not say (the model's `name`)."""
         self.pending: dict = {}
 
-    def count(self, reply: str, attach: bool = True) -> None:
+    def count(self, reply: str, attach: bool = True) -> float | None:
         """Charge one model call by its reply (a `Completion` says what it used; a plain string is estimated), and
         (unless not `attach`) put it on the next recorded event: the agent's calls, summaries and titles too, all
-        show in a run's usage."""
+        show in a run's usage. Returns its cost when prices are set."""
         usage = getattr(reply, "usage", None) or Usage(0, estimate_tokens(reply), estimated=True)
         model_name = getattr(reply, "model", "") or self.model_name
         cost = self.charge(usage, model_name)
         if not attach:
-            return
+            return cost
         pending = self.pending
         for key, value in usage.to_dict().items():
             if key != "estimated":
@@ -101,6 +101,7 @@ class Ledger:
             pending["cost"] = round(pending.get("cost", 0.0) + cost, 8)
         if model_name:
             pending["model"] = model_name
+        return cost
 
     def charge(self, usage: Usage | None, model_name: str) -> float | None:
         """Count a model call against the budget (also one an action made itself); its cost when prices are set."""

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from anges.agents.live import LiveReply, ReplyDelta
 from anges.exceptions import FormatError, ModelError, ModelReplyError, ModelSetupError, RunStopped
+from anges.models.base import ModelCall
 from anges.models.cancel import CallThread, CancelToken
 from anges.models.streaming import NOWHERE, listening
 from anges.prompt.parsing import ParsedReply, parse_reply
@@ -19,6 +21,7 @@ from anges.util.waiting import wait_for
 
 if TYPE_CHECKING:
     from anges.actions.base import Action
+    from anges.agents.listening import Listener
     from anges.agents.run import RunState
     from anges.config.types import AgentConfig, Config
 
@@ -35,6 +38,7 @@ class Caller(Protocol):
     inference_func: Callable[..., Any]
     run_state: RunState | None
     secrets: list[str]
+    listeners: list[Listener]
 
     def render_prompt(self, feedback: str = "") -> str: ...
 
@@ -99,10 +103,26 @@ class ModelCalls:
         agent.check_limits()
         temperature = agent.config.model_settings.temperature if temperature is None else temperature
         prompt = clip(prompt, agent.config.prompt.max_prompt_chars)
-        reply = self.call(lambda: agent.inference_func(prompt, temperature=temperature), agent.stop_requested,
-                          agent.check_limits, live)
-        agent.run_state.ledger.count(reply if isinstance(reply, str) else "", attach)
+        started = time.time()
+        try:
+            reply = self.call(lambda: agent.inference_func(prompt, temperature=temperature), agent.stop_requested,
+                              agent.check_limits, live)
+        except BaseException as exc:
+            self._tell(prompt, temperature, started, error=exc)
+            raise
+        cost = agent.run_state.ledger.count(reply if isinstance(reply, str) else "", attach)
+        self._tell(prompt, temperature, started, reply, cost=cost)
         return reply
+
+    def _tell(self, prompt: str, temperature: float, started: float, reply: str | None = None,
+              error: BaseException | None = None, cost: float | None = None) -> None:
+        """Tell the listeners (if any) of a model call that ended."""
+        agent = self.agent
+        if agent.listeners:
+            call = ModelCall(agent.inference_func, prompt, temperature, started, time.time() - started, reply, error,
+                             cost)
+            for listener in agent.listeners:
+                listener.model_called(agent, call)
 
     def call(self, call: Callable[[], str], stop_requested: Callable[[], bool], check_limits: Callable[[], None],
              live: bool = False) -> str:

@@ -1,6 +1,6 @@
 """`anges batch`: many tasks from a file, each an ordinary run, on this machine or on a Ray cluster.
 
-- `tasks.py`: task files (JSON Lines or YAML) and their checks
+- `tasks.py`: task files (JSON Lines or YAML) and their checks; `checks.py`: a task's `check` command
 - `runner.py`: what to run, what to skip, Ctrl-C, results; `state.py`: the batch's folder and log
 - `worker.py`: one task's run, the same in a local worker process and in a Ray task
 - `local.py`, `ray_engine.py`: where runs happen; `progress.py`: the live display and the summary
@@ -54,8 +54,21 @@ def run_batch(tasks_file: str, *, defaults: dict, engine: str = "local", workers
     runner = BatchRunner(specs, batch_id or batch_id_for(tasks_file), chosen, retry_failed=retry_failed,
                          config_file=os.path.abspath(config_file) if config_file else None,
                          config_overrides=overrides, notes=_safety_notes(config),
-                         display_factory=lambda progress: make_display(progress, sys.stderr))
+                         display_factory=lambda progress: make_display(progress, sys.stderr),
+                         trace_factory=trace_factory(config))
     return runner.run()
+
+
+def trace_factory(config: Config):
+    """With telemetry on, what makes the batch's trace (one span for the batch, one per task); else None."""
+    from anges.agents.listening import listeners_for
+
+    found = listeners_for(config)
+    if not found:
+        return None
+    from anges.telemetry.batches import BatchTrace
+
+    return lambda batch_id, tasks: BatchTrace(found[0], batch_id, tasks)
 
 
 def _safety_notes(config: Config) -> tuple[str, ...]:

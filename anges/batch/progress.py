@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from anges.batch.results import outcome
+from anges.batch.results import check_counts, outcome, pass_rate
 
 RUNNING_ROWS = 8
 FAILED_ROWS = 20
@@ -139,7 +139,8 @@ class RichDisplay(PlainDisplay):
     def finished(self, row: dict) -> None:
         from rich.text import Text
 
-        style = {"succeeded": "green", "failed": "red"}.get(outcome(row), "yellow")
+        kind = "failed" if row.get("check") == "failed" else outcome(row)
+        style = {"succeeded": "green", "failed": "red"}.get(kind, "yellow")
         self.console.print(Text.assemble(("✓ " if style == "green" else "✗ ", style), row["id"], " ",
                                          (describe(row), "dim")))
 
@@ -189,7 +190,21 @@ def describe(row: dict) -> str:
     if row.get("cost") is not None:
         facts.append(f"${row['cost']:.4f}")
     facts.append(_duration(row.get("wall_time") or 0.0))
-    return f"{status} · {', '.join(facts)}"
+    return f"{status} · {', '.join(facts)}" + _check_text(row)
+
+
+def _check_text(row: dict) -> str:
+    """` · check passed`, ` · check failed (exit code 1)`, ` · check failed (timed out)`, ` · check not run`; "" for
+    a task without a check."""
+    if "check" not in row:
+        return ""
+    detail = row.get("check_detail") or {}
+    if row["check"] is None:
+        return " · check not run"
+    if row["check"] == "passed":
+        return " · check passed"
+    why = "timed out" if detail.get("timed_out") else f"exit code {detail.get('exit_code')}"
+    return f" · check failed ({why})"
 
 
 # --- the closing summary --------------------------------------------------------------------------------------
@@ -207,9 +222,13 @@ def summary_table(rows: list[dict]) -> list[tuple[str, ...]]:
 
 
 def print_summary(rows: list[dict], out: TextIO) -> None:
-    """The summary table and the tasks that did not succeed (first few), with rich on a terminal."""
+    """The summary table, the checks' pass rate and the tasks that did not succeed (first few), with rich on a
+    terminal."""
     table = summary_table(rows)
-    failed = [row for row in rows if outcome(row) == "failed"]
+    failed = [row for row in rows if outcome(row) == "failed" or row.get("check") == "failed"]
+    checks = check_counts(rows)
+    if any(checks.values()):
+        print(f"checks: {pass_rate(checks)}", file=out)
     if wants_rich(out):
         _print_rich(table, failed, out)
         return

@@ -281,11 +281,14 @@ class RayEngine:
             raise BatchError(f"cannot start or reach {where}: {exc}") from None
 
     def worker_env(self) -> dict[str, str]:
-        """The variables workers get through `runtime_env`: model keys and endpoints set here, and --env names."""
+        """The variables workers get through `runtime_env`: model keys and endpoints set here, --env names, and with
+        telemetry on the OTEL_* variables (where to send spans)."""
         from anges.models import provider_key_envs
         from anges.models.provider import key_env_names
 
         names = set(self.env_names) | set(SDK_ENV) | provider_key_envs()
+        if self.config.telemetry.enabled:
+            names.update(name for name in os.environ if name.startswith("OTEL_") or name == "TRACEPARENT")
         for preset in self.config.models.values():
             names.update(key_env_names(preset))
         for agent in self.config.agents.values():
@@ -347,9 +350,10 @@ class _Driver:
             if job.resume:  # before the task starts: its first call must find them
                 records = [[job.stream_id, record] for record in self.store.read_records(job.stream_id)[0]]
                 self.ray.get(self.collector.seed.remote(job.spec.id, records))
-            ref = self.task.remote(job, self.engine.config, self.collector, self._template(job))
+            template = self._template(job)
+            self.sink.started(job)  # before the job is sent: it carries its task span's traceparent
+            ref = self.task.remote(job, self.engine.config, self.collector, template)
             self.inflight[ref] = (job, time.monotonic(), lock)
-            self.sink.started(job)
 
     def _template(self, job: Job):
         folder = job.spec.template

@@ -41,7 +41,27 @@ def task_result(store: EventStore, spec: TaskSpec, record: TaskRecord | None) ->
         _add_stream_facts(row, stream, store)
     if record is not None and record.status == "error":
         row["status"], row["error"] = "error", record.error
+    if spec.check:
+        check = record.check if record is not None else None
+        row["check"] = check["status"] if check else None
+        row["check_detail"] = {k: v for k, v in check.items() if k != "status"} if check else None
     return row
+
+
+def check_counts(rows: list[dict]) -> dict[str, int]:
+    """How the checks went: passed, failed (timed out included), not_run (the task has a check that did not run)."""
+    counts = {"passed": 0, "failed": 0, "not_run": 0}
+    for row in rows:
+        if "check" in row:
+            counts[row["check"] or "not_run"] += 1
+    return counts
+
+
+def pass_rate(counts: dict[str, int]) -> str:
+    """`2 of 3 passed (67%)`, and how many did not run."""
+    ran = counts["passed"] + counts["failed"]
+    text = f"{counts['passed']} of {ran} passed" + (f" ({100 * counts['passed'] / ran:.0f}%)" if ran else "")
+    return text + (f"; {counts['not_run']} not run" if counts["not_run"] else "")
 
 
 def final_event(stream: EventStream) -> Event | None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from anges.batch.progress import PlainDisplay, Progress
-from anges.batch.results import outcome, task_result
+from anges.batch.results import check_counts, outcome, task_result
 from anges.batch.state import BatchState
 from anges.batch.tasks import TaskSpec
 from anges.batch.worker import Job
@@ -61,6 +61,10 @@ class Report:
     def counts(self) -> Counter:
         return Counter(outcome(row) for row in self.results)
 
+    def checks(self) -> dict[str, int]:
+        """How the tasks' checks went: passed, failed, not_run."""
+        return check_counts(self.results)
+
 
 @dataclass
 class Plan:
@@ -75,7 +79,7 @@ class BatchRunner:
 
     def __init__(self, specs: list[TaskSpec], batch_id: str, engine: Engine, *, store: EventStore | None = None,
                  retry_failed: bool = False, config_file: str | None = None, config_overrides: dict | None = None,
-                 notes: tuple[str, ...] = (), display_factory=None):
+                 notes: tuple[str, ...] = (), display_factory=None, trace_factory=None):
         self.specs = specs
         self.engine = engine
         self.store = store or EventStore()
@@ -86,6 +90,9 @@ class BatchRunner:
         self.notes = notes
         """Lines shown after the plan when the batch starts (what its commands may do)."""
         self.display_factory = display_factory or (lambda progress: PlainDisplay(progress, sys.stderr))
+        self.trace_factory = trace_factory
+        """With telemetry on: `f(batch_id, tasks)` -> the batch's trace (`anges.telemetry.batches.BatchTrace`)."""
+        self._trace = None
         self.flags = StopFlags()
         self._lock = threading.Lock()
         self._display: PlainDisplay | None = None
@@ -118,6 +125,7 @@ class BatchRunner:
         with self.state.lock():
             plan = self.plan()
             self._progress = Progress(self.batch_id, len(self.specs), len(plan.jobs))
+            self._trace = self.trace_factory(self.batch_id, len(plan.jobs)) if self.trace_factory else None
             with self.display_factory(self._progress) as display, self._signals_stop():
                 self._display = display
                 display.note(_plan_text(self, plan))
@@ -128,7 +136,10 @@ class BatchRunner:
             records = self.state.records()
             results = [task_result(self.store, spec, records.get(spec.id)) for spec in self.specs]
             self.state.write_results(results)
-        return Report(self.batch_id, results, self.flags.stop.is_set())
+        report = Report(self.batch_id, results, self.flags.stop.is_set())
+        if self._trace is not None:
+            self._trace.close({**report.counts(), **{f"checks_{k}": v for k, v in report.checks().items()}})
+        return report
 
     def stop(self, force: bool = False) -> None:
         """Ask the running batch to stop (what Ctrl-C does): every run ends cleanly and is recorded as interrupted."""
@@ -145,9 +156,12 @@ class BatchRunner:
     # --- the sink the engine reports to ------------------------------------------------------------------
 
     def started(self, job: Job) -> None:
+        """A job is about to run (with telemetry on, it gets its task span's traceparent here)."""
         with self._lock:
             self.state.started(job.spec.id, job.stream_id)
             self._progress.started(job.spec.id)
+            if self._trace is not None:
+                job.traceparent = self._trace.task_started(job.spec.id)
 
     def event(self, job: Job, item: dict) -> None:
         self._progress.event(job.spec.id, item)
@@ -156,15 +170,20 @@ class BatchRunner:
         if done["status"] == "not_started":
             with self._lock:
                 self._progress.running.pop(job.spec.id, None)
+                if self._trace is not None:
+                    self._trace.task_finished(job.spec.id, {"status": "not_started"}, "unfinished")
             return
         if done.get("cut_off"):
             self._close_stream(job.stream_id, done["cut_off"], done.get("error") or "the worker was lost")
         stream_id = job.stream_id if self.store.exists(job.stream_id) else None
         with self._lock:
-            self.state.ended(job.spec.id, stream_id, done["status"], done.get("error"), wall_time)
+            self.state.ended(job.spec.id, stream_id, done["status"], done.get("error"), wall_time, done.get("check"),
+                             has_check=bool(job.spec.check))
             row = task_result(self.store, job.spec, self.state.records()[job.spec.id])
             self._progress.finished(job.spec.id, row)
             self._display.finished(row)
+            if self._trace is not None:
+                self._trace.task_finished(job.spec.id, row, outcome(row))
 
     def _close_stream(self, uid: str, reason: str, why: str) -> None:
         """End a stream whose worker was killed or lost before it could record the end itself."""

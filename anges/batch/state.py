@@ -1,7 +1,8 @@
 """A batch's folder, `ANGES_HOME/data/batches/<batch id>/`: its lock, its append-only log and its results.
 
 `log.jsonl` has one line when a task's run starts (`{"kind": "start", "task", "stream_id", "time"}`) and one
-when it ends (`{"kind": "end", "task", "stream_id", "status", "error", "wall_time", "time"}`), so a later
+when it ends (`{"kind": "end", "task", "stream_id", "status", "error", "wall_time", "time"}`, and for a task with
+a check, `check`: how it went, null when it did not run; `anges.batch.checks`), so a later
 `anges batch` of the same batch knows each task's stream. `results.jsonl` is rewritten at the end of each run
 of the batch; `work/<task id>/` are the work directories of the local engine.
 """
@@ -36,6 +37,10 @@ class TaskRecord:
     error: str | None = None
     wall_time: float = 0.0
     """Seconds spent on the latest stream, over every run of the batch that worked on it."""
+    has_check: bool = False
+    """The task has a check (the log of its latest run says)."""
+    check: dict | None = None
+    """How the task's check went after the latest run (`anges.batch.checks.run_check`); None: it did not run."""
 
 
 class BatchState:
@@ -70,9 +75,12 @@ class BatchState:
     def started(self, task_id: str, stream_id: str) -> None:
         self._append({"kind": "start", "task": task_id, "stream_id": stream_id})
 
-    def ended(self, task_id: str, stream_id: str | None, status: str, error: str | None, wall_time: float) -> None:
+    def ended(self, task_id: str, stream_id: str | None, status: str, error: str | None, wall_time: float,
+              check: dict | None = None, has_check: bool = False) -> None:
+        """Log the end of a task's run; `check` is how its check went (None: it did not run), if it `has_check`."""
         self._append({"kind": "end", "task": task_id, "stream_id": stream_id, "status": status,
-                      "error": (error or "")[:MAX_ERROR_CHARS] or None, "wall_time": round(wall_time, 3)})
+                      "error": (error or "")[:MAX_ERROR_CHARS] or None, "wall_time": round(wall_time, 3),
+                      **({"check": check} if has_check else {})})
 
     def records(self) -> dict[str, TaskRecord]:
         """Each task's record, folded from the log once (a torn last line is ignored), then kept up to date."""
@@ -137,11 +145,14 @@ def _fold(record: TaskRecord, entry: dict) -> None:
     if entry.get("kind") == "start":
         if stream_id != record.stream_id:
             record.wall_time = 0.0
-        record.stream_id, record.status, record.error = stream_id, None, None
+        record.stream_id, record.status, record.error, record.check = stream_id, None, None, None
+        record.has_check = False
     elif entry.get("kind") == "end":
         if stream_id != record.stream_id:
             record.wall_time = 0.0
         record.stream_id = stream_id
         record.status, record.error = entry.get("status"), entry.get("error")
+        record.has_check = "check" in entry
+        record.check = entry["check"] if isinstance(entry.get("check"), dict) else None
         wall = entry.get("wall_time")
         record.wall_time += wall if isinstance(wall, (int, float)) else 0.0

@@ -36,6 +36,10 @@ class TaskSpec:
     timeout: float | None = None
     """Seconds for the whole run (the agent stops itself); None = the configured limit."""
     max_steps: int | None = None
+    check: str | None = None
+    """A shell command run in the work directory after the agent finishes: exit 0 = the task passed."""
+    check_timeout: float | None = None
+    """Seconds the check may take; None = the agent's `shell_cmd_timeout`."""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -46,7 +50,7 @@ class TaskSpec:
 
 
 FIELDS = tuple(f.name for f in fields(TaskSpec))
-DEFAULTABLE = ("path", "template", "agent", "model", "setup", "timeout", "max_steps")
+DEFAULTABLE = ("path", "template", "agent", "model", "setup", "timeout", "max_steps", "check", "check_timeout")
 """Fields a command-line flag can give a default for."""
 
 
@@ -176,17 +180,17 @@ def _spec(entry: Any, defaults: dict, file: Path, line: int) -> TaskSpec:
 
 def _field(name: str, value: Any, base: Path, fault) -> Any:
     """One checked field value (paths made absolute against `base`)."""
-    if name in ("timeout", "max_steps"):
+    if name in ("timeout", "max_steps", "check_timeout"):
         number_type = int if name == "max_steps" else (int, float)
         if isinstance(value, bool) or not isinstance(value, number_type) or value <= 0:
             kind = "a whole number" if name == "max_steps" else "a number of seconds"
             raise fault(f"expected {kind} more than 0, got {json.dumps(value, default=str)}")
-        return float(value) if name == "timeout" else value
+        return value if name == "max_steps" else float(value)
     if not isinstance(value, str):
         raise fault(f"expected a string, got {_kind(value)}")
     if name == "id" and not is_valid_id(value):
         raise fault(f"{value[:80]!r} is not a valid id: use 1-64 letters, digits, '-' or '_'")
-    if name in ("task", "model") and not value.strip():
+    if name in ("task", "model", "check") and not value.strip():
         raise fault("is empty")
     if name == "agent" and value not in agent_types:
         raise fault(f"unknown agent type {value!r} (known: {', '.join(agent_types.names())})")

@@ -22,6 +22,7 @@ from anges.batch.tasks import TaskSpec
 from anges.exceptions import AngesError
 from anges.store.events import Event, is_step
 from anges.store.fileops import make_private_dirs
+from anges.telemetry import attached, flush
 from anges.util.jsonlines import JsonLines
 
 if TYPE_CHECKING:
@@ -51,11 +52,13 @@ class Job:
     """Local engine: the `--config` file the worker loads (the Ray engine ships the loaded config instead)."""
     overrides: dict | None = None
     """Local engine: config set on the command line (--sandbox, --network), layered over `config_file`."""
+    traceparent: str = ""
+    """With telemetry on: the W3C traceparent of the task's span, under which the run's span goes."""
 
     def to_dict(self) -> dict:
         return {"spec": self.spec.to_dict(), "batch_id": self.batch_id, "stream_id": self.stream_id,
                 "resume": self.resume, "workdir": self.workdir, "config_file": self.config_file,
-                "overrides": self.overrides}
+                "overrides": self.overrides, "traceparent": self.traceparent}
 
     @classmethod
     def from_dict(cls, data: dict) -> Job:
@@ -86,7 +89,17 @@ def prepare_workdir(workdir: Path, template: str | None, keep: bool) -> bool:
 
 def run_task(job: Job, config: Config, store: EventStore, workdir: Path, fresh: bool, stop: threading.Event,
              on_message: Callable | None = None) -> dict:
-    """Run the setup command (in a fresh folder) and then the agent; return the worker's result."""
+    """Run the setup command (in a fresh folder), the agent, then the task's check; return the worker's result."""
+    try:
+        with attached(job.traceparent):
+            return _run_task(job, config, store, workdir, fresh, stop, on_message)
+    finally:
+        flush()  # a Ray worker outlives its task: its spans must not wait for the process to end
+
+
+def _run_task(job: Job, config: Config, store: EventStore, workdir: Path, fresh: bool, stop: threading.Event,
+              on_message: Callable | None) -> dict:
+    from anges.batch.checks import due, run_check
     from anges.store.events import EventStream
 
     spec = job.spec
@@ -105,9 +118,10 @@ def run_task(job: Job, config: Config, store: EventStore, workdir: Path, fresh: 
         stream.update_settings({"batch_id": job.batch_id, "batch_task": spec.id})
         agent = _build_agent(spec, config, store, stream, workdir, stop, on_message)
         agent.run_with_new_request(_request(job, stream, config, fresh))
+        check = run_check(spec, workdir, config, stop) if due(spec, stream, stop) else None
     except (AngesError, ValueError, OSError) as exc:
         return result("error", job.stream_id if store.exists(job.stream_id) else None, _describe(exc))
-    return result(agent.status, job.stream_id)
+    return result(agent.status, job.stream_id, **({"check": check} if check else {}))
 
 
 def _run_setup(spec: TaskSpec, workdir: Path, config: Config, stop: threading.Event) -> str | None:

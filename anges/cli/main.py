@@ -40,6 +40,7 @@ examples:
   anges --resume ID -q "now add a test"        continue a saved stream
   anges -q "list the TODOs" --output jsonl     one JSON object per event, for scripts
   anges list                                   recent streams; then: anges show ID, anges export ID --format md
+  anges stats --since 2026-11-20               steps, calls, tokens, cost and where the time went, per run
   anges ui                                     the web chat
   anges batch tasks.jsonl --workers 4          many tasks from a file (see: anges batch --help)
   anges acp                                    an Agent Client Protocol agent for editors (see: anges acp --help)
@@ -135,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("batch", add_help=False, help="run many tasks from a file (see: anges batch --help)")
     commands.add_parser("acp", add_help=False, help="serve editors (Agent Client Protocol; see: anges acp --help)")
     listing.add_argument("--batch", metavar="ID", help="only the runs of batch ID (and their child streams)")
+    import_module("anges.cli.stats").add_stats_parser(commands)
     return parser
 
 
@@ -157,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         _setup_logging(verbose)
         command = COMMANDS[args.command or "run"]
         if isinstance(command, str):
-            command = getattr(import_module("anges.cli.streams"), command)
+            module, _, name = command.rpartition(":")
+            command = getattr(import_module(module or "anges.cli.streams"), name)
         return command(args)
     except KeyboardInterrupt:
         print("anges: interrupted", file=sys.stderr)
@@ -339,15 +342,16 @@ BATCH_EPILOG = """\
 task file: one task per line of a .jsonl file, or a YAML list (.yaml/.yml), fields:
   id (required, 1-64 letters, digits, - or _), task (required), path (work in this folder) or template (work in
   a fresh copy of it; neither: a fresh empty folder), agent, model, setup (a command run first in a fresh
-  folder), timeout (seconds), max_steps. Flags give the defaults; relative paths are from the task file.
+  folder), timeout (seconds), max_steps, check (a command run in the folder after the agent: exit 0 = passed),
+  check_timeout (seconds). Flags give the defaults; relative paths are from the task file.
 
   {"id": "fizzbuzz", "task": "Write fizzbuzz.py and test it", "template": "repos/empty", "timeout": 600}
 
 again: the same command skips finished tasks and continues stopped ones; --retry-failed reruns failed ones.
 Ctrl-C stops every running task cleanly (a second Ctrl-C at once). Each run is a stream: anges list --batch ID.
 
-exit codes: 0 every task succeeded, 5 some failed or asked for help, 4 stopped before the end (run the same
-command to resume), 2 bad task file, flag or config.
+exit codes: 0 every task succeeded (and passed its check), 5 some failed, asked for help or failed their check,
+4 stopped before the end (run the same command to resume), 2 bad task file, flag or config.
 """
 
 
@@ -385,6 +389,10 @@ def build_batch_parser() -> argparse.ArgumentParser:
     defaults.add_argument("--template", metavar="DIR")
     defaults.add_argument("--path", metavar="DIR")
     defaults.add_argument("--setup", metavar="COMMAND")
+    defaults.add_argument("--check", metavar="COMMAND",
+                          help="run in the task's folder after the agent: exit 0 = passed")
+    defaults.add_argument("--check-timeout", metavar="SECONDS", type=positive(float),
+                          help="seconds the check may take (default: the agent's shell_cmd_timeout)")
     add_agents_md_flag(defaults)
     add_config_flag(parser)
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log messages, tracebacks")
@@ -406,7 +414,7 @@ def run_batch(argv: list[str]) -> int:
     from anges.batch.progress import print_summary
     from anges.batch.state import BatchState, write_results
 
-    fields = ("agent", "model", "timeout", "max_steps", "template", "path", "setup")
+    fields = ("agent", "model", "timeout", "max_steps", "template", "path", "setup", "check", "check_timeout")
     report = start(args.tasks, defaults={name: getattr(args, name) for name in fields}, engine=args.engine,
                    workers=args.workers, batch_id=args.batch_id, retry_failed=args.retry_failed,
                    config_file=args.config, address=args.address,
@@ -420,7 +428,7 @@ def run_batch(argv: list[str]) -> int:
     if report.stopped or counts["unfinished"]:
         print("anges batch: stopped; run the same command again to finish the batch", file=sys.stderr)
         return EXIT_STOPPED
-    return EXIT_TASKS_FAILED if counts["failed"] else EXIT_OK
+    return EXIT_TASKS_FAILED if counts["failed"] or report.checks()["failed"] else EXIT_OK
 
 
 def _batch_overrides(args: argparse.Namespace) -> dict | None:
@@ -432,8 +440,9 @@ def _batch_overrides(args: argparse.Namespace) -> dict | None:
 
 
 COMMANDS = {"run": run_task, "list": "list_streams", "show": "show_stream", "export": "export_stream",
-            "import": "import_stream", "rm": "remove_streams"}
-"""Subcommand -> its function here, or the name of one in `anges.cli.streams` (imported when used)."""
+            "import": "import_stream", "rm": "remove_streams", "stats": "anges.cli.stats:show_stats"}
+"""Subcommand -> its function here, or the name of one in `anges.cli.streams` (or `module:function`), imported when
+used."""
 
 
 # --- helpers ------------------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ from importlib import import_module
 _EXPORTS = {
     **dict.fromkeys(("load_config", "default_config", "anges_home", "resource_path"), "anges.config.loading"),
     **dict.fromkeys(("Config", "AgentConfig", "ModelPreset", "ModelSettings", "RetryConfig", "Price", "PromptConfig",
-                     "WebConfig", "MCPConfig", "MimeReaderConfig", "SafetyRule", "SafetyConfig"), "anges.config.types"),
+                     "WebConfig", "MCPConfig", "MimeReaderConfig", "SafetyRule", "SafetyConfig", "TelemetryConfig"),
+                    "anges.config.types"),
 }
 __all__ = list(_EXPORTS)
 

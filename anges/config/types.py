@@ -215,6 +215,22 @@ class MimeReaderConfig(Section):
     max_file_bytes: int = 20_000_000
 
 
+class TelemetryConfig(Section):
+    """OpenTelemetry traces and metrics of every run (docs/telemetry.md); off unless enabled."""
+
+    enabled: bool = False
+    """Export spans and metrics over OTLP/HTTP (needs `pip install 'anges[otel]'`)."""
+    endpoint: str = ""
+    """The collector's OTLP/HTTP base URL (http://collector:4318); empty: the OTEL_EXPORTER_OTLP_* variables, else
+    http://localhost:4318."""
+    capture_content: bool = False
+    """Put requests, prompts, replies and command output in spans (masked and cut like everything recorded)."""
+    max_content_chars: int = 20000
+    """The most of one text a span keeps when content is captured."""
+    metrics: bool = True
+    """Export metrics too (model-call duration and tokens, action durations, runs by outcome)."""
+
+
 class SafetyRule(Section):
     """One policy rule; the first rule that matches an action decides it."""
 
@@ -318,6 +334,7 @@ class Config(Section):
     mcp: MCPConfig = Field(default_factory=MCPConfig)
     mime_reader: MimeReaderConfig = Field(default_factory=MimeReaderConfig)
     safety: SafetyConfig = Field(default_factory=SafetyConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     _common: AgentConfig = PrivateAttr(default_factory=AgentConfig)
     """The merged `agents.common` block: the settings of an agent type without a section of its own."""
 

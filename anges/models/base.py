@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 @runtime_checkable
@@ -37,6 +37,8 @@ class Completion(str):
     model: str
     latency: float
     finish_reason: str
+    retries: tuple[Retry, ...] = ()
+    """The failed attempts before this reply, each retried after a wait (a provider's retry policy fills it in)."""
 
     def __new__(cls, text: str, usage: Usage | None = None, model: str = "", latency: float = 0.0,
                 finish_reason: str = "stop"):
@@ -46,6 +48,34 @@ class Completion(str):
         obj.latency = latency
         obj.finish_reason = finish_reason
         return obj
+
+
+@dataclass(frozen=True)
+class Retry:
+    """A failed attempt of a model call that was tried again: when it failed, why, and the wait before the next."""
+
+    at: float
+    """Seconds since the epoch."""
+    reason: str
+    wait: float
+
+
+@dataclass
+class ModelCall:
+    """One model call as an agent made it: the model, what it was asked, what came back or went wrong, and when."""
+
+    model: Any
+    """The callable asked (its `name`, `provider`, `preset` and `settings` describe it when it has them)."""
+    prompt: str
+    temperature: float
+    started: float
+    """Seconds since the epoch."""
+    duration: float
+    reply: str | None = None
+    """The reply (a `Completion` says what it used); None when the call failed."""
+    error: BaseException | None = None
+    cost: float | None = None
+    """US dollars, when prices are configured."""
 
 
 class Prompt(str):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from anges.config.loading import anges_home
 from anges.exceptions import ModelReplyError, ModelSetupError
-from anges.models.base import Completion, Usage
+from anges.models.base import Completion, Retry, Usage
 from anges.models.cancel import CancelToken, Connections, current_token, watching
 from anges.models.retry import (
     TRANSIENT_STATUSES,
@@ -106,10 +106,14 @@ class Provider:
         temperature = self.settings.temperature if temperature is None else temperature
         cancel = cancel or current_token()
         start = time.monotonic()
+        retries: list[Retry] = []
         with watching(cancel, self.connections.abort):
             completion = call_with_retry(lambda: self._complete(prompt, temperature), self._classify, self.retry,
-                                         label=self.name, sleep=self.sleep, clock=self.clock, cancel=cancel)
+                                         label=self.name, sleep=self.sleep, clock=self.clock, cancel=cancel,
+                                         on_retry=lambda failure, wait: retries.append(
+                                             Retry(time.time(), failure.reason, wait)))
         completion.latency = time.monotonic() - start
+        completion.retries = tuple(retries)
         return completion
 
     def __repr__(self) -> str:

@@ -109,11 +109,13 @@ def call_with_retry(
     sleep: Callable[[float], object] | None = None,
     clock: Callable[[], float] = time.monotonic,
     cancel: CancelToken | None = None,
+    on_retry: Callable[[Failure, float], object] | None = None,
 ) -> T:
     """Run `attempt` until it succeeds, a failure is not retryable, the policy's bounds are reached, or `cancel`
     is set (ModelCancelled; the wait between attempts ends at once).
 
     `classify` turns an exception into a `Failure`; exceptions it returns None for propagate unchanged.
+    `on_retry(failure, wait)` hears of each failure that is tried again, before the wait.
     """
     if sleep is None:
         sleep = cancel.wait if cancel is not None else time.sleep
@@ -146,6 +148,8 @@ def call_with_retry(
             ) from error
         logger.warning("%s: %s; retrying in %.1fs (attempt %d of %d)", label, failure.reason, wait, number + 1,
                        config.max_attempts)
+        if on_retry is not None:
+            on_retry(failure, wait)
         sleep(wait)
 
 

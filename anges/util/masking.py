@@ -18,7 +18,7 @@ CREDENTIAL_ENV_VARS = (
     "OPENROUTER_API_KEY",
     "ANGES_UI_PASSWORD",
 )
-SECRET_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD", "_ACCESS_KEY")
+SECRET_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD", "_ACCESS_KEY", "_HEADERS")
 """Variables with these endings hold secrets: their values are masked in everything recorded."""
 REDACTED = "[REDACTED]"
 MIN_SECRET_LENGTH = 8
