@@ -33,7 +33,7 @@ def first_prompt(kind: str, work: str, child: bool, safety: dict, approval) -> s
 
 
 def main() -> None:
-    if not availability(quiet=True).ok:
+    if not availability("", (), quiet=True).ok:
         print("note: bwrap does not work here, so the first session runs without the sandbox too")
     with tempfile.TemporaryDirectory() as work:
         subprocess.run(["git", "init", "-q", work], check=True)

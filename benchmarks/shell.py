@@ -49,7 +49,7 @@ def main() -> None:
         print(f"runner start (unsandboxed): {(time.perf_counter() - started) * 1000:.1f} ms")
         report("runner, unsandboxed", measure(runs, cwd, runner))
         runner.close()
-        found = availability()
+        found = availability("", (cwd,))
         if not found.ok:
             print(f"sandboxed: not measured ({found.reason})")
             return

@@ -5,10 +5,30 @@ when `ANGES_TEST_SKIP` names their group (see `optional_groups.py`); where the s
 the other tests run their commands without it (`optional_groups.home_config`).
 """
 
+import shutil
+import tempfile
+from pathlib import Path
+
 import pytest
 import yaml
 
 pytest_plugins = ["wire_servers", "optional_groups"]
+
+@pytest.fixture
+def work(tmp_path):
+    """An empty working directory."""
+    path = tmp_path / "work"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def outside():
+    """A directory outside /tmp (the sandbox has its own /tmp, so paths there are invisible rather than read-only)."""
+    path = Path(tempfile.mkdtemp(prefix="anges-test-outside-", dir="/var/tmp"))
+    yield path
+    shutil.rmtree(path)
+
 
 OTHER_SECRETS = ("GOOGLE_APPLICATION_CREDENTIALS", "ANGES_CONFIG", "ANGES_UI_PASSWORD", "ANGES_UI_TOKEN")
 

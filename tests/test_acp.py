@@ -192,7 +192,8 @@ def test_a_permission_request_answered_reject_then_allow_always(tmp_path, work):
 
 @pytest.mark.packaged_safety  # the editor is asked, bwrap or not
 def test_a_permission_request_the_editor_cancels_declines_the_action(tmp_path, work):
-    model = scripted(tmp_path, shell("echo guarded > out.txt # \u202eharmless"), complete("gave up"))
+    command = "echo guarded > out.txt # \u202eharmless\u200b"
+    model = scripted(tmp_path, shell(command), complete("gave up"))
     editor = Editor(answers=["cancelled"])
 
     async def main():
@@ -207,7 +208,24 @@ def test_a_permission_request_the_editor_cancels_declines_the_action(tmp_path, w
     decided = [e.data for e in EventStore().load(session).events_list if e.type == "approval_decided"]
     assert [(d["decision"], d["by"]) for d in decided] == [("deny", "editor")]
     asked = "\n".join(c.content.text for c in editor.permissions[0]["tool_call"].content)
-    assert "echo guarded > out.txt # <U+202E>harmless" in asked and "\u202e" not in asked  # shown, not obeyed
+    assert "echo guarded > out.txt # <U+202E>harmless<U+200B>" in asked and "\u202e" not in asked  # shown, not obeyed
+    assert f"(1 line, {len(command)} characters)" in asked and "\u200b" not in asked
+
+
+@pytest.mark.sandbox
+def test_a_permission_request_to_leave_the_sandbox_says_so_until_it_is_approved(tmp_path, work):
+    escalated = reply({"action_type": "RUN_SHELL_CMD", "command": "echo out", "escalate": "needs the host"})
+    model = scripted(tmp_path, escalated, complete("gave up"))
+    editor = Editor(answers=["reject"])
+
+    async def main():
+        async with anges_acp(editor, "--model", model, cwd=work) as agent:
+            await agent.start()
+            return await prompt(agent, await new_session(agent, work), "try it")
+
+    assert run(main()) == "end_turn"
+    asked = "\n".join(c.content.text for c in editor.permissions[0]["tool_call"].content)
+    assert "**If approved, this runs outside the sandbox.** The agent says why: needs the host" in asked
 
 
 @pytest.mark.packaged_safety  # the editor is asked, bwrap or not
@@ -443,16 +461,16 @@ def test_secrets_in_replies_and_outputs_never_reach_the_editor(tmp_path, work, v
 
 
 def test_stdout_carries_only_protocol_even_when_something_writes_to_descriptor_1(tmp_path, work):
-    # The command writes straight to the anges process's stdout descriptor: it must land on stderr.
-    model = scripted(tmp_path, shell("echo STRAY-OUTPUT > /proc/$(cat ../acp.pid)/fd/1"), complete("wrote"))
+    # Something writes straight to the anges process's stdout descriptor (its commands no longer can: they do not
+    # see the process, and cannot open its descriptors): it must land on stderr.
+    model = scripted(tmp_path, shell("echo ran"), complete("wrote"))
     editor = Editor()
-    (tmp_path / "uncontained.yaml").write_text("safety: {contain_unsandboxed: false}\n")  # else it cannot see us
 
     async def main():
-        async with anges_acp(editor, "--model", model, "--sandbox", "off", "--approval", "auto", "--config",
-                             str(tmp_path / "uncontained.yaml"), cwd=work) as agent:
-            (tmp_path / "acp.pid").write_text(str(agent.process.pid))
+        async with anges_acp(editor, "--model", model, "--sandbox", "off", "--approval", "auto", cwd=work) as agent:
             await agent.start()
+            with open(f"/proc/{agent.process.pid}/fd/1", "w") as stray:
+                stray.write("STRAY-OUTPUT\n")
             stop = await prompt(agent, await new_session(agent, work), "write to stdout")
             return agent, stop
 

@@ -110,7 +110,9 @@ def test_a_long_command_needs_viewing_in_full_before_yes(tmp_path):
     term = start(tmp_path, reply, complete("finished"))
 
     shown = term.expect("[v]iew it all, [n]o, [t]ell the agent why: ")
-    assert "HIDDEN-PART" not in shown and "lines not shown (v shows them)" in shown
+    assert "HIDDEN-PART" not in shown and "lines not shown" in shown
+    size = f"{command.count(chr(10)) + 1} lines, {len(command):,} characters"
+    assert f"({size}; only part of it is shown: v shows it all)" in shown
     term.send("y\r")
     term.expect("view it all with v before you approve it")
     term.send("v\r")
@@ -119,3 +121,18 @@ def test_a_long_command_needs_viewing_in_full_before_yes(tmp_path):
     term.expect("finished")
     assert term.wait() == 0
     assert (tmp_path / "hidden.txt").read_text() == "HIDDEN-PART\n"
+
+
+@pytest.mark.sandbox
+def test_the_prompt_marks_what_cannot_be_seen_and_says_where_it_runs(tmp_path):
+    unseen = "echo ask-t\u200bouch \u202eevil > z.txt"
+    term = start(tmp_path, shell(unseen), shell("echo outside", escalate="needs the host's cache"), complete("done"))
+
+    shown = term.expect(PROMPT).split("needs approval:", 1)[1]  # the request's line, and the prompt
+    assert "│ echo ask-t<U+200B>ouch <U+202E>evil > z.txt" in shown and "\u200b" not in shown
+    assert f"(1 line, {len(unseen)} characters)" in shown
+    term.send("n\r")
+    shown = term.expect(PROMPT)
+    assert "If approved, this runs outside the sandbox. The agent says why: needs the host's cache" in shown
+    term.send("n\r")
+    assert term.wait() == 0

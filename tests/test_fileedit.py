@@ -566,7 +566,7 @@ def test_an_edit_refuses_a_path_that_changed_after_it_was_checked(tmp_path):
 
 
 def test_the_walk_to_a_checked_path_follows_no_symlink(tmp_path):
-    from anges.tools.fileedit import open_directory, open_nofollow
+    from anges.util.paths import open_directory, open_nofollow
 
     work, outside = tmp_path / "work", tmp_path / "outside"
     (work / "real").mkdir(parents=True)

@@ -670,3 +670,26 @@ def test_a_huge_command_is_decided_at_once_not_after_minutes(policy, word):
     started = time.monotonic()
     policy.decide("RUN_SHELL_CMD", {"command": command})
     assert time.monotonic() - started < 10, "the default rules backtrack without bound"
+
+
+def test_a_library_channel_gets_the_request_as_a_person_reads_it_and_is_never_asked_what_cannot_be_shown(tmp_path):
+    asked = []
+
+    def approve(request):  # a channel of your own: it shows request.text() to someone
+        asked.append(request.text())
+        return True
+
+    unseen, long = "echo t\u200bouch \u202eevil", "echo " + "x" * 25_000 + "; touch tail.txt"
+    rules = [{"action": "RUN_SHELL_CMD", "match": "re:^echo ", "decision": "ask", "reason": "echo asks"}]
+    agent = DefaultAgent(inference_func=ScriptedModel([reply(shell(unseen)), reply(shell(long)), complete()]),
+                         cmd_init_dir=tmp_path, config=load_config(overrides={"safety": {"rules": rules}}),
+                         approval=approve)
+    stream = agent.run_with_new_request("go")
+
+    assert asked == [f"RUN_SHELL_CMD needs your approval — echo asks [safety.rules[0]]\n(1 line, {len(unseen)} "
+                     "characters)\necho t<U+200B>ouch <U+202E>evil\nalways = for the rest of this run: this exact "
+                     "command"]
+    decided = [e.data for e in stream.events_list if e.type == "approval_decided"]
+    assert [(d["decision"], d["by"]) for d in decided] == [("allow", "callback"), ("deny", "limit")]
+    assert decided[1]["feedback"].startswith(f"cannot run: it is {len(long):,} characters")
+    assert not (tmp_path / "tail.txt").exists()

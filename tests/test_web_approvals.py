@@ -357,15 +357,14 @@ def test_with_approval_deny_configured_the_web_chat_declines_without_a_card(stor
     assert decided(store, uid)[0]["by"] == "approval=deny" and not (tmp_path / "no.txt").exists()
 
 
-def test_a_command_too_long_for_the_card_is_not_run_on_an_approve(auth, app, store, model, tmp_path):
+def test_a_command_too_long_to_be_shown_whole_is_declined_without_a_card(auth, app, store, model, tmp_path):
     command = f"touch long.txt; echo {'x' * 25_000}; touch hidden-in-the-tail.txt"
     model.enqueue(shell(command), complete("gave up"))
     uid = start(auth)
-    asked = pending_request(store, uid)
-    assert asked["detail_cut"] and "hidden-in-the-tail" not in asked["detail"]  # the card cannot show it all
-    assert answer(auth, uid, asked["request_id"], "allow").status_code == 202
     wait_idle(app, uid)
 
+    assert "approval_requested" not in types(store, uid)  # no card offers Approve for what it cannot show
     assert not (tmp_path / "long.txt").exists() and not (tmp_path / "hidden-in-the-tail.txt").exists()
     [decision] = decided(store, uid)
-    assert decision["decision"] == "deny" and "too long to review in the web chat" in decision["feedback"]
+    assert (decision["decision"], decision["by"]) == ("deny", "limit")
+    assert decision["feedback"].startswith(f"cannot run: it is {len(command):,} characters, over the 20,000 an approval")

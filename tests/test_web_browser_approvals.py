@@ -228,10 +228,42 @@ def test_a_command_asking_to_leave_the_sandbox_shows_why(page, server, model, tm
     card = page.locator(PENDING)
     expect(card.locator(".card-head .badge.warn")).to_have_text("outside the sandbox")
     expect(card.locator(".approval-escalate")).to_have_text(
-        f"Approved, this command runs outside the sandbox. The agent says: {escalate}")
+        f"If approved, this runs outside the sandbox. The agent says why: {escalate}")
     card.locator("button[data-decision=allow]").click()
+    expect(page.locator(".card.approval[data-state=allow] .approval-escalate")).to_have_text(
+        f"Approved: it runs outside the sandbox. The agent said why: {escalate}")
     expect(page.locator(".step-shell .badge.warn")).to_have_text("outside the sandbox")
     expect(page.locator(".answer-task_completion")).to_contain_text("Ran it outside.")
+
+
+def test_a_card_shows_what_runs_whole_and_marked_before_it_offers_approve(page, server, model, tmp_path):
+    tucked = "touch shown.txt" + "\n" * 301 + "touch tucked-away.txt"  # 301 newlines below the card's first lines
+    unseen = "touch zero\u200bwidth.txt \u202eevil"
+    model.enqueue(shell(tucked), shell(unseen), complete("Both ran."))
+    log_in(page, server)
+    send(page, "make two files")
+    card = page.locator(PENDING)
+    size = f"302 lines, {len(tucked):,} characters"
+    expect(card.locator(".approval-size")).to_have_text(f"{size} — only part of it is shown")
+    expect(card.locator("pre.output")).to_contain_text(" lines not shown …")
+    expect(card.locator("button[data-decision=allow]")).to_be_hidden()  # not offered for what is out of sight
+    expect(card.locator("button[data-decision=always]")).to_be_hidden()
+    expect(card.locator("button[data-decision=deny]")).to_be_enabled()
+
+    card.locator(".approval-open").click()
+    expect(card.locator(".approval-size")).to_have_text(size)
+    assert card.locator("pre.output").inner_text() == tucked  # all of it, on the page (the card does not scroll)
+    box, pre = card.bounding_box(), card.locator("pre.output").bounding_box()
+    assert pre["height"] > 302 * 10 and box["height"] >= pre["height"]
+    card.locator("button[data-decision=allow]").click()
+
+    marked = page.locator(PENDING)
+    expect(marked.locator("pre.output")).to_have_text("touch zero<U+200B>width.txt <U+202E>evil")
+    expect(marked.locator(".approval-size")).to_have_text(f"1 line, {len(unseen)} characters")
+    marked.locator("button[data-decision=allow]").click()
+    expect(page.locator(".answer-task_completion")).to_contain_text("Both ran.")
+    assert sorted(path.name for path in tmp_path.iterdir() if path.suffix == ".txt") == [
+        "shown.txt", "tucked-away.txt", "zero\u200bwidth.txt"]
 
 
 def batch_run(store, batch_id, task, title):

@@ -7,6 +7,7 @@ from functools import lru_cache
 import nh3
 
 from anges.agents.budget import cache_hit_ratio
+from anges.safety.approval_text import view as approval_view
 from anges.store.events import (
     Event,
     FileEdit,
@@ -36,8 +37,8 @@ ALLOWED_ATTRIBUTES = {
 }
 URL_SCHEMES = {"http", "https", "mailto"}
 APPROVAL_FACTS = {
-    "approval_requested": ("request_id", "action_type", "subject", "detail", "rule", "reason", "scope", "escalate",
-                           "justification", "reasoning", "agent_id", "agent_type", "channel"),
+    "approval_requested": ("request_id", "action_type", "subject", "detail", "detail_cut", "rule", "reason", "scope",
+                           "escalate", "justification", "reasoning", "agent_id", "agent_type", "channel"),
     "approval_decided": ("request_id", "action_type", "subject", "decision", "always", "by", "rule", "reason",
                          "feedback", "escalate", "skipped"),
 }
@@ -119,8 +120,10 @@ def step_view(event: Event, index: int, cwd: str = "", reasoning: str | None = N
     elif kind == "answer":
         view["body_html"] = markdown_html(event.content)
     elif kind == "approval":
-        # Shown as the terminal shows it: a bidirectional override must not reorder what a person approves.
-        view["approval"] = {key: printable_texts(data.get(key)) for key in APPROVAL_FACTS[event.type]}
+        facts = {key: data.get(key) for key in APPROVAL_FACTS[event.type]}
+        # Shown as every approval surface shows it (safety/approval_text.py): nothing unseen, its size, and whether
+        # the card must be opened whole before it offers Approve.
+        view["approval"] = approval_view(facts) if event.type == "approval_requested" else printable_texts(facts)
         view["message"] = event.message
     elif kind == "interrupted":
         view["reason"] = data.get("reason", "")

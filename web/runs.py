@@ -37,13 +37,15 @@ def user_notes(notes) -> list[str]:
     return [str(note) for note in notes]
 
 
-def sandbox_summary(config: Config) -> dict:
-    """How this server's runs treat commands, for the page: `label` (short), `detail` (a sentence), and facts."""
-    from anges.safety.sandbox import availability
+def sandbox_summary(config: Config, cwd: str = "") -> dict:
+    """How this server's runs (in `cwd`, the default working directory) treat commands, for the page: `label`
+    (short), `detail` (a sentence), and facts."""
+    from anges.safety.sandbox import SandboxSettings, availability
 
     safety = config.safety
     approval = safety.approval or "ask"
-    found = availability(safety.bwrap) if safety.sandbox != "off" else None
+    writable = SandboxSettings.for_run(safety, cwd or os.getcwd()).writable
+    found = availability(safety.bwrap, writable) if safety.sandbox != "off" else None
     if found is None:
         label, detail = "No sandbox", "safety.sandbox is off: commands run with your rights"
     elif not found.ok:
@@ -60,11 +62,11 @@ def sandbox_summary(config: Config) -> dict:
             "label": label, "detail": detail}
 
 
-def unsandboxed_problem(config: Config) -> str:
+def unsandboxed_problem(config: Config, cwd: str = "") -> str:
     """Why only this machine may use the chat (its commands would run outside a sandbox); "" when others may."""
     if config.web.allow_unsandboxed:
         return ""
-    summary = sandbox_summary(config)
+    summary = sandbox_summary(config, cwd)
     if summary["mode"] != "off" and (summary["sandboxed"] or summary["approval"] != "auto"):
         return ""
     why = ("the sandbox is off (safety.sandbox: off, --sandbox off)" if summary["mode"] == "off"

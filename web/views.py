@@ -76,7 +76,7 @@ def _page(uid: str | None):
         default_model=web.config.model,
         default_dir=web.runs.default_dir,
         login_enabled=bool(web.guard.password),
-        sandbox=sandbox_summary(web.config),
+        sandbox=sandbox_summary(web.config, web.runs.default_dir),
         feed_worker=url_for("static", filename="feed.js", v=_asset_version("feed.js")),
     )
 
@@ -337,7 +337,7 @@ def _approval_events(stream: EventStream, request_id: str) -> tuple[Event | None
 
 def _check_may_run() -> None:
     """Refuse to start a run for another machine while commands would run unsandboxed and unasked."""
-    problem = "" if request_is_local() else unsandboxed_problem(_web().config)
+    problem = "" if request_is_local() else unsandboxed_problem(_web().config, _web().runs.default_dir)
     if problem:
         abort(403, f"this chat cannot run commands for you: {problem}")
 

@@ -33,8 +33,9 @@ from anges.acp import diffs, facts
 from anges.acp.plan import plan_entries
 from anges.exceptions import FormatError
 from anges.prompt.parsing import parse_reply
+from anges.safety import approval_text
 from anges.store.events import REQUEST_EVENT_TYPES, RETURN_TO_PARENT_EVENT_TYPES
-from anges.util.printable import printable
+from anges.util.printable import visible
 
 ANSWER_TYPES = ("task_completion", "agent_text_response", "agent_requested_help")
 RETURNING_ACTIONS = ("TASK_COMPLETE", "HELP_NEEDED", "AGENT_TEXT_RESPONSE")
@@ -42,7 +43,8 @@ NOT_TOOL_CALLS = (*RETURNING_ACTIONS, "WAIT_FOR_CHILDREN")
 """Actions that are no tool call: the turn's answer, or an orchestrator waiting for its children."""
 KINDS = {"RUN_SHELL_CMD": "execute", "EDIT_FILE": "edit", "READ_MIME_FILES": "read", "CALL_CHILD_AGENT": "think"}
 TITLE_CHARS = 160
-DECIDERS = {"editor": "you", "approval=deny": "--approval deny", "no_one": "no one (no one can approve here)"}
+DECIDERS = {"editor": "you", "approval=deny": "--approval deny", "no_one": "no one (no one can approve here)",
+            "limit": "anges (too long to be shown whole)"}
 
 
 @dataclass(frozen=True)
@@ -192,10 +194,10 @@ class UpdateMapper:
                 self._by_request[request.id] = call
             content = [tool_content(text_block(_request_text(request)))]
             if request.action_type == "EDIT_FILE":
-                parts = diffs.hunk_texts(request.detail)
+                parts = diffs.hunk_texts(visible(request.detail))
                 content += [tool_diff_content(request.subject, new, old) for old, new in parts]
             elif request.action_type != "RUN_SHELL_CMD":
-                content.append(tool_content(text_block(_fenced(request.detail))))
+                content.append(tool_content(text_block(_fenced(visible(request.detail)))))
             return ToolCallUpdate(tool_call_id=call.id, title=call.title, kind=call.kind, status="pending",
                                   content=content, locations=call.locations)
 
@@ -363,15 +365,14 @@ class UpdateMapper:
 
 
 def _request_text(request) -> str:
-    """What a person reads to decide on a permission request (control characters and bidirectional overrides
-    shown as marks, so what shows is what runs)."""
-    lines = [f"{request.reason} [{request.rule}]"]
+    """What a person reads to decide on a permission request, as every approval surface shows it
+    (`approval_text`): its size, the command whole with every unseen character marked, leaving the sandbox."""
+    lines = [f"{visible(request.reason)} [{request.rule}]", f"({approval_text.size(request.detail)})"]
     if request.action_type == "RUN_SHELL_CMD":
-        lines.append(_fenced(printable(request.detail)))
+        lines.append(_fenced(visible(request.detail)))
     if request.escalate:
-        why = printable(request.justification or "-")
-        lines.append(f"This command runs **outside the sandbox**. The agent says why: {why}")
-    lines.append(f"“Always allow” approves {request.scope} until this prompt is done.")
+        lines.append(f"**{approval_text.ESCALATION_NOTE}** The agent says why: {visible(request.justification or '-')}")
+    lines.append(f"“Always allow” approves {visible(request.scope)} until this prompt is done.")
     return "\n\n".join(lines)
 
 

@@ -26,7 +26,7 @@ class ReadMimeFiles(Action):
 
     def run(self, ctx: ActionContext, args: dict) -> Event:
         from anges.exceptions import ModelError
-        from anges.tools.mime import MimeError, load_inputs, write_answer
+        from anges.tools.mime import MimeError, load_inputs, local_path, write_answer
 
         config = ctx.app_config
         question, output = args["question"].strip(), (args.get("output") or "").strip()
@@ -35,11 +35,13 @@ class ReadMimeFiles(Action):
                  "mime_model": config.mime_reader.model, "output": output or None}
         started = time.monotonic()
         try:
+            if output:
+                local_path(output, ctx.cwd)  # text no file name can hold fails before the model is asked
             inputs = load_inputs(args.get("inputs"), ctx.cwd, config.mime_reader.max_file_bytes, ctx.checked_paths)
             facts["inputs"] = [item.describe() for item in inputs]
             answer = self._reader(config).ask(question, inputs)
-        except (MimeError, ModelError) as exc:
-            return _error(facts, str(exc), "input" if isinstance(exc, MimeError) else "model", started)
+        except (MimeError, ModelError, OSError) as exc:
+            return _error(facts, str(exc), "model" if isinstance(exc, ModelError) else "input", started)
         facts.update(mime_model=getattr(answer, "model", "") or facts["mime_model"],
                      duration=round(time.monotonic() - started, 3))
         usage = getattr(answer, "usage", None)

@@ -114,7 +114,7 @@ class Orchestrator(BaseAgent):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        if not read_only_bwrap(self.config.safety):  # its shell is the read-only sandbox's, or none
+        if not read_only_bwrap(self.config.safety, self.cmd_init_dir):  # its shell is the read-only sandbox's, or none
             self.registered_actions = [a for a in self.registered_actions if a.type != "RUN_SHELL_CMD"]
         action = self.actions_by_type().get(CallChildAgent.type) or CallChildAgent()
         self._children = Children(self.agent_config.max_concurrent_children, action)

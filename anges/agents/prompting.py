@@ -93,9 +93,18 @@ class Prompter:
         the prompt's stable prefix."""
         if self._project is None:
             config, agent = self.agent.config.prompt, self.agent
-            self._project = read_agents_md(agent.cmd_init_dir, config.max_agents_md_chars,
-                                           agent.secrets) if config.agents_md else []
+            self._project = read_agents_md(agent.cmd_init_dir, config.max_agents_md_chars, agent.secrets,
+                                           self._hidden()) if config.agents_md else []
         return self._project
+
+    def _hidden(self):
+        """What the run's sandbox hides from commands: anges reads none of it for the prompt either."""
+        from anges.safety.sandbox import SandboxSettings
+
+        agent = self.agent
+        settings = agent.run_safety.settings if agent.run_safety else SandboxSettings.for_run(
+            agent.config.safety, agent.cmd_init_dir)
+        return settings.is_hidden
 
     def guide(self, action: Action) -> str:
         """The guide of one built-in action, rendered from its `guide_template`."""

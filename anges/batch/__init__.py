@@ -47,7 +47,7 @@ def run_batch(tasks_file: str, *, defaults: dict, engine: str = "local", workers
     else:
         from anges.batch.local import LocalEngine
 
-        missing = missing_sandbox(config.safety, "here")
+        missing = missing_sandbox(config.safety, "here", os.getcwd())
         if missing:
             raise BatchError(missing)
         chosen = LocalEngine(workers or DEFAULT_LOCAL_WORKERS)

@@ -104,7 +104,7 @@ def _run_task(job: Job, config: Config, store: EventStore, workdir: Path, fresh:
 
     spec = job.spec
     config = config.model_copy(update={"safety": batch_safety(config.safety)})
-    missing = missing_sandbox(config.safety, f"on {socket.gethostname()}")
+    missing = missing_sandbox(config.safety, f"on {socket.gethostname()}", str(workdir))
     if missing:
         return result("error", error=missing)
     try:
@@ -171,13 +171,14 @@ def batch_safety(safety: SafetyConfig) -> SafetyConfig:
     return safety.model_copy(update={"default_rules": rules})
 
 
-def missing_sandbox(safety: SafetyConfig, where: str) -> str | None:
-    """Why a batch cannot run its commands in the sandbox it asks for `where` (None when it can)."""
-    from anges.safety.sandbox import availability
+def missing_sandbox(safety: SafetyConfig, where: str, workdir: str) -> str | None:
+    """Why a batch cannot run its commands in the sandbox it asks for `where` (None when it can), for a task
+    working in `workdir`."""
+    from anges.safety.sandbox import SandboxSettings, availability
 
     if safety.sandbox == "off":
         return None
-    found = availability(safety.bwrap)
+    found = availability(safety.bwrap, SandboxSettings.for_run(safety, workdir).writable)
     if found.ok:
         return None
     return (f"the sandbox is not available {where}: {found.reason}. Nobody can approve commands run without it "

@@ -225,12 +225,12 @@ def _build_agent(args: argparse.Namespace, output):
     stream.agent_type = stream.agent_type or agent_type
     model = get_model(args.model, config, agent_type, record=args.record)
     prefix = args.cmd_prefix if args.cmd_prefix is not None else stream.agent_settings.get("prefix_cmd", "")
-    channel, notes = terminal_approval(config.safety, pause=getattr(output, "paused", None))
+    channel, notes = terminal_approval(config.safety, workdir, pause=getattr(output, "paused", None))
     for note in notes:
         print(f"anges: {note}", file=sys.stderr)
     agent = agent_class(agent_type)(
         inference_func=output.watch(model), event_stream=stream, cmd_init_dir=workdir, prefix_cmd=prefix,
-        config=config, store=store, notes=_notes(args), message_handlers=[output.on_message],
+        config=config, store=store, notes=_notes(args, config.safety, workdir), message_handlers=[output.on_message],
         mcp=manager_for(config, mcp_file), approval=channel)
     agent.delta_handlers.append(output.on_delta)
     return agent
@@ -274,7 +274,9 @@ def _read_request(args: argparse.Namespace) -> str | None:
     elif args.input_file == "-":
         text = sys.stdin.read()
     elif args.input_file:
-        text = _read_file(args.input_file)
+        from anges.config.loading import load_config
+
+        text = _read_file(args.input_file, load_config(args.config, config_overrides(args)).safety, args.path or ".")
     else:
         return None
     if not text.strip():
@@ -304,13 +306,25 @@ def _workdir(args: argparse.Namespace, stream) -> str:
     return path
 
 
-def _notes(args: argparse.Namespace) -> list[str]:
-    return list(args.notes) + [_read_file(path) for path in args.notes_file]
+def _notes(args: argparse.Namespace, safety, workdir: str) -> list[str]:
+    return list(args.notes) + [_read_file(path, safety, workdir) for path in args.notes_file]
 
 
-def _read_file(path: str) -> str:
+def _read_file(path: str, safety, workdir: str) -> str:
+    """A file you named (-f, --notes-file), read by the sandbox's rules: a command of an earlier run may have made
+    it a link, so one that leads into a place hidden from commands is not read, and no link swapped in after
+    that check is followed."""
+    from anges.safety.sandbox import SandboxSettings
+    from anges.util.paths import open_nofollow, resolve
+
+    named = os.path.abspath(os.path.expanduser(path))
     try:
-        return Path(path).expanduser().read_text(encoding="utf-8")
+        real = resolve(named)
+        if real != named and SandboxSettings.for_run(safety, workdir).is_hidden(real):
+            raise UsageError(f"cannot read {path}: it is a link into a place hidden from commands ({real}), which a "
+                             "command may have made; not read")
+        with os.fdopen(open_nofollow(real, os.O_RDONLY | os.O_NONBLOCK), encoding="utf-8") as stream:
+            return stream.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
 

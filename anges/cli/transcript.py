@@ -27,7 +27,7 @@ from anges.store.events import (
 from anges.store.export import printable_event
 from anges.store.turns import reasoning_after, turn_reasoning
 from anges.util.clipping import clip_lines, shorten
-from anges.util.printable import printable
+from anges.util.printable import printable, visible
 
 if TYPE_CHECKING:
     from anges.store.events import Event
@@ -38,7 +38,7 @@ SHOWN_STATUS = {"completed": ("completed", "green"), "answered": ("answered", "g
 """How each stream status (anges.store.events.status_of) reads and is coloured."""
 APPROVERS = {"auto": "automatically (--approval auto)", "approval=deny": "(--approval deny)",
              "no_one": "(no one can approve here)", "always": "(approved earlier for the whole run)",
-             "terminal": "by you", "interrupt": ""}
+             "terminal": "by you", "interrupt": "", "limit": "(too long to be shown whole)"}
 """How `approval_decided` says who decided (the `by` fact); a channel's own name reads "by NAME"."""
 
 
@@ -171,9 +171,10 @@ class Renderer:
 
     def _approval(self, event: Event) -> list[str]:
         s, data = self.style, event.data
-        what = f"{data.get('action_type', '')} {_one_line(str(data.get('subject', '')), 120)}"
+        what = f"{data.get('action_type', '')} {_one_line(visible(str(data.get('subject', ''))), 120)}"
         outside = " outside the sandbox" if data.get("escalate") else ""
-        if event.type == "approval_requested":
+        if event.type == "approval_requested":  # as the prompt below shows it (safety/approval_text.py)
+            outside = " (if approved, outside the sandbox)" if data.get("escalate") else ""
             return [f"{s('?', 'bold', 'yellow')} {s('needs approval:', 'yellow')} {what}{outside} — "
                     f"{data.get('reason', '')} {s('[' + str(data.get('rule', '')) + ']', 'dim')}"]
         decision, by = data.get("decision"), data.get("by", "")

@@ -296,6 +296,15 @@ class SafetyConfig(Section):
     """Keep background jobs running after the run ends (until the agent is closed or anges exits)."""
     background_log_cap: int = 10_000_000
     """Bytes kept of each background job's log and of each command's full-output file (the oldest are dropped)."""
+    tmp_size: int = Field(1_000_000_000, ge=1_000_000)
+    """Bytes the sandbox's private /tmp may hold (and its /dev/shm); it lives in memory."""
+    max_processes: int = Field(2048, ge=16)
+    """Processes (threads included) the sandbox may hold at once: a fork bomb stops there."""
+    user_namespaces: bool = False
+    """Let sandboxed commands make user namespaces of their own (rootless containers, Chromium's own sandbox)."""
+    unix_sockets: bool = False
+    """Let sandboxed commands make Unix sockets; then a daemon's socket bound by a name the sandbox does not cover
+    (relative, a hard link, made after the sandbox started, abstract with the network on) is reachable."""
     rules: list[SafetyRule] = Field(default_factory=list)
     """Your rules, checked first."""
     default_rules: list[SafetyRule] = Field(default_factory=_default_rules)

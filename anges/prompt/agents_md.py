@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from anges.util.masking import mask_secrets
+from anges.util.paths import open_nofollow, resolve
 
 FILE_NAME = "AGENTS.md"
 
@@ -37,18 +39,32 @@ def find_agents_md(cwd: str | os.PathLike) -> list[Path]:
     return [directory / FILE_NAME for directory in project_directories(cwd) if (directory / FILE_NAME).is_file()]
 
 
-def read_agents_md(cwd: str | os.PathLike, limit: int, secrets: list[str]) -> list[ProjectFile]:
+def read_agents_md(cwd: str | os.PathLike, limit: int, secrets: list[str],
+                   hidden: Callable[[str], bool] = lambda path: False) -> list[ProjectFile]:
     """The AGENTS.md files of `find_agents_md`, their secrets masked, within `limit` characters together: the
-    nearest file is kept first, so a farther one is cut at its end, or left out when no room is left. A link to
-    a file outside the project is not followed (a checkout could point one at a key file)."""
+    nearest file is kept first, so a farther one is cut at its end, or left out when no room is left.
+
+    A command may have made one a link: a link to a file outside the project is not followed (a checkout could
+    point one at a key file), nor one to a place `hidden` from commands (a `.env` in `safety.hidden_paths`, ~/.ssh
+    in a home kept in git); the file is read where the link led when checked, no symlink followed after that.
+    """
     margin = max((len(secret) for secret in secrets), default=0)  # masked before the cut: no fragment is left
     room, files, top = limit, [], project_directories(cwd)[0]
     for path in reversed(find_agents_md(cwd)):
-        if not path.resolve().is_relative_to(top):
+        try:
+            real = resolve(str(path))
+        except OSError as exc:
+            files.append(ProjectFile(str(path), error=exc.strerror or str(exc)))
+            continue
+        if not Path(real).is_relative_to(top):
             files.append(ProjectFile(str(path), error="a link to a file outside the project, not followed"))
             continue
+        if hidden(real):
+            files.append(ProjectFile(str(path), error="a link to a place hidden from commands, not read"))
+            continue
         try:
-            with open(path, encoding="utf-8", errors="replace") as stream:
+            with os.fdopen(open_nofollow(real, os.O_RDONLY | os.O_NONBLOCK), encoding="utf-8",
+                           errors="replace") as stream:
                 text = mask_secrets(stream.read(room + 1 + margin), secrets) if room > 0 else ""
                 more = len(text) > room or bool(stream.read(1))
         except OSError as exc:

@@ -21,9 +21,11 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from anges.exceptions import RunStopped
+from anges.safety import approval_text
+from anges.safety.approval_text import MAX_DETAIL_CHARS, Shown
 from anges.store.events import Event, new_id
-from anges.util.clipping import clip, clip_lines, one_line, shorten
-from anges.util.printable import printable
+from anges.util.clipping import one_line, shorten
+from anges.util.printable import visible
 from anges.util.waiting import future_done, wait_for
 
 if TYPE_CHECKING:
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
     from anges.prompt.parsing import ParsedReply
     from anges.safety.policy import Policy, Verdict
 
-LEAVING_THE_SANDBOX = ("escalation", "writable_paths", "protected_paths", "hidden_paths")
+LEAVING_THE_SANDBOX = ("escalation", "writable_paths", "protected_paths", "hidden_paths", "private_paths")
 """The rules whose `ask` lets an action do what the sandbox forbids commands: --approval auto does not approve
 them unless `safety.auto_escalate` says so."""
 
@@ -39,13 +41,8 @@ log = logging.getLogger("anges.safety.approval")
 
 MODES = ("ask", "auto", "deny")
 POLL_SECONDS = 0.1
-MAX_DETAIL_CHARS = 20_000
-"""The most of a request's detail its recorded event keeps."""
 MAX_REASONING_CHARS = 2_000
 """The most of the model's reasoning a request keeps."""
-MAX_SHOWN_LINES = 60
-MAX_SHOWN_LINE = 400
-"""A request shows at most this many lines, of at most this many characters, before `v`."""
 _ALLOW_WORDS = ("allow", "approve", "approved", "yes", "y")
 _DENY_WORDS = ("deny", "decline", "declined", "no", "n")
 
@@ -74,7 +71,7 @@ class ApprovalRequest:
     """What to show: the command, the diff the edit would make, the tool's arguments."""
     rule: str
     """What asked: `safety.rules[N]`, `safety.default_rules[N]`, `escalation`, `unsandboxed`, `writable_paths`,
-    `hidden_paths`."""
+    `protected_paths`, `hidden_paths`, `private_paths`."""
     reason: str
     scope: str
     """What an "always" answer approves for the rest of the run."""
@@ -90,6 +87,27 @@ class ApprovalRequest:
     created_at: str = field(default_factory=lambda: datetime.now().isoformat(timespec="seconds"))
     cancelled: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
     """Set when the run stops before an answer: a channel should stop waiting and return."""
+
+    def shown(self) -> Shown:
+        """Its detail as a surface shows it first: marked, its size, head and tail when too long for the screen
+        (then `complete` is False and approval waits until the person has opened all of it)."""
+        return approval_text.shown(self.detail)
+
+    @property
+    def refusal(self) -> str:
+        """Why it cannot be approved ("" when it can): too long to be shown whole. The gate declines such a request
+        without asking."""
+        return approval_text.refusal(self.detail)
+
+    def text(self) -> str:
+        """The whole request as a person should read it (for a channel of your own): what asks and why, its size,
+        the whole detail with every unseen character marked, leaving the sandbox, what "always" approves."""
+        lines = [f"{self.action_type} needs your approval — {visible(self.reason)} [{self.rule}]",
+                 f"({approval_text.size(self.detail)})", visible(self.detail)]
+        if self.escalate:
+            lines.append(approval_text.escalation(self.justification))
+        lines.append(f"always = for the rest of this run: {visible(self.scope)}")
+        return "\n".join(lines)
 
     def to_data(self) -> dict:
         """JSON-able facts of the request; a detail over MAX_DETAIL_CHARS is cut, and `detail_cut` says so (a
@@ -201,6 +219,8 @@ class Gate:
         if self.channel is None:
             return Permit(False, verdict, Decision("deny", by="no_one"))
         request = self._request(asker, action_type, args, verdict)
+        if request.refusal:  # no one can be shown all of it: no one is asked
+            return Permit(False, verdict, Decision("deny", feedback=request.refusal, by="limit"))
         asker.record(Event("approval_requested", content=_request_text(request), message=_request_text(request),
                            data={**request.to_data(), "channel": channel_name(self.channel)}))
         decision = self._wait(asker, request, verdict)
@@ -261,9 +281,9 @@ class Gate:
 
 
 def _request_text(request: ApprovalRequest) -> str:
-    where = " (outside the sandbox)" if request.escalate else ""
-    return (f"waiting for approval: {request.action_type} {one_line(request.subject, 120)}{where} — {request.reason} "
-            f"[{request.rule}]")
+    where = " (if approved, outside the sandbox)" if request.escalate else ""
+    return (f"waiting for approval: {request.action_type} {one_line(visible(request.subject), 120)}{where} — "
+            f"{visible(request.reason)} [{request.rule}]")
 
 
 def _decided_text(facts: dict) -> str:
@@ -305,7 +325,8 @@ def preview_edit(args: dict, cwd: str, max_bytes: int = 5_000_000, resolved: str
     import stat
     import tempfile
 
-    from anges.tools.fileedit import EditError, apply_edit, edit_target, open_nofollow
+    from anges.tools.fileedit import EditError, apply_edit, edit_target
+    from anges.util.paths import open_nofollow
 
     directive = str(args.get("directive_line", "")).strip()
     try:
@@ -366,7 +387,7 @@ class TerminalPrompt:
                     return self._no_answer(request)
                 answer = answer.strip().lower()
                 if answer in ("v", "view"):
-                    self._write(_framed(printable(request.detail).splitlines()))
+                    self._write(_framed(visible(request.detail).split("\n")))
                     seen = True
                 elif answer in ("y", "yes", "a", "always") and not seen:
                     self._write("  part of it is not on the screen: view it all with v before you approve it\n")
@@ -386,17 +407,15 @@ class TerminalPrompt:
 
     def _show(self, request: ApprovalRequest) -> bool:
         """Show the request; True when all of its detail is on the screen."""
-        head = f"\n? {request.action_type} needs your approval — {printable(request.reason)} [{request.rule}]\n"
-        shown, complete = summary(printable(request.detail).splitlines() or [""])
-        body = _framed(shown)
+        head = f"\n? {request.action_type} needs your approval — {visible(request.reason)} [{request.rule}]\n"
+        shown = request.shown()
+        body = _framed(shown.lines)
+        body += f"  ({shown.size}{'' if shown.complete else '; only part of it is shown: v shows it all'})\n"
         if request.escalate:
-            why = printable(request.justification) or "(no reason given)"
-            body += f"  this command runs OUTSIDE the sandbox; the agent says why: {one_line(why, 300)}\n"
-        body += f"  always = for the rest of this run: {one_line(printable(request.scope), 300)}\n"
-        if not complete:
-            body += "  (only part of it is shown: v shows it all)\n"
+            body += f"  {one_line(approval_text.escalation(request.justification), 400)}\n"
+        body += f"  always = for the rest of this run: {one_line(visible(request.scope), 300)}\n"
         self._write(head + body)
-        return complete
+        return shown.complete
 
     def _read(self, prompt: str, request: ApprovalRequest) -> str | None:
         """A line typed by the person; None when the request is cancelled or input ends."""
@@ -438,16 +457,6 @@ class TerminalPrompt:
 
 ASK_ALL = "  allow? [y]es, [n]o, [a]lways, [t]ell the agent why: "
 ASK_PART = "  [v]iew it all, [n]o, [t]ell the agent why: "
-
-
-def summary(lines: list[str]) -> tuple[list[str], bool]:
-    """The lines a request shows at first (head and tail of a long detail, long lines cut in the middle), and
-    whether that is all of it."""
-    complete = len(lines) <= MAX_SHOWN_LINES and all(len(line) <= MAX_SHOWN_LINE for line in lines)
-    shown: list[str] = []
-    for line in clip_lines(lines, MAX_SHOWN_LINES - 1, lambda cut: f"… {cut} lines not shown (v shows them) …"):
-        shown += clip(line, MAX_SHOWN_LINE).split("\n")
-    return shown, complete
 
 
 def _framed(lines: list[str]) -> str:

@@ -1,7 +1,7 @@
 """The run's command runner: one process per run, inside the bubblewrap sandbox or not, owning every process it
 starts.
 
-`CommandRunner` launches `anges/runner.py` (in `bwrap` when sandboxed, see `sandbox.bwrap_argv`) once per run;
+`CommandRunner` launches `anges/runner.py` (in `bwrap` when sandboxed, see `bwrap.bwrap_argv`) once per run;
 each command then costs about what an unsandboxed command costs, and when the run ends so does every process its
 commands started.
 """
@@ -23,8 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from anges.exceptions import SandboxError
+from anges.safety.bwrap import bwrap_argv, contained_argv
+from anges.safety.limits import process_limit
 from anges.safety.runner import KILL_GRACE, Channel, end_marked, select_read, send_fds
-from anges.safety.sandbox import SandboxSettings, bwrap_argv, contained_argv
+from anges.safety.sandbox import SandboxSettings, availability, warn_once
+from anges.safety.seccomp import filter_fd
 
 log = logging.getLogger("anges.safety.sandbox")
 
@@ -124,12 +127,16 @@ class CommandRunner:
     """The run's runner process: starts every command of the run and ends them all when the run ends."""
 
     def __init__(self, cwd: str, settings: SandboxSettings | None = None, bwrap: str = "",
-                 log_cap: int = 10_000_000, contain: bool = False):
+                 log_cap: int = 10_000_000, contain: bool = False, writable: tuple[str, ...] = ()):
         self.cwd = cwd
         self.settings = settings if settings is not None and settings.enabled else None
         self.bwrap = bwrap
+        self.writable = writable or (self.settings.writable if self.settings is not None else ())
+        """The directories the run's commands may write (any runner's: a read-only one's too): a bwrap there is never
+        run."""
         self.contain = contain and bool(bwrap)
         """Without the sandbox, still run in a PID namespace of its own (through bwrap)."""
+        self._cgroup = None
         self.log_cap = log_cap
         self.token = f"{os.getpid()}-{os.urandom(8).hex()}"
         """Marks the environment of every command of a runner without a PID namespace, to find its leftovers."""
@@ -223,6 +230,7 @@ class CommandRunner:
             job.process.close()
         self._finalizer.detach()
         _cleanup(self._scratch, control, process)
+        self._release_cgroup()
         if not self.namespaced:
             end_marked(self.token)  # commands that outlived a runner killed from inside
 
@@ -242,35 +250,70 @@ class CommandRunner:
         log.warning("anges: the command runner ended unexpectedly (exit code %s); starting a new one",
                      self.process.returncode)
         _cleanup(None, self.control, self.process)
+        self._release_cgroup()
         if not self.namespaced:
             end_marked(self.token)
         self.control = self.process = None
 
+    def _release_cgroup(self) -> None:
+        cgroup, self._cgroup = self._cgroup, None
+        if cgroup is not None:
+            cgroup.remove()
+
     def _launch(self, scratch: str) -> tuple[socket.socket, subprocess.Popen]:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = [_python(), "-I", "-S", RUNNER_SCRIPT, str(theirs.fileno())]
-        if self.settings is not None:
-            argv = bwrap_argv(self.bwrap, self.settings, self.cwd, [scratch]) + ["--", *argv, "--namespace"]
-        elif self.contain:
-            argv = contained_argv(self.bwrap) + ["--", *argv, "--namespace"]
-        else:
-            argv += ["--parent", str(os.getpid()), "--token", self.token]
-        with open(os.path.join(scratch, "runner.log"), "wb") as errors:
-            try:
-                process = _spawn_from_keeper(argv, pass_fds=(theirs.fileno(),), env={"PATH": os.defpath},
-                                             stdin=subprocess.DEVNULL, stdout=errors, stderr=errors,
-                                             start_new_session=True)
-            except OSError as exc:
-                ours.close()
-                raise SandboxError(f"the command runner could not start: {exc}") from None
-            finally:
-                theirs.close()
+        passed = [theirs.fileno()]
+        what = "the sandbox" if self.settings is not None else "the command runner"
+        try:
+            if self.settings is not None or self.contain:
+                found = availability(self.bwrap, self.writable, quiet=True)  # every start of bwrap checks it
+                if not found.ok:
+                    raise SandboxError(f"{what} did not start: {found.reason}")
+            if self.settings is not None:
+                argv = self._sandbox_argv(argv, scratch, found.features, passed)
+            elif self.contain:
+                argv = contained_argv(self.bwrap) + ["--", *argv, "--namespace", "--drop-caps"]
+            else:
+                argv += ["--parent", str(os.getpid()), "--token", self.token, "--drop-caps"]
+            process = self._start_runner(argv, passed, scratch)
+        except BaseException:
+            ours.close()
+            self._release_cgroup()
+            raise
+        finally:
+            theirs.close()
+            for fd in passed[1:]:  # the seccomp filter's pipe
+                os.close(fd)
         readable, _, _ = select_read([ours], START_TIMEOUT)
         if not readable or ours.recv(16) != b"ready":
             _cleanup(None, ours, process)
-            what = "the sandbox" if self.settings is not None else "the command runner"
+            self._release_cgroup()
             raise SandboxError(f"{what} did not start{self._log_tail()}")
         return ours, process
+
+    def _sandbox_argv(self, runner: list[str], scratch: str, features, passed: list[int]) -> list[str]:
+        """bwrap's arguments around the runner's: the seccomp filter (its descriptor added to `passed`), and
+        `max_processes` (through a pids cgroup of its own for root)."""
+        seccomp = filter_fd(self.settings.unix_sockets)
+        if seccomp is None:
+            warn_once("the sandbox has no seccomp filter on this machine's architecture: commands may make Unix "
+                      "sockets and use io_uring")
+        else:
+            passed.append(seccomp)
+        self._cgroup, limit = process_limit(self.settings.max_processes)
+        argv = bwrap_argv(self.bwrap, self.settings, self.cwd, [scratch], features, seccomp)
+        argv += ["--", *runner, "--namespace", *limit]
+        return self._cgroup.enter_argv(argv) if self._cgroup is not None else argv
+
+    def _start_runner(self, argv: list[str], passed: list[int], scratch: str) -> subprocess.Popen:
+        with open(os.path.join(scratch, "runner.log"), "wb") as errors:
+            try:
+                return _spawn_from_keeper(argv, pass_fds=tuple(passed), env={"PATH": os.defpath},
+                                          stdin=subprocess.DEVNULL, stdout=errors, stderr=errors,
+                                          start_new_session=True)
+            except OSError as exc:
+                raise SandboxError(f"the command runner could not start: {exc}") from None
 
     def _log_tail(self) -> str:
         try:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from anges.config.types import SafetyConfig, SafetyRule
 from anges.safety.sandbox import SandboxSettings
+from anges.util.paths import resolve
 
 _COMPOUND = re.compile(r"[;&|`<>\n\r]|\$\(")
 """What makes a command more than one simple command: separators, pipes, substitutions, redirections."""
@@ -30,7 +31,7 @@ class Verdict:
     """allow, ask or deny."""
     rule: str = ""
     """What decided: `safety.rules[N]`, `safety.default_rules[N]`, `escalation`, `unsandboxed`, `writable_paths`,
-    `protected_paths`, `hidden_paths`, or "" (nothing objected)."""
+    `protected_paths`, `hidden_paths`, `private_paths`, `changing_path`, or "" (nothing objected)."""
     reason: str = ""
     subject: str = ""
     """The command, path, server.tool or directive the decision is about."""
@@ -62,8 +63,13 @@ class Policy:
 
     def decide(self, action_type: str, args: dict) -> Verdict:
         """The decision for one action: any deny rule; an escalation; the first allow or ask rule; the sandbox's
-        limits; else allow."""
-        action_type = action_type.upper()
+        limits; else allow. A path that keeps changing while it is resolved is denied (the model may try again)."""
+        try:
+            return self._decide(action_type.upper(), args)
+        except OSError as exc:  # sandbox.PathChanging: a symlink on the way replaced again and again
+            return Verdict("deny", "changing_path", str(exc))
+
+    def _decide(self, action_type: str, args: dict) -> Verdict:
         subjects = self.subjects(action_type, args)
         subject = subjects[0] if subjects else ""
         paths = self.paths(action_type, args)
@@ -112,10 +118,10 @@ class Policy:
             path = self._edit_path(args)
             return (path,) if path else ()
         if action_type == "READ_MIME_FILES":
-            from anges.tools.mime import is_url, local_path
+            from anges.tools.mime import is_url
 
-            reads = [local_path(i, self.cwd) for i in _strings(args.get("inputs")) if i.strip() and not is_url(i)]
-            return (*reads, *self._mime_output(args))
+            reads = [_local(i, self.cwd) for i in _strings(args.get("inputs")) if i.strip() and not is_url(i)]
+            return (*(path for path in reads if path), *self._mime_output(args))
         return ()
 
     # -- helpers ----------------------------------------------------------------------------------------------
@@ -123,7 +129,7 @@ class Policy:
     def _ask(self, action_type: str, rule: str, reason: str, subject: str, paths: tuple[str, ...]) -> Verdict:
         """An `ask`; "always" approves the same action on the same subject only (for a command: this exact text)."""
         scope = "this exact command" if action_type == "RUN_SHELL_CMD" else f"{action_type} of {subject}"
-        hidden = any(self.settings.is_hidden(p) for p in paths)
+        hidden = any(self.settings.is_hidden(p) for p in paths)  # not read, shown or recorded before approval
         return Verdict("ask", rule, reason, subject, (action_type, rule, subject), scope, paths=paths, hidden=hidden)
 
     def _limits(self, action_type: str, subject: str, paths: tuple[str, ...], args: dict) -> Verdict:
@@ -142,6 +148,10 @@ class Policy:
         for path in paths:
             if self.settings.is_hidden(path):
                 return self._ask(action_type, "hidden_paths", "a credential place hidden from commands", path, paths)
+        for path in read:
+            if self.settings.is_private(path):
+                return self._ask(action_type, "private_paths", "private to the sandbox: its commands have a /tmp "
+                                 "(and /run) of their own, and this is the machine's", path, paths)
         for path in write:
             if self.settings.is_protected(path):
                 return self._ask(action_type, "protected_paths", "read-only in the sandbox: a repository's .git, "
@@ -170,15 +180,13 @@ class Policy:
         from anges.tools.fileedit import EditError, edit_target
 
         try:
-            return os.path.realpath(edit_target(str(args.get("directive_line", "")), self.cwd)[1])
+            return resolve(edit_target(str(args.get("directive_line", "")), self.cwd)[1])
         except EditError:
             return ""  # the edit fails on its own with a message for the model
 
     def _mime_output(self, args: dict) -> tuple[str, ...]:
-        from anges.tools.mime import local_path
-
-        output = str(args.get("output") or "").strip()
-        return (local_path(output, self.cwd),) if output else ()
+        output = _local(str(args.get("output") or ""), self.cwd)
+        return (output,) if output else ()
 
 
 def is_simple(command: str) -> bool:
@@ -195,6 +203,19 @@ def unquoted(command: str) -> str:
 def _shown(matched: str, subjects: list[str]) -> str:
     """The subject as given (a deny rule may have matched the command's unquoted form)."""
     return matched if matched in subjects or not subjects else subjects[0]
+
+
+def _local(source: str, cwd: str) -> str:
+    """A local input's or output's resolved path, as the reader resolves it; "" for none, or for text no path can
+    hold (the action refuses it with the reason)."""
+    from anges.tools.mime import MimeError, local_path
+
+    if not source.strip():
+        return ""
+    try:
+        return local_path(source, cwd)
+    except MimeError:
+        return ""
 
 
 def _strings(value) -> list[str]:

@@ -61,7 +61,8 @@ class Runners:
             if sandboxed not in self._runners:
                 settings = self.settings if sandboxed else None
                 self._runners[sandboxed] = CommandRunner(self.cwd, settings, self.bwrap, self.log_cap,
-                                                         contain=self.contain and not sandboxed)
+                                                         contain=self.contain and not sandboxed,
+                                                         writable=self.settings.writable)
             return self._runners[sandboxed]
 
     def read_only(self, bwrap: str) -> CommandRunner:
@@ -69,7 +70,8 @@ class Runners:
         with self._lock:
             if "read-only" not in self._runners:
                 settings = replace(self.settings, mode="read-only", writable=(), protected=())
-                self._runners["read-only"] = CommandRunner(self.cwd, settings, bwrap, self.log_cap)
+                self._runners["read-only"] = CommandRunner(self.cwd, settings, bwrap, self.log_cap,
+                                                           writable=self.settings.writable)
             return self._runners["read-only"]
 
     def jobs(self) -> list[Job]:
@@ -136,6 +138,10 @@ class RunSafety:
             ctx.record(event)
         return permit if permit.allowed else None
 
+    def _read_only_bwrap(self) -> str:
+        found = availability(self.config.bwrap, self.settings.writable, quiet=True)
+        return found.bwrap if found.ok else ""
+
     def _read_only_permit(self, action_type: str, args: dict) -> Permit:
         verdict = self.policy.decide(action_type, {key: value for key, value in args.items() if key != "escalate"})
         if verdict.decision == "deny":
@@ -146,7 +152,7 @@ class RunSafety:
         """What a permitted action runs with (fields of its `ActionContext`): the sandbox's runner, or the unsandboxed
         one if it escalated (the read-only sandbox's for a `read_only` shell), and the paths the policy judged."""
         if read_only:
-            runner = self.runners.read_only(read_only_bwrap(self.config))
+            runner = self.runners.read_only(self._read_only_bwrap())
             return {"runner": runner, "sandbox": runner.settings, "escalated": False, "checked_paths": None,
                     "output_dir": None, "can_escalate": False}
         runner = self.runners.get(sandboxed=self.sandboxed and not permit.escalate)
@@ -208,11 +214,12 @@ class RunSafety:
         return [line for n, line in enumerate(lines) if n not in left_out], len(left_out)
 
 
-def read_only_bwrap(safety: SafetyConfig) -> str:
-    """The bwrap that can run a read-only shell's commands ("" where none works, or off Linux)."""
+def read_only_bwrap(safety: SafetyConfig, cwd: str) -> str:
+    """The bwrap that can run a read-only shell's commands in a run in `cwd` ("" where none works, or off Linux; never
+    one the run's other commands could have written)."""
     if not sys.platform.startswith("linux"):
         return ""
-    found = availability(safety.bwrap, quiet=True)
+    found = availability(safety.bwrap, SandboxSettings.for_run(safety, cwd).writable, quiet=True)
     return found.bwrap if found.ok else ""
 
 
@@ -249,9 +256,9 @@ class SafetyShare:
             kept.close()
 
 
-def terminal_approval(safety: SafetyConfig, pause=None) -> tuple[Callable | None, list[str]]:
-    """The CLI's approval channel: the terminal prompt when a person can answer there (None otherwise), and what to
-    tell them up front (no terminal to ask on; unsandboxed commands no one can approve)."""
+def terminal_approval(safety: SafetyConfig, cwd: str, pause=None) -> tuple[Callable | None, list[str]]:
+    """The CLI's approval channel for a run in `cwd`: the terminal prompt when a person can answer there (None
+    otherwise), and what to tell them up front (no terminal to ask on; unsandboxed commands no one can approve)."""
     from anges.safety.approval import TerminalPrompt
 
     channel, notes = None, []
@@ -261,10 +268,15 @@ def terminal_approval(safety: SafetyConfig, pause=None) -> tuple[Callable | None
         elif safety.approval == "ask":
             notes.append("--approval ask needs a terminal to ask on; actions that need approval will be declined")
     no_one_approves = safety.approval != "auto" and (channel is None or safety.approval == "deny")
-    if no_one_approves and (safety.sandbox == "off" or not availability(safety.bwrap).ok):
+    if no_one_approves and (safety.sandbox == "off" or not sandbox_works(safety, cwd)):
         notes.append("commands run without a sandbox need approval, and none can be given here: add --approval auto "
                      "to run them")
     return channel, notes
+
+
+def sandbox_works(safety: SafetyConfig, cwd: str) -> bool:
+    """Whether the sandbox runs for a run in `cwd` (never trying a bwrap its commands could have written)."""
+    return availability(safety.bwrap, SandboxSettings.for_run(safety, cwd).writable, quiet=True).ok
 
 
 def run_secrets(config, pass_env: Iterable[str] = (), mcp=None) -> tuple[list[str], dict[str, str]]:

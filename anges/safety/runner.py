@@ -34,8 +34,17 @@ WATCH_INTERVAL = 0.2
 """Seconds between two looks at whether a watched command listens on a port."""
 MARKER = "ANGES_RUN"
 PR_SET_PDEATHSIG = 1
+PR_CAPBSET_DROP = 24
 PR_SET_CHILD_SUBREAPER = 36
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 MAX_FDS = 4
+HOST_CAPABILITIES = {"CAP_SYS_MODULE": 16, "CAP_SYS_RAWIO": 17, "CAP_SYS_PTRACE": 19, "CAP_SYS_ADMIN": 21,
+                     "CAP_SYS_BOOT": 22, "CAP_MAC_OVERRIDE": 32, "CAP_MAC_ADMIN": 33, "CAP_SYSLOG": 34,
+                     "CAP_PERFMON": 38, "CAP_BPF": 39, "CAP_CHECKPOINT_RESTORE": 40}
+"""What root's commands outside the sandbox lose (`--drop-caps`): with them a command could unmount the runner's
+/proc and see the host's processes, read another process's memory or environment (the agent's API key), load
+kernel code, or push keystrokes into a terminal (TIOCSTI) that is not its own. Root keeps the rest (file
+ownership and permissions, users, network administration)."""
 
 
 # -- process groups (also used by anges.safety.shell) ------------------------------------------------------------------
@@ -311,7 +320,7 @@ class Server:
         op = _Op(channel, fds[1:])
         if message.get("op") == "end":
             keep = set(message.get("keep") or ())
-            threading.Thread(target=self._end_and_reply, args=(op, keep), daemon=True).start()
+            _meanwhile(self._end_and_reply, op, keep)
             return True
         self.selector.register(channel.sock, selectors.EVENT_READ, op)
         return True
@@ -329,12 +338,13 @@ class Server:
             if op.proc is None and "argv" in message:
                 self._spawn(op, message)
             elif "kill" in message and op.proc is not None:
-                threading.Thread(target=self._kill_and_reply, args=(op, float(message["kill"])), daemon=True).start()
+                grace = message["kill"] if isinstance(message["kill"], (int, float)) else KILL_GRACE
+                _meanwhile(self._kill_and_reply, op, grace)
 
     def _spawn(self, op: _Op, request: dict) -> None:
-        out, err = op.fds
-        env = {**request["env"], MARKER: self.token} if self.token else request["env"]
         try:
+            out, err = op.fds
+            env = {**request["env"], MARKER: self.token} if self.token else request["env"]
             with self.lock:
                 op.proc = subprocess.Popen(request["argv"], cwd=request["cwd"], env=env,
                                            stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
@@ -347,6 +357,8 @@ class Server:
             self.spawned.set()
         except OSError as exc:
             op.channel.send({"error": exc.strerror or str(exc), "errno": exc.errno or 0})
+        except Exception as exc:  # a request no command can be started from: it fails, the runner goes on
+            op.channel.send({"error": f"{type(exc).__name__}: {exc}", "errno": 0})
         finally:
             self._close_fds(op)
 
@@ -427,6 +439,15 @@ class Server:
         return [pid for pid in mine if stats[pid][0] not in ("", "Z", "X") and stats[pid][3] not in keep]
 
 
+def _meanwhile(target, *args) -> None:
+    """Run `target` on a thread of its own; at once, here, when no thread can be made (the process limit is
+    reached: a fork bomb must not stop the runner from ending it)."""
+    try:
+        threading.Thread(target=target, args=args, daemon=True).start()
+    except RuntimeError:
+        target(*args)
+
+
 def marked_pids(token: str, stats: dict | None = None) -> list[int]:
     """Processes whose environment carries `ANGES_RUN=token` (live ones; those we may read)."""
     if not token:
@@ -479,9 +500,46 @@ def prctl(option: int, value: int) -> bool:
         return False
 
 
+def drop_host_capabilities() -> None:
+    """Drop HOST_CAPABILITIES from this process and from every program it starts (the bounding set, which caps
+    what root gets at exec, and the other sets); a no-op for a process without them."""
+    import ctypes
+
+    for number in HOST_CAPABILITIES.values():
+        prctl(PR_CAPBSET_DROP, number)
+    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    sets = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable of capabilities 0-31, then of 32-63
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.capget(header, sets) != 0:
+        return
+    for number in HOST_CAPABILITIES.values():
+        for index in range(3):
+            sets[index + 3 * (number // 32)] &= ~(1 << (number % 32)) & 0xFFFFFFFF
+    libc.capset(header, sets)
+
+
+def limit_processes(count: int) -> None:
+    """Hold this process and its descendants to `count` processes (RLIMIT_NPROC), where that counts them alone: in
+    a user namespace of their own, which the kernel counts apart from the user's other processes."""
+    import resource
+
+    try:
+        with open("/proc/self/uid_map", encoding="ascii") as mapping:
+            own_namespace = mapping.read().split() != ["0", "0", "4294967295"]
+    except OSError:
+        own_namespace = False
+    if own_namespace:
+        resource.setrlimit(resource.RLIMIT_NPROC, (count, count))
+
+
 def main(argv: list[str]) -> int:
     control = socket.socket(fileno=int(argv[0]))
     namespace = "--namespace" in argv
+    if "--drop-caps" in argv:
+        drop_host_capabilities()
+    if "--max-processes" in argv:
+        limit_processes(int(argv[argv.index("--max-processes") + 1]))
     if not namespace and sys.platform.startswith("linux"):
         prctl(PR_SET_CHILD_SUBREAPER, 1)
         prctl(PR_SET_PDEATHSIG, signal.SIGTERM)

@@ -1,7 +1,6 @@
-"""The bubblewrap sandbox: what it allows (`SandboxSettings`, from the `safety` config section), whether it works
-here (`availability()`, probed once per process), and the bwrap arguments of a run (`bwrap_argv`).
-
-The run's runner process that commands start from is `command_runner.CommandRunner`.
+"""The bubblewrap sandbox: what it allows (`SandboxSettings`, from the `safety` config section) and whether it
+works here (`availability()`, probed once per process). The bwrap arguments of a run are `bwrap.bwrap_argv`;
+the run's runner process that commands start from is `command_runner.CommandRunner`.
 """
 
 from __future__ import annotations
@@ -15,6 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from anges.safety.runner import prctl
+from anges.util.paths import resolve
 
 log = logging.getLogger("anges.safety.sandbox")
 
@@ -39,25 +39,34 @@ XDG_CREDENTIAL_PATHS = ("gcloud", "gh", "hub", "git/credentials", "rclone", "op"
 RUNTIME_DIRS = ("/run", "/var/run")
 """Where daemons keep their sockets (D-Bus, systemd, Docker, containerd...): an empty private directory in the
 sandbox, as is $XDG_RUNTIME_DIR."""
-STARTUP_FILES = ("~/.bashrc", "~/.bash_profile", "~/.bash_login", "~/.bash_logout", "~/.profile", "~/.zshrc",
-                 "~/.zshenv", "~/.zprofile", "~/.zlogin", "~/.config/fish", "~/.config/autostart",
-                 "~/.config/systemd", "~/.config/environment.d", "~/.pam_environment", "~/.xprofile",
-                 "~/.xsession", "~/.xinitrc", "~/.local/bin", "~/.gitconfig", "~/.config/git", "~/.vimrc",
-                 "~/.config/nvim", "~/.emacs", "~/.emacs.d", "~/.config/direnv")
-"""Files the user's shell, session, git or editor runs: read-only in the sandbox even when the home is the working
-directory (git's `core.fsmonitor` or `core.pager` in ~/.gitconfig would run in every repository)."""
+STARTUP_PLACES = (
+    "~/.bashrc", "~/.bash_profile", "~/.bash_login", "~/.bash_logout", "~/.bash_aliases", "~/.profile", "~/.inputrc",
+    "~/.zshrc", "~/.zshenv", "~/.zprofile", "~/.zlogin", "~/.zlogout", "~/.oh-my-zsh", "~/.kshrc", "~/.mkshrc",
+    "~/.cshrc", "~/.tcshrc", "~/.login", "~/.logout", "~/.config/fish", "~/.config/nushell", "~/.config/zsh",
+    "~/.pam_environment", "~/.xprofile", "~/.xsession", "~/.xsessionrc", "~/.xinitrc", "~/.config/autostart",
+    "~/.config/autostart-scripts", "~/.config/plasma-workspace", "~/.config/environment.d", "~/.config/systemd",
+    "~/.local/share/systemd", "~/.local/share/applications", "~/.local/share/dbus-1",
+    "~/bin", "~/.local/bin", "~/.local/lib", "~/.cargo/bin", "~/.cargo/config", "~/.cargo/config.toml",
+    "~/.config/pip", "~/.pip", "~/.pydistutils.cfg", "~/.ipython", "~/.jupyter", "~/.Rprofile",
+    "~/.gitconfig", "~/.config/git", "~/.hgrc", "~/.config/hg", "~/.tmux.conf", "~/.config/tmux", "~/.screenrc",
+    "~/.config/direnv", "~/.mailcap", "~/.vimrc", "~/.vim", "~/.config/nvim", "~/.local/share/nvim", "~/.emacs",
+    "~/.emacs.d", "~/.config/emacs", "~/.nanorc",
+)
+"""What the user's shells, session, PATH, Python (user site-packages, a `.pth` there), git, tmux and editors run
+or read commands from: read-only in the sandbox, and an `ask` for anges' own edits, whether or not they exist yet
+(git's `core.fsmonitor` in ~/.gitconfig would run in every repository; a new ~/.bash_profile at the next login).
+The ~/.config and ~/.local/share places count under $XDG_CONFIG_HOME and $XDG_DATA_HOME too."""
 VCS_DIRS = (".git", ".hg")
 """A repository's own directory in a writable one stays read-only: its hooks and config run outside the sandbox."""
 TRUSTED_BWRAP_DIRS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin", "/run/current-system/sw/bin",
                       "/nix/var/nix/profiles/default/bin")
 """Where `bwrap` is looked for (never on PATH, which a project's environment may change); `safety.bwrap` names
 another."""
-RESOLV_CONF = "/etc/resolv.conf"
-
 _READ_ONLY_MARKS = ("Read-only file system",)
 _NETWORK_MARKS = ("Network is unreachable", "Temporary failure in name resolution", "Could not resolve host",
                   "Name or service not known", "No address associated with hostname", "getaddrinfo failed",
                   "nodename nor servname", "Failed to establish a new connection", "network is unreachable")
+_SOCKET_MARKS = ("Address family not supported by protocol",)
 PR_SET_DUMPABLE = 4
 
 
@@ -76,7 +85,16 @@ class SandboxSettings:
     """The resolved working directory: visible (read-only mode) or writable, even inside a hidden path."""
     protected: tuple[str, ...] = ()
     """Paths inside the writable directories that stay read-only: `.git`, the code anges itself runs, the
-    shell's startup files. What a command could plant there would run outside the sandbox later."""
+    startup places (STARTUP_PLACES, whether they exist or not). What a command could plant there would run
+    outside the sandbox later."""
+    tmp_size: int = 1_000_000_000
+    """Bytes the private /tmp (and /dev/shm) may hold."""
+    max_processes: int = 2048
+    """Processes (and threads) the sandbox may hold at once."""
+    user_namespaces: bool = False
+    """Commands may make user namespaces of their own (rootless containers, Chromium's own sandbox)."""
+    unix_sockets: bool = False
+    """Commands may make Unix sockets (then a host daemon's socket is reachable by any name not covered)."""
 
     @classmethod
     def for_run(cls, safety, cwd: str) -> SandboxSettings:
@@ -84,10 +102,12 @@ class SandboxSettings:
         writable: tuple[str, ...] = ()
         if safety.sandbox != "read-only":  # with the sandbox off, in-process edits keep the workspace's limits
             extra = [_expand(p, cwd) for p in safety.writable_paths]
-            writable = _unique(_resolve(p) for p in [cwd, *(p for p in extra if _exists_or_warn(p))])
+            writable = _unique(resolve(p) for p in [cwd, *(p for p in extra if _exists_or_warn(p))])
         _warn_wide(writable)
         return cls(mode=safety.sandbox, network=safety.network, writable=writable, hidden=hidden_paths(safety),
-                   workdir=_resolve(cwd), protected=protected_paths(writable))
+                   workdir=resolve(cwd), protected=protected_paths(writable), tmp_size=safety.tmp_size,
+                   max_processes=safety.max_processes, user_namespaces=safety.user_namespaces,
+                   unix_sockets=safety.unix_sockets)
 
     @property
     def enabled(self) -> bool:
@@ -95,17 +115,24 @@ class SandboxSettings:
 
     def can_write(self, path: str) -> bool:
         """True when `path` (resolved, symlinks included) lies in a writable directory, outside the protected."""
-        real = _resolve(path)
+        real = resolve(path)
         return any(_inside(real, root) for root in self.writable) and not self.is_protected(real)
 
     def is_protected(self, path: str) -> bool:
         """True when `path` (resolved) is or lies under a protected path."""
-        real = _resolve(path)
+        real = resolve(path)
         return any(_inside(real, kept) for kept in self.protected)
+
+    def is_private(self, path: str) -> bool:
+        """True when `path` (resolved) lies in a directory the sandbox replaces with a private one of its own (/tmp,
+        /run...), outside the work: what commands see there is not what the host has."""
+        real = resolve(path)
+        shown = [root for root in (*self.writable, self.workdir) if root]
+        return self.enabled and _inside_any(real, private_dirs()) and not _inside_any(real, shown)
 
     def is_hidden(self, path: str) -> bool:
         """True when `path` (resolved) lies under a hidden path, outside the work and writable folders inside it."""
-        real = _resolve(path)
+        real = resolve(path)
         shown = [root for root in (*self.writable, self.workdir) if root]
         return any(_inside(real, hidden) and not any(_inside(real, root) and _inside(root, hidden) for root in shown)
                    for hidden in self.hidden)
@@ -118,6 +145,8 @@ class Availability:
     ok: bool
     reason: str = ""
     bwrap: str = ""
+    features: frozenset = frozenset()
+    """What this bwrap supports of what anges uses: `size` (--size), `disable-userns`."""
 
 
 def protect_process_memory() -> None:
@@ -125,6 +154,18 @@ def protect_process_memory() -> None:
     or environment (/proc/PID/environ holds the model's API key); Linux only, a no-op elsewhere."""
     if sys.platform.startswith("linux"):
         prctl(PR_SET_DUMPABLE, 0)
+
+
+def private_dirs() -> list[str]:
+    """Directories the sandbox replaces with empty private ones: /tmp, and the runtime directories where daemons
+    keep their sockets (/run, /var/run, $XDG_RUNTIME_DIR)."""
+    found = ["/tmp"]
+    for path in (*RUNTIME_DIRS, os.environ.get("XDG_RUNTIME_DIR") or ""):
+        if path and os.path.isabs(path) and os.path.isdir(path) and not os.path.islink(path):
+            real = resolve(path)
+            if not _inside_any(real, found):
+                found.append(real)
+    return found
 
 
 def hidden_paths(safety) -> tuple[str, ...]:
@@ -139,26 +180,45 @@ def hidden_paths(safety) -> tuple[str, ...]:
     for name in ("ANGES_CONFIG", "SSH_AUTH_SOCK"):
         if os.environ.get(name):
             candidates.append(os.environ[name])
-    found = (_resolve(os.path.expanduser(p)) for p in candidates)
+    found = (resolve(os.path.expanduser(p)) for p in candidates)
     return _unique(p for p in found if os.path.lexists(p))
 
 
 def protected_paths(writable: tuple[str, ...]) -> tuple[str, ...]:
-    """What stays read-only inside the writable directories: each one's `.git` (`.hg`), the code this process runs (the
-    interpreter's prefixes, the anges package, `sys.path`), and the shell's startup files."""
+    """What stays read-only inside the writable directories: each one's `.git` (`.hg`) and the code this process
+    runs (the interpreter's prefixes, the anges package, `sys.path`) where they exist, and the startup places
+    whether they exist or not."""
     code = code_paths()
-    candidates = [os.path.join(root, name) for root in writable for name in VCS_DIRS] + code
-    candidates += [os.path.expanduser(p) for p in STARTUP_FILES]
     found = []
-    for path in candidates:
-        real = _resolve(path)
+    for path in [os.path.join(root, name) for root in writable for name in VCS_DIRS] + code:
+        real = resolve(path)
         if real in writable:
             if path in code:
-                _warn_once(f"{real} is on Python's import path and writable by commands: code planted there could "
+                warn_once(f"{real} is on Python's import path and writable by commands: code planted there could "
                            "run in anges' own process; run anges from another directory")
         elif _inside_any(real, writable) and os.path.lexists(real):
             found.append(real)
+    for path in startup_places():
+        real = resolve(path)
+        if real not in writable and _inside_any(real, writable):
+            found.append(real)
     return _unique(found)
+
+
+def startup_places() -> list[str]:
+    """The absolute paths of STARTUP_PLACES, with their forms under $XDG_CONFIG_HOME, $XDG_DATA_HOME, $ZDOTDIR
+    (zsh's files) and $PYTHONUSERBASE (Python's user site-packages and scripts)."""
+    places = [os.path.expanduser(place) for place in STARTUP_PLACES]
+    for variable, prefix in (("XDG_CONFIG_HOME", "~/.config/"), ("XDG_DATA_HOME", "~/.local/share/")):
+        root = os.environ.get(variable, "")
+        if os.path.isabs(root):
+            places += [os.path.join(root, p[len(prefix):]) for p in STARTUP_PLACES if p.startswith(prefix)]
+    zdotdir, userbase = os.environ.get("ZDOTDIR", ""), os.environ.get("PYTHONUSERBASE", "")
+    if os.path.isabs(zdotdir):
+        places += [os.path.join(zdotdir, name) for name in (".zshrc", ".zshenv", ".zprofile", ".zlogin", ".zlogout")]
+    if os.path.isabs(userbase):
+        places += [os.path.join(userbase, "lib"), os.path.join(userbase, "bin")]
+    return places
 
 
 def code_paths() -> list[str]:
@@ -182,21 +242,37 @@ def code_paths() -> list[str]:
     return list(dict.fromkeys(paths))
 
 
-def availability(bwrap: str = "", writable: tuple[str, ...] = (), quiet: bool = False) -> Availability:
+def availability(bwrap: str, writable: tuple[str, ...], quiet: bool = False) -> Availability:
     """Whether `bwrap` works on this machine (probed once per process and `bwrap` location). `bwrap` is the
-    configured `safety.bwrap`; without it, bwrap is looked for in the system's directories only. One inside the
-    `writable` directories (which commands could replace) is refused before it is ever run."""
+    configured `safety.bwrap`; without it, bwrap is looked for in the system's directories only. One that the
+    commands of a run in `writable` could replace is refused before it is ever run (`bwrap_problem`)."""
     if not sys.platform.startswith("linux"):
         found = Availability(False, f"the sandbox needs Linux and bubblewrap; this is {sys.platform}")
     else:
         path = find_bwrap(bwrap)
         if isinstance(path, Availability):
             found = path
-        elif _inside_any(_resolve(path), writable):
-            found = Availability(False, f"bwrap at {path} lies in a directory commands may write")
         else:
-            found = _probe(path)
+            problem = bwrap_problem(path, writable)
+            found = Availability(False, problem) if problem else _probe(path)
     return found if quiet else _say_once(found)
+
+
+def bwrap_problem(path: str, writable: tuple[str, ...]) -> str:
+    """Why the bwrap at `path` must not be run ("" when it may): it lies in a directory the commands may write (the
+    run's `writable` ones; for a user other than root, any it may write itself), so a command could have put
+    its own program there. Every start of bwrap checks this first."""
+    real = resolve(path)
+    if _inside_any(real, writable):
+        return f"bwrap at {path} lies in a directory commands may write"
+    place = real
+    while os.geteuid() != 0:  # root may write anywhere: only the run's writable directories tell
+        if os.access(place, os.W_OK):
+            return f"bwrap at {path} can be changed by you ({place} is writable), so by commands run as you"
+        if place == os.path.dirname(place):
+            break
+        place = os.path.dirname(place)
+    return ""
 
 
 def find_bwrap(configured: str = "") -> str | Availability:
@@ -215,18 +291,53 @@ def find_bwrap(configured: str = "") -> str | Availability:
                                "'bubblewrap' package, or name it with safety.bwrap)")
 
 
+def isolation(network: bool, features=frozenset(), user_namespaces: bool = True) -> list[str]:
+    """bwrap's arguments for the sandbox's namespaces: all new (the network's unless `network`), no capability,
+    a new session (no terminal to type into); no user namespace of its own unless `user_namespaces`."""
+    argv = ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    if not user_namespaces and "disable-userns" in features:
+        argv += ["--unshare-user", "--disable-userns"]
+    return argv + (["--share-net"] if network else [])
+
+
 @lru_cache(maxsize=4)
 def _probe(bwrap: str) -> Availability:
-    argv = [bwrap, *_isolation(network=False), "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--",
-            "/bin/sh", "-c", "exit 0"]
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=20, env={"PATH": os.defpath})
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return Availability(False, f"bwrap could not run: {exc}", bwrap)
+    features = _features(bwrap)
+    done = _run(_probe_argv(bwrap, features))
+    if not isinstance(done, str) and done.returncode != 0 and "disable-userns" in features:
+        features.discard("disable-userns")  # no user namespace to disable (a setuid bwrap without them)
+        done = _run(_probe_argv(bwrap, features))
+    if isinstance(done, str):
+        return Availability(False, f"bwrap could not run: {done}", bwrap)
     if done.returncode != 0:
         detail = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
         return Availability(False, f"bwrap does not work here: {detail}", bwrap)
-    return Availability(True, "", bwrap)
+    for feature, what in (("size", "the private /tmp is not capped in size"),
+                          ("disable-userns", "commands may make user namespaces of their own")):
+        if feature not in features:
+            warn_once(f"bwrap at {bwrap} cannot do all the sandbox asks of it (bubblewrap 0.8 or later, with user "
+                       f"namespaces, can): {what}")
+    return Availability(True, "", bwrap, frozenset(features))
+
+
+def _probe_argv(bwrap: str, features) -> list[str]:
+    return [bwrap, *isolation(False, features, user_namespaces=False), "--ro-bind", "/", "/", "--proc", "/proc",
+            "--dev", "/dev", "--", "/bin/sh", "-c", "exit 0"]
+
+
+def _features(bwrap: str) -> set[str]:
+    done = _run([bwrap, "--help"])
+    text = "" if isinstance(done, str) else done.stdout + done.stderr
+    return {name for name in ("size", "disable-userns") if f"--{name}" in text}
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess | str:
+    """The finished process, or why it could not run."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=20, env={"PATH": os.defpath},
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
 
 
 _warned: set[str] = set()
@@ -234,127 +345,16 @@ _warned: set[str] = set()
 
 def _say_once(found: Availability) -> Availability:
     if not found.ok:
-        _warn_once(f"the sandbox is not available: {found.reason}. Commands will run without it, and each one "
+        warn_once(f"the sandbox is not available: {found.reason}. Commands will run without it, and each one "
                    "needs approval (--approval)")
     return found
 
 
-def _warn_once(message: str) -> None:
+def warn_once(message: str) -> None:
+    """Log `message` as a warning, once per process."""
     if message not in _warned:
         _warned.add(message)
         log.warning("anges: %s.", message)
-
-
-def bwrap_argv(bwrap: str, settings: SandboxSettings, cwd: str, visible: list[str]) -> list[str]:
-    """The bwrap arguments for one run: a read-only root, the writable directories (minus the protected paths),
-    private /tmp and runtime directories, hidden credentials and host sockets."""
-    argv = [bwrap, *_isolation(settings.network), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    private = private_dirs()
-    real_cwd = _resolve(cwd)
-    if not any(_inside(real_cwd, root) for root in settings.writable):
-        visible = [real_cwd, *visible]  # read-only mode: the working directory is still there to read
-    # The interpreter and the runner must stay visible when they live in a directory the sandbox makes private.
-    visible = [*_lost_code(private, settings.writable), *visible]
-    if settings.network:
-        visible = [*_resolver_files(private), *visible]
-    shown = (*settings.writable, *visible)
-    # A hidden directory that holds the work (a batch's work dirs are in ANGES_HOME) stays hidden but for the
-    # work: an empty tmpfs, the work bound into it, then made read-only.
-    around = [path for path in settings.hidden
-              if os.path.isdir(path) and any(_inside(root, path) and root != path for root in shown)]
-    mounts = [(path, ["--tmpfs", path]) for path in (*private, *around)]
-    mounts += [(path, ["--bind", path, path]) for path in settings.writable]
-    mounts += [(path, ["--ro-bind", path, path]) for path in (*visible, *settings.protected)]
-    for path in settings.hidden:
-        if path in around or path in shown:
-            continue  # the work itself is never hidden
-        if _inside_any(path, (*around, *private)) and not _inside_any(path, shown):
-            continue  # already hidden with the directory around it, or gone with its private directory
-        if os.path.isdir(path):
-            around.append(path)
-            mounts.append((path, ["--tmpfs", path]))
-        else:
-            mounts.append((path, ["--ro-bind", "/dev/null", path]))
-    for path in host_sockets():
-        if _inside_any(path, shown) or not _inside_any(path, (*settings.hidden, *private)):
-            mounts.append((path, ["--ro-bind", "/dev/null", path]))  # visible in the sandbox: cover it
-    # A mount hides what was mounted below it before: parents first, then what nests in them; an empty
-    # directory is made read-only last, once what is bound into it is in place.
-    for _, mount in sorted(mounts, key=lambda item: _depth(item[0])):
-        argv += mount
-    for path in sorted(around, key=_depth):
-        argv += ["--remount-ro", path]
-    return argv + ["--chdir", cwd]
-
-
-def contained_argv(bwrap: str) -> list[str]:
-    """bwrap arguments that change nothing but the PID namespace: for commands run outside the sandbox, so every
-    process they start still ends with the run (and a command cannot see, or signal, the agent)."""
-    return [bwrap, "--dev-bind", "/", "/", "--unshare-pid", "--die-with-parent", "--proc", "/proc"]
-
-
-def private_dirs() -> list[str]:
-    """Directories the sandbox replaces with empty private ones: /tmp, and the runtime directories where daemons
-    keep their sockets (/run, /var/run, $XDG_RUNTIME_DIR)."""
-    found = ["/tmp"]
-    for path in (*RUNTIME_DIRS, os.environ.get("XDG_RUNTIME_DIR") or ""):
-        if path and os.path.isabs(path) and os.path.isdir(path) and not os.path.islink(path):
-            real = _resolve(path)
-            if not _inside_any(real, found):
-                found.append(real)
-    return found
-
-
-def host_sockets() -> list[str]:
-    """The path of every Unix socket bound on this machine (in this network namespace) that still exists.
-
-    A read-only file system does not stop connect(): a daemon listening there would run what a command sends.
-    """
-    import stat
-
-    try:
-        with open("/proc/net/unix", encoding="utf-8", errors="replace") as table:
-            lines = table.read().splitlines()[1:]
-    except OSError:
-        return []
-    found = []
-    for line in lines:
-        fields = line.split(None, 7)
-        path = fields[7] if len(fields) == 8 else ""
-        if not path.startswith("/"):
-            continue  # unnamed, or abstract (@name): those live in the network namespace
-        try:
-            if stat.S_ISSOCK(os.lstat(path).st_mode):
-                found.append(path)
-        except OSError:
-            continue
-    return list(dict.fromkeys(found))
-
-
-def _lost_code(private: list[str], writable: tuple[str, ...]) -> list[str]:
-    """What the runner needs (the interpreter, its prefixes, runner.py) where it lies in a private directory and
-    would vanish in the sandbox. The runner runs isolated (`python -I -S`): no other `sys.path` entry is shown."""
-    lost = []
-    paths = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix, os.path.dirname(__file__)]
-    if sys.executable:
-        paths += [os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))]
-    for path in paths:
-        real = _resolve(path)
-        if os.path.exists(real) and _inside_any(real, private) and not _inside_any(real, writable):
-            lost.append(real)
-    return _unique(lost)
-
-
-def _resolver_files(private: list[str]) -> list[str]:
-    """What name resolution reads from a private directory: /etc/resolv.conf is often a link into /run
-    (systemd-resolved, resolvconf, NetworkManager)."""
-    real = _resolve(RESOLV_CONF)
-    return [real] if real != RESOLV_CONF and os.path.isfile(real) and _inside_any(real, private) else []
-
-
-def _isolation(network: bool) -> list[str]:
-    argv = ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
-    return argv + (["--share-net"] if network else [])
 
 
 def explain_block(result, settings: SandboxSettings) -> str:
@@ -368,6 +368,9 @@ def explain_block(result, settings: SandboxSettings) -> str:
         return "no network — the sandbox has no network access"
     if any(path in output for path in settings.hidden):
         return "hidden — credential paths are not visible in the sandbox"
+    if not settings.unix_sockets and any(mark in output for mark in _SOCKET_MARKS):
+        return ("no Unix sockets — commands in the sandbox cannot make them (a daemon of the machine could run "
+                "what they send); a socket pair still works")
     return ""
 
 
@@ -376,9 +379,9 @@ def _why_read_only(command: str, output: str, settings: SandboxSettings) -> str:
     outside the writable paths, the working directory's repository), else where commands may write."""
     lines = [line for line in output.splitlines() if any(mark in line for mark in _READ_ONLY_MARKS)]
     words = (word.rstrip(".,;:") for line in lines for word in re.split(r"[\s'\"`]+", line))
-    named = [_resolve(os.path.join(settings.workdir, word)) for word in words if "/" in word or word[:1] == "."]
+    named = [resolve(os.path.join(settings.workdir, word)) for word in words if "/" in word or word[:1] == "."]
     if re.search(r"(^|[\s;&|(])git\s", command) and all(_inside_any(path, settings.writable) for path in named):
-        named += [_resolve(os.path.join(settings.workdir, name)) for name in VCS_DIRS]
+        named += [resolve(os.path.join(settings.workdir, name)) for name in VCS_DIRS]
     for path in named:
         kept = next((kept for kept in settings.protected if _inside(path, kept)), None)
         if kept is not None:
@@ -392,13 +395,9 @@ def _protected_reason(kept: str) -> str:
     if os.path.basename(kept) in VCS_DIRS:
         return (f"{kept} is a repository's own directory, read-only in the sandbox (its hooks and config would run "
                 "outside it), so committing, branching or bisecting fails there")
-    if kept in {_resolve(os.path.expanduser(path)) for path in STARTUP_FILES}:
-        return f"{kept} is a startup file of the shell, git or an editor, read-only in the sandbox"
+    if kept in {resolve(path) for path in startup_places()}:
+        return f"{kept} is a startup place of the shell, git, Python or an editor, read-only in the sandbox"
     return f"{kept} holds code anges itself runs, read-only in the sandbox"
-
-
-def _resolve(path: str) -> str:
-    return os.path.realpath(os.path.expanduser(path))
 
 
 def _expand(path: str, cwd: str) -> str:
@@ -408,16 +407,17 @@ def _expand(path: str, cwd: str) -> str:
 def _exists_or_warn(path: str) -> bool:
     if os.path.isdir(path):
         return True
-    _warn_once(f"safety.writable_paths: {path} is not a directory; left out")
+    warn_once(f"safety.writable_paths: {path} is not a directory; left out")
     return False
 
 
 def _warn_wide(writable: tuple[str, ...]) -> None:
-    home = _resolve("~")
+    home = resolve("~")
     for root in writable:
         if root == "/" or _inside(home, root):
-            _warn_once(f"commands may change everything in {root} (it holds your home directory); the shell's "
-                       "startup files stay read-only, but work in a project directory if you can")
+            warn_once(f"commands may change what is in {root} (it holds your home directory), but not the startup "
+                      "files of your shell, session, git and editors, nor make new files right in your home (a "
+                      "new one could be a startup file); work in a project directory if you can")
 
 
 def _depth(path: str) -> int:

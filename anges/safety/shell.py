@@ -17,6 +17,7 @@ from anges.exceptions import SandboxError
 from anges.safety.capture import READ_SIZE, CappedLog, Capture
 from anges.safety.runner import KILL_GRACE, WATCH_INTERVAL, PortWatch, kill_group
 from anges.util.masking import is_secret_name
+from anges.util.printable import unusable
 
 if TYPE_CHECKING:
     from anges.safety.command_runner import CommandRunner
@@ -69,10 +70,25 @@ class CommandResult:
         return data
 
 
+RENDEZVOUS_VARIABLES = frozenset((
+    "TMUX", "TMUX_PANE", "STY", "WINDOW", "ZELLIJ", "ZELLIJ_SESSION_NAME", "KITTY_LISTEN_ON", "KITTY_WINDOW_ID",
+    "WEZTERM_UNIX_SOCKET", "NVIM", "NVIM_LISTEN_ADDRESS", "VSCODE_IPC_HOOK_CLI", "VSCODE_GIT_IPC_HANDLE",
+    "GIT_ASKPASS", "SSH_ASKPASS", "DBUS_SESSION_BUS_ADDRESS", "DBUS_STARTER_ADDRESS", "SSH_AUTH_SOCK",
+    "SSH_AGENT_PID", "GPG_AGENT_INFO", "GNOME_KEYRING_CONTROL", "DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY",
+    "DOCKER_HOST", "CONTAINER_HOST",
+))
+"""Where the user's long-lived programs listen (terminal multiplexers, editors, the session bus, agents, the
+display, container engines): a command given one could have them start a process that outlives the run, or type
+into a window. Commands do not get them (unless `pass_env` names them); $XDG_RUNTIME_DIR stays, for the files
+programs keep there."""
+
+
 def scrubbed_environment(pass_through: Iterable[str] = (), secret_names: Iterable[str] = ()) -> dict[str, str]:
-    """A copy of os.environ without secrets (see masking.is_secret_name), except the names in `pass_through`."""
+    """A copy of os.environ without secrets (see masking.is_secret_name) or RENDEZVOUS_VARIABLES, except the names
+    in `pass_through`."""
     keep, named = set(pass_through), tuple(secret_names)
-    return {name: value for name, value in os.environ.items() if name in keep or not is_secret_name(name, named)}
+    return {name: value for name, value in os.environ.items()
+            if name in keep or not (name in RENDEZVOUS_VARIABLES or is_secret_name(name, named))}
 
 
 def find_shell() -> str:
@@ -113,6 +129,9 @@ def run_command(
     `output_dir`, then the runner's scratch directory). Raises OSError when `cwd` does not exist or the shell
     cannot be started.
     """
+    problem = unusable(command)
+    if problem:
+        raise ValueError(f"the command cannot be run: it holds {problem}, which no shell command can")
     argv = [find_shell(), "-c", _script(command, prefix_cmd)]
     env = scrubbed_environment() if env is None else env
     log_dir = log_dir or output_dir or (runner.scratch if runner else tempfile.gettempdir())

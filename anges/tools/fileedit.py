@@ -21,6 +21,8 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
 from anges.exceptions import AngesError
+from anges.util.paths import open_directory
+from anges.util.printable import unusable
 
 OPERATIONS = ("NEW_FILE", "INSERT_LINES", "REMOVE_LINES", "REPLACE_LINES", "REPLACE_TEXT")
 _USAGE = {
@@ -69,9 +71,6 @@ def summarize_diff(diff: str) -> str:
     added, removed = count_changes(diff)
     return (f"[{added + removed} lines changed (+{added} -{removed}); the diff, {len(diff)} characters, is too long "
             "to keep]\n")
-
-
-_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclass
@@ -135,6 +134,9 @@ def _target(raw: str, base_dir: str | os.PathLike, operation: str) -> _Target:
         raw = raw[1:-1].strip()
     if not raw:
         raise EditError(f"{operation} needs a path: write `{_USAGE[operation]}`")
+    problem = unusable(raw)
+    if problem:
+        raise EditError(f"{raw!r} cannot be a file name: it holds {problem}")
     base = os.path.abspath(os.path.expanduser(os.fspath(base_dir)))
     path = os.path.abspath(os.path.join(base, os.path.expanduser(raw)))
     relative = os.path.relpath(path, base)
@@ -147,7 +149,11 @@ def _target(raw: str, base_dir: str | os.PathLike, operation: str) -> _Target:
 @contextmanager
 def _opened(target: _Target, resolved: str | None) -> Iterator[None]:
     """Resolve the target once and hold its directory open (reached without following symlinks) for the edit."""
-    target.real = os.path.realpath(target.path)
+    try:
+        target.real = os.path.realpath(target.path)
+    except OSError as error:  # a symlink on the way vanished while it was resolved
+        raise EditError(f"{target.shown} changed while it was resolved ({error.strerror}); the file was not edited") \
+            from None
     if resolved is not None and target.real != resolved:
         raise EditError(f"{target.shown} changed after it was checked: it led to {resolved} and now leads to "
                         f"{target.real}; the file was not edited")
@@ -163,37 +169,6 @@ def _opened(target: _Target, resolved: str | None) -> Iterator[None]:
         if target.dir_fd is not None:
             os.close(target.dir_fd)
             target.dir_fd = None
-
-
-def open_directory(real_dir: str, create: bool = False) -> int:
-    """A descriptor of the directory at `real_dir` (absolute and resolved), reached from / without following any
-    symlink; with `create`, missing directories are made. OSError (ELOOP, ENOTDIR) where a symlink now stands."""
-    fd = os.open("/", _DIRECTORY)
-    try:
-        for part in (p for p in real_dir.split(os.sep) if p):
-            try:
-                inner = os.open(part, _DIRECTORY, dir_fd=fd)
-            except FileNotFoundError:
-                if not create:
-                    raise
-                with suppress(FileExistsError):
-                    os.mkdir(part, 0o777, dir_fd=fd)
-                inner = os.open(part, _DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = inner
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def open_nofollow(real_path: str, flags: int = os.O_RDONLY) -> int:
-    """Open the file at `real_path` (absolute and resolved) without following any symlink on the way."""
-    directory = open_directory(os.path.dirname(real_path))
-    try:
-        return os.open(os.path.basename(real_path), flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
-    finally:
-        os.close(directory)
 
 
 def _symlink_on_the_way(real_path: str) -> bool:

@@ -74,8 +74,15 @@ def is_url(source: str) -> bool:
 
 
 def local_path(source: str, cwd: str | os.PathLike) -> str:
-    """The resolved path of a local input or output, as the reader and the policy both see it."""
-    return os.path.realpath(os.path.join(cwd, os.path.expanduser(source.strip())))
+    """The resolved path of a local input or output, as the reader and the policy both see it; MimeError for text
+    no path can hold, OSError (sandbox.PathChanging) for a path that keeps changing."""
+    from anges.util.paths import resolve
+    from anges.util.printable import unusable
+
+    problem = unusable(source)
+    if problem:
+        raise MimeError(f"{source!r} cannot be a file name: it holds {problem}")
+    return resolve(os.path.join(cwd, os.path.expanduser(source.strip())))
 
 
 def load_inputs(sources: list, cwd: str | os.PathLike, max_file_bytes: int,
@@ -102,7 +109,8 @@ def load_inputs(sources: list, cwd: str | os.PathLike, max_file_bytes: int,
 def write_answer(output: str, cwd: str | os.PathLike, text: str, checked: tuple[str, ...] | None = None) -> str:
     """Write the answer to `output` (relative to `cwd`) the way EDIT_FILE writes: to the path the policy judged,
     with no symlink followed after the check. Returns the path written; OSError when it cannot be."""
-    from anges.tools.fileedit import open_directory, replace_contents
+    from anges.tools.fileedit import replace_contents
+    from anges.util.paths import open_directory
 
     path = local_path(output, cwd)
     if checked is not None and path not in checked:
@@ -116,9 +124,12 @@ def write_answer(output: str, cwd: str | os.PathLike, text: str, checked: tuple[
 
 
 def _read_file(source: str, cwd: str | os.PathLike, max_file_bytes: int, checked: tuple[str, ...] | None) -> MimeInput:
-    from anges.tools.fileedit import open_nofollow
+    from anges.util.paths import open_nofollow
 
-    path = local_path(source, cwd)
+    try:
+        path = local_path(source, cwd)
+    except OSError as exc:
+        raise MimeError(f"{source}: {exc.strerror or exc}; not read") from None
     if checked is not None and path not in checked:
         raise MimeError(f"{source} changed after it was checked (it now leads to {path}); not read")
     try:

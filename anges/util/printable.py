@@ -8,11 +8,14 @@ through `printable` first; anges' own colours are added afterwards.
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Any
 
-_UNSAFE = re.compile("\r(?!\n)|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-"""C0 controls but tab and newline (and the CR of a CRLF), DEL, C1 controls, and the bidirectional overrides."""
-_JSON_UNSAFE = re.compile("[\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_UNSAFE = re.compile("\r(?!\n)|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069"
+                     "\ud800-\udfff]")
+"""C0 controls but tab and newline (and the CR of a CRLF), DEL, C1 controls, the bidirectional overrides, and lone
+surrogates (no terminal can be sent one)."""
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 """What json.dumps(..., ensure_ascii=False) leaves raw that a terminal may still act on."""
 
 
@@ -22,6 +25,43 @@ def printable(text: str) -> str:
     if not _UNSAFE.search(text):
         return text
     return _UNSAFE.sub(_shown, text)
+
+
+_UNSEEN_CATEGORIES = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"))
+"""Controls, format characters (zero-width, bidirectional, tags), surrogates, private-use and unassigned code
+points, line and paragraph separators, and every space but the ASCII one."""
+_UNSEEN = frozenset((0x034F, 0x115F, 0x1160, 0x180B, 0x180C, 0x180D, 0x180F, 0x2800, 0x3164, 0xFFA0,
+                     *range(0xFE00, 0xFE10), *range(0xE0100, 0xE01F0)))
+"""Characters that show as nothing although their category says otherwise: the combining grapheme joiner,
+Hangul fillers, variation selectors, the blank Braille pattern."""
+
+
+def visible(text: str) -> str:
+    """`text` as a person asked to approve it must see it: `printable`, and every other character that shows as
+    nothing or as a plain space (zero-width, format, tag and variation characters, non-ASCII spaces, private-use
+    and unassigned code points) marked `<U+200B>`: what shows is what runs."""
+    text = printable(text)
+    if text.isascii():
+        return text
+    return "".join(_marked(char) for char in text)
+
+
+def _marked(char: str) -> str:
+    if char < "\x80":
+        return char
+    code = ord(char)
+    if code in _UNSEEN or unicodedata.category(char) in _UNSEEN_CATEGORIES:
+        return f"<U+{code:04X}>"
+    return char
+
+
+def unusable(text: str) -> str:
+    """Why `text` cannot be a file name or a program's argument ("" when it can): a NUL byte, or a lone surrogate
+    (which no encoding can write)."""
+    if "\0" in text:
+        return "a NUL byte"
+    found = re.search("[\ud800-\udfff]", text)
+    return f"<U+{ord(found.group()):04X}>, a lone surrogate (not a character)" if found else ""
 
 
 def printable_texts(value: Any) -> Any:

@@ -846,6 +846,7 @@
   // -- approvals: a card per request, answered from any tab; the stream says when it is decided -------------
 
   const ANSWERED_BY = { web: "in the web chat", terminal: "in the terminal", editor: "in the editor",
+    limit: "as too long to be shown whole",
     always: "by an earlier \u201calways\u201d", auto: "automatically (approval: auto)", rule: "by a rule" };
 
   function renderApproval(step, item) {
@@ -881,18 +882,38 @@
     const why = el("p", "approval-reason", facts.reason || "");
     why.appendChild(el("span", "muted", ` [${facts.rule || "?"}]`));
     body.appendChild(why);
+    // What runs, every unseen character marked by the server; a detail too long for the card shows its head and
+    // tail, and Approve waits until the person has opened all of it (as the terminal's `v`).
     const detail = facts.detail || "";
-    if (detail) {
-      const firstBreak = detail.indexOf("\n");
-      const shown = facts.action_type === "EDIT_FILE" && firstBreak > 0
-        ? diffPre(detail.slice(firstBreak + 1)) : el("pre", "output", detail);
-      const wrap = el("div", "codeblock");
-      wrap.appendChild(shown);
-      wrap.appendChild(copyButton(() => detail, "Copy"));
-      body.appendChild(wrap);
+    const wrap = el("div", "codeblock");
+    const detailPre = (text) => {
+      const firstBreak = text.indexOf("\n");
+      return facts.action_type === "EDIT_FILE" && firstBreak > 0
+        ? diffPre(text.slice(firstBreak + 1)) : el("pre", "output", text);
+    };
+    wrap.appendChild(detailPre(facts.complete === false ? facts.shown || "" : detail));
+    wrap.appendChild(copyButton(() => detail, "Copy"));
+    body.appendChild(wrap);
+    const size = el("p", "approval-size muted small", facts.size || "");
+    body.appendChild(size);
+    if (facts.complete === false) {
+      size.textContent += facts.detail_cut ? " \u2014 too long to approve here" : " \u2014 only part of it is shown";
+      if (!facts.detail_cut) {
+        const openAll = el("button", "btn btn-small approval-open", "Show all of it");
+        openAll.type = "button";
+        openAll.addEventListener("click", () => {
+          wrap.replaceChild(detailPre(detail), wrap.firstChild);
+          size.textContent = facts.size || "";
+          openAll.remove();
+          card.seen = true;
+          setCardState(card, card.state);
+        });
+        body.appendChild(openAll);
+      }
     }
     if (facts.escalate) {
-      const note = el("p", "approval-escalate", "Approved, this command runs outside the sandbox. The agent says: ");
+      const note = el("p", "approval-escalate",
+        `${facts.escalation_note || "If approved, this runs outside the sandbox."} The agent says why: `);
       note.appendChild(el("q", null, facts.justification || "(no reason given)"));
       body.appendChild(note);
     }
@@ -916,9 +937,11 @@
       return b;
     };
     const card = { id: facts.request_id, uid: facts.agent_id, channel: facts.channel || "", node, feedback,
-      outcome: el("p", "approval-outcome"), state: "pending", buttons: [] };
-    card.buttons.push(button("Approve", "btn-primary", "allow", "Run it this once"));
-    card.buttons.push(button("Always", "", "always", `Run it, and for the rest of this run: ${facts.scope || ""}`));
+      outcome: el("p", "approval-outcome"), state: "pending", buttons: [], approving: [],
+      seen: facts.complete !== false };
+    card.approving.push(button("Approve", "btn-primary", "allow", "Run it this once"));
+    card.approving.push(button("Always", "", "always", `Run it, and for the rest of this run: ${facts.scope || ""}`));
+    card.buttons.push(...card.approving);
     card.buttons.push(button("Deny", "btn-danger", "deny", "Do not run it; the agent gets what you typed above"));
     controls.appendChild(buttons);
     node.appendChild(controls);
@@ -941,6 +964,10 @@
     const running = Boolean(state.status && state.status.running);
     const open = (name === "pending" || name === "error") && running && card.channel === "web";
     for (const b of card.buttons) b.disabled = !open;
+    for (const b of card.approving) {
+      b.hidden = !card.seen; // offered only once all of it has been on the page
+      b.disabled = !open || !card.seen;
+    }
     card.feedback.disabled = !open;
     if (message !== undefined) card.outcome.textContent = message;
     updateWorking();
@@ -973,6 +1000,9 @@
     }
     card.node.querySelector(".approval-label").textContent =
       { allow: "Approved", deny: "Denied", cancelled: "Not answered" }[facts.decision] || "Decided";
+    const note = card.node.querySelector(".approval-escalate");
+    if (note && facts.decision === "allow") note.firstChild.textContent = "Approved: it runs outside the sandbox. The agent said why: ";
+    else if (note) note.firstChild.textContent = "Not approved: it does not leave the sandbox. The agent said why: ";
     card.node.querySelector(".approval-controls").hidden = true;
     card.node.querySelector(".approval-reasoning")?.remove();
     setCardState(card, facts.decision, text);
