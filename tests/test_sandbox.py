@@ -744,8 +744,8 @@ def test_a_blocked_write_is_explained_by_the_protected_place_it_touched(tmp_path
     assert ".git is a repository's own directory" in why("touch .git/x",
                                                          "touch: cannot touch '.git/x': Read-only file system")
     assert why("echo >> ~/.bashrc", f"bash: {home}/.bashrc: Read-only file system") == \
-        f"read-only file system — {home}/.bashrc is a startup file of the shell, git or an editor, read-only in the " \
-        "sandbox"
+        f"read-only file system — {home}/.bashrc is a startup place of the shell, git, Python or an editor, read-only " \
+        "in the sandbox"
     assert f"{code} holds code anges itself runs" in why("touch x", f"touch: '{code}/x': Read-only file system")
     outside = why("git clone . /opt/copy", "fatal: could not create '/opt/copy': Read-only file system")
     assert outside == f"read-only file system — outside the sandbox's writable paths (writable: {work}, {home}; and " \

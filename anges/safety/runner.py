@@ -1,13 +1,13 @@
 """The process that starts a run's commands and owns them, inside the sandbox or not; one per run.
 
 The agent starts it as a script (`python -I -S runner.py CONTROL_FD [--namespace] [--parent PID]`), so it
-imports only the standard library. Requests come over the control socket (SOCK_SEQPACKET): each message
-is a small JSON object and carries, by SCM_RIGHTS, a stream socket of its own ("the op socket") plus the
-command's stdout and stderr. On the op socket the agent sends the request (one JSON line: argv, cwd,
-env, and `watch_ports` to hear when it listens on a TCP port) and later `{"kill": grace}`; the runner answers
-`{"pid": N}` or `{"error": ..., "errno": N}`, then `{"listening": [port, ...]}` if it starts listening and
-`{"exit": code}` when the command's shell ends and `{"killed": true}` after a kill. Closing an op socket
-kills what is left of that command. `{"op": "end", "keep": [sessions]}` ends every process of the run
+imports only the standard library (and `ports.py` beside it, by its path). Requests come over the control
+socket (SOCK_SEQPACKET): each message is a small JSON object and carries, by SCM_RIGHTS, a stream socket of its
+own ("the op socket") plus the command's stdout and stderr. On the op socket the agent sends the request (one
+JSON line: argv, cwd, env, and `watch_ports` to hear when it listens on a TCP port) and later `{"kill": grace}`;
+the runner answers `{"pid": N}` or `{"error": ..., "errno": N}`, then `{"listening": [port, ...]}` if it starts
+listening and `{"exit": code}` when the command's shell ends and `{"killed": true}` after a kill. Closing an op
+socket kills what is left of that command. `{"op": "end", "keep": [sessions]}` ends every process of the run
 but those sessions; the control socket's end (or SIGTERM) ends them all and the runner.
 
 With `--namespace` the runner is inside bwrap's PID namespace, so the run's processes are every process
@@ -30,8 +30,6 @@ import threading
 import time
 
 KILL_GRACE = 0.5
-WATCH_INTERVAL = 0.2
-"""Seconds between two looks at whether a watched command listens on a port."""
 MARKER = "ANGES_RUN"
 PR_SET_PDEATHSIG = 1
 PR_CAPBSET_DROP = 24
@@ -105,67 +103,6 @@ def _stat(pid: int) -> tuple[str, int, int, int]:
         return "", 0, 0, 0
     state, ppid, pgid, session = stat[stat.rfind(b")") + 2:].split()[:4]
     return state.decode(), int(ppid), int(pgid), int(session)
-
-
-# -- listening sockets (also used by anges.safety.shell) ---------------------------------------------------------------
-
-
-class PortWatch:
-    """Notices when a command's processes (its session) listen on a TCP port outside the ephemeral range (a test's
-    server on port 0). The socket tables (slow: every socket of the machine) are read only for sockets new to it."""
-
-    def __init__(self, session: int):
-        self.session = session
-        bounds = [int(word) for word in "".join(_read_lines("/proc/sys/net/ipv4/ip_local_port_range")).split()]
-        self.skip = range(bounds[0], bounds[1] + 1) if len(bounds) == 2 else range(32768, 61000)
-        self.looks: dict[int, int] = {}
-        """Socket inode -> times it was looked up (a socket is made a moment before it listens: twice, then no more)."""
-
-    def check(self) -> list[int]:
-        """The ports outside `skip` the command listens on now ([] if none)."""
-        self.looks = {inode: self.looks.get(inode, 0) for inode in _session_sockets(self.session)}  # held now only
-        fresh = [inode for inode, looks in self.looks.items() if looks < 2]
-        listening = _listening() if fresh else {}
-        for inode in fresh:
-            self.looks[inode] = 2 if inode in listening else self.looks.get(inode, 0) + 1
-        return sorted({port for inode in fresh if (port := listening.get(inode)) is not None and port not in self.skip})
-
-
-def _listening() -> dict[int, int]:
-    """Socket inode -> port of every TCP socket listening in this network namespace."""
-    found = {}
-    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
-        for row in _read_lines(table)[1:]:
-            fields = row.split()
-            if len(fields) > 9 and fields[3] == "0A":  # TCP_LISTEN
-                found[int(fields[9])] = int(fields[1].rsplit(":", 1)[1], 16)
-    return found
-
-
-def _session_sockets(session: int) -> set[int]:
-    """The inodes of the sockets the processes of `session` hold."""
-    links = []
-    for pid in (pid for pid in _all_pids() if _stat(pid)[3] == session):
-        try:
-            links += [_readlink(entry.path) for entry in os.scandir(f"/proc/{pid}/fd")]
-        except OSError:  # gone meanwhile
-            continue
-    return {int(link[8:-1]) for link in links if link.startswith("socket:[") and link[8:-1].isdigit()}
-
-
-def _readlink(path: str) -> str:
-    try:
-        return os.readlink(path)
-    except OSError:  # closed meanwhile
-        return ""
-
-
-def _read_lines(path: str) -> list[str]:
-    try:
-        with open(path) as handle:
-            return handle.read().splitlines()
-    except OSError:
-        return []
 
 
 # -- framing --------------------------------------------------------------------------------------------------
@@ -272,7 +209,6 @@ class _Op:
         self.fds = fds
         self.proc: subprocess.Popen | None = None
         self.exited = False
-        self.watch: PortWatch | None = None
 
 
 class Server:
@@ -287,14 +223,13 @@ class Server:
         self.children: dict[int, _Op] = {}
         self.groups: set[int] = set()
         self.spawned = threading.Event()
-        self.watching = threading.Event()
-        """Set while some command is watched for a listening port."""
+        self.ports = None
+        """The port watcher (`ports.PortWatcher`), made when a command first asks for it."""
         self._wake_read, self._wake_write = os.pipe()
 
     def serve(self) -> None:
         """Answer requests until the control socket closes, then end every process of the run."""
         threading.Thread(target=self._reap, name="reaper", daemon=True).start()
-        threading.Thread(target=self._watch_ports, name="ports", daemon=True).start()
         self.selector.register(self.control, selectors.EVENT_READ, None)
         self.selector.register(self._wake_read, selectors.EVENT_READ, "stop")
         self.control.send(b"ready")
@@ -351,8 +286,8 @@ class Server:
                 self.children[op.proc.pid] = op
                 self.groups.add(op.proc.pid)
                 if request.get("watch_ports"):
-                    op.watch = PortWatch(op.proc.pid)
-                    self.watching.set()
+                    self.ports = self.ports or _load_ports().PortWatcher()
+                    self.ports.add(op.proc.pid, lambda ports, send=op.channel.send: send({"listening": ports}))
                 op.channel.send({"pid": op.proc.pid})
             self.spawned.set()
         except OSError as exc:
@@ -383,21 +318,8 @@ class Server:
                     op.proc.returncode = os.waitstatus_to_exitcode(status)
                     op.exited = True
                     op.channel.send({"exit": op.proc.returncode})
-
-    def _watch_ports(self) -> None:
-        """Tell each watched command, once, the ports it starts listening on (`{"listening": [port, ...]}`)."""
-        while True:
-            self.watching.wait()
-            time.sleep(WATCH_INTERVAL)
-            with self.lock:
-                ops = [op for op in self.children.values() if op.watch is not None]
-                if not ops:
-                    self.watching.clear()
-            for op in ops:
-                ports = op.watch.check()
-                if ports:
-                    op.watch = None
-                    op.channel.send({"listening": ports})
+                    if self.ports is not None:
+                        self.ports.discard(pid)
 
     def _kill_and_reply(self, op: _Op, grace: float) -> None:
         kill_group(op.proc.pid, grace)
@@ -446,6 +368,16 @@ def _meanwhile(target, *args) -> None:
         threading.Thread(target=target, args=args, daemon=True).start()
     except RuntimeError:
         target(*args)
+
+
+def _load_ports():
+    """ports.py beside this file: the runner runs as a script (`python -I -S`), with no package to import it from."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ports", os.path.join(os.path.dirname(__file__), "ports.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def marked_pids(token: str, stats: dict | None = None) -> list[int]:

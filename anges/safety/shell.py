@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 
 from anges.exceptions import SandboxError
 from anges.safety.capture import READ_SIZE, CappedLog, Capture
-from anges.safety.runner import KILL_GRACE, WATCH_INTERVAL, PortWatch, kill_group
+from anges.safety.ports import WATCH_INTERVAL, PortWatch
+from anges.safety.runner import KILL_GRACE, kill_group
 from anges.util.masking import is_secret_name
 from anges.util.printable import unusable
 
