@@ -77,3 +77,15 @@ class RunStopped(AngesError):
 
 class SandboxError(AngesError):
     """The run's command runner (or its sandbox) could not start or stopped answering."""
+
+
+class CheckpointError(AngesError):
+    """A checkpoint could not be taken, read or restored; the message says why (no git, a folder too large, ...)."""
+
+
+class UndoRefused(CheckpointError):
+    """An undo would overwrite files someone else changed since the checkpoint; `paths` names them."""
+
+    def __init__(self, message: str, paths: list[str]):
+        super().__init__(message)
+        self.paths = paths

@@ -5,6 +5,7 @@ Runs the same tasks with 1, 2 and 4 workers on the local engine and on a local R
 model completes at once), one worker: (seconds per task on the engine) - (seconds per task run directly in
 this process, no batch machinery). Run:
     python benchmarks/batch.py [--tasks 200] [--steps 20] [--engines local,ray] [--workers 1,2,4]
+    python benchmarks/batch.py --orphaned     # seconds from kill -9 of `anges batch` until its worker's command ends
 """
 
 import argparse
@@ -65,6 +66,58 @@ def direct(path: Path, config) -> float:
     return (time.perf_counter() - started) / len(specs)
 
 
+def orphaned_stop(folder: Path, runs: int = 5) -> list[tuple[float, float]]:
+    """Seconds from `kill -9` of `anges batch` until its worker's running command is gone, and until the worker
+    itself has ended (its run recorded as stopped), `runs` times."""
+    import signal
+    import subprocess
+    import sys
+
+    folder.mkdir(exist_ok=True)
+    token = f"{os.getpid()}.{time.time_ns() % 10**6}"
+    (folder / "r.json").write_text(json.dumps([{"analysis": "", "reasoning": "wait", "actions": [
+        {"action_type": "RUN_SHELL_CMD", "command": f"sleep 3{token}"}]}]))
+    times = []
+    for run in range(runs):
+        path = folder / f"orphan{run}.jsonl"
+        path.write_text(json.dumps({"id": "t", "task": "wait"}) + "\n")
+        driver = subprocess.Popen([sys.executable, "-m", "anges", "batch", str(path), "--model",
+                                   f"scripted:{folder / 'r.json'}"], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        while not _running(token):
+            time.sleep(0.01)
+        workers = [entry for entry in Path("/proc").iterdir() if entry.name.isdigit() and _parent(entry) == driver.pid]
+        driver.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        driver.wait()
+        while _running(token):
+            time.sleep(0.005)
+        command_gone = time.monotonic() - killed
+        while any(worker.exists() and _parent(worker) != 0 for worker in workers):
+            time.sleep(0.005)
+        times.append((command_gone, time.monotonic() - killed))
+    return times
+
+
+def _parent(proc: Path) -> int:
+    try:
+        stat = (proc / "stat").read_text()
+    except OSError:
+        return 0
+    fields = stat.rsplit(")", 1)[1].split()
+    return 0 if fields[0] == "Z" else int(fields[1])
+
+
+def _running(token: str) -> bool:
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and token.encode() in (entry / "cmdline").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tasks", type=int, default=200)
@@ -72,9 +125,17 @@ def main() -> None:
     parser.add_argument("--sleep", type=float, default=0.05)
     parser.add_argument("--engines", default="local,ray")
     parser.add_argument("--workers", default="1,2,4")
+    parser.add_argument("--orphaned", action="store_true", help="only: how fast workers stop after kill -9 of the "
+                                                                  "driver")
     args = parser.parse_args()
     workers = [int(n) for n in args.workers.split(",")]
     config = load_config()
+    if args.orphaned:
+        with tempfile.TemporaryDirectory() as folder:
+            times = sorted(orphaned_stop(Path(folder)))
+        commands, workers = (", ".join(f"{t[i]:.2f}" for t in times) for i in (0, 1))
+        print(f"kill -9 of anges batch: its worker's command gone after {commands} s; the worker after {workers} s")
+        return
 
     with tempfile.TemporaryDirectory() as folder:
         path = write_tasks(Path(folder) / "main", args.tasks, args.steps, args.sleep)

@@ -1,7 +1,8 @@
 """Per-step framework overhead of the agent loop: 1,000 scripted steps that each run `true`.
 
-Framework time = the whole step minus the model call minus the shell command. Run:
-    python benchmarks/overhead.py [--steps 1000] [--telemetry]
+Framework time = the whole step minus the model call minus the shell command. Checkpoints (before each
+command) are off unless --checkpoints: their cost is `checkpoints.py`'s to measure. Run:
+    python benchmarks/overhead.py [--steps 1000] [--telemetry] [--checkpoints]
 
 With --telemetry the run is traced (`pip install 'anges[otel]'`): every model call, command and the run become spans
 through the SDK's batch span processor (exported on its own thread, to an exporter that counts and drops them), and
@@ -29,6 +30,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--telemetry", action="store_true", help="trace the run (OpenTelemetry SDK)")
+    parser.add_argument("--checkpoints", action="store_true", help="take a checkpoint before each step (the default)")
     options = parser.parse_args()
     steps = options.steps
     listeners, exported = (traced() if options.telemetry else (None, None))
@@ -58,7 +60,8 @@ def main() -> None:
 
     anges.safety.shell.run_command = timed_run
     config = load_config(overrides={"agents": {"common": {
-        "max_number_of_events_to_exhaust": 0, "max_model_calls": 0, "max_repeated_actions": 0}}})
+        "max_number_of_events_to_exhaust": 0, "max_model_calls": 0, "max_repeated_actions": 0}},
+        "checkpoints": {"enabled": options.checkpoints}})
     with tempfile.TemporaryDirectory() as work:
         agent = DefaultAgent(inference_func=model, cmd_init_dir=work, config=config, listeners=listeners)
         started, cpu = time.perf_counter(), time.process_time()

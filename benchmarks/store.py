@@ -116,6 +116,43 @@ def command_stream_size(store: EventStore, count: int = 1_000) -> tuple[int, int
     return (store.root / f"{stream.uid}.jsonl").stat().st_size, twice - once
 
 
+STEP = '{"analysis": "", "reasoning": "step", "actions": [{"action_type": "RUN_SHELL_CMD", "command": "echo hi"}]}'
+DONE = '{"analysis": "", "reasoning": "done", "actions": [{"action_type": "TASK_COMPLETE", "content": "Done."}]}'
+
+
+def trivial_steps(root: Path, count: int = 100) -> tuple[float, float]:
+    """Bytes per step of a real run of `count` steps that each run `echo hi` (scripted model, no sandbox): as
+    stored now (format 3), and as format 2 stored the same events (every field and fact, content left out)."""
+    from anges.agents import DefaultAgent
+    from anges.config.loading import load_config
+
+    calls = []
+
+    def model(prompt: str, temperature: float = 0.0) -> str:
+        if prompt.startswith("# Summarize"):
+            return "Ran `echo hi` several times."
+        calls.append(prompt)
+        return STEP if len(calls) <= count else DONE
+
+    config = load_config(overrides={"safety": {"sandbox": "off", "approval": "auto"}, "agents": {"common": {
+        "max_number_of_events_to_exhaust": 0, "max_model_calls": 0, "max_repeated_actions": 0}}})
+    store = EventStore(root)
+    with tempfile.TemporaryDirectory() as work:
+        stream = DefaultAgent(inference_func=model, cmd_init_dir=work, config=config,
+                              store=store).run_with_new_request("say hi many times")
+    steps = [(i, e) for i, e in enumerate(stream.events_list) if e.type == "action"]
+    now = sum(len(records.dumps(records.event_record(e, i))) for i, e in steps) / len(steps)
+    before = sum(len(records.dumps(format_2_record(e, i))) for i, e in steps) / len(steps)
+    return now, before
+
+
+def format_2_record(event: Event, index: int) -> dict:
+    record = {"kind": "event", "index": index, **event.to_dict()}
+    if event.content and records.derived_content(event) == event.content:
+        del record["content"]
+    return record
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         print(f"| events in stream | one append (median of {APPENDS}) | whole-file rewrite (0.1.x style) |")
@@ -130,6 +167,9 @@ def main() -> None:
         size, saved = command_stream_size(EventStore(Path(tmp) / "commands"))
         print(f"\n1,000 command results (1 KB output each): file {size:,} bytes; with each output stored twice "
               f"(format 1) it would be {size + saved:,} bytes ({saved / size:.0%} larger)")
+        now, before = trivial_steps(Path(tmp) / "trivial")
+        print(f"\na trivial step (`echo hi`, one model call): {now:.0f} bytes on disk; {before:.0f} as format 2 "
+              "stored it")
         first, warm = list_cost(EventStore(Path(tmp) / "list"))
         print(f"\nlist() over 2,000 streams: {first:.1f} ms first call, {warm:.1f} ms median of 5 more")
 

@@ -112,6 +112,40 @@ class Editor(Client):
         return [[(e.content, e.status) for e in u.entries] for u in self.updates if isinstance(u, AgentPlanUpdate)]
 
 
+def story(updates: list) -> list[tuple]:
+    """What a person reads of a session, in order, for comparing a live turn with its replay: thoughts (chunks in a
+    row joined), messages, plans, each tool call when it starts (title, kind, raw input) and when it ends (status,
+    text and diffs). The steps between (pending, in progress, waiting for approval) and the user's own prompts,
+    which the live editor does not get back, are left out."""
+    told: list[tuple] = []
+    calls: dict[str, dict] = {}
+    last_was_thought = False
+    for update in updates:
+        if isinstance(update, AgentThoughtChunk):
+            if last_was_thought:
+                told[-1] = ("thought", told[-1][1] + update.content.text)
+            else:
+                told.append(("thought", update.content.text))
+        elif isinstance(update, AgentMessageChunk):
+            told.append(("message", update.content.text))
+        elif isinstance(update, AgentPlanUpdate):
+            told.append(("plan", [(e.content, e.status) for e in update.entries]))
+        elif isinstance(update, ToolCallStart):
+            calls[update.tool_call_id] = {"title": update.title}
+            told.append(("call", update.title, update.kind, update.raw_input))
+            if update.status in ("completed", "failed"):
+                told.append(("done", update.title, update.status, _shown(update.content or [])))
+        elif isinstance(update, ToolCallProgress) and update.status in ("completed", "failed"):
+            told.append(("done", calls[update.tool_call_id]["title"], update.status, _shown(update.content or [])))
+        last_was_thought = isinstance(update, AgentThoughtChunk)
+    return told
+
+
+def _shown(content: list) -> list:
+    return [(item.content.text,) if item.type == "content" else (item.path, item.old_text, item.new_text)
+            for item in content]
+
+
 def describe(update) -> str:
     if isinstance(update, (ToolCallStart, ToolCallProgress)):
         return f"{update.session_update}({update.tool_call_id}, {update.title!r}, {update.status})"

@@ -181,7 +181,8 @@ def test_a_permission_request_answered_reject_then_allow_always(tmp_path, work):
     ids, calls = list(editor.calls()), list(editor.calls().values())
     assert [first["tool_call"].tool_call_id, second["tool_call"].tool_call_id] == ids[:2]
     assert calls[0]["status"] == "failed" and "Declined by you" in content_text(calls[0])
-    assert calls[1]["statuses"] == ["pending", "in_progress", "pending", "in_progress", "completed"]
+    assert calls[0]["statuses"] == ["pending", "pending", "failed"], "waiting, then declined"
+    assert calls[1]["statuses"] == ["pending", "pending", "in_progress", "completed"], "forward only"
     assert calls[2]["statuses"] == ["pending", "in_progress", "completed"]
     assert not (work / "one.txt").exists()
     assert (work / "two.txt").read_text() == "guarded two\nguarded two\n"
@@ -535,9 +536,86 @@ def test_without_the_sdk_anges_acp_says_how_to_install_it(tmp_path):
     assert 'pip install "anges[acp]"' in out.stderr and not out.stdout
 
 
-def test_stdout_that_is_a_file_is_refused_with_a_reason(tmp_path):
-    with open(tmp_path / "out.txt", "w") as out:
-        done = subprocess.run([*ANGES, "acp"], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.PIPE,
-                              text=True, cwd=tmp_path, check=False, timeout=30)
-    assert done.returncode == 2 and "stdout is a file" in done.stderr
-    assert (tmp_path / "out.txt").read_text() == ""
+@pytest.mark.packaged_safety  # nobody can answer the permission request: declined at once, not waited for
+def test_requests_from_a_file_are_answered_into_a_file(tmp_path, work):
+    from anges.store.events import Event, EventStream
+
+    stream = EventStream(uid="debugged", agent_type="default")  # the session an editor had open
+    stream.add_event(Event("new_request", content="earlier request", message="earlier request"))
+    stream.add_event(Event("agent_text_response", content="earlier answer", message="earlier answer"))
+    EventStore().sync(stream)
+    model = scripted(tmp_path, shell("echo guarded try"), answer("still here"))
+    requests = [
+        {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}},
+        {"jsonrpc": "2.0", "id": 1, "method": "session/load",
+         "params": {"sessionId": "debugged", "cwd": str(work), "mcpServers": []}},
+        {"jsonrpc": "2.0", "id": 2, "method": "session/prompt",
+         "params": {"sessionId": "debugged", "prompt": [{"type": "text", "text": "are you there?"}]}},
+    ]
+    (tmp_path / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in requests))
+    with open(tmp_path / "requests.jsonl", "rb") as into, open(tmp_path / "replies.jsonl", "wb") as out:
+        done = subprocess.run([*ANGES, "acp", "--model", model, "--config", guarded_config(tmp_path)], stdin=into,
+                              stdout=out, stderr=subprocess.PIPE, text=True, cwd=work, check=False, timeout=60)
+    assert done.returncode == 0, done.stderr
+    replies = [json.loads(line) for line in (tmp_path / "replies.jsonl").read_text().splitlines()]
+    assert all(reply["jsonrpc"] == "2.0" for reply in replies)
+    answers = {reply["id"]: reply for reply in replies if "method" not in reply}
+    assert sorted(answers) == [0, 1, 2] and answers[2].get("result") == {"stopReason": "end_turn"}, answers
+    updates = [reply["params"]["update"] for reply in replies if reply.get("method") == "session/update"]
+    said = [u["content"]["text"] for u in updates if u["sessionUpdate"] == "agent_message_chunk"]
+    assert said == ["earlier answer", "still here"]  # the replay, then the new turn's answer
+    assert not any(reply.get("method") == "session/request_permission" for reply in replies)
+    decided = [e.data for e in EventStore().load("debugged").events_list if e.type == "approval_decided"]
+    assert [(d["decision"], d["by"]) for d in decided] == [("deny", "no_one")]
+
+
+@pytest.mark.packaged_safety  # the editor is asked, bwrap or not
+def test_cancelling_while_a_permission_request_is_open_tells_the_editor_it_is_void(tmp_path, work):
+    model = scripted(tmp_path, shell("echo guarded > out.txt"), complete("never"))
+    holder = {}
+
+    async def cancel_and_keep_the_dialog_open(session_id, tool_call):
+        await holder["agent"].conn.cancel(session_id=session_id)
+        await asyncio.sleep(3600)  # a person who never answers: the agent must say the request is void
+
+    editor = Editor(answers=[cancel_and_keep_the_dialog_open])
+
+    async def main():
+        async with anges_acp(editor, "--model", model, "--config", guarded_config(tmp_path), cwd=work) as agent:
+            holder["agent"] = agent
+            await agent.start()
+            session = await new_session(agent, work)
+            stop = await asyncio.wait_for(prompt(agent, session, "try it"), 20)
+            return agent, stop
+
+    agent, stop = run(main())
+    assert stop == "cancelled" and not (work / "out.txt").exists()
+    messages = agent.stdout_messages()
+    [asked] = [m for m in messages if m.get("method") == "session/request_permission"]
+    [void] = [m for m in messages if m.get("method") == "$/cancel_request"]
+    assert void["params"] == {"requestId": asked["id"]} and "id" not in void  # a notification about that request
+    assert messages.index(void) < next(i for i, m in enumerate(messages) if m.get("result", {}).get("stopReason"))
+
+
+def test_missing_credentials_at_session_new_answer_authentication_required(tmp_path, work):
+    editor = Editor()
+
+    async def main():
+        async with anges_acp(editor, "--model", "claude", cwd=work) as agent:
+            await agent.start()
+            with pytest.raises(RequestError) as caught:
+                await new_session(agent, work)
+            return caught.value
+
+    error = run(main())  # tests run without provider credentials
+    assert error.code == -32000, "the protocol's auth_required, not invalid params"
+    assert "ANTHROPIC_API_KEY" in str(error)
+
+
+def test_a_prompt_block_anges_cannot_read_is_named_with_the_right_article():
+    from acp.schema import ImageContentBlock, TextContentBlock
+
+    from anges.acp.server import request_text
+
+    blocks = [TextContentBlock(type="text", text="look at"), ImageContentBlock(type="image", data="", mime_type="x")]
+    assert request_text(blocks, "/") == "look at [an image block anges cannot read was left out]"

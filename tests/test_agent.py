@@ -149,6 +149,13 @@ def test_event_limit_since_last_request(tmp_path):
     assert stream.events_list[-1].data == {"reason": "event_limit", "limit": 3}
 
 
+@pytest.mark.parametrize("limit, says", [(1, "reached 1 step since"), (2, "reached 2 steps since")])
+def test_the_event_limit_says_how_many_steps_in_words(tmp_path, limit, says):
+    config = load_config(overrides={"agents": {"common": {"max_number_of_events_to_exhaust": limit}}})
+    agent, _ = make_agent(tmp_path, [reply(shell(f"echo {i}")) for i in range(3)], config=config)
+    assert says in agent.run_with_new_request("loop").events_list[-1].content
+
+
 def test_model_call_cap_ends_a_loop_that_adds_no_events(tmp_path):
     config = load_config(overrides={"agents": {"common": {"max_model_calls": 4, "max_invalid_replies": 100}}})
     agent, model = make_agent(tmp_path, ["garbage"] * 10, config=config)

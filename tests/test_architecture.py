@@ -14,7 +14,7 @@ LAYERS = {
     "cli": 10, "web": 9, "batch": 9, "acp": 9,
     "agents": 8,  # the loop and the agent types
     "telemetry": 7,  # listens to what agents do; `anges stats`
-    "actions": 7, "safety": 6, "tools": 5, "prompt": 4, "models": 4,
+    "actions": 7, "safety": 6, "tools": 5, "checkpoints": 5, "prompt": 4, "models": 4,
     "store": 3,  # the record: events, streams, their files
     "config": 2,
     "registry": 1, "util": 1, "plugins": 0, "exceptions": 0,

@@ -554,6 +554,7 @@ def test_a_killed_driver_stops_its_workers_and_the_batch_resumes(tmp_path):
     proc = subprocess.Popen([*ANGES, "batch", *tasks.args, "--workers", "2"], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     tasks.wait_started(2)
+    time.sleep(1.0)  # the killed runs last a second at least: their time must count
     proc.kill()
     proc.wait()
     tasks.wait_gone()  # each worker noticed it was orphaned and stopped its run
@@ -567,6 +568,13 @@ def test_a_killed_driver_stops_its_workers_and_the_batch_resumes(tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     assert "2 to run (2 continued where they stopped)" in resumed.stderr
     assert all(types(s)[-1] == "task_completion" for s in batch_streams(batch_id).values())
+    log = [json.loads(line) for line in BatchState(batch_id).log_path.read_text().splitlines()]
+    killed = [entry for entry in log if entry.get("recovered")]  # the ends the killed batch could not log
+    assert sorted(entry["task"] for entry in killed) == ["t0", "t1"]
+    assert all(entry["status"] == "interrupted" and entry["wall_time"] >= 1.0 for entry in killed)
+    for row in results_of(BatchState(batch_id).results_path).values():
+        ends = [e["wall_time"] for e in log if e["kind"] == "end" and e["task"] == row["id"]]
+        assert len(ends) == 2 and row["wall_time"] == pytest.approx(sum(ends), abs=0.002) and row["wall_time"] >= 1.0
 
 
 @pytest.mark.sandbox
@@ -606,3 +614,117 @@ def test_a_check_whose_folder_is_gone_fails_with_the_reason(tmp_path):
     done = run_check(spec, tmp_path / "removed-by-the-agent", load_config(), threading.Event())
     assert done["status"] == "failed" and done["exit_code"] is None
     assert done["output"].startswith("the check could not start: ")
+
+
+# --- more actions ---------------------------------------------------------------------------------------------
+
+
+def test_actions_come_from_the_task_file_and_from_action_flags(tmp_path):
+    from anges.exceptions import BatchError
+
+    path = task_file(tmp_path, {"id": "a", "task": "x", "actions": ["test_plugins:Stamp"]},
+                     {"id": "b", "task": "y"})
+    specs = load_tasks(path, {"actions": ["anges.actions.shell:RunShellCommand"]})
+    assert specs[0].actions == ("anges.actions.shell:RunShellCommand", "test_plugins:Stamp")
+    assert specs[1].actions == ("anges.actions.shell:RunShellCommand",)
+    assert TaskSpec.from_dict(json.loads(json.dumps(specs[0].to_dict()))) == specs[0]  # as a worker gets it
+    bad = task_file(tmp_path, {"id": "a", "task": "x", "actions": ["SHOUT"]}, name="bad.jsonl")
+    with pytest.raises(BatchError, match=r"bad.jsonl:1: field 'actions': unknown action 'SHOUT' \(known: "):
+        load_tasks(bad)
+    with pytest.raises(BatchError, match=r"^--action: unknown action 'SHOUT'"):
+        load_tasks(path, {"actions": ["SHOUT"]})
+
+
+def test_a_task_offers_the_actions_its_file_and_the_action_flag_name(tmp_path):
+    # Two module:Class actions from this folder's test_plugins.py: one from the task file, one from --action.
+    stamp = reply({"action_type": "STAMP", "word": "ok"})
+    model = script(tmp_path, "r.json", stamp, reply({"action_type": "COUNT_LINES", "path": "x"}), complete())
+    (tmp_path / "counting.py").write_text(
+        "from anges import Event\nfrom anges.actions import Action\n\n"
+        "class CountLines(Action):\n    type = 'COUNT_LINES'\n    guide_prompt = '## COUNT_LINES'\n\n"
+        "    def run(self, ctx, args):\n"
+        "        return Event('action', content='COUNT_LINES: 0 lines', data={'action_type': self.type})\n")
+    path = task_file(tmp_path, {"id": "t", "task": "stamp and count", "actions": ["test_plugins:Stamp"]})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(tmp_path)])}
+    out = batch(str(path), "--model", model, "--action", "counting:CountLines", "--sandbox", "off", cwd=tmp_path,
+                env=env)
+    assert out.returncode == 0, out.stderr
+    stream = batch_streams(batch_id_for(path))["t"]
+    assert [e.data.get("action_type") for e in stream.events_list[1:]] == ["STAMP", "COUNT_LINES", "TASK_COMPLETE"]
+
+
+# --- the live panel -------------------------------------------------------------------------------------------
+
+
+class Frames:
+    """The batch's live panel (`RichDisplay`), each frame drawn as text when a task ends and when the batch ends,
+    and on demand; nothing else is drawn."""
+
+    def __init__(self, progress):
+        import io
+
+        from anges.batch.progress import RichDisplay
+
+        self.panel = RichDisplay(progress, io.StringIO())
+        self.frames: list[str] = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.draw()
+
+    def note(self, text):
+        pass
+
+    def finished(self, row):
+        self.draw()
+
+    def draw(self) -> str:
+        import io
+
+        from rich.console import Console
+
+        out = io.StringIO()
+        Console(file=out, width=200, color_system=None).print(self.panel._render())
+        self.frames.append(out.getvalue())
+        return self.frames[-1]
+
+
+@pytest.mark.sandbox
+def test_the_live_panel_shows_each_runs_steps_and_doing_and_agrees_with_the_summary_after_ctrl_c(tmp_path):
+    import io
+    import re
+
+    from anges.batch.local import LocalEngine
+    from anges.batch.progress import print_summary
+    from anges.batch.runner import BatchRunner
+
+    tasks = Stoppable(tmp_path, 4)
+    wait = json.loads(Path(tasks.args[2].removeprefix("scripted:")).read_text())[0]["actions"][0]["command"]
+    model = script(tmp_path, "first.json", shell("echo first step"), shell(wait), complete())
+    panels = []
+    runner = BatchRunner(load_tasks(tasks.path, {"model": model}), "panel", LocalEngine(2),
+                         config_file=tasks.args[-1], display_factory=lambda progress: panels.append(Frames(progress))
+                         or panels[-1])
+    box = {}
+    thread = threading.Thread(target=lambda: box.setdefault("report", runner.run()), daemon=True)
+    thread.start()
+    tasks.wait_started(2)
+    deadline = time.monotonic() + 10
+    while "running `test -f" not in (live := panels[0].draw()):
+        assert time.monotonic() < deadline, live
+        time.sleep(0.05)
+    rows = [line for line in live.splitlines() if line.startswith("t")]
+    assert len(rows) == 2 and all(f"1 step  running `{wait[:40]}" in row for row in rows), live
+
+    runner.stop()  # what Ctrl-C does
+    thread.join(30)
+    assert not thread.is_alive()
+    tasks.wait_gone()
+    summary = io.StringIO()
+    print_summary(box["report"].results, summary)
+    counts = {line.split()[0]: int(line.split()[1]) for line in summary.getvalue().splitlines()[1:]}
+    last = panels[0].frames[-1].splitlines()[0]
+    assert counts == {"unfinished": 4, "total": 4}
+    assert re.search(r"· 0/4 done · 0 failed · 4 unfinished · 0 running ·", last), last

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ from wire_servers import MODEL_ENV, TEST_KEY
 from anges.batch.progress import PlainDisplay
 from anges.batch.ray_engine import Collector, RayEngine
 from anges.batch.runner import BatchRunner
-from anges.batch.tasks import load_tasks
+from anges.batch.tasks import batch_id_for, load_tasks
 from anges.config.loading import load_config
 from anges.store.event_store import EventStore
 
@@ -219,16 +220,49 @@ def test_the_collector_hands_a_retry_what_earlier_attempts_sent_and_refuses_a_st
     collector.seed("t", [["s", {"kind": "header"}]])
     first = collector.begin("t")
     assert (first["attempt"], first["records"], first["ended"]) == (1, [["s", {"kind": "header"}]], False)
-    assert collector.append("t", 1, [["s", {"kind": "event", "type": "action"}]]) == "ok"
-    assert collector.drain() == {"t": [["s", {"kind": "event", "type": "action"}]]}  # the seed is not drained
+    assert collector.append("t", 1, [["s", {"kind": "event", "type": "action"}]], "running `ls`") == "ok"
+    assert collector.drain() == ({"t": [["s", {"kind": "event", "type": "action"}]]},  # the seed is not drained
+                                 {"t": "running `ls`"})
     second = collector.begin("t")  # Ray retried the task: the old attempt's node is gone
     assert second["attempt"] == 2 and len(second["records"]) == 2
-    assert collector.append("t", 1, [["s", {"kind": "event", "type": "late"}]]) == "stale"
-    assert collector.drain() == {}
+    assert collector.append("t", 1, [["s", {"kind": "event", "type": "late"}]], "thinking") == "stale"
+    assert collector.drain() == ({}, {"t": "running `ls`"})
     collector.end("t", 2)
     assert collector.begin("t")["ended"]  # a retry after the end does not run the task again
     collector.stop()
     assert collector.append("t", 3, []) == "stop" and collector.begin("u")["stop"]
+
+
+def test_a_batch_on_a_ray_it_starts_prints_only_its_own_lines(tmp_path):
+    model = script(tmp_path, "r.json", shell("echo hi"), complete("Done."))
+    path = task_file(tmp_path, {"id": "a", "task": "greet"})
+    env = {key: value for key, value in os.environ.items() if not key.startswith("RAY_")}
+    out = subprocess.run([*ANGES, "batch", str(path), "--engine", "ray", "--model", model, "--cpus-per-task", "0.5",
+                          "--sandbox", "off"], cwd=tmp_path, capture_output=True, text=True, timeout=180, env=env)
+    assert out.returncode == 0, out.stderr
+    ours = ("anges batch: ", "[1/1] a completed", "outcome ", "succeeded ", "total ", "results: ")
+    assert [line for line in out.stderr.splitlines() if not line.startswith(ours)] == [], out.stderr
+    log = Path(os.environ["ANGES_HOME"]) / "data" / "batches" / batch_id_for(path) / "ray.log"
+    assert f"Ray's own messages go to {log}" in out.stderr and log.is_file()
+
+
+def test_what_ray_writes_to_stderr_goes_to_the_batch_log(tmp_path):
+    # Ray's C++ core, its Python loggers and the processes it starts all write to file descriptor 2.
+    log = tmp_path / "batch" / "ray.log"
+    code = ("import logging, os, subprocess, sys\n"
+            "from pathlib import Path\n"
+            "from anges.batch.ray_output import ray_output\n"
+            f"with ray_output(Path({str(log)!r})) as shown:\n"
+            "    os.write(2, b'[raylet] Started worker process 42\\n')\n"
+            "    logging.getLogger('ray').warning('a node died: Traceback ...')\n"
+            "    subprocess.run(['sh', '-c', 'echo from a process Ray started >&2'])\n"
+            "    print('anges batch: the display', file=shown)\n"
+            "print('after the batch', file=sys.stderr)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == "anges batch: the display\nafter the batch\n"
+    assert log.read_text().splitlines() == ["[raylet] Started worker process 42", "a node died: Traceback ...",
+                                            "from a process Ray started"]
 
 
 def test_with_telemetry_a_ray_batch_is_one_trace_and_each_remote_run_is_under_its_tasks_span(ray_address, tmp_path):

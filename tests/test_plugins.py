@@ -283,3 +283,29 @@ def test_plugins_load_only_when_a_registry_is_asked_for_a_name_it_does_not_know(
                                  timeout=60)
     assert builtin_run.returncode == 0, builtin_run.stderr
     assert json.loads(builtin_run.stdout) == [False, False], "a run with built-in names only loaded the plug-ins"
+
+
+def test_the_example_plugins_agent_type_offers_its_action_and_its_result_shows_like_a_builtins(installed_plugin,
+                                                                                               tmp_path):
+    (tmp_path / "notes.txt").write_text("a\nb\nc\n")
+    env = {**os.environ, "PYTHONPATH": str(installed_plugin)}
+    ran = subprocess.run([*ANGES, "--agent", "line_counter", "--model", "lines:notes.txt", "-q", "count the notes"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "notes.txt has 3 lines."  # no --action: the agent type offers COUNT_LINES
+    [info] = EventStore().list()
+    assert info.agent_type == "line_counter"
+    for shown in (ran.stderr,  # the live transcript, then `anges show` and `anges show -v`
+                  *(subprocess.run([*ANGES, "show", info.uid, *verbose], cwd=tmp_path, env=env, capture_output=True,
+                                   text=True, timeout=60).stdout for verbose in ((), ("-v",)))):
+        assert "COUNT_LINES counted the lines of notes.txt" in shown
+        assert "│ COUNT_LINES notes.txt: 3 lines" in shown, shown  # the result, as a command's output shows
+
+
+def test_a_plugin_agent_type_starts_from_a_packaged_template(plugin_on_path, tmp_path):
+    model = ScriptedModel([complete()])
+    agent_class("line_counter")(inference_func=model, cmd_init_dir=tmp_path).run_with_new_request("count")
+    prompt = model.prompts[0]
+    assert "You are a line counter" in prompt and "## COUNT_LINES" in prompt
+    assert "Carry the task out to the end" in prompt  # the task executor's instructions, inherited
+    assert "task executor" not in prompt.split("\n", 3)[0]  # its own role replaced the executor's

@@ -438,7 +438,7 @@ def test_to_data_is_json_facts_without_outputs(tmp_path):
     assert data == {
         "command": "echo out; exit 2",
         "exit_code": 2,
-        "duration": result.duration,
+        "duration": round(result.duration, 3),  # to the millisecond
         "timed_out": False,
         "interrupted": False,
         "stdout_omitted": 0,

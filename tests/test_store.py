@@ -148,7 +148,9 @@ def test_sync_writes_a_versioned_header_then_one_record_per_line(store):
         "agent_settings": {"model": "openai", "cmd_init_dir": "/tmp"},
         "agent_type": "default",
     }
-    assert first == {"kind": "event", "index": 0, **stream.events_list[0].to_dict()}
+    # Fields at their defaults (empty analysis and message, no title, no token estimates) are left out.
+    assert first == {"kind": "event", "index": 0, "type": "action", "reasoning": "step 0", "content": "echo 0",
+                     "created_at": stream.events_list[0].created_at.isoformat(), "data": {"exit_code": 0}}
     assert second["index"] == 1
 
 
@@ -211,7 +213,8 @@ def test_append_io_is_the_same_for_a_10_and_a_10000_event_stream(store):
 
 def test_load_round_trips_everything(store):
     stream = new_stream(3, title="T", parent_event_stream_uids=["A", "B"], agent_type="orchestrator")
-    stream.events_list[1].data = {"exit_code": 2, "usage": {"input": 10, "output": 3}, "cost": 0.001}
+    stream.events_list[1].data = {"exit_code": 2, "cost": 0.001, "usage": {
+        "input_tokens": 10, "output_tokens": 3, "cached_tokens": 0, "estimated": False, "model_calls": 1}}
     stream.events_list[2].message = "ünïcode ✓ \ud800 lone surrogate"
     stream.event_summaries_list.append(EventSummary("summary", 1, 2, "s"))
     stream.update_settings({"model": "gemini", "mcp_config": {"servers": {"x": {"command": "y"}}}})
@@ -781,10 +784,14 @@ def test_a_loaded_stream_finds_its_children_with_its_stores_loader(tmp_path):
 # --- format 2: a command's output stored once; format-1 files ---------------------------------------------------
 
 
-def command_event(output: str) -> Event:
-    event = Event("action", reasoning="list them", data={"command": "ls -l", "exit_code": 0, "stdout": output,
-                                                         "stderr": "", "duration": 0.01, "timed_out": False,
-                                                         "interrupted": False, "pid": None, "log_path": None})
+def command_event(output: str, **facts) -> Event:
+    """A command's event with the facts RUN_SHELL_CMD and the agent record."""
+    from anges.safety.shell import CommandResult
+
+    result = CommandResult("ls -l", 0, output, "", 0.01, stdout_bytes=len(output), stdout_lines=output.count("\n"))
+    event = Event("action", reasoning="list them", data={
+        **result.to_data(), "action_type": "RUN_SHELL_CMD", "stdout": output, "stderr": "", "sandbox": "workspace",
+        "escalated": False, "result_format": 2, "input": {"command": "ls -l"}, **facts})
     event.content = ShellRun.of(event).text()
     return event
 
@@ -829,7 +836,7 @@ def test_a_format_1_file_is_read_as_it_is_and_rewritten_in_the_current_format_at
     loaded.add_event(Event("task_completion", content="done"))
     store.sync(loaded)
     written = lines(store, "old1")
-    assert written[0]["format"] == FORMAT == 2 and [r["index"] for r in written[1:]] == [0, 1, 2]
+    assert written[0]["format"] == FORMAT == 3 and [r["index"] for r in written[1:]] == [0, 1, 2]
     assert "content" not in written[2]
     assert store.load("old1").to_dict() == loaded.to_dict()
 
@@ -844,3 +851,49 @@ def test_a_format_1_meta_file_still_serves_listings(store, monkeypatch):
 
     monkeypatch.setattr(anges.store.records, "build", forbidden)
     assert [info.title for info in store.list()] == ["Listed"]
+
+
+def test_a_record_keeps_only_the_facts_that_differ_from_their_defaults(store):
+    stream = EventStream(uid="small")
+    stream.add_event(command_event("hi\n", approval={"request_id": None, "rule": "unsandboxed", "by": "auto",
+                                                       "escalated": False},
+                                   usage={"input_tokens": 900, "output_tokens": 20, "cached_tokens": 0,
+                                          "estimated": False, "model_calls": 1}))
+    store.sync(stream)
+    record = lines(store, "small")[-1]
+    assert set(record) == {"kind", "index", "type", "reasoning", "created_at", "data"}
+    assert record["data"] == {"command": "ls -l", "exit_code": 0, "duration": 0.01, "stdout": "hi\n",
+                              "stdout_bytes": 3, "stdout_lines": 1, "stderr_bytes": 0, "stderr_lines": 0,
+                              "action_type": "RUN_SHELL_CMD", "sandbox": "workspace", "result_format": 2,
+                              "approval": {"rule": "unsandboxed", "by": "auto"},
+                              "usage": {"input_tokens": 900, "output_tokens": 20, "model_calls": 1}}
+    loaded = EventStore().load("small").events_list[0]
+    assert loaded == stream.events_list[0]  # every fact back, at its default
+    assert loaded.data["timed_out"] is False and loaded.data["pid"] is None and loaded.data["stderr"] == ""
+    assert loaded.data["approval"]["escalated"] is False and loaded.data["usage"]["cached_tokens"] == 0
+
+    killed = command_event("", exit_code=None, interrupted=True, escalated=True, blocked="read-only file system")
+    stream.add_event(killed)
+    store.sync(stream)
+    data = lines(store, "small")[-1]["data"]
+    assert (data["interrupted"], data["escalated"], data["blocked"]) == (True, True, "read-only file system")
+    assert "exit_code" not in data and EventStore().load("small").events_list[1] == killed
+
+
+def test_a_format_2_file_reads_as_it_did_and_is_rewritten_in_format_3_at_its_next_write(store):
+    event = command_event("hello\n")
+    header = {"kind": "header", "format": 2, "uid": "old2", "created_at": "2026-01-02T03:04:05",
+              "parent_event_stream_uids": [], "agent_type": "default", "title": "From 0.2.x"}
+    stored = {"kind": "event", "index": 1, **event.to_dict()}
+    del stored["content"]  # format 2 left out a content its facts rebuild, and stored every other field
+    body = [header, {"kind": "event", "index": 0, **Event("new_request", content="hi").to_dict()}, stored]
+    store.root.mkdir(parents=True)
+    path = store.root / "old2.jsonl"
+    path.write_text("".join(json.dumps(record) + "\n" for record in body))
+    loaded = store.load("old2")
+    assert loaded.events_list[1] == event and loaded.events_list[1].content == event.content
+    loaded.add_event(Event("task_completion", content="done"))
+    store.sync(loaded)
+    written = lines(store, "old2")
+    assert written[0]["format"] == 3 and "timed_out" not in written[2]["data"] and "title" not in written[2]
+    assert store.load("old2").to_dict() == loaded.to_dict()

@@ -68,7 +68,7 @@ def test_an_orchestrator_and_its_child_run_on_a_store_that_writes_no_file(tmp_pa
     stream = agent.run_with_new_request("make a file")
 
     assert (tmp_path / "made.txt").read_text() == "hi\n"
-    assert not (anges_home / "data").exists(), "nothing went to the default store"
+    assert not (anges_home / "data" / "event_streams").exists(), "nothing went to the default store"
     flat = stream.get_event_list_including_children_events(load=store.load)
     assert [e.type for e in flat] == ["new_request", "new_child_agent", "child_agent_running",
                                       "new_request_from_parent", "action", "task_completion",

@@ -172,3 +172,35 @@ def test_openai_gets_the_runs_prompt_cache_key_where_the_preset_says(openai_serv
     assert "prompt_cache_key" not in bodies[2]
     assert bodies[1]["messages"] == [{"role": "user", "content": str(prompt)}]
 
+
+
+def test_a_stream_the_server_closes_before_its_finish_reason_is_retried_as_a_dropped_connection(wire):
+    # The body ends with the connection (no length, no chunked end): the SDK sees a complete stream, cut short.
+    wire.server.enqueue_cut('{"analysis": "half a rep', chunks=['{"analysis": ', '"half a rep'])
+    wire.server.enqueue_text('{"analysis": "whole"}', chunks=['{"analysis": ', '"whole"}'])
+    model, waits = wire.model(settings=STREAMED)
+    sink = Pieces()
+
+    with listening(sink):
+        reply = model("hi")
+
+    assert reply == '{"analysis": "whole"}' and reply.finish_reason == "stop"
+    assert len(wire.server.requests) == 2 and len(waits) == 1, "asked again after a back-off, as a dropped connection"
+    assert sink.begun == 2 and sink.texts[-2:] == ['{"analysis": ', '"whole"}'], "the text started again"
+
+
+def test_a_stream_cut_off_every_time_ends_as_a_model_error_not_an_invalid_reply(wire):
+    from anges.exceptions import ModelError, ModelReplyError
+
+    for _ in range(3):
+        wire.server.enqueue_cut('{"analysis": "half', chunks=['{"analysis": "half'])
+    model, _ = wire.model(settings=STREAMED)
+
+    try:
+        model("hi")
+    except ModelReplyError as exc:
+        raise AssertionError(f"taken for an invalid reply: {exc}") from exc
+    except ModelError as exc:
+        assert "gave up after 3 attempts" in str(exc) and "ended before" in str(exc)
+    else:
+        raise AssertionError("a cut-off stream was taken for a reply")

@@ -71,6 +71,9 @@ class Scripted:
     """Streamed: after the text, hold the stream open this long without ending it."""
     plain: bool = False
     """Send the body as it is even to a streaming request (a proxy's error page), not as server-sent events."""
+    cut: bool = False
+    """Streamed: send the text, then close the connection: no finish reason, no end of the stream, and a body that
+    the close ends (no chunked encoding, no length), so the client sees a complete but cut-off reply."""
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -192,6 +195,12 @@ class WireServer:
             time.sleep(0.01)
         return True
 
+    def enqueue_cut(self, text: str, chunks: list[str] | None = None) -> None:
+        """A streamed reply whose connection the server closes after the text, before its finish reason."""
+        usage = {"input": 10, "output": 5, "cached": 0}
+        body = lambda request: self.render_text(request, text, usage, None, "stop", {})
+        self.enqueue(Scripted(body=body, chunks=chunks, cut=True))
+
     def enqueue_drop(self, times: int = 1) -> None:
         """Close the connection without an answer."""
         self.enqueue(Scripted(drop=True), times)
@@ -290,6 +299,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _stream(self, scripted: Scripted, head: list[str], texts: list[str], tail: list[str]) -> None:
         """Send events in chunked transfer encoding; a stall holds the stream open after the text."""
+        if scripted.cut:
+            self._cut(head, texts)
+            return
         try:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -314,6 +326,20 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+
+    def _cut(self, head: list[str], texts: list[str]) -> None:
+        """The events before and of the text in a body the closing connection ends; nothing after them."""
+        self.close_connection = True
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write("".join(head + texts).encode())
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_WR)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
 
     def _chunk(self, event: str) -> None:
         data = event.encode()

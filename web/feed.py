@@ -244,7 +244,7 @@ def _steps(reader: Reader, records: list[dict], children: list[Reader],
         elif kind == "settings":
             reader.cwd = (record.get("agent_settings") or {}).get("cmd_init_dir") or reader.cwd
         elif kind == "event" and not reader.done:
-            event = Event.from_dict(record)
+            event = Event.from_record(record)
             index = record.get("index", 0)
             if status_of(event.type):
                 reader.stored = status_of(event.type)

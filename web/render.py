@@ -98,6 +98,9 @@ def step_view(event: Event, index: int, cwd: str = "", reasoning: str | None = N
         "analysis_html": markdown_html(event.analysis),
         "usage": _usage(data),
     }
+    mark = data.get("checkpoint")
+    if isinstance(mark, dict) and isinstance(mark.get("id"), int):
+        view["restorable"] = True  # a checkpoint was taken before it: the files can be put back as they were
     approved_by = _approved_by(data)
     if approved_by:
         view["approved_by"] = approved_by

@@ -22,14 +22,17 @@ from flask import (
 )
 from werkzeug.routing import BaseConverter
 
-from anges.exceptions import ConfigError, ModelSetupError, StreamBusy, StreamNotFound
+from anges.checkpoints import remove_checkpoints
+from anges.exceptions import AngesError, ConfigError, ModelSetupError, StreamBusy, StreamNotFound, UndoRefused
 from anges.registry import agent_types
 from anges.store.events import Event, EventStream, title_from
 from anges.store.export import to_markdown
+from anges.util.printable import printable, printable_texts
 
 from .approvals import ANSWERS, CHANNEL_NAME, MAX_FEEDBACK
 from .auth import request_is_local, token_needed
 from .feed import BadCursor, feed, parse_blocks, parse_watches, shared_feed, shown_status
+from .restore import checkpoints, preview
 from .runs import ChatBusy, sandbox_summary, unsandboxed_problem, user_notes
 
 bp = Blueprint("chat", __name__)
@@ -209,6 +212,7 @@ def delete_chat(uid: str):
     except StreamBusy as exc:
         raise ChatBusy(f"a run is active in this chat or one of its child agents: {exc}") from None
     web.runs.answers.forget_streams(removed)
+    remove_checkpoints(removed)
     return jsonify(deleted=removed)
 
 
@@ -262,6 +266,41 @@ def answer_approval(uid: str, request_id: str):
     if not web.runs.answers.give(uid, request_id, answer, feedback.strip()):
         return jsonify(error="already answered (from another page): the decision shows in a moment"), 409
     return jsonify(accepted=True, decision=answer), 202
+
+
+@bp.get("/api/chats/<chat:uid>/restore")
+def restore_preview(uid: str):
+    """What restoring the files to before step `step` would do (the default: the last step still in effect)."""
+    step = request.args.get("step", "")
+    if step and not step.isdigit():
+        abort(400, "step must be a step number")
+    stream = _load(uid)
+    try:
+        plan = checkpoints(_web(), stream).plan_undo(int(step) if step else None)
+    except AngesError as exc:  # no checkpoint for that step, its folder gone, git missing, ...
+        abort(409, printable(str(exc)))
+    return jsonify(preview(plan, stream.agent_settings.get("cmd_init_dir") or ""))
+
+
+@bp.post("/api/chats/<chat:uid>/restore")
+def restore_files(uid: str):
+    """Restore the files to before a step, as previewed (`token`); `overwrite` replaces others' changes too."""
+    web, body = _web(), _json_body()
+    step, token, overwrite = body.get("step"), body.get("token"), body.get("overwrite", False)
+    if not isinstance(step, int) or isinstance(step, bool) or not isinstance(token, str) \
+            or not isinstance(overwrite, bool):
+        abort(400, "send step (a number), token (from the preview) and overwrite (true or false)")
+    if web.runs.busy(uid):
+        raise ChatBusy("this chat is running: stop it before restoring its files")
+    try:
+        plan = checkpoints(web, _load(uid)).undo(step, overwrite=overwrite, expect=token, by="web")
+    except UndoRefused as exc:
+        return jsonify(error=printable(str(exc)), conflicts=printable_texts(exc.paths)), 409
+    except StreamBusy:
+        raise ChatBusy("a run is active in this chat (or above it): stop it before restoring its files") from None
+    except AngesError as exc:
+        abort(409, printable(str(exc)))
+    return jsonify(restored=True, stat=plan.diff.stat_line)
 
 
 @bp.get("/api/chats/<chat:uid>/export")

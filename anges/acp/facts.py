@@ -34,6 +34,15 @@ def action_args(event: Event) -> dict:
     return args
 
 
+def raw_input(event: Event) -> dict | None:
+    """The input the model gave the action an event records (a tool call's `rawInput`); None when it says none."""
+    data = event.data
+    if event.type in ("new_child_agent", "resume_child_agent"):
+        return {"directive": str(data.get("directive") or ""), "agent_input": event.content}
+    value = data.get("input")
+    return dict(value) if isinstance(value, dict) else None
+
+
 def failed(event: Event) -> bool:
     """True when the action did not do what was asked: an error, a tool error, a non-zero exit, a killed command."""
     data = event.data

@@ -27,12 +27,16 @@ from acp.schema import (
 
 from anges import __version__
 from anges.acp.session import Session
+from anges.acp.stdio import open_streams
+from anges.acp.wire import Wire
 from anges.exceptions import AngesError, InvalidStreamId, StreamNotFound
 
 log = logging.getLogger("anges.acp")
 
 STDIO_LIMIT = 50 * 1024 * 1024
 """The longest protocol message read (a prompt with embedded files)."""
+AUTH_REQUIRED = -32000
+"""The protocol's error for a request that needs credentials the agent lacks."""
 
 
 @dataclass(frozen=True)
@@ -47,10 +51,11 @@ class Options:
 class AngesAgent:
     """anges as an ACP agent: each session is an anges stream in the store, worked on by one agent."""
 
-    def __init__(self, options: Options):
+    def __init__(self, options: Options, wire: Wire | None = None):
         from anges.store.event_store import EventStore
 
         self.options = options
+        self.wire = wire or Wire()
         self.store = EventStore()
         self.sessions: dict[str, Session] = {}
         self.client = None
@@ -60,6 +65,7 @@ class AngesAgent:
     def on_connect(self, conn) -> None:
         self.client = conn
         self.loop = asyncio.get_running_loop()
+        self.wire.connection = getattr(conn, "_conn", None)  # the SDK's Connection (see Wire.void)
 
     async def initialize(self, protocol_version: int, client_capabilities=None, client_info=None,
                          **kwargs) -> InitializeResponse:
@@ -139,7 +145,8 @@ class AngesAgent:
             mcp = manager_for(config, mcp_config(mcp_servers) if mcp_servers else None)
         except AngesError as exc:
             raise RequestError(-32602, str(exc)) from None
-        session = Session(stream.uid, self.client, self.loop, os.path.abspath(cwd), run_secrets(config, (), mcp)[0])
+        session = Session(stream.uid, self.client, self.loop, os.path.abspath(cwd), run_secrets(config, (), mcp)[0],
+                          self.wire)
         try:
             agent = agent_class(agent_type)(
                 inference_func=session.watch(model), event_stream=stream, cmd_init_dir=session.cwd, config=config,
@@ -156,12 +163,35 @@ class AngesAgent:
         return session
 
     def _model(self, agent_type: str):
-        """One model per agent type, shared by the sessions (a scripted model's replies run on across them)."""
+        """One model per agent type, shared by the sessions (a scripted model's replies run on across them); the
+        protocol's authentication-required error when its credentials are missing."""
         from anges.models import get_model
 
         if agent_type not in self._models:
+            missing = missing_credentials(self.options.model, self.options.config, agent_type)
+            if missing:
+                raise RequestError(AUTH_REQUIRED, f"Authentication required: {missing}")
             self._models[agent_type] = get_model(self.options.model, self.options.config, agent_type)
         return self._models[agent_type]
+
+
+def missing_credentials(name: str | None, config: Any, agent_type: str) -> str:
+    """What the model needs that the environment lacks ("" when nothing: a key is set, or none is needed)."""
+    from anges.exceptions import ModelSetupError
+    from anges.models import find_preset
+    from anges.models.provider import credential_hint, has_credentials
+
+    name = (name or config.model_for(agent_type)).strip()
+    if name.partition(":")[0] in ("scripted", "replay"):
+        return ""
+    try:
+        _, preset = find_preset(name, config)
+    except ModelSetupError as exc:
+        return str(exc) if name == "auto" else ""  # `auto` fails only for want of credentials; the rest is said later
+    if has_credentials(preset):
+        return ""
+    return (f"model {name!r} needs {credential_hint(preset) or 'its credentials'} set in the environment the editor "
+            "starts anges acp with (its `env` setting), or another --model")
 
 
 def mcp_config(servers: list) -> dict:
@@ -198,7 +228,9 @@ def request_text(blocks: list, cwd: str) -> str:
             if isinstance(resource, TextResourceContents):
                 attached.append(f"Contents of {_path(resource.uri, cwd)}:\n```\n{resource.text}\n```")
         else:
-            parts.append((f"[a {getattr(block, 'type', 'content')} block anges cannot read was left out]", True))
+            kind = str(getattr(block, "type", "") or "content")
+            article = "an" if kind[:1] in "aeiou" else "a"
+            parts.append((f"[{article} {kind} block anges cannot read was left out]", True))
     text = ""
     for index, (part, mention) in enumerate(parts):
         apart = index and (mention or parts[index - 1][1])
@@ -217,25 +249,23 @@ def _path(uri: str, cwd: str) -> str:
 
 
 async def serve(options: Options, protocol_in, protocol_out) -> None:
-    """Serve ACP on the given binary pipes until the client closes them or a stop signal comes."""
+    """Serve ACP on the given binary pipes (or files) until the client closes them or a stop signal comes."""
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=STDIO_LIMIT)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), protocol_in)
-    transport, protocol = await loop.connect_write_pipe(
-        lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), protocol_out)
-    writer = asyncio.StreamWriter(transport, protocol, None, loop)
-    agent = AngesAgent(options)
+    wire = Wire()
+    reader, writer, feeding = await open_streams(protocol_in, protocol_out, wire, STDIO_LIMIT)
+    agent = AngesAgent(options, wire)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
-    serving = asyncio.ensure_future(run_agent(agent, writer, reader))
+    serving = asyncio.ensure_future(run_agent(agent, writer, reader, observers=[wire]))
     stopping = asyncio.ensure_future(stop.wait())
     try:
         await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         await asyncio.to_thread(agent.close)
-        serving.cancel()
-        stopping.cancel()
-        for outcome in await asyncio.gather(serving, stopping, return_exceptions=True):
+        tasks = [task for task in (serving, stopping, feeding) if task is not None]
+        for task in tasks:
+            task.cancel()
+        for outcome in await asyncio.gather(*tasks, return_exceptions=True):
             if isinstance(outcome, Exception):
                 log.error("the connection failed: %s", outcome)

@@ -19,6 +19,7 @@ from acp.schema import PermissionOption
 
 from anges.acp import facts
 from anges.acp.updates import Speaker, UpdateMapper
+from anges.acp.wire import Wire
 from anges.exceptions import ModelReplyError, StreamBusy
 from anges.safety.approval import Decision
 from anges.store.events import walk
@@ -55,9 +56,11 @@ class Turn:
 class Session:
     """An agent on one stream, driven by one ACP client."""
 
-    def __init__(self, uid: str, client, loop: asyncio.AbstractEventLoop, cwd: str, secrets: list[str]):
+    def __init__(self, uid: str, client, loop: asyncio.AbstractEventLoop, cwd: str, secrets: list[str],
+                 wire: Wire | None = None):
         self.uid = uid
         self.client = client
+        self.wire = wire or Wire()
         self.loop = loop
         self.cwd = cwd
         self.secrets = secrets
@@ -115,7 +118,7 @@ class Session:
         with self._lock:
             if self.turn is not None:
                 raise RequestError(-32600, "a prompt is already running in this session; cancel it first")
-            turn = self.turn = Turn(UpdateMapper(self.send, self.cwd, self._ids))
+            turn = self.turn = Turn(UpdateMapper(self.send, self.cwd, self._ids, asks=self._asks))
             self._idle.clear()
         try:
             self.agent.run_with_new_request(request)
@@ -130,6 +133,11 @@ class Session:
                 self.turn = None
                 self._idle.set()
         return self.stop_reason(turn)
+
+    def _asks(self, action_type: str, args: dict) -> bool:
+        """Whether the run's gate will ask the editor before this action starts."""
+        safety = getattr(self.agent, "run_safety", None)
+        return safety is not None and safety.gate.asks(action_type, args)
 
     def stop_reason(self, turn: Turn) -> str:
         """How the turn ended, as ACP says it: end_turn, cancelled, max_turn_requests or refusal."""
@@ -158,11 +166,10 @@ class Session:
 
     def replay(self, store) -> None:
         """Send the stream's history (children included) as updates."""
-        mapper = UpdateMapper(self.send, self.cwd, self._ids, replay=True)
-        for depth, owner, event in walk(self.stream, store.load):
-            parent = owner.parent_event_stream_uids[-1] if owner.parent_event_stream_uids else ""
-            mapper.event(event, Speaker(owner.uid, owner.agent_type or "default", parent, depth))
-        mapper.finish()
+        items = [(event, Speaker(owner.uid, owner.agent_type or "default",
+                                 owner.parent_event_stream_uids[-1] if owner.parent_event_stream_uids else "", depth))
+                 for depth, owner, event in walk(self.stream, store.load)]
+        UpdateMapper(self.send, self.cwd, self._ids, replay=True).history(items)
 
     def close(self, wait: float = 10.0) -> None:
         """Stop the running turn, wait for it to end, and end the run's kept processes and MCP servers."""
@@ -248,6 +255,9 @@ class EditorApproval:
         turn = session.turn
         if turn is None or session.gone:
             return Decision("deny", feedback="no one can answer: the editor is not connected")
+        if session.wire.from_file:
+            return Decision("deny", feedback="no one can answer: anges acp reads its requests from a file",
+                            by="no_one")
         tool_call = turn.mapper.permission_call(request)
         try:
             pending = session.call(session.client.request_permission(
@@ -261,6 +271,7 @@ class EditorApproval:
             except concurrent.futures.TimeoutError:
                 if request.cancelled.is_set() or turn.cancelled.is_set():
                     pending.cancel()
+                    self._void(tool_call.tool_call_id)
                     return self._stopped(request)
             except (ConnectionError, RequestError, concurrent.futures.CancelledError) as exc:
                 log.warning("permission request %s failed: %s", request.id, exc)
@@ -273,6 +284,17 @@ class EditorApproval:
             return Decision("deny", feedback=f"the editor answered with an unknown option {outcome.option_id!r}",
                             by=self.name)
         return Decision(answer.verdict, always=answer.always, by=self.name)
+
+    def _void(self, tool_call_id: str) -> None:
+        """Tell the editor that the permission request about this call is void, so it closes its dialog."""
+        session = self.session
+        request_id = session.wire.permission_id(session.uid, tool_call_id)
+        if request_id is None or session.gone:
+            return
+        try:
+            session.call(session.wire.void(request_id)).result(SEND_TIMEOUT)
+        except (ConnectionError, RuntimeError, concurrent.futures.TimeoutError) as exc:
+            log.warning("could not tell the editor that permission request %s is void: %s", request_id, exc)
 
     def _stopped(self, request) -> Decision:
         """The turn was cancelled: let the run record the request as cancelled (it stops waiting within a poll)."""

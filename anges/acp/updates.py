@@ -13,7 +13,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from acp import (
     plan_entry,
@@ -34,7 +34,7 @@ from anges.acp.plan import plan_entries
 from anges.exceptions import FormatError
 from anges.prompt.parsing import parse_reply
 from anges.safety import approval_text
-from anges.store.events import REQUEST_EVENT_TYPES, RETURN_TO_PARENT_EVENT_TYPES
+from anges.store.events import REQUEST_EVENT_TYPES, RETURN_TO_PARENT_EVENT_TYPES, Event, action_input
 from anges.util.printable import visible
 
 ANSWER_TYPES = ("task_completion", "agent_text_response", "agent_requested_help")
@@ -68,6 +68,8 @@ class Call:
     kind: str
     locations: list[ToolCallLocation] | None = None
     status: str = "pending"
+    args: dict = field(default_factory=dict)
+    """The action's arguments (from its reply; empty when it was first seen in an event)."""
     request: str = ""
     """The approval request asked about it."""
     child: str = ""
@@ -90,10 +92,13 @@ class _AnyAction(Mapping):
 class UpdateMapper:
     """Turns the replies and events of one prompt turn (or a stored stream) into session updates, sent in order."""
 
-    def __init__(self, send: Callable, cwd: str, ids: Iterator[int], replay: bool = False):
+    def __init__(self, send: Callable, cwd: str, ids: Iterator[int], replay: bool = False,
+                 asks: Callable[[str, dict], bool] | None = None):
         self.send = send
         self.cwd = cwd
         self.replay = replay
+        self.asks = asks or (lambda action_type, args: False)
+        """Whether an action will wait for a person's approval before it starts (its call then stays pending)."""
         self._ids = ids
         self._lock = threading.RLock()
         self._calls: dict[str, list[Call]] = {}
@@ -126,11 +131,10 @@ class UpdateMapper:
             else:  # its thoughts went out as they streamed; the events repeat them
                 self._thought[speaker.id] = reply.reasoning.strip() or reply.analysis.strip()
                 self._show_plan(speaker, reply.reasoning)
-            calls = [self._open(speaker, args["action_type"], args, "pending",
-                                raw_input={k: v for k, v in args.items() if k != "action_type"})
+            calls = [self._open(speaker, args["action_type"], args, "pending", action_input(args))
                      for args in reply.actions if args["action_type"] not in NOT_TOOL_CALLS]
-            if calls:  # the agent starts on the first at once (and says so if it must ask first)
-                self._update(calls[0], "in_progress")
+            if calls:  # the agent starts on the first at once, unless it must ask first
+                self._start(calls[0])
 
     def thought(self, speaker: Speaker, delta) -> None:
         """A piece of a reply's analysis or reasoning as it streams (`delta`: an anges ReplyDelta)."""
@@ -145,8 +149,9 @@ class UpdateMapper:
             self._thought[speaker.id] = delta.reasoning.strip() or delta.analysis.strip()
             self.send(update_agent_thought_text(lead + delta.text))
 
-    def event(self, event, speaker: Speaker) -> None:
-        """An event was recorded (or is replayed)."""
+    def event(self, event: Event, speaker: Speaker, step: Event | None = None) -> None:
+        """An event was recorded (or is replayed; `step` is then the event that ended the step an approval request
+        belongs to, whose thoughts and input the live turn showed before the request)."""
         with self._lock:
             self._speakers[speaker.id] = speaker
             kind = event.type
@@ -157,11 +162,13 @@ class UpdateMapper:
                 return
             if kind == "child_agent_running":
                 return
+            if step is not None:
+                self._think(speaker, step.analysis, step.reasoning)
             self._think(speaker, event.analysis, event.reasoning)
             if kind in RETURN_TO_PARENT_EVENT_TYPES:
                 self._running.pop(speaker.id, None)
             if kind == "approval_requested":
-                self._asked(speaker, event)
+                self._asked(speaker, event, facts.raw_input(step) if step is not None else None)
             elif kind == "approval_decided":
                 self._decided(speaker, event)
             elif kind in ("new_child_agent", "resume_child_agent"):
@@ -176,6 +183,13 @@ class UpdateMapper:
                     self.send(update_agent_message_text(event.content))
             elif kind in ("action", "edit_file"):
                 self._finished(speaker, event)
+
+    def history(self, items: list[tuple[Event, Speaker]]) -> None:
+        """Replay recorded events (children's after the event that ran them) as the live turns showed them."""
+        for index, (event, speaker) in enumerate(items):
+            step = _step_of(items, index) if event.type == "approval_requested" else None
+            self.event(event, speaker, step)
+        self.finish()
 
     def finish(self) -> None:
         """The turn is over: a tool call still open did not run (or its child never returned)."""
@@ -198,15 +212,15 @@ class UpdateMapper:
                 content += [tool_diff_content(request.subject, new, old) for old, new in parts]
             elif request.action_type != "RUN_SHELL_CMD":
                 content.append(tool_content(text_block(_fenced(visible(request.detail)))))
-            return ToolCallUpdate(tool_call_id=call.id, title=call.title, kind=call.kind, status="pending",
+            return ToolCallUpdate(tool_call_id=call.id, title=call.title, kind=call.kind, status=call.status,
                                   content=content, locations=call.locations)
 
     # -- events ---------------------------------------------------------------------------------------------------
 
-    def _asked(self, speaker: Speaker, event) -> None:
+    def _asked(self, speaker: Speaker, event, raw_input: dict | None = None) -> None:
         action_type, request = facts.action_type(event), facts.request_id(event)
         call = self._waiting(speaker.id, action_type) or self._open(speaker, action_type, facts.action_args(event),
-                                                                     "pending")
+                                                                     "pending", raw_input)
         call.request = request
         self._by_request[request] = call
         approval = facts.approval(event)
@@ -219,7 +233,8 @@ class UpdateMapper:
             if call is not None:
                 self._update(call, "in_progress", f"Approved by {_decider(approval)}.")
             return
-        self._done(speaker, call, action_type, facts.action_args(event), "failed", [_declined(approval)])
+        self._done(speaker, call, action_type, facts.action_args(event), "failed", [_declined(approval)],
+                   facts.raw_input(event))
         for _ in range(approval["skipped"]):
             rest = self._waiting(speaker.id)
             if rest is None:
@@ -230,7 +245,7 @@ class UpdateMapper:
     def _delegated(self, speaker: Speaker, event) -> None:
         child = facts.child_id(event)
         call = self._waiting(speaker.id, "CALL_CHILD_AGENT") or self._open(
-            speaker, "CALL_CHILD_AGENT", facts.action_args(event), "in_progress")
+            speaker, "CALL_CHILD_AGENT", facts.action_args(event), "in_progress", facts.raw_input(event))
         call.child = child
         self._by_child[child] = call
         self._update(call, "in_progress", f"{event.message}:\n\n{event.content}")
@@ -246,10 +261,11 @@ class UpdateMapper:
         call = self._waiting(speaker.id, action_type or None, started=True)
         action_type = action_type or (call.action_type if call is not None else event.type)
         status = "failed" if facts.failed(event) else "completed"
-        self._done(speaker, call, action_type, facts.action_args(event), status, self._result(event, action_type))
+        self._done(speaker, call, action_type, facts.action_args(event), status, self._result(event, action_type),
+                   facts.raw_input(event))
         following = self._waiting(speaker.id)
-        if following is not None and following.status == "pending":
-            self._update(following, "in_progress")
+        if following is not None:
+            self._start(following)
 
     def _result(self, event, action_type: str) -> list:
         if action_type == "RUN_SHELL_CMD":
@@ -303,27 +319,36 @@ class UpdateMapper:
                 return call
         return None
 
-    def _open(self, speaker: Speaker, action_type: str, args: dict, status: str, raw_input=None) -> Call:
+    def _open(self, speaker: Speaker, action_type: str, args: dict, status: str,
+              raw_input: dict | None = None) -> Call:
         title, locations = self._describe(speaker, action_type, args)
         call = Call(f"call-{next(self._ids)}", speaker.id, action_type, title, KINDS.get(action_type, "other"),
-                    locations, status)
+                    locations, status, args)
         self._calls.setdefault(speaker.id, []).append(call)
         self.send(start_tool_call(call.id, title, kind=call.kind, status=status, locations=locations,
                                   raw_input=raw_input))
         return call
 
+    def _start(self, call: Call) -> None:
+        """The agent goes on to `call`: in progress, unless it will wait for approval first (then it starts once
+        approved)."""
+        if call.status == "pending" and not (call.args and self.asks(call.action_type, call.args)):
+            self._update(call, "in_progress")
+
     def _update(self, call: Call, status: str, text: str | None = None) -> None:
+        """Send what changed; a call only moves forward (once in progress, never pending again)."""
+        status = call.status if status == "pending" else status
         call.status = status
         content = [tool_content(text_block(text))] if text else None
         self.send(update_tool_call(call.id, status=status, content=content))
 
     def _done(self, speaker: Speaker, call: Call | None, action_type: str, args: dict, status: str,
-              content: list) -> None:
+              content: list, raw_input: dict | None = None) -> None:
         """Finish a call with its result; one that was never announced starts and ends in one update."""
         if call is None:
             title, locations = self._describe(speaker, action_type, args)
             self.send(start_tool_call(f"call-{next(self._ids)}", title, kind=KINDS.get(action_type, "other"),
-                                      status=status, content=content, locations=locations))
+                                      status=status, content=content, locations=locations, raw_input=raw_input))
             return
         calls = self._calls.get(call.agent, [])
         if call in calls:
@@ -362,6 +387,17 @@ class UpdateMapper:
             title = action_type or "an action"
         title = _one_line(f"[{speaker.type}] {title}" if speaker.depth else title)
         return title, [ToolCallLocation(path=path)] if path else None
+
+
+def _step_of(items: list[tuple[Event, Speaker]], index: int) -> Event | None:
+    """The event that ended the step whose approval request is `items[index]`: the same agent's next event that is
+    not an approval it was given (the action's result, or the decision that declined it)."""
+    agent = items[index][1].id
+    for event, speaker in items[index + 1:]:
+        if speaker.id != agent or (event.type == "approval_decided" and facts.approval(event)["decision"] == "allow"):
+            continue
+        return event
+    return None
 
 
 def _request_text(request) -> str:

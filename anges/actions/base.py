@@ -104,6 +104,10 @@ class Action:
         """Carry out the action and return the event to record."""
         raise NotImplementedError
 
+    def may_change_files(self, args: dict) -> bool:
+        """Whether running it with `args` can change files (then a checkpoint is taken first); yes unless known."""
+        return True
+
     def handle_action_in_parsed_response(self, run_config: dict, parsed_response_dict: dict, action_json: dict):
         """The anges 0.1.x interface: record the event yourself; return the stream if the run ends."""
         name = type(self).__name__

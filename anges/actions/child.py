@@ -73,7 +73,7 @@ class CallChildAgent(Action):
         stream, ctx = child.agent.event_stream, child.ctx
         verb = "starts" if child.kind == "new_child_agent" else "resumes"
         data = {"agent_id": stream.uid, "agent_type": child.agent.agent_type, "directive": child.directive}
-        ctx.record(Event(child.kind, reasoning=ctx.reply.reasoning, content=child.request,
+        ctx.record(Event(child.kind, reasoning=ctx.reply.reasoning, analysis=ctx.reply.analysis, content=child.request,
                          message=f"{verb} child agent {child.agent.agent_type} {stream.uid}",
                          data={**data, **({"approval": child.approval} if child.approval else {})}))
 

@@ -24,6 +24,9 @@ class ReadMimeFiles(Action):
         super().__init__()
         self._readers: dict[str, object] = {}
 
+    def may_change_files(self, args: dict) -> bool:
+        return bool(str(args.get("output") or "").strip())
+
     def run(self, ctx: ActionContext, args: dict) -> Event:
         from anges.exceptions import ModelError
         from anges.tools.mime import MimeError, load_inputs, local_path, write_answer

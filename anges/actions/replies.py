@@ -14,6 +14,9 @@ class _ReturningAction(Action):
     params = {"content": Param(str, non_empty=True)}
     event_type = ""
 
+    def may_change_files(self, args: dict) -> bool:
+        return False
+
     def run(self, ctx: ActionContext, args: dict) -> Event:
         content = args["content"]
         return Event(type=self.event_type, content=content, message=content, data={"action_type": self.type})

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from anges.actions import Action, ActionContext, LegacyAction, is_builtin_style, offered_actions
 from anges.agents.budget import Budget, Ledger
 from anges.agents.calls import ModelCalls
+from anges.agents.checkpointing import StepCheckpoints
 from anges.agents.delegation import Delegation
 from anges.agents.history import History
 from anges.agents.listening import Listener, listeners_for
@@ -24,9 +25,10 @@ from anges.models import get_model
 from anges.prompt.parsing import ParsedReply
 from anges.safety.run_safety import SafetyShare, run_secrets
 from anges.store.event_store import EventStore, status_of
-from anges.store.events import RETURN_TO_PARENT_EVENT_TYPES, Event, EventStream, new_id
+from anges.store.events import ChildReturn, Event, EventStream, action_input, new_id
 
 if TYPE_CHECKING:
+    from anges.checkpoints import Checkpoints
     from anges.config.types import AgentConfig, Config
     from anges.safety.approval import Permit
     from anges.safety.run_safety import RunSafety
@@ -47,8 +49,6 @@ class BaseAgent(Delegation):
     """An orchestrator may start agents of this type (NEW_CHILD_AGENT <TYPE>)."""
     mcp_tools = True
     """Offer USE_MCP_TOOL when an MCP manager with tools is attached (`mcp=`)."""
-    read_only_shell = False
-    """Its commands run in the read-only sandbox: never asked about, never let out (a deny rule still holds)."""
 
     def __init__(self, parent_ids=None, inference_func: Callable | None = None, event_stream: EventStream | None = None,
                  cmd_init_dir: str | os.PathLike | None = None, prefix_cmd: str = "",
@@ -102,6 +102,7 @@ class BaseAgent(Delegation):
         self.delta_handlers.extend(delta_handlers)
         """Called with each `ReplyDelta` as a reply streams (`anges.agents.live`); a child agent shares them."""
         self._interrupted, self._interrupt_why = threading.Event(), ""
+        self._checkpointing = StepCheckpoints(self.config.checkpoints)
         self.run_state: RunState | None = None
         """The request being run: its budget, ledger, action context and history (None before the first)."""
         self.secrets: list[str] = []
@@ -124,12 +125,14 @@ class BaseAgent(Delegation):
             kind = ("new_request" if first else "follow_up_request") + ("_from_parent" if self.parent_ids else "")
             self._record(Event(kind, content=task_description, message=task_description))
             self.run_state = self._new_state(env)
+            self._checkpointing.begin(stream.uid, self.parent_ids, self.run_safety.settings, self.stop_requested)
             if first and self.auto_entitle:
                 self.run_state.history.entitle(task_description, self.secrets)
             try:
                 self._run()
             finally:
                 self._share.end(self.run_safety)  # every process of the run ends here (a child's: with its parent)
+                self._checkpointing.end()
         return stream
 
     def close(self) -> None:
@@ -145,6 +148,14 @@ class BaseAgent(Delegation):
         """Ask the running request to stop (the running command is killed); `why` (e.g. "SIGTERM") is recorded."""
         self._interrupt_why = why
         self._interrupted.set()
+
+    @property
+    def checkpoints(self) -> Checkpoints:
+        """Diff and undo of this agent's stream, from the checkpoints taken before its steps."""
+        from anges.checkpoints import Checkpoints
+
+        stream = self.event_stream or EventStream(uid=self.uid, parent_event_stream_uids=self.parent_ids)
+        return Checkpoints(stream, self.store, self.config.checkpoints, self.config.prompt.template_dir)
 
     def render_prompt(self, feedback: str = "") -> str:
         """The full prompt for the next step."""
@@ -183,16 +194,16 @@ class BaseAgent(Delegation):
             self.check_limits()
             self.run_state.count_repeats(args)
             action = actions[args["action_type"]]
-            read_only = self.read_only_shell and action.type == "RUN_SHELL_CMD"
-            permit = self.run_safety.permit(ctx, action.type, args, len(reply.actions) - index - 1, read_only)
+            permit = self.run_safety.permit(ctx, action.type, args, len(reply.actions) - index - 1, self.readonly_shell)
             if permit is None:
                 return False  # declined: the model reads why and plans again
-            if self._run_action(action, args, replace(ctx, **self.run_safety.equipment(permit, read_only)), permit):
+            if self._run_action(action, args, replace(ctx, **self.run_safety.equipment(permit)), permit):
                 return True
         return False
 
     def _run_action(self, action: Action, args: dict, ctx: ActionContext, permit: Permit | None = None) -> bool:
         """Run one action (an anges 0.1.x one through its adapter) and record its event; True if it ended the run."""
+        self._checkpointing.before(action, args, ctx, len(self.event_stream.events_list) + 1)
         action = action if is_builtin_style(action) else LegacyAction(action, self)
         try:
             event = action.run(ctx, args)
@@ -205,13 +216,16 @@ class BaseAgent(Delegation):
                                data={"action_type": action.type, "error": f"{type(exc).__name__}: {exc}"}))
             return False
         if event is not None:
-            self._record_outcome(event, ctx.reply, permit)
+            self._record_outcome(event, ctx.reply, permit, None if action.returning_action else args)
         return action.returning_action
 
-    def _record_outcome(self, event: Event, reply: ParsedReply, permit: Permit | None = None) -> None:
-        """Record an action's event with the reply's reasoning and the approval it got."""
+    def _record_outcome(self, event: Event, reply: ParsedReply, permit: Permit | None = None,
+                        args: dict | None = None) -> None:
+        """Record an action's event with the reply's reasoning, the action's input and the approval it got."""
         event.reasoning = event.reasoning or reply.reasoning
         event.analysis = event.analysis or reply.analysis
+        if args is not None and ChildReturn.of(event) is None:  # a child's return: its start event has the input
+            event.data.setdefault("input", action_input(args))
         if permit is not None and permit.facts():
             event.data.setdefault("approval", permit.facts())
         self._record(event)
@@ -220,9 +234,7 @@ class BaseAgent(Delegation):
         """The bookkeeping every event gets once: usage, secrets masked, texts capped, stored, status, handlers."""
         if self.run_state is not None:
             self.run_state.note(event)
-        ended = self._share.ending_jobs(self.run_safety) if event.type in RETURN_TO_PARENT_EVENT_TYPES else []
-        if ended:  # the run ends with this event, and these jobs with the run
-            event.data["ended_jobs"] = ended
+        self._checkpointing.attach(event)
         mask_event(event, self.secrets)
         cap_event(event, self.agent_config.event_text_cap)
         self.event_stream.add_event(event)
@@ -281,7 +293,7 @@ class BaseAgent(Delegation):
             render_guide=self._prompter.guide, delegator=self)
         history = History(self.event_stream, self.store, self.config.prompt, self._call_model, self._record,
                           self.logger)
-        return RunState(self.agent_config, budget, ledger, context, history)
+        return RunState(self.agent_config, budget, ledger, context, history, self._share.ending_jobs)
 
     def actions_by_type(self) -> dict[str, Action]:
         """The actions this agent offers, by type (upper case)."""

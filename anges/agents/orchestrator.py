@@ -110,7 +110,7 @@ class Orchestrator(BaseAgent):
     can_be_child = True
     mcp_tools = False  # it delegates; its children get the tools
     children_run_concurrently = True
-    read_only_shell = True
+    readonly_shell = True
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -148,6 +148,7 @@ class Orchestrator(BaseAgent):
             return False
         if not isinstance(action, CallChildAgent):
             return super()._run_action(action, args, ctx, permit)
+        self._checkpointing.before(action, args, ctx, len(self.event_stream.events_list) + 1)
         try:
             prepared = action.prepare(ctx, args)
         except Exception as exc:  # as with any action: a failure is a result the model reads

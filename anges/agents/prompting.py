@@ -36,7 +36,7 @@ class Prompted(Protocol):
     cmd_init_dir: str
     prefix_cmd: str
     secrets: list[str]
-    read_only_shell: bool
+    readonly_shell: bool
 
 
 class Prompter:
@@ -128,5 +128,5 @@ class Prompter:
             agent = self.agent
             self._facts = {"os": platform.system(), "shell": os.path.basename(find_shell()),
                            "cwd": agent.cmd_init_dir, "prefix_cmd": agent.prefix_cmd,
-                           "sandbox": agent.run_safety.facts(agent.read_only_shell) if agent.run_safety else None}
+                           "sandbox": agent.run_safety.facts(agent.readonly_shell) if agent.run_safety else None}
         return self._facts

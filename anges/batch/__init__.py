@@ -3,13 +3,15 @@
 - `tasks.py`: task files (JSON Lines or YAML) and their checks; `checks.py`: a task's `check` command
 - `runner.py`: what to run, what to skip, Ctrl-C, results; `state.py`: the batch's folder and log
 - `worker.py`: one task's run, the same in a local worker process and in a Ray task
-- `local.py`, `ray_engine.py`: where runs happen; `progress.py`: the live display and the summary
+- `local.py`, `ray_engine.py`: where runs happen (`ray_output.py`: what Ray prints goes to the batch's `ray.log`);
+  `progress.py`: the live display and the summary
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -18,6 +20,8 @@ if TYPE_CHECKING:
     from anges.config.types import Config
 
 DEFAULT_LOCAL_WORKERS = 4
+RAY_LOG = "ray.log"
+"""In the batch's folder: what Ray itself printed while the batch ran on it."""
 
 
 def run_batch(tasks_file: str, *, defaults: dict, engine: str = "local", workers: int | None = None,
@@ -39,11 +43,17 @@ def run_batch(tasks_file: str, *, defaults: dict, engine: str = "local", workers
     specs = load_tasks(tasks_file, defaults)
     config = load_config(config_file, overrides)
     check_models(specs, config)
+    batch_id = batch_id or batch_id_for(tasks_file)
+    notes = _safety_notes(config)
     if engine == "ray":  # each task checks the sandbox on its own node
         from anges.batch.ray_engine import RayEngine
+        from anges.batch.ray_output import ray_output
+        from anges.batch.state import BatchState
 
         chosen = RayEngine(config, address=address, workers=workers, retries=retries, cpus_per_task=cpus_per_task,
                            env_names=env_names)
+        output = ray_output(BatchState(batch_id).root / RAY_LOG)
+        notes += (f"Ray's own messages go to {BatchState(batch_id).root / RAY_LOG}",)
     else:
         from anges.batch.local import LocalEngine
 
@@ -51,12 +61,14 @@ def run_batch(tasks_file: str, *, defaults: dict, engine: str = "local", workers
         if missing:
             raise BatchError(missing)
         chosen = LocalEngine(workers or DEFAULT_LOCAL_WORKERS)
-    runner = BatchRunner(specs, batch_id or batch_id_for(tasks_file), chosen, retry_failed=retry_failed,
-                         config_file=os.path.abspath(config_file) if config_file else None,
-                         config_overrides=overrides, notes=_safety_notes(config),
-                         display_factory=lambda progress: make_display(progress, sys.stderr),
-                         trace_factory=trace_factory(config))
-    return runner.run()
+        output = nullcontext(sys.stderr)
+    with output as shown:
+        runner = BatchRunner(specs, batch_id, chosen, retry_failed=retry_failed,
+                             config_file=os.path.abspath(config_file) if config_file else None,
+                             config_overrides=overrides, notes=notes,
+                             display_factory=lambda progress: make_display(progress, shown),
+                             trace_factory=trace_factory(config))
+        return runner.run()
 
 
 def trace_factory(config: Config):

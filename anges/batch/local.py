@@ -103,6 +103,8 @@ class LocalEngine:
                 continue
             if item.get("type") == "event":
                 sink.event(worker.job, item)
+            elif item.get("type") == "doing":
+                sink.doing(worker.job, str(item.get("text") or ""))
             elif item.get("type") == "result":
                 done = item
         return done

@@ -28,6 +28,12 @@ class _Running:
     started: float
     steps: int = 0
     last: str = ""
+    """The last thing its run recorded (before it says what it does)."""
+    doing: str = ""
+    """What its run does now: "thinking", "running `make test`", ... (empty until it says)."""
+
+    def now(self) -> str:
+        return self.doing or self.last or "starting"
 
 
 @dataclass
@@ -62,10 +68,25 @@ class Progress:
                 task.steps += bool(item.get("step"))
                 task.last = item.get("message") or item.get("event_type") or ""
 
+    def doing(self, task_id: str, text: str) -> None:
+        with self.lock:
+            task = self.running.get(task_id)
+            if task is not None:
+                task.doing = text
+
     def finished(self, task_id: str, row: dict) -> None:
         with self.lock:
             self.running.pop(task_id, None)
             self.counts[outcome(row)] += 1
+
+    def done(self) -> int:
+        """Tasks of this run that ended (succeeded or failed); stopped ones are unfinished, as the summary counts."""
+        return self.counts["succeeded"] + self.counts["failed"]
+
+    def unfinished(self) -> int:
+        """Tasks of this run that will not finish in it: stopped, and once stopping also those never started."""
+        never = self.to_run - sum(self.counts.values()) - len(self.running) if self.stopping else 0
+        return self.counts["unfinished"] + never
 
     def elapsed(self) -> float:
         return time.monotonic() - self.began
@@ -79,10 +100,11 @@ class Progress:
 
     def headline(self) -> str:
         with self.lock:
-            done = sum(self.counts.values())
             eta = self.eta()
-            parts = [f"batch {self.batch_id}", f"{done}/{self.to_run} done", f"{self.counts['failed']} failed",
-                     f"{len(self.running)} running", f"{_duration(self.elapsed())} elapsed"]
+            parts = [f"batch {self.batch_id}", f"{self.done()}/{self.to_run} done", f"{self.counts['failed']} failed"]
+            if self.unfinished():
+                parts.append(f"{self.unfinished()} unfinished")
+            parts += [f"{len(self.running)} running", f"{_duration(self.elapsed())} elapsed"]
             if eta is not None:
                 parts.append(f"ETA {_duration(eta)}")
             parts.append(f"{_tokens(self.tokens)} tokens")
@@ -111,8 +133,8 @@ class PlainDisplay:
 
     def finished(self, row: dict) -> None:
         progress = self.progress
-        done = sum(progress.counts.values())
-        print(f"[{done}/{progress.to_run}] {row['id']} {describe(row)}", file=self.out, flush=True)
+        where = "unfinished" if outcome(row) == "unfinished" else f"{progress.done()}/{progress.to_run}"
+        print(f"[{where}] {row['id']} {describe(row)}", file=self.out, flush=True)
 
 
 class RichDisplay(PlainDisplay):
@@ -156,7 +178,8 @@ class RichDisplay(PlainDisplay):
             running = sorted(progress.running.items(), key=lambda item: item[1].started)
         for task_id, task in running[:RUNNING_ROWS]:
             table.add_row(Text(task_id, style="cyan"), Text(_duration(now - task.started)),
-                          Text(f"{task.steps} steps"), Text(clean(task.last, 80), style="dim"))
+                          Text(f"{task.steps} step{'' if task.steps == 1 else 's'}"), Text(clean(task.now(), 80),
+                                                                                            style="dim"))
         more = len(running) - RUNNING_ROWS
         rows = [Text(progress.headline(), style="bold"), table]
         if more > 0:

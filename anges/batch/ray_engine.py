@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import sys
 import tarfile
 import tempfile
 import threading
@@ -64,7 +65,8 @@ class Collector:
         self.stopping = False
 
     def _task(self, key: str) -> dict:
-        return self.tasks.setdefault(key, {"attempt": 0, "records": [], "drained": 0, "ended": False, "stop": False})
+        return self.tasks.setdefault(key, {"attempt": 0, "records": [], "drained": 0, "ended": False, "stop": False,
+                                           "doing": ""})
 
     def seed(self, key: str, records: list) -> None:
         """Records the driver already has (a stream an earlier run of the batch left unfinished)."""
@@ -79,12 +81,14 @@ class Collector:
         return {"attempt": task["attempt"], "records": task["records"], "ended": task["ended"],
                 "stop": self.stopping or task["stop"]}
 
-    def append(self, key: str, attempt: int, records: list) -> str:
-        """Take records from the current attempt: "ok", "stop" (stop the run) or "stale" (another attempt took over)."""
+    def append(self, key: str, attempt: int, records: list, doing: str = "") -> str:
+        """Take records (and what the run does now) from the current attempt: "ok", "stop" (stop the run) or "stale"
+        (another attempt took over)."""
         task = self._task(key)
         if attempt != task["attempt"]:
             return "stale"
         task["records"].extend(records)
+        task["doing"] = doing or task["doing"]
         return "stop" if self.stopping or task["stop"] else "ok"
 
     def end(self, key: str, attempt: int) -> None:
@@ -93,14 +97,14 @@ class Collector:
         if attempt == task["attempt"]:
             task["ended"] = True
 
-    def drain(self) -> dict[str, list]:
-        """The records received since the last drain, by task."""
+    def drain(self) -> tuple[dict[str, list], dict[str, str]]:
+        """The records received since the last drain, by task; and what each run does now."""
         fresh = {}
         for key, task in self.tasks.items():
             if len(task["records"]) > task["drained"]:
                 fresh[key] = task["records"][task["drained"]:]
                 task["drained"] = len(task["records"])
-        return fresh
+        return fresh, {key: task["doing"] for key, task in self.tasks.items() if task["doing"]}
 
     def stop(self, key: str | None = None) -> None:
         """Ask one run (or every run, and every attempt still to start) to stop."""
@@ -144,7 +148,7 @@ def run_remote(job: Job, config: Config, collector, template: bytes | None) -> d
         forwarder = _Forwarder(store, collector, key, began["attempt"], offsets, stop)
         forwarder.start()
         try:
-            done = run_task(job, config, store, workdir, fresh, stop)
+            done = run_task(job, config, store, workdir, fresh, stop, on_doing=forwarder.note)
         finally:
             forwarder.close()
         ray.get(collector.end.remote(key, began["attempt"]))
@@ -164,6 +168,12 @@ class _Forwarder(threading.Thread):
         self.stop = stop
         self.closing = threading.Event()
         self.sent_at = time.monotonic()
+        self.doing = ""
+        self.told = ""
+
+    def note(self, doing: str) -> None:
+        """What the run does now; sent with the next records (at once, if it changed)."""
+        self.doing = doing[:200]
 
     def run(self) -> None:
         while not self.closing.wait(TICK):
@@ -182,10 +192,11 @@ class _Forwarder(threading.Thread):
         for info in self.store.list():
             fresh, self.offsets[info.uid] = self.store.read_records(info.uid, self.offsets.get(info.uid))
             records.extend([info.uid, record] for record in fresh)
-        if not records and not final and time.monotonic() - self.sent_at < HEARTBEAT:
+        doing = self.doing
+        if not records and not final and doing == self.told and time.monotonic() - self.sent_at < HEARTBEAT:
             return
-        self.sent_at = time.monotonic()
-        if ray.get(self.collector.append.remote(self.key, self.attempt, records)) != "ok":
+        self.sent_at, self.told = time.monotonic(), doing
+        if ray.get(self.collector.append.remote(self.key, self.attempt, records, doing)) != "ok":
             self.stop.set()
 
 
@@ -258,6 +269,10 @@ class RayEngine:
 
     def run(self, jobs: list[Job], sink, flags) -> None:
         """Run every job on the cluster (fewer if stopped); returns when each started run has ended."""
+        if self.address is None and "ray" not in sys.modules:
+            # A Ray started here keeps Ray's default, token authentication, said before Ray reads its settings (at
+            # import) so that it warns of nothing.
+            os.environ.setdefault("RAY_AUTH_MODE", "token")
         ray = import_ray()
         owns = not ray.is_initialized()
         if owns:
@@ -364,10 +379,14 @@ class _Driver:
         return self.templates[folder]
 
     def _drain(self) -> None:
-        for key, records in self.ray.get(self.collector.drain.remote()).items():
+        fresh, doing = self.ray.get(self.collector.drain.remote())
+        for key, records in fresh.items():
             job = self.jobs[key]
             for uid, event in self.applier.apply(records):
                 self.sink.event(job, progress_item(event, 0 if uid == job.stream_id else 1))
+        for key, text in doing.items():
+            if key in self.jobs:
+                self.sink.doing(self.jobs[key], text)
 
     def _relay_stops(self) -> None:
         """A Stop asked for in the driver's store (the web chat's Stop button) reaches the remote run."""
@@ -453,7 +472,7 @@ class RecordApplier:
         if stream is None:
             stream = self.streams[uid] = self.store.load(uid)
         if kind == "event":
-            stream.events_list.append(Event.from_dict(record))
+            stream.events_list.append(Event.from_record(record))
         elif kind == "summary":
             stream.event_summaries_list.append(EventSummary.from_dict(record))
         elif kind == "title":

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from anges.batch.progress import PlainDisplay, Progress
 from anges.batch.results import check_counts, outcome, task_result
-from anges.batch.state import BatchState
+from anges.batch.state import BatchState, TaskRecord
 from anges.batch.tasks import TaskSpec
 from anges.batch.worker import Job
 from anges.exceptions import StreamBusy
@@ -47,6 +47,7 @@ class Sink(Protocol):
 
     def started(self, job: Job) -> None: ...
     def event(self, job: Job, item: dict) -> None: ...
+    def doing(self, job: Job, text: str) -> None: ...
     def finished(self, job: Job, done: dict, wall_time: float) -> None: ...
 
 
@@ -108,6 +109,8 @@ class BatchRunner:
         jobs, earlier, resumed = [], Counter(), 0
         for spec in self.specs:
             record = records.get(spec.id)
+            if record is not None and record.open_since is not None:
+                self._end_killed_run(spec.id, record)
             row = task_result(self.store, spec, record)
             kind = outcome(row)
             if kind == "succeeded" or (kind == "failed" and not self.retry_failed):
@@ -166,6 +169,9 @@ class BatchRunner:
     def event(self, job: Job, item: dict) -> None:
         self._progress.event(job.spec.id, item)
 
+    def doing(self, job: Job, text: str) -> None:
+        self._progress.doing(job.spec.id, text)
+
     def finished(self, job: Job, done: dict, wall_time: float) -> None:
         if done["status"] == "not_started":
             with self._lock:
@@ -184,6 +190,16 @@ class BatchRunner:
             self._display.finished(row)
             if self._trace is not None:
                 self._trace.task_finished(job.spec.id, row, outcome(row))
+
+    def _end_killed_run(self, task_id: str, record: TaskRecord) -> None:
+        """Log the end of a run whose `anges batch` was killed, its time taken from its stream's last event (the
+        stop its worker recorded), so the task's wall time counts it."""
+        stream = self.store.load(record.stream_id) if record.stream_id and self.store.exists(record.stream_id) else None
+        if stream is None or not stream.events_list or self.store.is_running(stream.uid):
+            return  # it never started (the next run starts it), or its worker still runs
+        ended = stream.events_list[-1].created_at.timestamp()
+        self.state.ended(task_id, stream.uid, stream_status(stream.events_list), None,
+                         max(0.0, ended - record.open_since), recovered=True)
 
     def _close_stream(self, uid: str, reason: str, why: str) -> None:
         """End a stream whose worker was killed or lost before it could record the end itself."""

@@ -3,8 +3,10 @@
 `log.jsonl` has one line when a task's run starts (`{"kind": "start", "task", "stream_id", "time"}`) and one
 when it ends (`{"kind": "end", "task", "stream_id", "status", "error", "wall_time", "time"}`, and for a task with
 a check, `check`: how it went, null when it did not run; `anges.batch.checks`), so a later
-`anges batch` of the same batch knows each task's stream. `results.jsonl` is rewritten at the end of each run
-of the batch; `work/<task id>/` are the work directories of the local engine.
+`anges batch` of the same batch knows each task's stream. A run whose `anges batch` was killed has no end line;
+the next `anges batch` writes it (`"recovered": true`), its wall time read from the stream's last event.
+`results.jsonl` is rewritten at the end of each run of the batch; `work/<task id>/` are the work directories of
+the local engine; `ray.log` is what Ray itself printed while the batch ran on it.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class TaskRecord:
     """The task has a check (the log of its latest run says)."""
     check: dict | None = None
     """How the task's check went after the latest run (`anges.batch.checks.run_check`); None: it did not run."""
+    open_since: float | None = None
+    """When a run started that the log has no end for (its `anges batch` was killed): the time of its start."""
 
 
 class BatchState:
@@ -76,11 +80,12 @@ class BatchState:
         self._append({"kind": "start", "task": task_id, "stream_id": stream_id})
 
     def ended(self, task_id: str, stream_id: str | None, status: str, error: str | None, wall_time: float,
-              check: dict | None = None, has_check: bool = False) -> None:
-        """Log the end of a task's run; `check` is how its check went (None: it did not run), if it `has_check`."""
+              check: dict | None = None, has_check: bool = False, recovered: bool = False) -> None:
+        """Log the end of a task's run; `check` is how its check went (None: it did not run), if it `has_check`;
+        `recovered` marks the end of a run whose `anges batch` was killed, logged by the next one."""
         self._append({"kind": "end", "task": task_id, "stream_id": stream_id, "status": status,
                       "error": (error or "")[:MAX_ERROR_CHARS] or None, "wall_time": round(wall_time, 3),
-                      **({"check": check} if has_check else {})})
+                      **({"check": check} if has_check else {}), **({"recovered": True} if recovered else {})})
 
     def records(self) -> dict[str, TaskRecord]:
         """Each task's record, folded from the log once (a torn last line is ignored), then kept up to date."""
@@ -147,10 +152,12 @@ def _fold(record: TaskRecord, entry: dict) -> None:
             record.wall_time = 0.0
         record.stream_id, record.status, record.error, record.check = stream_id, None, None, None
         record.has_check = False
+        when = entry.get("time")
+        record.open_since = float(when) if isinstance(when, (int, float)) else None
     elif entry.get("kind") == "end":
         if stream_id != record.stream_id:
             record.wall_time = 0.0
-        record.stream_id = stream_id
+        record.stream_id, record.open_since = stream_id, None
         record.status, record.error = entry.get("status"), entry.get("error")
         record.has_check = "check" in entry
         record.check = entry["check"] if isinstance(entry.get("check"), dict) else None

@@ -40,17 +40,20 @@ class TaskSpec:
     """A shell command run in the work directory after the agent finishes: exit 0 = the task passed."""
     check_timeout: float | None = None
     """Seconds the check may take; None = the agent's `shell_cmd_timeout`."""
+    actions: tuple[str, ...] = ()
+    """More actions the agent offers (like `anges --action`): registered names or module:Class paths."""
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "actions": list(self.actions)}
 
     @classmethod
     def from_dict(cls, data: dict) -> TaskSpec:
-        return cls(**data)
+        return cls(**{**data, "actions": tuple(data.get("actions") or ())})
 
 
 FIELDS = tuple(f.name for f in fields(TaskSpec))
-DEFAULTABLE = ("path", "template", "agent", "model", "setup", "timeout", "max_steps", "check", "check_timeout")
+DEFAULTABLE = ("path", "template", "agent", "model", "setup", "timeout", "max_steps", "check", "check_timeout",
+               "actions")
 """Fields a command-line flag can give a default for."""
 
 
@@ -175,6 +178,8 @@ def _spec(entry: Any, defaults: dict, file: Path, line: int) -> TaskSpec:
               for name, value in entry.items() if value is not None}
     if "path" in values or "template" in values:
         defaults = {k: v for k, v in defaults.items() if k not in ("path", "template")}
+    if "actions" in values and "actions" in defaults:  # the flag's actions and the task's own
+        values["actions"] = tuple(dict.fromkeys(defaults["actions"] + values["actions"]))
     return TaskSpec(**{**defaults, **values})
 
 
@@ -186,6 +191,8 @@ def _field(name: str, value: Any, base: Path, fault) -> Any:
             kind = "a whole number" if name == "max_steps" else "a number of seconds"
             raise fault(f"expected {kind} more than 0, got {json.dumps(value, default=str)}")
         return value if name == "max_steps" else float(value)
+    if name == "actions":
+        return _action_names(value, fault)
     if not isinstance(value, str):
         raise fault(f"expected a string, got {_kind(value)}")
     if name == "id" and not is_valid_id(value):
@@ -205,6 +212,22 @@ def _field(name: str, value: Any, base: Path, fault) -> Any:
     return value
 
 
+def _action_names(value: Any, fault) -> tuple[str, ...]:
+    """A list of action names (a single name too), each one a registered action or a module:Class path."""
+    from anges.exceptions import ConfigError
+    from anges.registry import actions
+
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not all(isinstance(name, str) and name.strip() for name in names):
+        raise fault(f"expected a list of action names, got {json.dumps(value, default=str)[:80]}")
+    for name in names:
+        try:
+            actions.get(name.strip())
+        except ConfigError as exc:
+            raise fault(str(exc)) from None
+    return tuple(name.strip() for name in names)
+
+
 def _model_name(name: str, base: Path, fault) -> str:
     """Model files of `scripted:` and `replay:` names made absolute, so any worker finds them."""
     scheme, _, rest = name.partition(":")
@@ -222,4 +245,4 @@ def _kind(value: Any) -> str:
 
 
 def _flag(name: str) -> str:
-    return name.replace("_", "-")
+    return "action" if name == "actions" else name.replace("_", "-")

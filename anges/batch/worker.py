@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from anges.batch.tasks import TaskSpec
 from anges.exceptions import AngesError
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 MAX_ERROR_TAIL = 1000
 PARENT_POLL_SECONDS = 0.5
+PR_SET_PDEATHSIG = 1
 APPROVAL = "ask"
 """With no channel: nobody watches a batch, so an action that needs approval is declined at once with the reason
 (`by: no_one`), and the run goes on."""
@@ -88,22 +89,25 @@ def prepare_workdir(workdir: Path, template: str | None, keep: bool) -> bool:
 
 
 def run_task(job: Job, config: Config, store: EventStore, workdir: Path, fresh: bool, stop: threading.Event,
-             on_message: Callable | None = None) -> dict:
-    """Run the setup command (in a fresh folder), the agent, then the task's check; return the worker's result."""
+             on_message: Callable | None = None, on_doing: Callable[[str], None] | None = None) -> dict:
+    """Run the setup command (in a fresh folder), the agent, then the task's check; return the worker's result.
+    `on_doing` hears what the run is doing now ("thinking", "running `make test`", ...)."""
     try:
         with attached(job.traceparent):
-            return _run_task(job, config, store, workdir, fresh, stop, on_message)
+            return _run_task(job, config, store, workdir, fresh, stop, on_message, on_doing)
     finally:
         flush()  # a Ray worker outlives its task: its spans must not wait for the process to end
 
 
 def _run_task(job: Job, config: Config, store: EventStore, workdir: Path, fresh: bool, stop: threading.Event,
-              on_message: Callable | None) -> dict:
+              on_message: Callable | None, on_doing: Callable[[str], None] | None) -> dict:
     from anges.batch.checks import due, run_check
     from anges.store.events import EventStream
 
     spec = job.spec
-    config = config.model_copy(update={"safety": batch_safety(config.safety)})
+    kept = config.checkpoints
+    checkpoints = kept.model_copy(update={"enabled": kept.enabled and kept.batch})  # checkpoints.batch: false
+    config = config.model_copy(update={"safety": batch_safety(config.safety), "checkpoints": checkpoints})
     missing = missing_sandbox(config.safety, f"on {socket.gethostname()}", str(workdir))
     if missing:
         return result("error", error=missing)
@@ -116,7 +120,7 @@ def _run_task(job: Job, config: Config, store: EventStore, workdir: Path, fresh:
             return result("not_started")
         stream = store.load(job.stream_id) if job.resume else EventStream(uid=job.stream_id, agent_type=spec.agent)
         stream.update_settings({"batch_id": job.batch_id, "batch_task": spec.id})
-        agent = _build_agent(spec, config, store, stream, workdir, stop, on_message)
+        agent = _build_agent(spec, config, store, stream, workdir, stop, on_message, on_doing)
         agent.run_with_new_request(_request(job, stream, config, fresh))
         check = run_check(spec, workdir, config, stop) if due(spec, stream, stop) else None
     except (AngesError, ValueError, OSError) as exc:
@@ -144,17 +148,58 @@ def _run_setup(spec: TaskSpec, workdir: Path, config: Config, stop: threading.Ev
 
 
 def _build_agent(spec: TaskSpec, config: Config, store: EventStore, stream, workdir: Path, stop: threading.Event,
-                 on_message: Callable | None):
+                 on_message: Callable | None, on_doing: Callable[[str], None] | None):
     from anges.agents import agent_class
     from anges.models import get_model
 
-    limits = {"timeout": spec.timeout, "max_number_of_events_to_exhaust": spec.max_steps}
-    agent_config = config.agent(spec.agent).model_copy(update={key: value for key, value in limits.items() if value})
+    agent_config = config.agent(spec.agent)
+    limits = {"timeout": spec.timeout, "max_number_of_events_to_exhaust": spec.max_steps,
+              "extra_actions": list(dict.fromkeys([*agent_config.extra_actions, *spec.actions]))}
+    agent_config = agent_config.model_copy(update={key: value for key, value in limits.items() if value})
     model = get_model(spec.model, config, spec.agent)
+    if on_doing is not None:
+        model = Narrated(model, on_doing)
     return agent_class(spec.agent)(
         inference_func=model, event_stream=stream, cmd_init_dir=str(workdir), interrupt_check=stop.is_set,
         config=config, store=store, agent_config=agent_config, message_handlers=[on_message] if on_message else [],
         approval=APPROVAL)
+
+
+class Narrated:
+    """A model that says what its run is doing: "thinking" while it is called, then what the reply does first."""
+
+    def __init__(self, model: Callable[..., Any], say: Callable[[str], None]):
+        self.model = model
+        self.say = say
+
+    def __call__(self, prompt: str, temperature: float = 0.0) -> Any:
+        self.say("thinking")
+        reply = self.model(prompt, temperature=temperature)
+        self.say(next_step(str(reply)))
+        return reply
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.model, name)
+
+
+def next_step(reply: str) -> str:
+    """What a reply's first action does, in a few words: "running `make test`", "editing app.py", ..."""
+    try:
+        actions = json.loads(reply[reply.find("{"):reply.rfind("}") + 1]).get("actions") or []
+        first = actions[0] if isinstance(actions, list) and isinstance(actions[0], dict) else {}
+    except (ValueError, AttributeError, IndexError):
+        return "thinking"
+    kind = str(first.get("action_type") or "").upper()
+    if kind == "RUN_SHELL_CMD":
+        return f"running `{first.get('command')}`"
+    if kind == "EDIT_FILE":
+        words = str(first.get("directive_line") or first.get("directive") or "").split()
+        return f"editing {words[1]}" if len(words) > 1 else "editing a file"
+    if kind == "CALL_CHILD_AGENT":
+        return f"delegating: {first.get('directive') or ''}".strip(": ")
+    if kind in ("TASK_COMPLETE", "HELP_NEEDED", "AGENT_TEXT_RESPONSE"):
+        return "answering"
+    return kind or "thinking"
 
 
 def batch_safety(safety: SafetyConfig) -> SafetyConfig:
@@ -235,7 +280,8 @@ def main() -> int:
         config = load_config(job.config_file, job.overrides)
         workdir = Path(job.spec.path or job.workdir)
         fresh = not job.resume if job.spec.path else prepare_workdir(workdir, job.spec.template, keep=job.resume)
-        done = run_task(job, config, EventStore(), workdir, fresh, stop, lambda m: report(progress_line(m)))
+        done = run_task(job, config, EventStore(), workdir, fresh, stop, lambda m: report(progress_line(m)),
+                        lambda text: report({"type": "doing", "text": text[:200]}))
     except KeyboardInterrupt:  # a second signal: the agent recorded the stop and killed its command on the way out
         done = result("interrupted", job.stream_id)
     except (AngesError, OSError) as exc:
@@ -270,8 +316,12 @@ def _stop_on_signals(stop: threading.Event) -> None:
 
 
 def _stop_when_orphaned(stop: threading.Event) -> None:
-    """Stop the run if the driver dies (the worker then belongs to init, a new parent)."""
+    """Stop the run if the driver dies: on Linux the kernel sends SIGTERM at once (a parent-death signal), elsewhere
+    a watch notices the new parent (init) within PARENT_POLL_SECONDS."""
     parent = os.getppid()
+    _term_when_parent_dies()
+    if os.getppid() != parent:  # it died before the signal was asked for
+        stop.set()
 
     def watch():
         while not stop.wait(PARENT_POLL_SECONDS):
@@ -279,6 +329,18 @@ def _stop_when_orphaned(stop: threading.Event) -> None:
                 stop.set()
 
     threading.Thread(target=watch, name="anges-batch-parent", daemon=True).start()
+
+
+def _term_when_parent_dies() -> bool:
+    """Ask Linux for SIGTERM when the process that started this one exits (prctl PR_SET_PDEATHSIG)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 if __name__ == "__main__":

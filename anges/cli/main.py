@@ -13,6 +13,7 @@ from importlib import import_module
 from pathlib import Path
 
 from anges import __version__
+from anges.cli.checkpoints import add_parsers as add_checkpoint_parsers
 from anges.config.arguments import (
     add_agents_md_flag,
     add_config_flag,
@@ -41,6 +42,7 @@ examples:
   anges -q "list the TODOs" --output jsonl     one JSON object per event, for scripts
   anges list                                   recent streams; then: anges show ID, anges export ID --format md
   anges stats --since 2026-11-20               steps, calls, tokens, cost and where the time went, per run
+  anges diff ID                                what a run changed; anges undo ID puts the files back
   anges ui                                     the web chat
   anges batch tasks.jsonl --workers 4          many tasks from a file (see: anges batch --help)
   anges acp                                    an Agent Client Protocol agent for editors (see: anges acp --help)
@@ -51,7 +53,7 @@ exit codes:
   4  stopped: interrupted (Ctrl-C, SIGTERM, SIGHUP), out of steps, timed out, over budget, or the model
      kept failing (provider errors after the retries, invalid or cut-off replies)
   2  usage or configuration error: bad flag, bad config file, no usable model, the provider rejects the
-     key, the model id or the request (HTTP 400-404), unknown or busy stream id
+     key, the model id or the request (HTTP 400-404), unknown or busy stream id, an undo refused
   1  anything unexpected (a one-line message; the traceback with -v)
 """
 
@@ -132,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     imported.add_argument("--new-id", action="store_true", help="give it a new id (when the id is taken)")
     remove = commands.add_parser("rm", parents=[verbose], help="delete streams and their child streams")
     remove.add_argument("ids", metavar="ID", nargs="+")
+    add_checkpoint_parsers(commands, [verbose])
     commands.add_parser("ui", add_help=False, help="start the web chat (see: anges ui --help)")
     commands.add_parser("batch", add_help=False, help="run many tasks from a file (see: anges batch --help)")
     commands.add_parser("acp", add_help=False, help="serve editors (Agent Client Protocol; see: anges acp --help)")
@@ -357,7 +360,8 @@ task file: one task per line of a .jsonl file, or a YAML list (.yaml/.yml), fiel
   id (required, 1-64 letters, digits, - or _), task (required), path (work in this folder) or template (work in
   a fresh copy of it; neither: a fresh empty folder), agent, model, setup (a command run first in a fresh
   folder), timeout (seconds), max_steps, check (a command run in the folder after the agent: exit 0 = passed),
-  check_timeout (seconds). Flags give the defaults; relative paths are from the task file.
+  check_timeout (seconds), actions (more actions to offer, as --action). Flags give the defaults; relative paths
+  are from the task file.
 
   {"id": "fizzbuzz", "task": "Write fizzbuzz.py and test it", "template": "repos/empty", "timeout": 600}
 
@@ -407,6 +411,9 @@ def build_batch_parser() -> argparse.ArgumentParser:
                           help="run in the task's folder after the agent: exit 0 = passed")
     defaults.add_argument("--check-timeout", metavar="SECONDS", type=positive(float),
                           help="seconds the check may take (default: the agent's shell_cmd_timeout)")
+    defaults.add_argument("--action", metavar="NAME", action="append", dest="actions",
+                          help="also offer this action: one a plug-in registers, or module:Class (repeatable; added "
+                               "to a task's own `actions`)")
     add_agents_md_flag(defaults)
     add_config_flag(parser)
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log messages, tracebacks")
@@ -428,7 +435,8 @@ def run_batch(argv: list[str]) -> int:
     from anges.batch.progress import print_summary
     from anges.batch.state import BatchState, write_results
 
-    fields = ("agent", "model", "timeout", "max_steps", "template", "path", "setup", "check", "check_timeout")
+    fields = ("agent", "model", "timeout", "max_steps", "template", "path", "setup", "check", "check_timeout",
+              "actions")
     report = start(args.tasks, defaults={name: getattr(args, name) for name in fields}, engine=args.engine,
                    workers=args.workers, batch_id=args.batch_id, retry_failed=args.retry_failed,
                    config_file=args.config, address=args.address,
@@ -454,7 +462,8 @@ def _batch_overrides(args: argparse.Namespace) -> dict | None:
 
 
 COMMANDS = {"run": run_task, "list": "list_streams", "show": "show_stream", "export": "export_stream",
-            "import": "import_stream", "rm": "remove_streams", "stats": "anges.cli.stats:show_stats"}
+            "import": "import_stream", "rm": "remove_streams", "stats": "anges.cli.stats:show_stats",
+            "diff": "anges.cli.checkpoints:diff_command", "undo": "anges.cli.checkpoints:undo_command"}
 """Subcommand -> its function here, or the name of one in `anges.cli.streams` (or `module:function`), imported when
 used."""
 

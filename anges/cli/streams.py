@@ -1,4 +1,4 @@
-"""The stream commands: `anges list`, `show`, `export`, `import` and `rm`."""
+"""The stream commands: `anges list`, `show`, `export`, `import` and `rm` (`diff` and `undo`: cli/checkpoints.py)."""
 
 from __future__ import annotations
 
@@ -82,12 +82,14 @@ def import_stream(args: argparse.Namespace) -> int:
 
 
 def remove_streams(args: argparse.Namespace) -> int:
-    """anges rm ID..."""
+    """anges rm ID... (their checkpoints too)"""
+    from anges.checkpoints.store import remove_checkpoints
     from anges.store.event_store import EventStore
 
     store = EventStore()
     for uid in args.ids:
         removed = store.delete(uid)
+        remove_checkpoints(removed)
         extra = f" and {len(removed) - 1} child stream{'s' if len(removed) != 2 else ''}" if len(removed) > 1 else ""
         print(f"removed {uid}{extra}", file=sys.stderr)
     return 0

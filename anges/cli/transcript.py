@@ -25,6 +25,7 @@ from anges.store.events import (
     walk,
 )
 from anges.store.export import printable_event
+from anges.store.results import ActionResult
 from anges.store.turns import reasoning_after, turn_reasoning
 from anges.util.clipping import clip_lines, shorten
 from anges.util.printable import printable, visible
@@ -104,9 +105,19 @@ class Renderer:
             child = ChildReturn.of(event)
             status, colour = SHOWN_STATUS.get(child.status, (child.exit_type, "yellow"))
             return [f"{s('⇠', 'bold', 'magenta')} {child.agent_type} {child.agent_id} returned: {s(status, colour)}"]
+        result = ActionResult.of(event)
+        if result is not None:
+            return self._action(result, event.message)
         if data.get("error"):
             return [f"{s('✗', 'bold', 'red')} {data['error']}"]
         return [f"{s('•', 'bold')} {kind}: {event.message or _first_line(event.content)}"]
+
+    def _action(self, result: ActionResult, message: str) -> list[str]:
+        """Any other action's result (a plug-in's): its name and message, then the text the model read."""
+        s = self.style
+        mark = s("✗", "bold", "red") if result.error else s("•", "bold", "cyan")
+        head = f"{mark} {s(result.action_type or 'action', 'bold')} {_one_line(message or result.error)}".rstrip()
+        return [head] + [s("  │ ", "dim") + line for line in self._clip(result.text.splitlines(), self.output_lines)]
 
     def _reasoning(self, event: Event) -> list[str]:
         text = (event.reasoning or "").strip()

@@ -215,6 +215,28 @@ class MimeReaderConfig(Section):
     max_file_bytes: int = 20_000_000
 
 
+class CheckpointsConfig(Section):
+    """Checkpoints: the working directory (and `safety.writable_paths`) snapshotted before each step that can
+    change files, for `anges diff` and `anges undo` (docs/checkpoints.md)."""
+
+    enabled: bool = True
+    batch: bool = True
+    """Keep checkpoints in the tasks of `anges batch` too."""
+    max_file_bytes: int = 10_000_000
+    """A file larger than this is left out of checkpoints (and the step's record says so)."""
+    max_files: int = 100_000
+    """A folder with more files than this (not counting ignored ones) is not checkpointed (and the run says so)."""
+    git: str = ""
+    """The git to run (an absolute path); empty: the system's (/usr/bin, /bin, /usr/local/bin, ...), never PATH."""
+
+    @field_validator("max_file_bytes", "max_files")
+    @classmethod
+    def _positive(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"must be 1 or more, got {value}")
+        return value
+
+
 class TelemetryConfig(Section):
     """OpenTelemetry traces and metrics of every run (docs/telemetry.md); off unless enabled."""
 
@@ -343,6 +365,7 @@ class Config(Section):
     mcp: MCPConfig = Field(default_factory=MCPConfig)
     mime_reader: MimeReaderConfig = Field(default_factory=MimeReaderConfig)
     safety: SafetyConfig = Field(default_factory=SafetyConfig)
+    checkpoints: CheckpointsConfig = Field(default_factory=CheckpointsConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     _common: AgentConfig = PrivateAttr(default_factory=AgentConfig)
     """The merged `agents.common` block: the settings of an agent type without a section of its own."""

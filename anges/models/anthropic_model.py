@@ -9,7 +9,7 @@ from anges.exceptions import ModelSetupError
 from anges.models.base import Completion, Usage
 from anges.models.provider import Provider
 from anges.models.retry import Failure
-from anges.models.streaming import StreamEnded, current_sink
+from anges.models.streaming import CUT_SHORT, StreamEnded, current_sink
 
 _FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
            "model_context_window_exceeded": "length"}
@@ -71,14 +71,17 @@ class AnthropicModel(Provider):
         (its usage from `message_start` and `message_delta`)."""
         sink = current_sink()
         sink.begin()
-        started = False
+        started = stopped = False
         with self.client.messages.stream(**params) as events:
             for event in events:
                 started = started or event.type == "message_start"
+                stopped = stopped or event.type == "message_stop"
                 if event.type == "content_block_delta" and getattr(event.delta, "type", "") == "text_delta":
                     sink(event.delta.text)
             if not started:
                 raise StreamEnded("the reply stream was empty or not JSON (it ended before its message started)")
+            if not stopped:
+                raise StreamEnded(CUT_SHORT)
             return events.get_final_message()
 
     def _classify(self, exc: BaseException) -> Failure | None:

@@ -10,7 +10,7 @@ from anges.exceptions import ModelSetupError
 from anges.models.base import Completion, Usage
 from anges.models.provider import Provider, env_true
 from anges.models.retry import Failure, transport_failure
-from anges.models.streaming import current_sink
+from anges.models.streaming import CUT_SHORT, StreamEnded, current_sink
 
 BLOCKED = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY",
                      "IMAGE_PROHIBITED_CONTENT", "MODEL_ARMOR"})
@@ -78,6 +78,9 @@ class GeminiModel(Provider):
             for chunk in self.client.models.generate_content_stream(**request):
                 if piece := reply.add(chunk):
                     sink(piece)
+            blocked = getattr(reply.feedback, "block_reason", None)  # a blocked prompt has no finish reason
+            if not reply.finish_reason and not blocked:
+                raise StreamEnded(CUT_SHORT)
         else:
             reply.add(self.client.models.generate_content(**request))
         usage = _usage(reply.usage)

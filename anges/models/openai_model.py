@@ -12,7 +12,7 @@ from anges.exceptions import ModelSetupError
 from anges.models.base import Completion, Usage, estimate_tokens
 from anges.models.provider import Provider
 from anges.models.retry import Failure
-from anges.models.streaming import StreamEnded, current_sink
+from anges.models.streaming import CUT_SHORT, StreamEnded, current_sink
 
 NO_KEY = "no-key"
 """Sent as the key to local servers that need none (the SDK insists on one)."""
@@ -121,6 +121,8 @@ class OpenAIModel(Provider):
                         sink(content)
             if not streamed:
                 raise StreamEnded("the reply stream was empty or not JSON (no chunk came)")
+            if reply.answered and not reply.finish_reason:
+                raise StreamEnded(CUT_SHORT)
         return reply
 
     def _create(self, params: dict[str, Any]) -> Any:

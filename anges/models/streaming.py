@@ -14,7 +14,11 @@ from typing import Protocol
 
 
 class StreamEnded(Exception):
-    """A stream that ended before it said what a reply needs (a proxy's empty answer): worth another try."""
+    """A stream that ended before it said what a reply needs (a proxy's empty answer, a connection the server closed
+    before the reply's finish reason): a dropped connection, worth another try."""
+
+
+CUT_SHORT = "the reply stream ended before the reply did (no finish reason came): the connection closed early"
 
 
 class Sink(Protocol):

@@ -199,6 +199,14 @@ class Gate:
         self.grants: set[tuple] = set()
         self._lock = threading.Lock()
 
+    def asks(self, action_type: str, args: dict) -> bool:
+        """Whether `check` would ask the channel about this action now (it decides nothing and records nothing)."""
+        if self.channel is None or self.mode in ("auto", "deny"):
+            return False
+        verdict = self.policy.decide(action_type, args)
+        with self._lock:
+            return verdict.decision == "ask" and verdict.grant not in self.grants
+
     def check(self, asker: Asker, action_type: str, args: dict) -> Permit:
         """Decide one action for `asker` (who asks, how to record, when to stop); records `approval_requested` while
         a person is asked. Raises RunStopped when the run stops first."""

@@ -15,6 +15,7 @@ from anges.safety.approval import MODES, Asker, Decision, Gate, Permit
 from anges.safety.command_runner import CommandRunner, Job
 from anges.safety.policy import Policy, Verdict
 from anges.safety.sandbox import SandboxSettings, availability
+from anges.store.events import action_input
 from anges.util.clipping import shorten
 
 if TYPE_CHECKING:
@@ -39,6 +40,10 @@ def approval_mode(configured: str, approval: Callable | str | None) -> tuple[str
 
 ENDED_JOBS_SHOWN = 5
 """Background jobs that ended stay in the prompt's list this many at a time (the newest); running ones always."""
+
+class ReadOnlyPermit(Permit):
+    """A command of a read-only shell, let through: it runs in the read-only sandbox."""
+
 
 class Runners:
     """The run's runner processes, started on first use: one in the sandbox, one for commands let out of it, and one
@@ -124,17 +129,22 @@ class RunSafety:
         return found.bwrap if found.ok else ""
 
     def permit(self, ctx: Asker, action_type: str, args: dict, remaining: int = 0,
-               read_only: bool = False) -> Permit | None:
+               readonly_shell: bool = False) -> Permit | None:
         """The gate's answer for one action; a declined action (or an approval) is recorded, with the reason.
 
         None when it is declined: the model reads why and plans again; `remaining` actions of the reply are skipped.
-        A command of a `read_only` shell runs in the read-only sandbox: only a deny rule stops it, no one is asked,
+        A command of a `readonly_shell` runs in the read-only sandbox: only a deny rule stops it, no one is asked,
         and it never leaves the sandbox.
         """
-        permit = self._read_only_permit(action_type, args) if read_only else self.gate.check(ctx, action_type, args)
+        if readonly_shell and action_type == "RUN_SHELL_CMD":
+            permit = self._read_only_permit(action_type, args)
+        else:
+            permit = self.gate.check(ctx, action_type, args)
         if not permit.allowed or permit.request_id is not None:  # other approvals are facts on the action's event
             event = self.gate.decided_event(ctx, action_type, permit, skipped=0 if permit.allowed else remaining)
-            event.reasoning = "" if permit.allowed else ctx.reply.reasoning
+            if not permit.allowed:  # the declined action's only event: the step's thoughts and what it asked
+                event.reasoning, event.analysis = ctx.reply.reasoning, ctx.reply.analysis
+                event.data["input"] = action_input(args)
             ctx.record(event)
         return permit if permit.allowed else None
 
@@ -146,12 +156,13 @@ class RunSafety:
         verdict = self.policy.decide(action_type, {key: value for key, value in args.items() if key != "escalate"})
         if verdict.decision == "deny":
             return Permit(False, verdict, Decision("deny", by="rule"))
-        return Permit(True, Verdict("allow", subject=verdict.subject))
+        return ReadOnlyPermit(True, Verdict("allow", subject=verdict.subject))
 
-    def equipment(self, permit: Permit, read_only: bool = False) -> dict[str, Any]:
+    def equipment(self, permit: Permit) -> dict[str, Any]:
         """What a permitted action runs with (fields of its `ActionContext`): the sandbox's runner, or the unsandboxed
-        one if it escalated (the read-only sandbox's for a `read_only` shell), and the paths the policy judged."""
-        if read_only:
+        one if it escalated (the read-only sandbox's for a read-only shell's command), and the paths the policy
+        judged."""
+        if isinstance(permit, ReadOnlyPermit):
             runner = self.runners.read_only(self._read_only_bwrap())
             return {"runner": runner, "sandbox": runner.settings, "escalated": False, "checked_paths": None,
                     "output_dir": None, "can_escalate": False}
@@ -230,16 +241,20 @@ class SafetyShare:
     def __init__(self, config: SafetyConfig, parent: RunSafety | None = None):
         self.config = config
         self.parent = parent
+        self.run: RunSafety | None = None
+        """The current run's (the last begun)."""
         self._kept: Runners | None = None
 
     def begin(self, cwd: str, approval: Callable | str | None) -> RunSafety:
         """The safety of the run about to start."""
-        return self.parent or RunSafety(self.config, cwd, approval, runners=self._kept)
+        self.run = self.parent or RunSafety(self.config, cwd, approval, runners=self._kept)
+        return self.run
 
-    def ending_jobs(self, run: RunSafety) -> list[dict]:
-        """The background jobs still running that the end of this run will end ([] for a child's run, which leaves
-        them to its parent's, or when they are kept running)."""
-        if self.parent is not None or run.config.keep_background:
+    def ending_jobs(self) -> list[dict]:
+        """The background jobs still running that the end of the current run will end ([] for a child's run, which
+        leaves them to its parent's, or when they are kept running)."""
+        run = self.run
+        if self.parent is not None or run is None or run.config.keep_background:
             return []
         return [{"pid": job.pid, "command": shorten(" ".join(job.command.split()), 200)} for job in run.runners.jobs()
                 if job.status() == "running"]

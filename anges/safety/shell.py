@@ -66,6 +66,7 @@ class CommandResult:
         """JSON-able facts for Event.data, without the outputs."""
         data = asdict(self)
         del data["stdout"], data["stderr"]
+        data["duration"] = round(self.duration, 3)  # a millisecond is precise enough, and keeps records short
         if not self.listening:
             del data["listening"]
         return data

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from anges.exceptions import InvalidStreamId, StreamNotFound
-from anges.store.results import FileEdit, ShellRun
+from anges.store.results import COMMAND_DEFAULTS, FileEdit, ShellRun
 from anges.util.clipping import one_line
 
 RETURN_TO_PARENT_EVENT_TYPES = ["task_interrupted", "task_completion", "agent_requested_help", "agent_text_response"]
@@ -113,6 +113,13 @@ class Event:
         if "content" not in d:
             event.content = derived_content(event) or ""
         return event
+
+    @classmethod
+    def from_record(cls, record: dict) -> Event:
+        """Build an event from a stream file's record, whose fields and facts at their defaults may be left out
+        (`stored_facts`): they are filled in, so the event reads as it did when it was recorded."""
+        data = record.get("data")
+        return cls.from_dict({**record, "data": full_facts(record["type"], data if isinstance(data, dict) else {})})
 
 
 class EventSummary:
@@ -311,6 +318,7 @@ EVENT_KINDS: dict[str, EventKind] = {
     "child_agent_running": EventKind("Child agent running", "child_running", in_report=False),
     "queued_child_agent": EventKind("Child agent queued"),
     "summary_failed": EventKind("Summary failed", in_prompt=False, in_report=False),
+    "workspace_restored": EventKind("Files restored (undo)", "restore"),
 }
 """Every event type anges records, but a parent's `child_agent_<exit type>` (see `kind_of`)."""
 _CHILD_RETURN = EventKind("Child agent returned", "child_exit")
@@ -329,8 +337,8 @@ def kind_of(event_type: str) -> EventKind:
 
 
 def group_of(event: Event) -> str:
-    """request, shell, tool, edit, answer, interrupted, approval, child_start, child_running, child_exit or other:
-    what views show an event as."""
+    """request, shell, tool, edit, answer, interrupted, approval, child_start, child_running, child_exit, restore or
+    other: what views show an event as."""
     if event.type == "action":
         data = event.data
         return "shell" if "command" in data else "tool" if "server" in data and "tool" in data else "other"
@@ -350,10 +358,10 @@ def stop_explanation(event: Event) -> str:
 
 
 def is_step(event: Event) -> bool:
-    """An action of the model, as step limits and counts see it: not a request, not bookkeeping, not the approval
-    that came before an action (a declined action's decision is its only event, so it counts)."""
+    """An action of the model, as step limits and counts see it: not a request, not bookkeeping, not an undo, not the
+    approval that came before an action (a declined action's decision is its only event, so it counts)."""
     kind = kind_of(event.type)
-    if event.type in REQUEST_EVENT_TYPES or not kind.in_report or event.type == "approval_requested":
+    if event.type in (*REQUEST_EVENT_TYPES, "approval_requested", "workspace_restored") or not kind.in_report:
         return False
     return event.type != "approval_decided" or (event.data or {}).get("decision") != "allow"
 
@@ -382,6 +390,46 @@ def derived_content(event: Event) -> str | None:
     other events. The store leaves such a content out and `Event.from_dict` rebuilds it."""
     facts = ShellRun.of(event) or (FileEdit.of(event) if "directive" in event.data else None)
     return facts.text() if facts is not None else None
+
+
+NESTED_DEFAULTS: dict[str, dict[str, Any]] = {"approval": {"request_id": None, "escalated": False},
+                                              "usage": {"cached_tokens": 0, "estimated": False}}
+"""Facts inside `approval` and `usage` that a record leaves out at these values."""
+
+
+def action_input(args: dict) -> dict:
+    """The `input` fact of an action's event: the arguments the model gave it (what a replay shows it was asked)."""
+    return {key: value for key, value in args.items() if key != "action_type"}
+
+
+def _defaults(event_type: str, data: dict) -> dict[str, Any]:
+    if event_type == "action" and isinstance(data.get("command"), str):
+        return {**COMMAND_DEFAULTS, "input": {"command": data["command"]}}  # a command asked for with no option
+    return {}
+
+
+def stored_facts(event_type: str, data: dict) -> dict:
+    """`data` without the facts at their defaults (what a record keeps; `full_facts` gives them back)."""
+    defaults = _defaults(event_type, data)
+    kept = {key: value for key, value in data.items() if key not in defaults or not _same(value, defaults[key])}
+    for key, inner in NESTED_DEFAULTS.items():
+        if isinstance(kept.get(key), dict):
+            kept[key] = {k: v for k, v in kept[key].items() if k not in inner or not _same(v, inner[k])}
+    return kept
+
+
+def full_facts(event_type: str, data: dict) -> dict:
+    """`data` with every fact a record may leave out filled in at its default (a copy)."""
+    full = {**_defaults(event_type, data), **data}
+    for key, inner in NESTED_DEFAULTS.items():
+        if isinstance(full.get(key), dict):
+            full[key] = {**inner, **full[key]}
+    return full
+
+
+def _same(value: Any, default: Any) -> bool:
+    """Equal and of the same type (0 is not False, 0.0 is not None)."""
+    return value == default and type(value) is type(default)
 
 
 @dataclass(frozen=True)

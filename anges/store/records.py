@@ -5,10 +5,15 @@ A stream file is a header line `{"kind": "header", "format": FORMAT, "uid", "cre
 and the `Event.to_dict()` fields), `summary`, `title` and `settings` (`agent_settings` and `agent_type`).
 The last `title` and `settings` records win.
 
-Format 2 leaves out the `content` of an event that is its facts rendered (a command's or an edit's result:
-`anges.store.events.derived_content`), so a command's output is stored once; `Event.from_dict` rebuilds it.
-Format 1 (anges 0.2.0) stored it twice. Both are read; a format-1 file is rewritten in format 2 the next
-time its stream is written (`MIGRATES_ON_WRITE`).
+Format 3 also leaves out every field and fact at its default: an empty `reasoning`, `analysis`, `message` or
+`content`, a `title` of null, token estimates of 0, empty `data`, the facts of a command's result at their
+defaults (`"timed_out": false`, `"pid": null`, ..., an `input` that is only the command) and those of an
+event's `approval` and `usage` (`anges.store.events.stored_facts`); `Event.from_record` fills them in, so an
+event reads back as it was recorded. Format 2 left out only the `content` of
+an event that is its facts rendered (a command's or an edit's result: `anges.store.events.derived_content`),
+so a command's output is stored once; `Event.from_dict` rebuilds it. Format 1 (anges 0.2.0) stored it twice.
+All three are read; a file of format 1 or 2 is rewritten in format 3 the next time its stream is written
+(`MIGRATES_ON_WRITE`).
 """
 
 from __future__ import annotations
@@ -22,16 +27,24 @@ from datetime import datetime
 from typing import Any
 
 from anges.exceptions import AngesError, InvalidStreamId
-from anges.store.events import Event, EventStream, EventSummary, derived_content, is_valid_id, status_of
+from anges.store.events import (
+    Event,
+    EventStream,
+    EventSummary,
+    derived_content,
+    is_valid_id,
+    status_of,
+    stored_facts,
+)
 from anges.util.masking import mask_secrets, secret_values
 
 log = logging.getLogger("anges.store.event_store")
 
-FORMAT = 2
+FORMAT = 3
 """Version of the stream records written, in every header and meta file."""
-READABLE = (1, 2)
-"""Versions read; the meta file is the same in both."""
-MIGRATES_ON_WRITE = (1,)
+READABLE = (1, 2, 3)
+"""Versions read; the meta file is the same in all."""
+MIGRATES_ON_WRITE = (1, 2)
 """Versions whose files are written whole, in FORMAT, the next time their stream is written."""
 SUMMARY_KEYS = ("type", "start_event_idx", "end_event_idx")
 _TEXT = (str, type(None))
@@ -174,10 +187,18 @@ def header(stream: EventStream) -> dict:
             "title": stored_title(stream)}
 
 
+EVENT_DEFAULTS: dict[str, Any] = {"reasoning": "", "analysis": "", "message": "", "title": None,
+                                  "est_input_token": 0, "est_output_token": 0, "data": {}}
+"""Event fields a record leaves out at these values (`Event.from_dict` reads an absent one so)."""
+
+
 def event_record(event: Event, index: int) -> dict:
-    """The record of one event; its content is left out when its facts rebuild it exactly."""
-    record = {"kind": "event", "index": index, **event.to_dict()}
-    if event.content and derived_content(event) == event.content:
+    """The record of one event: the fields and facts that differ from their defaults; its content is left out
+    when its facts rebuild it exactly."""
+    fields = {**event.to_dict(), "data": stored_facts(event.type, event.data)}
+    record = {"kind": "event", "index": index, **{key: value for key, value in fields.items()
+                                                  if key not in EVENT_DEFAULTS or value != EVENT_DEFAULTS[key]}}
+    if event.content == (derived_content(event) or ""):
         del record["content"]
     return record
 
@@ -295,7 +316,7 @@ def build(lines: Iterable[tuple[int, dict]], uid: str, source: str) -> Parsed:
         if not usable(record, source, number):
             continue
         if is_event(record):
-            stream.events_list.append(Event.from_dict(record))
+            stream.events_list.append(Event.from_record(record))
             status = status_of(record["type"]) or status
         else:
             _apply(stream, record, source)

@@ -19,6 +19,12 @@ COMMAND_CHARS, COMMAND_LINES = 1200, 16
 """How much of a long command (a heredoc, say) its result repeats: head and tail."""
 FIRST_LINES, FIRST_LINE_CHARS = 10, 200
 """How much of a file it just created the model reads again."""
+COMMAND_DEFAULTS: dict[str, Any] = {
+    "exit_code": None, "stdout": "", "stderr": "", "timed_out": False, "interrupted": False, "stdout_omitted": 0,
+    "stderr_omitted": 0, "pid": None, "log_path": None, "output_path": None, "yielded": False, "output_dropped": 0,
+    "escalated": False}
+"""Facts every command's result has that a record leaves out at these values (reading puts them back);
+`ShellRun.of` reads an absent one so too."""
 
 
 class Recorded(Protocol):
@@ -142,6 +148,26 @@ class FileEdit:
     def text(self) -> str:
         """The result as the model reads it (the event's content)."""
         return edit_text(self)
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    """The result of an action that is neither a command nor an MCP tool (a plug-in's action, say): its name, the
+    text the model read of it (the event's `content`) and, when it failed, why; views show it like a built-in's."""
+
+    action_type: str
+    text: str
+    error: str = ""
+
+    @classmethod
+    def of(cls, event: Recorded) -> ActionResult | None:
+        """The result `event` records, or None when it is not such an action's."""
+        data = event.data
+        if event.type != "action" or "command" in data or ("server" in data and "tool" in data):
+            return None
+        error = data.get("error")
+        return cls(str(data.get("action_type") or ""), event.content or "",
+                   str(error) if error and error is not True else "")
 
 
 def shell_text(run: ShellRun) -> str:

@@ -1,7 +1,9 @@
-"""An example anges plug-in: one action and one model provider, registered through the `anges.plugins` hooks.
+"""An example anges plug-in: an action, a model provider and an agent type, registered through the `anges.plugins`
+hooks.
 
     pip install ./examples/plugin
     anges --action COUNT_LINES --model lines:README.md -q "How long is the README?"
+    anges --agent line_counter --model lines:README.md -q "How long is the README?"
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from pathlib import Path
 
 from anges import Event
 from anges.actions import Action, ActionContext, Param
+from anges.agents import BaseAgent
 from anges.plugins import hookimpl
 
 
@@ -40,6 +43,18 @@ class CountLines(Action):
     def _failed(self, path: str, why: str) -> Event:
         return Event("action", content=f"COUNT_LINES {path}: FAILED, {why}", message=f"could not count {path}",
                      data={"action_type": self.type, "error": why})
+
+
+class LineCounter(BaseAgent):
+    """An agent type that answers how long files are: the task executor's prompt with a role of its own, and
+    COUNT_LINES among its actions (no --action needed)."""
+
+    agent_type = "line_counter"
+    template = ('{% extends "agents/task_executor.j2" %}{% block role %}You are a line counter: you find out how '
+                "long the user's files are, counting their lines with COUNT_LINES, and report the counts."
+                "{% endblock %}")
+    action_types = ("COUNT_LINES", "RUN_SHELL_CMD", "TASK_COMPLETE", "HELP_NEEDED")
+    can_be_child = True  # an orchestrator may delegate to it: NEW_CHILD_AGENT LINE_COUNTER
 
 
 class LinesModel:
@@ -72,3 +87,8 @@ def register_actions(register):
 @hookimpl
 def register_providers(register):
     register(LinesModel, name="lines")
+
+
+@hookimpl
+def register_agent_types(register):
+    register(LineCounter)

@@ -658,7 +658,76 @@
     const render = { shell: renderShell, edit: renderEdit, answer: renderAnswer, interrupted: renderInterrupted,
       child_start: renderChildNote, child_exit: renderChildNote }[step.kind] || renderOther;
     item.appendChild(render(step));
+    if (step.restorable && !key) item.appendChild(restoreButton(step));
     return item;
+  }
+
+  // -- restoring the files to before a step (checkpoints) ----------------------------------------------------
+
+  function restoreButton(step) {
+    const button = el("button", "btn btn-ghost step-restore", "Restore to before this step");
+    button.type = "button";
+    button.title = "Put the working directory's files back as they were before this step (shows the diff first)";
+    button.addEventListener("click", () => openRestore(step.index + 1));
+    return button;
+  }
+
+  async function openRestore(number) {
+    if (state.status && state.status.running) { showNotice("Stop the run before restoring its files."); return; }
+    let plan;
+    try {
+      plan = await api("GET", `/api/chats/${encodeURIComponent(state.chatId)}/restore?step=${number}`);
+    } catch (err) {
+      showNotice(err.message);
+      return;
+    }
+    state.restorePlan = plan;
+    const steps = plan.steps.length === 1 ? `step ${plan.steps[0]}` : `steps ${plan.steps.join(", ")}`;
+    $("restore-summary").textContent = plan.files.length
+      ? `Back to before step ${plan.step} (${plan.label}), taking back ${steps}: ${plan.stat}.`
+      : `Nothing to restore: the files are as they were before step ${plan.step}.`;
+    const notes = $("restore-notes");
+    notes.replaceChildren();
+    for (const item of plan.left_alone) notes.appendChild(el("li", null, `Left as it is: ${item.path} (${item.why})`));
+    if (plan.outside.length) {
+      notes.appendChild(el("li", null, `Step ${plan.outside.join(", ")} could change files outside the working ` +
+        "directory (outside the sandbox, an MCP tool or a plug-in): those changes stay."));
+    }
+    for (const item of plan.conflicts) notes.appendChild(el("li", "conflict", `${item.path}: ${item.why}`));
+    const diff = $("restore-diff");
+    diff.replaceChildren();
+    if (plan.diff) diff.appendChild(diffPre(plan.diff + (plan.diff_cut ? "\n(the middle of the diff is not shown)" : "")));
+    diff.hidden = !plan.diff;
+    $("restore-overwrite").checked = false;
+    $("restore-overwrite-row").hidden = !plan.conflicts.length;
+    $("restore-confirm").disabled = !plan.files.length;
+    $("restore-error").hidden = true;
+    $("restore").showModal();
+  }
+
+  async function confirmRestore(event) {
+    event.preventDefault();
+    const plan = state.restorePlan;
+    if (!plan) return;
+    const overwrite = $("restore-overwrite").checked;
+    if (plan.conflicts.length && !overwrite) {
+      $("restore-error").textContent = "Someone else changed the files marked above since that step: tick the box " +
+        "to replace them, or cancel.";
+      $("restore-error").hidden = false;
+      return;
+    }
+    $("restore-confirm").disabled = true;
+    try {
+      const done = await api("POST", `/api/chats/${encodeURIComponent(state.chatId)}/restore`,
+        { step: plan.step, token: plan.token, overwrite });
+      $("restore").close();
+      showNotice(`Files restored: ${done.stat}.`, "info");
+      openFeed(); // the chat records the restore: show it
+    } catch (err) {
+      $("restore-error").textContent = err.message;
+      $("restore-error").hidden = false;
+      $("restore-confirm").disabled = false;
+    }
   }
 
   function cardHead(className) {
@@ -1220,6 +1289,8 @@
   $("rename-cancel").addEventListener("click", endRename);
   $("rename-input").addEventListener("keydown", (event) => { if (event.key === "Escape") endRename(); });
   $("delete").addEventListener("click", askDelete);
+  $("restore-form").addEventListener("submit", confirmRestore);
+  $("restore-cancel").addEventListener("click", () => $("restore").close());
   $("confirm-delete").addEventListener("close", () => {
     if ($("confirm-delete").returnValue === "delete") deleteChat();
   });

@@ -1,0 +1,178 @@
+"""A private git for one folder's checkpoints: its own git directory, index and settings, objects shared by an
+agent tree, and nothing taken from the project, the user or the system.
+
+The project's `.git` is never read or written (GIT_DIR points elsewhere; git never stores a `.git` path), and no
+hook, filter, textconv, fsmonitor, pager or config of the project, the user or the system can run or apply: the
+environment is built from scratch, every setting that could run something or change bytes is given on the
+command line (which wins over any file), and `info/attributes` (which wins over the project's `.gitattributes`)
+turns off every conversion.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from anges.exceptions import CheckpointError
+from anges.util.waiting import wait_for
+
+TRUSTED_GIT_DIRS = ("/usr/bin", "/bin", "/usr/local/bin", "/opt/homebrew/bin", "/run/current-system/sw/bin",
+                    "/nix/var/nix/profiles/default/bin")
+"""Where git is looked for: never on PATH, which a project's environment may point at a file a command wrote."""
+SETTINGS = {
+    "core.hooksPath": "",  # the store's empty directory (set per store)
+    "core.fsmonitor": "false",
+    "core.untrackedCache": "false",
+    "core.attributesFile": "/dev/null",
+    "core.excludesFile": "/dev/null",
+    "core.autocrlf": "false",
+    "core.safecrlf": "false",
+    "core.symlinks": "true",
+    "core.fileMode": "true",
+    "core.ignoreCase": "false",
+    "core.precomposeUnicode": "false",
+    "core.quotePath": "false",
+    "core.sparseCheckout": "false",
+    "core.splitIndex": "false",
+    "core.pager": "cat",
+    "core.logAllRefUpdates": "false",
+    "gc.auto": "0",
+    "maintenance.auto": "false",
+    "commit.gpgSign": "false",
+    "diff.noprefix": "false",
+    "diff.mnemonicPrefix": "false",
+    "diff.renames": "false",
+    "diff.relative": "false",
+    "color.ui": "false",
+    "index.threads": "1",
+    "protocol.allow": "never",
+    "submodule.recurse": "false",
+    "status.showUntrackedFiles": "all",
+}
+"""Given with `-c` to every git command: they win over every configuration file."""
+ATTRIBUTES = "* -text -eol -crlf -ident -filter -working-tree-encoding !diff !merge\n"
+"""`$GIT_DIR/info/attributes` wins over the project's .gitattributes: no line-ending or encoding conversion, no
+filter, no diff or merge driver; files are stored and restored byte for byte."""
+class Interrupted(CheckpointError):
+    """The run was interrupted while git worked: the command was killed."""
+
+
+IDENTITY = {"GIT_AUTHOR_NAME": "anges", "GIT_AUTHOR_EMAIL": "anges@localhost", "GIT_COMMITTER_NAME": "anges",
+            "GIT_COMMITTER_EMAIL": "anges@localhost"}
+
+
+def find_git(configured: str = "") -> str:
+    """The git to run: `configured` (an absolute path), else the first in TRUSTED_GIT_DIRS."""
+    if configured:
+        if not os.path.isabs(configured) or not os.access(configured, os.X_OK):
+            raise CheckpointError(f"checkpoints.git {configured!r} is not an executable absolute path")
+        return configured
+    for directory in TRUSTED_GIT_DIRS:
+        candidate = os.path.join(directory, "git")
+        if os.access(candidate, os.X_OK):
+            return candidate
+    raise CheckpointError(f"git was not found in {', '.join(TRUSTED_GIT_DIRS[:3])} (install git, or name it with "
+                          "checkpoints.git)")
+
+
+def root_key(root: str) -> str:
+    """The name of a folder's git directory in a store."""
+    return hashlib.sha256(os.fsencode(root)).hexdigest()[:16]
+
+
+class PrivateGit:
+    """git commands on one folder (`root`), with the git directory and index of that folder in `store`."""
+
+    def __init__(self, git: str, store: Path, root: str, interrupt: Callable[[], bool] | None = None):
+        self.git = git
+        self.store = store
+        self.root = root
+        self.gitdir = store / "roots" / root_key(root)
+        self.interrupt = interrupt or (lambda: False)
+        empty = str(store / "empty")
+        self.env = {"PATH": "/usr/bin:/bin", "HOME": empty, "XDG_CONFIG_HOME": empty, "LC_ALL": "C",
+                    "GIT_DIR": str(self.gitdir), "GIT_WORK_TREE": root, "GIT_INDEX_FILE": str(self.gitdir / "index"),
+                    "GIT_OBJECT_DIRECTORY": str(store / "objects"), "GIT_CONFIG_NOSYSTEM": "1",
+                    "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_ATTR_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0",
+                    "GIT_NO_REPLACE_OBJECTS": "1", "GIT_NO_LAZY_FETCH": "1", **IDENTITY}
+        settings = {**SETTINGS, "core.hooksPath": empty}
+        self.options = [part for key, value in settings.items() for part in ("-c", f"{key}={value}")]
+
+    def ensure(self, excludes: list[str] | None = None) -> None:
+        """Create the store's shared parts and this folder's git directory if missing; `excludes` (paths relative
+        to the folder; None: those given before) are left out of its checkpoints."""
+        for directory in (self.store / "empty", self.store / "objects" / "pack", self.gitdir / "refs" / "heads",
+                          self.gitdir / "info"):
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _write_if_changed(self.gitdir / "HEAD", "ref: refs/heads/checkpoints\n")
+        _write_if_changed(self.gitdir / "config", "[core]\n\trepositoryformatversion = 0\n\tbare = false\n")
+        _write_if_changed(self.gitdir / "info" / "attributes", ATTRIBUTES)
+        if excludes is not None or not (self.gitdir / "info" / "exclude").exists():
+            _write_if_changed(self.gitdir / "info" / "exclude", "".join(f"/{_pattern(p)}\n" for p in excludes or ()))
+        _write_if_changed(self.gitdir / "root", self.root + "\n")
+
+    def run(self, *args: str, stdin: bytes | None = None, check: bool = True, index: Path | None = None) -> bytes:
+        """The output of `git ARGS` in the folder (with another `index` file, if given); CheckpointError when it
+        fails (or the run is interrupted)."""
+        env = self.env if index is None else {**self.env, "GIT_INDEX_FILE": str(index)}
+        try:
+            process = subprocess.Popen([self.git, *self.options, *args], cwd=self.root, env=env,
+                                       stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except OSError as exc:
+            raise CheckpointError(f"cannot run {self.git}: {exc.strerror or exc}") from None
+        out, err = self._communicate(process, stdin)
+        if check and process.returncode != 0:
+            message = err.decode(errors="replace").strip().splitlines()
+            raise CheckpointError(f"git {args[0]} failed: {message[-1] if message else process.returncode}")
+        return out
+
+    def _communicate(self, process: subprocess.Popen, stdin: bytes | None) -> tuple[bytes, bytes]:
+        """Wait for `process` (fed `stdin` on a thread: communicate() cannot go on feeding after a timeout), and
+        kill it if the run is interrupted meanwhile (or on Ctrl-C)."""
+        result: list[tuple[bytes, bytes]] = []
+        talk = threading.Thread(target=lambda: result.append(process.communicate(stdin)), daemon=True)
+        talk.start()
+        try:
+            if wait_for(lambda seconds: (talk.join(seconds), not talk.is_alive())[1], self.interrupt) == "stopped":
+                raise Interrupted("interrupted")
+        except BaseException:
+            process.kill()
+            talk.join()
+            raise
+        return result[0]
+
+    def head(self) -> str:
+        """The folder's latest checkpoint commit, or "" before the first."""
+        try:
+            return (self.gitdir / "refs" / "heads" / "checkpoints").read_text().strip()
+        except FileNotFoundError:
+            return ""
+
+    def set_head(self, commit: str) -> None:
+        """Make `commit` the folder's latest checkpoint: it keeps every earlier one reachable."""
+        ref = self.gitdir / "refs" / "heads" / "checkpoints"
+        temp = ref.with_name(".checkpoints.tmp")
+        temp.write_text(commit + "\n")
+        os.replace(temp, ref)
+
+
+def _pattern(path: str) -> str:
+    """A path as an exact gitignore pattern (its special characters escaped)."""
+    return "".join("\\" + char if char in "\\*?[!# " else char for char in path)
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    data = text.encode(errors="surrogateescape")  # a folder's name need not be UTF-8
+    try:
+        if path.read_bytes() == data:
+            return
+    except FileNotFoundError:
+        pass
+    temp = path.with_name(f".{path.name}.tmp")
+    temp.write_bytes(data)
+    os.replace(temp, path)
