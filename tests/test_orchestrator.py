@@ -394,6 +394,7 @@ def test_the_orchestrators_commands_read_but_never_write_and_never_ask(tmp_path,
     assert escalated.data["exit_code"] != 0 and not escalated.data["escalated"]
     assert (tmp_path / "notes.txt").read_text() == "a child wrote this\n" and not (tmp_path / "made.txt").exists()
     assert asked == [] and not [e for e in stream.events_list if e.type.startswith("approval")]
+    assert not [e for e in (read, write, escalated) if "checkpoint" in e.data], "a read-only command needs none"
     prompt = model.models["orchestrator"].prompts[0]
     assert "You do not edit files: child agents make every change. Your commands run in a read-only sandbox" in prompt
     assert "check your children's work yourself\nrather than start a child to check it" in prompt
