@@ -293,7 +293,7 @@ class BaseAgent(Delegation):
             render_guide=self._prompter.guide, delegator=self)
         history = History(self.event_stream, self.store, self.config.prompt, self._call_model, self._record,
                           self.logger)
-        return RunState(self.agent_config, budget, ledger, context, history, self._share.ending_jobs)
+        return RunState(self.agent_config, budget, ledger, context, history, ending_jobs=self._share.ending_jobs)
 
     def actions_by_type(self) -> dict[str, Action]:
         """The actions this agent offers, by type (upper case)."""
