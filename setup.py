@@ -43,12 +43,15 @@ setup(
         "pydantic>=2.7",
         "pluggy>=1.2",
         "jiter>=0.5",  # a streaming reply's partial JSON (already a dependency of openai)
+        "httpx2>=2.0",  # Ollama's native API (already the HTTP client of the SDKs)
+        "prompt_toolkit>=3.0.36",  # the terminal session's keys and live screen
+        "rich>=13",  # drawing the transcript: Markdown, highlighted diffs
     ],
     extras_require={
         "anthropic": [],  # the Anthropic SDK is a core dependency now; the extra stays for old install commands
         "mcp": ["mcp>=2.0"],
-        "ray": ["ray>=2.9", "rich>=13"],
-        "rich": ["rich>=13"],
+        "ray": ["ray>=2.9"],
+        "rich": [],  # rich is a core dependency now; the extra stays for old install commands
         "otel": ["opentelemetry-sdk>=1.27", "opentelemetry-exporter-otlp-proto-http>=1.27"],  # docs/telemetry.md
         "acp": ["agent-client-protocol>=0.12", "mcp>=2.0"],  # editors pass their MCP servers to the agent
         "dev": [
@@ -59,7 +62,6 @@ setup(
             "playwright>=1.45",
             "ruff",
             "ray>=2.9",
-            "rich>=13",
             "agent-client-protocol>=0.12",
             "pyte>=0.8",  # a terminal emulator: what the CLI draws, as a person sees it
             "opentelemetry-sdk>=1.27",

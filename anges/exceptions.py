@@ -53,6 +53,17 @@ class ModelReplyError(ModelError):
         self.usage = usage  # what the refused reply still cost, when the provider said
 
 
+class ContextExceeded(ModelError):
+    """The prompt did not fit the model's context window: the server said so, or reported fewer prompt tokens than
+    were sent (it cut the prompt). `sent` is the estimate of the tokens sent, `kept` what the server said it read."""
+
+    def __init__(self, message: str, sent: int | None = None, kept: int | None = None):
+        super().__init__(message)
+        self.sent = sent
+        self.kept = kept
+        self.usage = None  # what the call still cost, when the server said
+
+
 class FormatError(AngesError):
     """A model reply is not a valid action reply; `feedback` is the text sent back to the model."""
 

@@ -159,6 +159,7 @@ providers = Registry("provider", "register_providers", {
     "openai": "anges.models.openai_model:OpenAIModel",
     "gemini": "anges.models.gemini_model:GeminiModel",
     "anthropic": "anges.models.anthropic_model:AnthropicModel",
+    "ollama": "anges.models.ollama_model:OllamaModel",
 }, name_attr="provider", error=ModelSetupError)
 """Provider names (a preset's `provider`) -> classes called as `cls(preset, settings, retry, name=...)`."""
 

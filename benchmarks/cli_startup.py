@@ -12,7 +12,8 @@ import time
 
 RUNS = 20
 WARM_UP = 3
-HEAVY = ("openai", "google.genai", "anthropic", "flask", "jinja2", "yaml", "httpx", "mcp", "anges.agents")
+HEAVY = ("openai", "google.genai", "anthropic", "flask", "jinja2", "yaml", "httpx", "mcp", "anges.agents",
+         "prompt_toolkit", "rich")
 
 
 def wall_times(argv: list[str]) -> list[float]:

@@ -1,17 +1,15 @@
 """Streaming latency: how long after a piece of a reply leaves the provider's server it reaches the agent's delta
-handlers, and how long until the CLI has printed it on a terminal.
+handlers (the figure to the screen, through the session's live screen on a pseudo-terminal: `session.py`).
 
 Each provider's loopback wire server (`tests/wire_servers.py`) streams a reply in PIECES pieces, GAP seconds apart,
 each piece adding to the `analysis` the CLI shows; it notes when each piece was written. The real SDK reads the
-stream, the agent parses the partial JSON and calls its delta handlers: one notes the time, one is the CLI's
-transcript drawing on a pseudo-terminal (the time is taken once the text is written and flushed).
+stream, the agent parses the partial JSON and calls its delta handlers, one of which notes the time.
 
 Run: `.venv/bin/python benchmarks/streaming_latency.py`
 """
 
 import json
 import os
-import pty
 import statistics
 import sys
 import tempfile
@@ -24,7 +22,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from wire_servers import PROVIDERS, TEST_KEY  # noqa: E402
 
 from anges.agents import DefaultAgent  # noqa: E402
-from anges.cli.transcript import Transcript  # noqa: E402
 from anges.config.loading import load_config  # noqa: E402
 from anges.config.types import ModelPreset  # noqa: E402
 from anges.registry import providers  # noqa: E402
@@ -48,8 +45,8 @@ def reply_pieces() -> list[str]:
     return pieces
 
 
-def measure(provider: str, terminal) -> tuple[list[float], list[float]]:
-    """Delays (seconds) of each piece to the handlers and to the printed terminal line, for one run."""
+def measure(provider: str) -> list[float]:
+    """Delays (seconds) of each piece to the handlers, for one run."""
     server_class, _, key_env = PROVIDERS[provider]
     os.environ[key_env] = TEST_KEY
     config = load_config(overrides={"safety": {"sandbox": "off", "approval": "auto"}})
@@ -58,45 +55,27 @@ def measure(provider: str, terminal) -> tuple[list[float], list[float]]:
         preset = ModelPreset(provider, "bench-model", server.base_url, key_env)
         model = providers.get(provider)(preset, config.model_settings, config.retry)
         agent = DefaultAgent(inference_func=model, cmd_init_dir=tempfile.mkdtemp(), config=config)
-        delivered, printed = [], []
-        transcript = Transcript(terminal)
-        transcript.spinner.start("thinking")
+        delivered = []
         analysis = lambda delta: delta.field == "analysis"  # one per piece (the last also ends the reasoning)
         agent.delta_handlers.append(lambda delta: analysis(delta) and delivered.append(time.monotonic()))
-        agent.delta_handlers.append(
-            lambda delta: (transcript.on_delta(delta), analysis(delta) and printed.append(time.monotonic())))
         agent.run_with_new_request("go")
-        transcript.close()
         sent = server.sent
     assert len(delivered) == len(sent) == PIECES, (len(delivered), len(sent))
-    return [d - s for d, s in zip(delivered, sent)], [p - s for p, s in zip(printed, sent)]
+    return [d - s for d, s in zip(delivered, sent)]
 
 
 def main() -> None:
-    master, slave = pty.openpty()
-    terminal = os.fdopen(slave, "w", encoding="utf-8")
-    os.set_blocking(master, False)
     print(f"{PIECES} pieces {GAP * 1000:.0f} ms apart, {RUNS} runs per provider; delays in ms from the server's "
-          "write: first piece, median, p95")
+          "write to the delta handlers: first piece, median, p95")
     for provider in sorted(PROVIDERS):
-        handler, shown = [], []
-        firsts = []
+        handler, firsts = [], []
         for _ in range(RUNS):
-            to_handler, to_terminal = measure(provider, terminal)
-            firsts.append((to_handler[0], to_terminal[0]))
-            handler += to_handler
-            shown += to_terminal
-            while True:  # drain the terminal
-                try:
-                    if not os.read(master, 65536):
-                        break
-                except BlockingIOError:
-                    break
-        first_handler = statistics.median(f[0] for f in firsts) * 1000
-        first_shown = statistics.median(f[1] for f in firsts) * 1000
-        print(f"{provider:9}  handlers: first {first_handler:.2f}, median {statistics.median(handler) * 1000:.2f}, "
-              f"p95 {statistics.quantiles(handler, n=20)[-1] * 1000:.2f}   printed: first {first_shown:.2f}, "
-              f"median {statistics.median(shown) * 1000:.2f}, p95 {statistics.quantiles(shown, n=20)[-1] * 1000:.2f}")
+            delays = measure(provider)
+            firsts.append(delays[0])
+            handler += delays
+        median, p95 = statistics.median(handler), statistics.quantiles(handler, n=20)[-1]
+        print(f"{provider:9}  first {statistics.median(firsts) * 1000:.2f}, median {median * 1000:.2f}, "
+              f"p95 {p95 * 1000:.2f}")
 
 
 if __name__ == "__main__":

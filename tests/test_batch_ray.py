@@ -120,16 +120,16 @@ def test_model_credentials_reach_workers_only_through_the_runtime_env(ray_addres
     # The cluster started before these were set, so its workers can only get them through runtime_env.
     monkeypatch.setenv("OPENAI_API_KEY", TEST_KEY)
     monkeypatch.setenv("OPENAI_BASE_URL", openai_server.base_url)
-    openai_server.enqueue_text(json.dumps(shell("echo key=[$OPENAI_API_KEY]")), input_tokens=100, output_tokens=10)
-    openai_server.enqueue_text(json.dumps(complete("Finished.")), input_tokens=100, output_tokens=10)
+    openai_server.enqueue_text(json.dumps(shell("echo key=[$OPENAI_API_KEY]")), input_tokens=2000, output_tokens=10)
+    openai_server.enqueue_text(json.dumps(complete("Finished.")), input_tokens=2000, output_tokens=10)
     path = task_file(tmp_path, {"id": "real", "task": "use the provider", "model": "openai:gpt-test"})
     config = load_config(overrides={"prices": {"gpt-test": {"input": 1.0, "output": 2.0}}})
     runner, _ = runner_for(path, config=config)
     row = runner.run().results[0]
     assert row["status"] == "completed" and row["answer"] == "Finished."
     assert [request.headers["authorization"] for request in openai_server.requests] == [f"Bearer {TEST_KEY}"] * 2
-    assert row["tokens"] == {"input": 200, "output": 20, "cached": 0}
-    assert row["cost"] == pytest.approx((200 * 1.0 + 20 * 2.0) / 1e6)  # the driver's config reached the worker
+    assert row["tokens"] == {"input": 4000, "output": 20, "cached": 0}
+    assert row["cost"] == pytest.approx((4000 * 1.0 + 20 * 2.0) / 1e6)  # the driver's config reached the worker
     stream = streams_of("ray-batch")["real"]
     assert stream.events_list[1].data["stdout"] == "key=[]\n"  # commands never see the key
     for file in Path(os.environ["ANGES_HOME"]).rglob("*"):

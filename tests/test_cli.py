@@ -95,7 +95,7 @@ def test_help_imports_no_sdk_web_or_template_modules(tmp_path):
     modules = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
     assert "anges.cli.main" in modules
     heavy = {"openai", "google.genai", "anthropic", "flask", "jinja2", "yaml", "httpx", "mcp", "anges.agents",
-             "anges.store.event_store", "anges.models", "readline"}
+             "anges.store.event_store", "anges.models", "readline", "prompt_toolkit", "rich"}
     assert not modules & heavy
 
 
@@ -214,7 +214,7 @@ def test_a_second_ctrl_c_exits_at_once_and_still_kills_the_command(tmp_path):
 
 
 def test_no_task_is_a_usage_error(tmp_path):
-    out = anges("--model", "auto", cwd=tmp_path)
+    out = anges("--model", "auto", cwd=tmp_path, input="")  # not a terminal: no session to open
     assert out.returncode == 2
     assert "no task" in out.stderr
 

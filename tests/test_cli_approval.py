@@ -1,43 +1,50 @@
-"""The approval prompt of `anges` on a real pseudo-terminal: y, n, a, t, Ctrl-C, and the spinner held back."""
+"""Approvals of `anges -q` on a real pseudo-terminal, read through a terminal emulator: one block, answered by one
+key (y, n, a, t; v first when part of it is cut), Ctrl-C, and the line prompt of a dumb terminal."""
 
 import json
+import os
 
 import pytest
+from terminal_screen import CTRL_C, Terminal
 from test_cli import complete, edit, only_stream, scripted, shell, types
-from test_cli_interactive import SGR, Terminal
-
-from anges.cli.terminal import SPINNER_FRAMES
 
 pytestmark = pytest.mark.packaged_safety  # the prompt and the fallback as a user without bwrap has them, too
 RULES = "safety:\n  rules:\n    - {action: RUN_SHELL_CMD, match: 'echo ask-*', decision: ask, reason: the test asks}\n"
-PROMPT = "allow? [y]es, [n]o, [a]lways, [t]ell the agent why: "
+KEYS = "y yes · n no · a always · t no, and tell the agent why"
 
 
-def start(tmp_path, *replies):
+def start(tmp_path, *replies, env=None, columns=100):
     (tmp_path / "rules.yaml").write_text(RULES)
-    return Terminal(["-q", "task", "--config", "rules.yaml", "--model", scripted(tmp_path, *replies)], cwd=tmp_path)
+    return Terminal(["-q", "task", "--config", "rules.yaml", "--model", scripted(tmp_path, *replies)], cwd=tmp_path,
+                    env=env, columns=columns)
 
 
-def test_the_prompt_answers_yes_no_always_and_tell(tmp_path):
+def asked(term, subject):
+    """Wait for the question about `subject`; the screen then."""
+    return "\n".join(term.wait_until(lambda: f"│ {subject}" in "\n".join(term.display()) and KEYS in
+                                     "\n".join(term.display()), what=f"the question about {subject!r}"))
+
+
+def test_each_question_is_answered_by_one_key_yes_no_tell_and_always(tmp_path):
     term = start(tmp_path, shell("echo ask-yes > y.txt"), shell("echo ask-no > n.txt"), shell("echo ask-tell > t.txt"),
                  shell("echo ask-always >> a.txt"), shell("echo ask-always >> a.txt"), complete("finished"))
-
-    shown = term.expect(PROMPT)
-    assert "RUN_SHELL_CMD needs your approval — the test asks [safety.rules[0]]" in shown
-    assert "│ echo ask-yes > y.txt" in shown and "always = for the rest of this run: this exact command" in shown
-    term._read(0.5)  # the spinner would redraw every 0.1 s if it were not held back
-    assert not any(frame in term.output[term.position:] for frame in SPINNER_FRAMES)
-    term.send("y\r")
-    assert "echo ask-no" in term.expect(PROMPT)
-    term.send("n\r")
-    assert "echo ask-tell" in term.expect(PROMPT)
-    term.send("t\r")
-    term.expect("tell the agent: ")
-    term.send("use the Makefile\r")
-    assert "echo ask-always" in term.expect(PROMPT)
-    term.send("a\r")
-    assert PROMPT not in term.expect("finished")  # the same command again: not asked again
-    assert term.wait() == 0
+    try:
+        shown = asked(term, "echo ask-yes > y.txt")
+        assert "? RUN_SHELL_CMD needs your approval — the test asks [safety.rules[0]]" in shown
+        assert "always = for the rest of this run: this exact command" in shown
+        term.send("y")
+        asked(term, "echo ask-no > n.txt")
+        term.send("n")
+        asked(term, "echo ask-tell > t.txt")
+        term.send("t")
+        term.wait_for("tell the agent:", on_screen=True)
+        term.send("use the Makefile\r")
+        asked(term, "echo ask-always >> a.txt")
+        term.send("a")
+        term.wait_for("finished")
+        assert term.wait() == 0
+    finally:
+        term.close()
 
     assert sorted(p.name for p in tmp_path.glob("*.txt")) == ["a.txt", "y.txt"]
     assert (tmp_path / "a.txt").read_text() == "ask-always\nask-always\n"
@@ -46,7 +53,10 @@ def test_the_prompt_answers_yes_no_always_and_tell(tmp_path):
         ("ask-yes", "allow", False, "terminal"), ("ask-no", "deny", False, "terminal"),
         ("ask-tell", "deny", False, "terminal"), ("ask-always", "allow", True, "terminal")]
     assert decided[2]["feedback"] == "use the Makefile"
-    assert "✗ declined by you: RUN_SHELL_CMD echo ask-no > n.txt" in SGR.sub("", term.output)
+    text = term.text()
+    assert "✗ declined by you: RUN_SHELL_CMD echo ask-no > n.txt" in text
+    assert "needs your approval" not in text, "each question left with its answer: never printed twice"
+    assert text.count("(and for the rest of the run)") == 1, "the same command again is not asked again"
 
 
 def test_an_edit_outside_the_workspace_shows_its_diff(tmp_path):
@@ -54,26 +64,68 @@ def test_an_edit_outside_the_workspace_shows_its_diff(tmp_path):
     work.mkdir()
     (tmp_path / "settings.ini").write_text("debug = false\n")
     term = start(work, edit(f"REPLACE_LINES {tmp_path}/settings.ini 1-1", "debug = true"), complete("edited"))
-
-    shown = term.expect(PROMPT)
-    assert "EDIT_FILE needs your approval — outside the writable paths" in shown
-    assert "│ -debug = false" in shown and "│ +debug = true" in shown
-    assert (tmp_path / "settings.ini").read_text() == "debug = false\n"
-    term.send("y\r")
-    term.expect("edited")
-    assert term.wait() == 0
+    try:
+        shown = asked(term, "+debug = true")
+        assert "EDIT_FILE needs your approval — outside the writable paths" in shown and "│ -debug = false" in shown
+        assert (tmp_path / "settings.ini").read_text() == "debug = false\n"
+        term.send("y")
+        term.wait_for("edited")
+        assert term.wait() == 0
+    finally:
+        term.close()
     assert (tmp_path / "settings.ini").read_text() == "debug = true\n"
 
 
-def test_ctrl_c_at_the_prompt_interrupts_the_run(tmp_path):
+def test_ctrl_c_at_the_question_interrupts_the_run(tmp_path):
     term = start(tmp_path, shell("echo ask-me > x.txt"), complete())
-    term.expect(PROMPT)
-    term.send("\x03")
-    assert term.wait() == 4
+    try:
+        asked(term, "echo ask-me > x.txt")
+        term.send(CTRL_C)
+        assert term.wait() == 4
+    finally:
+        term.close()
     stream = only_stream()
     assert types(stream) == ["new_request", "approval_requested", "approval_decided", "task_interrupted"]
     assert stream.events_list[2].data["decision"] == "cancelled" and not (tmp_path / "x.txt").exists()
     assert json.dumps(stream.events_list[-1].data["reason"]) == '"interrupt"'
+
+
+def test_a_long_command_needs_viewing_in_full_before_yes(tmp_path):
+    lines = [f"echo step-{n} >> log.txt" for n in range(100)]
+    command = "\n".join(["echo ask-long", *lines[:50], "echo HIDDEN-PART > hidden.txt", *lines[50:]])
+    reply = shell(command) | {"reasoning": "run the long script"}
+    term = start(tmp_path, reply, complete("finished"))
+    try:
+        shown = "\n".join(term.wait_for("v view it all · n no · t no, and tell the agent why", on_screen=True))
+        assert "HIDDEN-PART" not in shown and "lines not shown" in shown
+        size = f"{command.count(chr(10)) + 1} lines, {len(command):,} characters"
+        assert f"({size}; only part of it is shown: v shows it all, above)" in shown
+        term.send("y")
+        term.wait_for("view it all with v before you approve it", on_screen=True)
+        assert not (tmp_path / "hidden.txt").exists()
+        term.send("v")
+        term.wait_for("echo HIDDEN-PART > hidden.txt")  # printed above, into the scrollback
+        term.wait_for(KEYS, on_screen=True)
+        term.send("y")
+        term.wait_for("finished")
+        assert term.wait() == 0
+    finally:
+        term.close()
+    assert (tmp_path / "hidden.txt").read_text() == "HIDDEN-PART\n"
+
+
+def test_a_dumb_terminal_asks_on_a_line_and_draws_no_escape_sequence(tmp_path):
+    env = {**os.environ, "TERM": "dumb"}
+    term = start(tmp_path, shell("echo ask-dumb > d.txt"), complete("finished"), env=env)
+    try:
+        term.wait_for("allow? [y]es, [n]o, [a]lways, [t]ell the agent why:")
+        term.send("y\r")
+        term.wait_for("finished")
+        assert term.wait() == 0
+    finally:
+        term.close()
+    assert (tmp_path / "d.txt").read_text() == "ask-dumb\n"
+    assert b"\x1b" not in term.raw
 
 
 def test_without_bwrap_the_cli_says_so_once_and_every_command_needs_approval(tmp_path):
@@ -100,39 +152,20 @@ def test_without_bwrap_the_cli_says_so_once_and_every_command_needs_approval(tmp
     assert "declined (no one can approve here): RUN_SHELL_CMD echo one > 1.txt" in declined.stderr
     assert allowed.returncode == 0 and (tmp_path / "1.txt").exists() and (tmp_path / "2.txt").exists()
     assert "not available" in allowed.stderr and "add --approval auto" not in allowed.stderr
-    assert SGR.sub("", allowed.stderr).count("exit 0 · ") == 2 and allowed.stderr.count("no sandbox") == 2
-
-
-def test_a_long_command_needs_viewing_in_full_before_yes(tmp_path):
-    lines = [f"echo step-{n} >> log.txt" for n in range(100)]
-    command = "\n".join(["echo ask-long", *lines[:50], "echo HIDDEN-PART > hidden.txt", *lines[50:]])
-    reply = shell(command) | {"reasoning": "run the long script"}  # the reasoning streams live: not the command
-    term = start(tmp_path, reply, complete("finished"))
-
-    shown = term.expect("[v]iew it all, [n]o, [t]ell the agent why: ")
-    assert "HIDDEN-PART" not in shown and "lines not shown" in shown
-    size = f"{command.count(chr(10)) + 1} lines, {len(command):,} characters"
-    assert f"({size}; only part of it is shown: v shows it all)" in shown
-    term.send("y\r")
-    term.expect("view it all with v before you approve it")
-    term.send("v\r")
-    assert "HIDDEN-PART" in term.expect(PROMPT)
-    term.send("y\r")
-    term.expect("finished")
-    assert term.wait() == 0
-    assert (tmp_path / "hidden.txt").read_text() == "HIDDEN-PART\n"
+    assert allowed.stderr.count("exit 0 · ") == 2 and allowed.stderr.count("no sandbox") == 2
 
 
 @pytest.mark.sandbox
-def test_the_prompt_marks_what_cannot_be_seen_and_says_where_it_runs(tmp_path):
+def test_the_question_marks_what_cannot_be_seen_and_says_where_it_runs(tmp_path):
     unseen = "echo ask-t\u200bouch \u202eevil > z.txt"
     term = start(tmp_path, shell(unseen), shell("echo outside", escalate="needs the host's cache"), complete("done"))
-
-    shown = term.expect(PROMPT).split("needs approval:", 1)[1]  # the request's line, and the prompt
-    assert "│ echo ask-t<U+200B>ouch <U+202E>evil > z.txt" in shown and "\u200b" not in shown
-    assert f"(1 line, {len(unseen)} characters)" in shown
-    term.send("n\r")
-    shown = term.expect(PROMPT)
-    assert "If approved, this runs outside the sandbox. The agent says why: needs the host's cache" in shown
-    term.send("n\r")
-    assert term.wait() == 0
+    try:
+        shown = asked(term, "echo ask-t<U+200B>ouch <U+202E>evil > z.txt")
+        assert "\u200b" not in shown and f"(1 line, {len(unseen)} characters)" in shown
+        term.send("n")
+        shown = asked(term, "echo outside")
+        assert "If approved, this runs outside the sandbox. The agent says why: needs the host's cache" in shown
+        term.send("n")
+        assert term.wait() == 0
+    finally:
+        term.close()

@@ -1,139 +1,87 @@
-"""`anges -i` and the terminal view, driven through a real pseudo-terminal."""
+"""`anges -i` and `anges -q` on a terminal and off one: the session's first task, signals, pipes, JSON lines, and what
+the terminal shows (colour, Markdown, width from the terminal drawn on, NO_COLOR, TERM=dumb)."""
 
-import fcntl
 import json
 import os
-import pty
 import re
-import select
-import struct
 import subprocess
-import sys
-import termios
-import time
 
 from helpers import pids_running, sleep_token, wait_until_running
-from test_cli import (
-    ANGES,
-    complete,
-    only_stream,
-    scripted,
-    shell,
-    types,
-    wait_for,
-)
-
-from anges.store.event_store import EventStore
+from terminal_screen import CTRL_C, CTRL_D, Terminal
+from test_cli import ANGES, complete, only_stream, scripted, shell, types, wait_for
 
 SGR = re.compile(r"\x1b\[[0-9;]*m")
+COLOUR = re.compile(r"\x1b\[(?:[0-9;]*;)?(?:3[0-7]|9[0-7]|38;[25];[0-9;]+)m")
+"""An SGR sequence that sets a foreground colour."""
 
 
-class Terminal:
-    """`anges` running on the slave side of a pty; we type on the master side."""
-
-    def __init__(self, args, cwd, env=None, columns=120):
-        env = dict(env or os.environ)
-        env["TERM"] = "xterm"
-        pid, fd = pty.fork()
-        if pid == 0:  # the child: become anges at once
-            os.chdir(cwd)
-            os.execve(sys.executable, [sys.executable, "-m", "anges", *args], env)
-        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
-        self.pid, self.fd = pid, fd
-        self.output = ""
-        self.position = 0
-
-    def expect(self, text, timeout=15):
-        """Read until `text` appears after the last match; return what came before it."""
-        deadline = time.monotonic() + timeout
-        while text not in self.output[self.position:]:
-            remaining = deadline - time.monotonic()
-            assert remaining > 0, f"timed out waiting for {text!r}; the screen ends with {self.output[-1500:]!r}"
-            if not self._read(remaining):
-                raise AssertionError(f"anges closed the terminal before {text!r}; it wrote {self.output[-1500:]!r}")
-        found = self.output.index(text, self.position)
-        before, self.position = self.output[self.position:found], found + len(text)
-        return before
-
-    def send(self, text):
-        os.write(self.fd, text.encode())
-
-    def wait(self, timeout=15):
-        """The exit code, draining the terminal meanwhile."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                os.close(self.fd)
-                return os.waitstatus_to_exitcode(status)
-            self._read(0.05)
-        os.kill(self.pid, 9)
-        raise AssertionError(f"anges did not exit; the screen ends with {self.output[-1500:]!r}")
-
-    def _read(self, timeout):
-        ready, _, _ = select.select([self.fd], [], [], timeout)
-        if not ready:
-            return True
-        try:
-            data = os.read(self.fd, 65536)
-        except OSError:  # EIO: the child closed its side
-            return False
-        self.output += data.decode(errors="replace")
-        return bool(data)
-
-
-def test_interactive_session_follow_ups_ctrl_c_and_ctrl_d(tmp_path, anges_home):
-    token = sleep_token()
-    model = scripted(tmp_path, complete("first answer"), shell(f"echo $$ > pid.txt; sleep {token}"),
-                     complete("third answer"))
-    term = Terminal(["-i", "--model", model], cwd=tmp_path)
-    banner = term.expect("anges> ")
-    assert "exit, quit or Ctrl-D leaves" in banner
-    term.send("first task\r")
-    assert "first answer" in term.expect("anges> ")
-    term.send("a long task\r")
-    wait_for(tmp_path / "pid.txt")
-    term.send("\x03")  # Ctrl-C while the command runs: stops the task, not the session
-    stopped = term.expect("anges> ")
-    assert "interrupted" in stopped and "Traceback" not in stopped
-    assert not pids_running(token)
-    term.send("third\r")
-    assert "third answer" in term.expect("anges> ")
-    term.send("\x04")  # Ctrl-D leaves
-    assert term.wait() == 0
-    stream = only_stream()
-    assert types(stream) == ["new_request", "task_completion", "follow_up_request", "action", "task_interrupted",
-                             "follow_up_request", "task_completion"]
-    assert [e.content for e in stream.events_list if "request" in e.type] == ["first task", "a long task", "third"]
-    assert stream.events_list[4].data["reason"] == "interrupt"
-    history = (anges_home / "history").read_text()
-    assert history.splitlines()[-3:] == ["first task", "a long task", "third"]
-
-
-def test_ctrl_c_at_the_prompt_keeps_the_session_and_exit_leaves(tmp_path, anges_home):
-    (anges_home / "history").write_text("an old task\n")
-    term = Terminal(["-i", "--model", scripted(tmp_path, complete("ok"))], cwd=tmp_path)
-    term.expect("anges> ")
-    term.send("half typed")
-    term.expect("half typed")
-    # CPython's readline loop sees a SIGINT only while it waits in select(); one that lands while it is still
-    # redrawing the echo waits for the next key. A person never types that fast; give it a moment.
-    time.sleep(0.3)
-    term.send("\x03")
-    term.expect("anges> ")
-    term.send("\x1b[A")  # up arrow: readline history from earlier sessions
-    term.expect("an old task")
-    term.send("\x15exit\r")  # Ctrl-U clears the line
-    assert term.wait() == 0
-    assert EventStore().list() == []
-
-
-def test_interactive_first_task_from_q_then_quit(tmp_path):
+def test_i_runs_its_first_task_from_q_in_the_session_then_ctrl_d_leaves(tmp_path):
     term = Terminal(["-i", "-q", "start here", "--model", scripted(tmp_path, complete("started"))], cwd=tmp_path)
-    assert "started" in term.expect("anges> ")
-    term.send("quit\r")
-    assert term.wait() == 0
+    try:
+        term.wait_for("started")
+        term.wait_for("completed in")
+        term.send(CTRL_D)
+        assert term.wait() == 0
+    finally:
+        term.close()
     assert only_stream().events_list[0].content == "start here"
+
+
+def test_ctrl_c_stops_the_running_command_and_the_session_goes_on(tmp_path):
+    token = sleep_token()
+    model = scripted(tmp_path, shell(f"echo $$ > pid.txt; sleep {token}"), complete("second answer"))
+    term = Terminal(["--model", model], cwd=tmp_path)
+    try:
+        term.wait_for("Ctrl-D leaves")
+        term.send("a long task\r")
+        wait_for(tmp_path / "pid.txt")
+        wait_until_running(token)
+        term.send(CTRL_C)
+        term.wait_for("■ interrupted")
+        term.wait_until(lambda: not pids_running(token), what="the command to end")
+        term.send("next\r")
+        term.wait_for("second answer")
+        assert "Traceback" not in term.text()
+        term.send(CTRL_D)
+        assert term.wait() == 0
+    finally:
+        term.close()
+    stream = only_stream()
+    assert types(stream) == ["new_request", "action", "task_interrupted", "follow_up_request", "task_completion"]
+    assert stream.events_list[2].data["reason"] == "interrupt"
+
+
+def test_sigterm_during_a_task_stops_it_and_ends_the_session(tmp_path):
+    token = sleep_token()
+    model = scripted(tmp_path, shell(f"echo $$ > pid.txt; sleep {token}"), complete("never"))
+    term = Terminal(["-i", "--model", model], cwd=tmp_path)
+    try:
+        term.wait_for("Ctrl-D leaves")
+        term.send("a long task\r")
+        wait_for(tmp_path / "pid.txt")
+        wait_until_running(token)
+        os.kill(term.pid, 15)  # SIGTERM: a service manager stopping us, not a person pressing Ctrl-C
+        assert term.wait() == 4
+    finally:
+        term.close()
+    assert not pids_running(token)
+    last = only_stream().events_list[-1]
+    assert last.type == "task_interrupted" and last.data["by"] == "SIGTERM"
+
+
+def test_a_dumb_terminal_gets_one_request_a_line(tmp_path):
+    model = scripted(tmp_path, complete("one done"))
+    term = Terminal(["--model", model], cwd=tmp_path, env={**os.environ, "TERM": "dumb"})
+    try:
+        term.wait_for("anges>")
+        term.send("one\r")
+        term.wait_for("one done")
+        term.send("exit\r")
+        assert term.wait() == 0
+    finally:
+        term.close()
+    assert b"\x1b" not in term.raw
+    assert [e.content for e in only_stream().events_list] == ["one", "one done"]
 
 
 def test_interactive_reads_requests_from_a_pipe(tmp_path):
@@ -142,7 +90,7 @@ def test_interactive_reads_requests_from_a_pipe(tmp_path):
                          capture_output=True, text=True, env=os.environ.copy(), timeout=30, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout == "one done\ntwo done\n"
-    assert "anges>" not in out.stdout + out.stderr
+    assert "anges>" not in out.stdout + out.stderr and "\x1b" not in out.stdout + out.stderr
     assert [e.content for e in only_stream().events_list] == ["one", "one done", "two", "two done"]
 
 
@@ -155,35 +103,47 @@ def test_interactive_jsonl_reports_each_request(tmp_path):
     assert kinds == ["run_started", "event", "event", "run_finished"] * 2
 
 
-def test_terminal_gets_colour_and_a_spinner_unless_no_color(tmp_path):
-    model = scripted(tmp_path, shell("sleep 0.6"), complete("# Title\n\n- **bold** item\n\n```\ncode\n```"))
+def test_q_on_a_terminal_draws_colour_markdown_and_a_status_line(tmp_path):
+    model = scripted(tmp_path, shell("while [ ! -e go ]; do sleep 0.05; done"),
+                     complete("# Title\n\n- **bold** item\n\n```\ncode\n```"))
     term = Terminal(["-q", "x", "--model", model], cwd=tmp_path)
-    assert term.wait() == 0
-    screen = term.output
-    assert "running sleep 0.6" in screen and re.search(r"running sleep 0\.6 0\.[1-9]s", SGR.sub("", screen))
-    assert SGR.search(screen)
-    plain = SGR.sub("", screen)
-    assert "Title" in plain and "# Title" not in plain and "• bold item" in plain and "    code" in plain
+    try:
+        status = "\n".join(term.wait_for("running while [ ! -e go ]", on_screen=True))
+        assert re.search(r"running while \[ ! -e go \].* · \d+\.\ds · 0 steps", status), "the status line"
+        assert "scripted:replies.json" in status and "sandbox workspace" in status
+        (tmp_path / "go").write_text("")
+        assert term.wait() == 0
+    finally:
+        term.close()
+    lines = term.lines()
+    assert "Title" in lines and "# Title" not in lines, "the answer is drawn as Markdown"
+    assert any(line.strip() == "• bold item" for line in lines) and any(line.strip() == "code" for line in lines)
+    assert not any("running while" in line for line in lines), "the status line leaves with the run"
+    assert COLOUR.search(term.raw.decode())
 
-    env = {**os.environ, "NO_COLOR": "1"}
-    term = Terminal(["-q", "x", "--model", scripted(tmp_path, shell("true"), complete("done"), name="b.json")],
-                    cwd=tmp_path, env=env)
-    assert term.wait() == 0
-    assert not SGR.search(term.output)
-    assert "$ true" in term.output and "done" in term.output
+
+def test_no_color_draws_no_colour_and_a_dumb_terminal_no_escape_at_all(tmp_path):
+    for name, env in (("a.json", {"NO_COLOR": "1"}), ("b.json", {"TERM": "dumb"})):
+        term = Terminal(["-q", "x", "--model", scripted(tmp_path, shell("true"), complete("done"), name=name)],
+                        cwd=tmp_path, env={**os.environ, **env})
+        try:
+            assert term.wait() == 0
+        finally:
+            term.close()
+        raw = term.raw.decode()
+        assert not COLOUR.search(raw), name
+        assert "$ true" in term.lines() and "done" in term.lines()
+        if env.get("TERM") == "dumb":
+            assert "\x1b" not in raw
 
 
-def test_sigterm_during_an_interactive_task_stops_it_and_ends_the_session(tmp_path):
-    token = sleep_token()
-    model = scripted(tmp_path, shell(f"echo $$ > pid.txt; sleep {token}"), complete("never"))
-    term = Terminal(["-i", "--model", model], cwd=tmp_path)
-    term.expect("anges> ")
-    term.send("a long task\r")
-    wait_for(tmp_path / "pid.txt")
-    wait_until_running(token)
-    os.kill(term.pid, 15)  # SIGTERM: a service manager stopping us, not a person pressing Ctrl-C
-    assert term.wait() == 4
-    assert "anges> " not in term.output[term.position:]
-    assert not pids_running(token)
-    last = only_stream().events_list[-1]
-    assert last.type == "task_interrupted" and last.data["by"] == "SIGTERM"
+def test_the_transcript_is_as_wide_as_the_terminal_when_the_answer_goes_to_a_file(tmp_path):
+    command = "echo " + "w" * 190
+    model = scripted(tmp_path, shell(command), complete("# Answer\n\nsaved **here**"))
+    term = Terminal(["-q", "x", "--model", model], cwd=tmp_path, columns=220, stdout=str(tmp_path / "answer.md"))
+    try:
+        assert term.wait() == 0
+    finally:
+        term.close()
+    assert f"$ {command}" in term.lines() and "  │ " + "w" * 190 in term.lines(), "not cut at 80"
+    assert (tmp_path / "answer.md").read_text() == "# Answer\n\nsaved **here**\n", "the answer as written"

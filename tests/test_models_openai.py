@@ -4,7 +4,7 @@ import pytest
 from wire_servers import TEST_KEY, sleeper
 
 from anges.config.types import Config, ModelPreset, ModelSettings, RetryConfig
-from anges.exceptions import FormatError, ModelReplyError, ModelSetupError
+from anges.exceptions import ContextExceeded, FormatError, ModelReplyError, ModelSetupError
 from anges.models import get_model
 from anges.models.openai_model import OpenAIModel
 from anges.prompt.parsing import parse_reply, strip_thinking
@@ -167,9 +167,18 @@ def test_a_server_that_refuses_json_mode_is_asked_again_without_it(openai_server
 
 
 def test_any_other_bad_request_is_an_error_and_is_not_sent_again(openai_server):
+    openai_server.enqueue_error(400, message="Invalid value for 'temperature': must be at most 2")
+    openai_server.enqueue_text("never")
+
+    with pytest.raises(ModelSetupError, match=r"rejected the request as invalid \(400\): Invalid value for"):
+        make(openai_server)("hi")
+    assert len(openai_server.requests) == 1
+
+
+def test_a_prompt_over_the_window_is_said_so_and_not_sent_again(openai_server):
     openai_server.enqueue_error(400, message="This model's maximum context length is 8192 tokens")
     openai_server.enqueue_text("never")
 
-    with pytest.raises(ModelSetupError, match=r"rejected the request as invalid \(400\): This model.s maximum context"):
+    with pytest.raises(ContextExceeded, match=r"does not fit the model's context window \(400\): This model.s max"):
         make(openai_server)("hi")
     assert len(openai_server.requests) == 1

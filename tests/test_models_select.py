@@ -15,6 +15,7 @@ from anges.exceptions import ModelSetupError
 from anges.models import get_model
 from anges.models.anthropic_model import AnthropicModel
 from anges.models.gemini_model import GeminiModel
+from anges.models.ollama_model import OllamaModel
 from anges.models.openai_model import OpenAIModel
 from anges.models.replay import RecordingModel, ReplayModel
 
@@ -38,8 +39,8 @@ def all_keys(monkeypatch):
     ("anthropic:claude-opus-4-1", AnthropicModel, "claude-opus-4-1", "anthropic:claude-opus-4-1"),
     ("deepseek", OpenAIModel, "deepseek-chat", "deepseek:deepseek-chat"),
     ("deepseek:deepseek-reasoner", OpenAIModel, "deepseek-reasoner", "deepseek:deepseek-reasoner"),
-    ("ollama", OpenAIModel, "qwen2.5-coder", "ollama:qwen2.5-coder"),
-    ("ollama:qwen2.5-coder:7b", OpenAIModel, "qwen2.5-coder:7b", "ollama:qwen2.5-coder:7b"),
+    ("ollama", OllamaModel, "qwen2.5-coder", "ollama:qwen2.5-coder"),
+    ("ollama:qwen2.5-coder:7b", OllamaModel, "qwen2.5-coder:7b", "ollama:qwen2.5-coder:7b"),
 ])
 def test_every_name_form(all_keys, name, cls, model_id, shown):
     model = get_model(name, Config())
@@ -142,7 +143,7 @@ def test_an_unknown_name_lists_the_valid_ones():
 def test_an_unknown_provider_in_a_preset_lists_the_known_ones():
     config = Config()
     config.models["odd"] = ModelPreset("mistral", "large", api_key_env="")
-    with pytest.raises(ModelSetupError, match=r"unknown provider 'mistral' \(known: openai, gemini, anthropic\)"):
+    with pytest.raises(ModelSetupError, match=r"unknown provider 'mistral' \(known: openai, gemini, anthropic, ollama\)"):
         get_model("odd", config)
 
 

@@ -101,7 +101,7 @@ def test_an_unknown_name_lists_the_valid_ones():
     with pytest.raises(ConfigError, match=r"unknown agent type 'wizard' \(known: default, task_analyzer, "
                                           r"task_executor, orchestrator\)"):
         agent_class("wizard")
-    with pytest.raises(ModelSetupError, match=r"unknown provider 'mistral' \(known: openai, gemini, anthropic\)"):
+    with pytest.raises(ModelSetupError, match=r"unknown provider 'mistral' \(known: openai, gemini, anthropic, ollama\)"):
         providers.get("mistral")
     with pytest.raises(ConfigError, match=r"unknown action 'SHOUT' \(known: RUN_SHELL_CMD, EDIT_FILE"):
         actions.get("SHOUT")

@@ -466,7 +466,7 @@ def test_the_terminal_prompt_reads_an_answer_and_feedback(tmp_path):
 def test_decisions_show_in_the_transcript_and_the_markdown_export(tmp_path):
     from io import StringIO
 
-    from anges.cli.transcript import print_stream
+    from anges.cli.runs import print_stream
     from anges.store.event_store import EventStore
     from anges.store.export import to_markdown
 

@@ -19,6 +19,8 @@ TITLE = "\x1b]0;pwned\x07"  # set the window title
 CLEAR = "\x1b[2J\x1b[H"  # clear the screen
 HOSTILE = CLIPBOARD + TITLE + CLEAR + "\x9b31m" + "\u202e"
 RAW = ("\x1b]", "\x1b[2J", "\x07", "\x9b", "\u202e")
+MARKUP = "[bold red]not markup[/bold red] [link=https://example.invalid]click[/link]"
+"""rich markup in model text: shown as written, never obeyed."""
 
 
 def test_printable_shows_control_characters_and_keeps_layout():
@@ -33,7 +35,7 @@ def test_printable_shows_control_characters_and_keeps_layout():
 
 def hostile_model(tmp_path):
     replies = [
-        {"reasoning": "think " + HOSTILE, "actions": [{"action_type": "RUN_SHELL_CMD",
+        {"reasoning": "think " + MARKUP + HOSTILE, "actions": [{"action_type": "RUN_SHELL_CMD",
                                                          "command": "printf 'out \\033]52;c;eA==\\007 \\033[2J done'"}]},
         {"reasoning": "edit", "actions": [{"action_type": "EDIT_FILE", "directive_line": "NEW_FILE notes.txt",
                                            "content": "note " + HOSTILE + "\n"}]},
@@ -73,6 +75,7 @@ def assert_neutralised(text):
     for raw in RAW:
         assert raw not in text, f"{raw!r} reached the terminal"
     assert "^[]52;" in text
+    assert MARKUP in text and "\x1b]8;" not in text, "rich markup is text, no hyperlink is made of it"
 
 
 def test_the_live_transcript_and_the_answer_show_escapes_but_keep_their_own_colours(tmp_path):

@@ -297,7 +297,7 @@ def terminal_with_a_name(args, cwd, prepare):
     import sys
     import termios
 
-    from test_cli_interactive import Terminal
+    from terminal_screen import Terminal
 
     master, slave = os.openpty()
     name = os.ttyname(slave)
@@ -312,9 +312,7 @@ def terminal_with_a_name(args, cwd, prepare):
         os.chdir(cwd)
         os.execve(sys.executable, [sys.executable, "-m", "anges", *args], {**os.environ, "TERM": "xterm"})
     os.close(slave)
-    term = Terminal.__new__(Terminal)
-    term.pid, term.fd, term.output, term.position, term.tty = pid, master, "", 0, name
-    return term
+    return Terminal.of(pid, master)
 
 
 @pytest.mark.sandbox
@@ -323,7 +321,7 @@ def test_commands_cannot_type_into_the_terminal_approvals_are_read_from(work, sa
     import json
     import time
 
-    from test_cli_approval import PROMPT
+    from test_cli_approval import asked
 
     from anges.store import EventStore
 
@@ -336,15 +334,18 @@ def test_commands_cannot_type_into_the_terminal_approvals_are_read_from(work, sa
 
     term = terminal_with_a_name(["-q", "task", "--sandbox", sandbox, "--model", f"scripted:{work / 'replies.json'}"],
                                 work, script)
-    if sandbox == "off":
-        term.expect(PROMPT)  # every command asks without the sandbox: start the typist
-        term.send("y\r")
-    term.expect(PROMPT)
-    deadline = time.monotonic() + 15
-    while not (work / "outcome").exists() and time.monotonic() < deadline:
-        term._read(0.1)
-    term.send("n\r")
-    assert term.wait() == 0
+    try:
+        if sandbox == "off":
+            asked(term, f"{PYTHON} inject.py")  # every command asks without the sandbox: start the typist
+            term.send("y")  # one key answers
+        asked(term, "echo approved-by-whom")
+        deadline = time.monotonic() + 15
+        while not (work / "outcome").exists() and time.monotonic() < deadline:
+            term._read(0.1)
+        term.send("n")
+        assert term.wait() == 0
+    finally:
+        term.close()
 
     stream = EventStore().load(EventStore().list()[0].uid)
     decided = [e.data for e in stream.events_list if e.type == "approval_decided"]

@@ -194,7 +194,7 @@ def test_a_stop_in_the_middle_of_a_stream_closes_it_at_once(wire, tmp_path, how)
 def openai_agent(server, tmp_path, monkeypatch, **agent_settings):
     monkeypatch.setenv("OPENAI_API_KEY", TEST_KEY)
     config = load_config(overrides={"agents": {"common": agent_settings}} if agent_settings else None)
-    preset = ModelPreset("openai", "gpt-test", server.base_url, "OPENAI_API_KEY")
+    preset = ModelPreset("openai", "gpt-test", server.base_url, "OPENAI_API_KEY", context_window=200_000)
     model = OpenAIModel(preset, config.model_settings, name="openai:gpt-test")
     return DefaultAgent(inference_func=model, cmd_init_dir=tmp_path, config=config)
 
@@ -349,9 +349,9 @@ def test_a_partial_reply_is_read_as_far_as_it_goes():
 
 
 def test_live_lines_are_the_last_lines_wrapped_to_the_width():
-    from anges.cli.terminal import last_lines
+    from anges.cli.screen import last_lines
 
-    assert last_lines("one\ntwo\nthree\nfour\nfive", 20) == ["two", "three", "four", "five"]
+    assert last_lines("one\ntwo\nthree\nfour\nfive", 20, count=4) == ["two", "three", "four", "five"]
     assert last_lines("abcdefghij", 4, count=2) == ["efgh", "ij"]
     assert last_lines("漢字漢字漢", 4) == ["漢字", "漢字", "漢"], "wide characters take two columns"
 

@@ -51,7 +51,8 @@ def test_a_streamed_reply_arrives_piece_by_piece_with_the_usage_of_its_last_chun
     assert reply == "".join(chunks) and reply.finish_reason == "stop"
     assert sink.texts == chunks, "each piece reaches the listener, in order"
     assert sink.begun == 1
-    assert (reply.usage.input_tokens, reply.usage.output_tokens, reply.usage.cached_tokens) == (1200, 48, 1000)
+    cached = 0 if wire.provider == "ollama" else 1000  # Ollama does not say what its prompt cache held
+    assert (reply.usage.input_tokens, reply.usage.output_tokens, reply.usage.cached_tokens) == (1200, 48, cached)
     assert not reply.usage.estimated
     if wire.provider == "openai":
         assert wire.server.requests[-1].body["stream_options"] == {"include_usage": True}
@@ -66,7 +67,8 @@ def test_with_stream_off_the_reply_comes_whole(wire):
         reply = model("hi")
 
     assert not asked_to_stream(wire)
-    assert reply == "the answer" and (reply.usage.input_tokens, reply.usage.cached_tokens) == (12, 4)
+    cached = 0 if wire.provider == "ollama" else 4
+    assert reply == "the answer" and (reply.usage.input_tokens, reply.usage.cached_tokens) == (12, cached)
     assert sink.texts == [], "nothing streams"
 
 

@@ -4,7 +4,7 @@ import io
 import json
 
 from anges.agents import DefaultAgent
-from anges.cli.transcript import print_stream
+from anges.cli.runs import print_stream
 from anges.config.loading import load_config
 from anges.models.scripted import ScriptedModel
 from anges.store.event_store import EventStore

@@ -9,6 +9,10 @@ Each server answers from a queue of scripted responses and records every request
 
 A request that finds the queue empty gets a 500 whose message says so (and counts in `unscripted`).
 
+What a client asks of the server besides model calls (the model listing that tells a context window: OpenAI's
+`GET /v1/models`, Ollama's `/api/show`, llama.cpp's `/props`) goes to `lookups`, not `requests`, and is answered
+from `server.listing` (None: 404).
+
 A request that asks for a stream (OpenAI and Anthropic `"stream": true`, Gemini `:streamGenerateContent`) gets
 the same scripted reply as server-sent events, its text in pieces (`chunks=[...]`, default a few), `gap`
 seconds apart; `stall=S` sends the text pieces, then holds the stream open for S seconds without ending it
@@ -19,6 +23,7 @@ The fixtures `openai_server`, `gemini_server` and `anthropic_server` start one a
 from __future__ import annotations
 
 import json
+import math
 import re
 import select
 import socket
@@ -47,6 +52,8 @@ class Request:
     """Header names in lower case."""
     body: Any
     """The parsed JSON body (the raw text when it is not JSON)."""
+    facts: dict = field(default_factory=dict)
+    """What the server made of it (a server that counts tokens puts its count here)."""
 
 
 @dataclass
@@ -69,6 +76,8 @@ class Scripted:
     """Streamed: seconds between two pieces of text."""
     stall: float = 0.0
     """Streamed: after the text, hold the stream open this long without ending it."""
+    pause: threading.Event | None = None
+    """Streamed: wait for this to be set before each piece after the first (a test releases the rest)."""
     plain: bool = False
     """Send the body as it is even to a streaming request (a proxy's error page), not as server-sent events."""
     cut: bool = False
@@ -90,6 +99,8 @@ class WireServer:
     name = "wire"
     route = re.compile(r".*")
     """Paths this provider's API serves; others get a 404."""
+    lookup_route: re.Pattern | None = None
+    """Paths of what clients ask besides model calls (see `lookups`)."""
 
     def __init__(self):
         self.requests: list[Request] = []
@@ -99,6 +110,12 @@ class WireServer:
         """`time.monotonic()` of each held request (`enqueue_hold`, a `stall`) whose client closed the connection."""
         self.sent: list[float] = []
         """`time.monotonic()` of each streamed piece of text, as it was written."""
+        self.lookups: list[Request] = []
+        """Requests on `lookup_route` (the model listing), answered by `answer_lookup`."""
+        self.listing: Any = None
+        """What the model listing answers, or a callable (Request) -> that (None: a 404)."""
+        self.replier: Callable[[Request], str] | None = None
+        """Answers, with the text it returns, every model call that finds the queue empty (long scripted runs)."""
         self._queue: deque[Scripted] = deque()
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -147,20 +164,25 @@ class WireServer:
         with self._lock:
             self._queue.extend([response] * times)
 
-    def enqueue_text(self, text: str, *, input_tokens: int = 10, output_tokens: int = 5, cached_tokens: int = 0,
-                     model: str | None = None, delay: float = 0.0, times: int = 1, chunks: list[str] | None = None,
-                     gap: float = 0.0, stall: float = 0.0, **extra: Any) -> None:
-        """A normal reply with these usage numbers; `extra` are provider-specific fields of the message; `chunks`,
-        `gap` and `stall` shape it when it is streamed."""
+    def enqueue_text(self, text: str, *, input_tokens: int | None = None, output_tokens: int = 5,
+                     cached_tokens: int = 0, model: str | None = None, delay: float = 0.0, times: int = 1,
+                     chunks: list[str] | None = None, gap: float = 0.0, stall: float = 0.0,
+                     pause: threading.Event | None = None, **extra: Any) -> None:
+        """A normal reply with these usage numbers (input: by default about a quarter of the request's characters,
+        as a server that read the whole prompt would count); `extra` are provider-specific fields of the message;
+        `chunks`, `gap`, `stall` and `pause` shape it when it is streamed."""
         assert chunks is None or "".join(chunks) == text, "the chunks must make up the text"
-        usage = {"input": input_tokens, "output": output_tokens, "cached": cached_tokens}
-        body = lambda request: self.render_text(request, text, usage, model, "stop", extra)
-        self.enqueue(Scripted(body=body, delay=delay, chunks=chunks, gap=gap, stall=stall), times)
+        usage = lambda request: {"input": self.count_prompt(request) if input_tokens is None else input_tokens,
+                                 "output": output_tokens, "cached": cached_tokens}
+        body = lambda request: self.render_text(request, text, usage(request), model, "stop", extra)
+        self.enqueue(Scripted(body=body, delay=delay, chunks=chunks, gap=gap, stall=stall, pause=pause), times)
 
-    def enqueue_truncated(self, text: str, *, input_tokens: int = 10, output_tokens: int = 5) -> None:
+    def enqueue_truncated(self, text: str, *, input_tokens: int | None = None, output_tokens: int = 5) -> None:
         """A reply cut off at the max-tokens limit."""
-        usage = {"input": input_tokens, "output": output_tokens, "cached": 0}
-        self.enqueue(Scripted(body=lambda request: self.render_text(request, text, usage, None, "length", {})))
+        usage = lambda request: {"input": self.count_prompt(request) if input_tokens is None else input_tokens,
+                                 "output": output_tokens, "cached": 0}
+        self.enqueue(Scripted(body=lambda request: self.render_text(request, text, usage(request), None, "length",
+                                                                    {})))
 
     def enqueue_empty(self, times: int = 1) -> None:
         """A well-formed reply with no text."""
@@ -233,6 +255,13 @@ class WireServer:
     def wants_stream(self, request: Request) -> bool:
         return isinstance(request.body, dict) and request.body.get("stream") is True
 
+    def stream_type(self, request: Request) -> str:
+        return "text/event-stream"
+
+    def count_prompt(self, request: Request) -> int:
+        """The prompt tokens a server that read the whole request would report: about four characters a token."""
+        return max(len(json.dumps(request.body)) // 4, 1)
+
     def render_stream(self, request: Request, body: Any, chunks: list[str] | None) -> tuple[list, list, list]:
         """A reply body as server-sent events: (those before the text, one per piece of text, those after)."""
         raise NotImplementedError
@@ -242,13 +271,28 @@ class WireServer:
 
     # -- serving ----------------------------------------------------------------------------------------------
 
+    def answer_lookup(self, request: Request) -> Scripted:
+        """The answer to a request on `lookup_route`: `listing` (or what it returns for the request), or a 404."""
+        listing = self.listing(request) if callable(self.listing) else self.listing
+        if listing is None:
+            return Scripted(404, self.render_error(404, f"{self.name} wire server: no listing at {request.path}"))
+        return Scripted(body=listing)
+
     def _next(self, request: Request) -> Scripted:
         with self._lock:
+            if self.lookup_route is not None and self.lookup_route.match(request.path):
+                self.lookups.append(request)
+                return self.answer_lookup(request)
             self.requests.append(request)
             if not self.route.match(request.path):
                 return Scripted(404, self.render_error(404, f"{self.name} wire server: no route {request.path}"))
             if self._queue:
                 return self._queue.popleft()
+            if self.replier is not None:
+                replier = self.replier
+                return Scripted(body=lambda request: self.render_text(
+                    request, replier(request), {"input": self.count_prompt(request), "output": 5, "cached": 0}, None,
+                    "stop", {}))
             self.unscripted += 1
         return Scripted(500, self.render_error(500, f"{self.name} wire server: nothing scripted for this request"))
 
@@ -280,7 +324,7 @@ class _Handler(BaseHTTPRequestHandler):
         if scripted.status == 200 and self.wire.wants_stream(request) and not scripted.plain:
             events = ([], [], [_sse(payload, self.wire.first_event)]) if isinstance(payload, (str, bytes)) else (
                 self.wire.render_stream(request, payload, scripted.chunks))  # not JSON: sent as one event all the same
-            self._stream(scripted, *events)
+            self._stream(scripted, *events, content_type=self.wire.stream_type(request))
             return
         data = json.dumps(payload).encode() if not isinstance(payload, (bytes, str)) else (
             payload.encode() if isinstance(payload, str) else payload)
@@ -297,14 +341,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_GET = do_POST
 
-    def _stream(self, scripted: Scripted, head: list[str], texts: list[str], tail: list[str]) -> None:
+    def _stream(self, scripted: Scripted, head: list[str], texts: list[str], tail: list[str],
+                content_type: str = "text/event-stream") -> None:
         """Send events in chunked transfer encoding; a stall holds the stream open after the text."""
         if scripted.cut:
             self._cut(head, texts)
             return
         try:
             self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Type", content_type)
             self.send_header("Transfer-Encoding", "chunked")
             for name, value in scripted.headers.items():
                 self.send_header(name, value)
@@ -314,6 +359,10 @@ class _Handler(BaseHTTPRequestHandler):
             for index, event in enumerate(texts):
                 if index and scripted.gap and self.wire._closing.wait(scripted.gap):
                     return
+                if index and scripted.pause is not None:
+                    while not scripted.pause.wait(0.05):
+                        if self.wire._closing.is_set():
+                            return
                 self._chunk(event)
                 with self.wire._lock:
                     self.wire.sent.append(time.monotonic())
@@ -391,6 +440,7 @@ class OpenAIWireServer(WireServer):
 
     name = "openai"
     route = re.compile(r".*/chat/completions$")
+    lookup_route = re.compile(r".*/models$|^/props$")
 
     @property
     def base_url(self) -> str:
@@ -446,6 +496,110 @@ class OpenAIWireServer(WireServer):
                 "prompt_tokens_details": {"cached_tokens": usage["cached"]},
             },
         }
+
+
+def prompt_of(request: Request) -> str:
+    """The prompt of a chat request in OpenAI's or Ollama's shape (one user message)."""
+    return request.body["messages"][0]["content"]
+
+
+class OllamaWireServer(OpenAIWireServer):
+    """Ollama: its native API (`POST /api/chat`, streamed as JSON lines unless `"stream": false`; `/api/show`)
+    and its OpenAI-compatible one (`/v1/chat/completions`, `/v1/models`).
+
+    Like Ollama, it gives a request the window its `options.num_ctx` asks for (the native API only; otherwise
+    `default_ctx`), counts a prompt's tokens at `chars_per_token`, and when a prompt is longer than the window cuts
+    it from its start, keeping a few tokens and the end (`limit = ctx - (ctx - 4) // 2`), and reports the smaller
+    `prompt_eval_count` (the OpenAI-compatible API: `prompt_tokens`) without an error. With `refuses`, a native
+    request that says `"truncate": false` gets Ollama 0.12.5's 400 instead. Each model call's count and window are
+    in `request.facts` (`prompt_tokens`, `window`, `cut`)."""
+
+    name = "ollama"
+    route = re.compile(r"^(/api/chat|/v1/chat/completions)$")
+    lookup_route = re.compile(r"^(/api/show|/api/version|/v1/models)$")
+    TEMPLATE_TOKENS = 8
+
+    def __init__(self, context_length: int | None = 32_768, default_ctx: int = 4096, chars_per_token: float = 4.0,
+                 refuses: bool = False):
+        super().__init__()
+        self.context_length = context_length
+        """What `/api/show` says of every model (None: it answers 404, as for a model not pulled)."""
+        self.default_ctx = default_ctx
+        self.chars_per_token = chars_per_token
+        self.refuses = refuses
+
+    @property
+    def base_url(self) -> str:
+        return self.url
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"OLLAMA_HOST": self.url.removeprefix("http://")}
+
+    @staticmethod
+    def native(request: Request) -> bool:
+        return request.path.startswith("/api/")
+
+    def answer_lookup(self, request):
+        if request.path == "/api/version":
+            return Scripted(body={"version": "0.12.6"})
+        if request.path == "/v1/models":
+            return Scripted(body={"object": "list", "data": [
+                {"id": "qwen2.5-coder:latest", "object": "model", "created": 0, "owned_by": "library"}]})
+        if self.context_length is None:
+            return Scripted(404, {"error": f"model '{(request.body or {}).get('model')}' not found"})
+        return Scripted(body={"modelfile": "", "parameters": "", "template": "{{ .Prompt }}",
+                              "details": {"family": "qwen2", "parameter_size": "7.6B"},
+                              "model_info": {"general.architecture": "qwen2", "qwen2.context_length":
+                                             self.context_length, "qwen2.embedding_length": 3584}})
+
+    def _next(self, request):
+        if not self.route.match(request.path) or not isinstance(request.body, dict):
+            return super()._next(request)
+        options = request.body.get("options") or {}
+        window = options.get("num_ctx") if self.native(request) and options.get("num_ctx") else self.default_ctx
+        tokens = math.ceil(len(prompt_of(request)) / self.chars_per_token) + self.TEMPLATE_TOKENS
+        cut = tokens > window
+        request.facts.update(prompt_tokens=tokens, window=window, cut=cut)
+        if cut and self.refuses and self.native(request) and request.body.get("truncate") is False:
+            with self._lock:
+                self.requests.append(request)
+            return Scripted(400, {"error": "the input length exceeds the context length"})
+        if cut:
+            request.facts["prompt_tokens"] = window - (window - 4) // 2
+        return super()._next(request)
+
+    def count_prompt(self, request):
+        return request.facts.get("prompt_tokens") or super().count_prompt(request)
+
+    def render_text(self, request, text, usage, model, finish, extra):
+        if not self.native(request):
+            return super().render_text(request, text, usage, model, finish, extra)
+        return {"model": model or self.model_of(request), "created_at": "2026-11-24T10:00:00Z",
+                "message": {"role": "assistant", "content": text, **extra}, "done": True, "done_reason": finish,
+                "total_duration": 1000, "load_duration": 10, "prompt_eval_count": usage["input"],
+                "prompt_eval_duration": 100, "eval_count": usage["output"], "eval_duration": 100}
+
+    def render_error(self, status, message):
+        return {"error": message}
+
+    def wants_stream(self, request):
+        if not self.native(request):
+            return super().wants_stream(request)
+        return isinstance(request.body, dict) and request.body.get("stream", True) is not False
+
+    def stream_type(self, request):
+        return "application/x-ndjson" if self.native(request) else super().stream_type(request)
+
+    def render_stream(self, request, body, chunks):
+        if not self.native(request):
+            return super().render_stream(request, body, chunks)
+        line = lambda fields: json.dumps(fields) + "\n"
+        base = {"model": body.get("model"), "created_at": body.get("created_at")}
+        message = body.get("message") or {}
+        texts = [line({**base, "message": {"role": "assistant", "content": piece}, "done": False})
+                 for piece in _split(message.get("content") or "", chunks)]
+        return [], texts, [line({**body, "message": {"role": "assistant", "content": ""}})]
 
 
 class GeminiWireServer(WireServer):
@@ -589,7 +743,7 @@ MODEL_ENV = (
     "ANTHROPIC_PROFILE", "ANTHROPIC_VERTEX_BASE_URL", "ANTHROPIC_VERTEX_PROJECT_ID", "CLOUD_ML_REGION",
     "GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GEMINI_BASE_URL", "GOOGLE_VERTEX_BASE_URL",
     "GOOGLE_GENAI_USE_VERTEXAI", "GOOGLE_GENAI_USE_ENTERPRISE", "GOOGLE_GENAI_API_VERSION", "GOOGLE_CLOUD_PROJECT",
-    "GOOGLE_CLOUD_LOCATION", "DEEPSEEK_API_KEY", "OPENROUTER_API_KEY",
+    "GOOGLE_CLOUD_LOCATION", "DEEPSEEK_API_KEY", "OPENROUTER_API_KEY", "OLLAMA_HOST", "OLLAMA_API_KEY",
 )
 """Every variable that changes what a provider SDK does; `clean_model_env` removes them all."""
 
@@ -605,6 +759,14 @@ def clean_model_env(monkeypatch):
 def openai_server(clean_model_env):
     """An OpenAI chat-completions server on 127.0.0.1 (and no provider variables in the environment)."""
     with OpenAIWireServer() as server:
+        yield server
+
+
+@pytest.fixture
+def ollama_server(clean_model_env):
+    """An Ollama server (native and OpenAI-compatible API) on 127.0.0.1 (and no provider variables, OLLAMA_HOST
+    included)."""
+    with OllamaWireServer() as server:
         yield server
 
 
@@ -626,6 +788,7 @@ PROVIDERS = {
     "openai": (OpenAIWireServer, "anges.models.openai_model:OpenAIModel", "OPENAI_API_KEY"),
     "gemini": (GeminiWireServer, "anges.models.gemini_model:GeminiModel", "GEMINI_API_KEY"),
     "anthropic": (AnthropicWireServer, "anges.models.anthropic_model:AnthropicModel", "ANTHROPIC_API_KEY"),
+    "ollama": (OllamaWireServer, "anges.models.ollama_model:OllamaModel", "OLLAMA_API_KEY"),
 }
 """Each provider: its server, its model class, its key variable."""
 

@@ -153,7 +153,7 @@ class Session:
             return "max_turn_requests"
         if reason == "invalid_replies" and turn.refused:
             return "refusal"
-        if reason == "reply_cut_off":
+        if reason in ("reply_cut_off", "context_window"):
             return "max_tokens"
         return "end_turn"
 

@@ -96,8 +96,8 @@ class BaseAgent(Delegation):
         self.run_safety: RunSafety | None = None
         """The sandbox, policy and approval gate of the current run (its child agents share them)."""
         self._share = SafetyShare(self.config.safety, parent=parent_safety)
-        self._prompter = Prompter(self)
         self._calls = ModelCalls(self)
+        self._prompter = Prompter(self, self._calls.sizing)
         self.delta_handlers = self._calls.delta_handlers
         self.delta_handlers.extend(delta_handlers)
         """Called with each `ReplyDelta` as a reply streams (`anges.agents.live`); a child agent shares them."""
@@ -123,7 +123,8 @@ class BaseAgent(Delegation):
             if first and stream.title == stream.uid:
                 stream.title = masked_title(task_description, self.secrets)
             kind = ("new_request" if first else "follow_up_request") + ("_from_parent" if self.parent_ids else "")
-            self._record(Event(kind, content=task_description, message=task_description))
+            window = self._calls.sizing.new_run(self._prompter.fixed_size, self._interrupt_requested)
+            self._record(Event(kind, content=task_description, message=task_description, data=window))
             self.run_state = self._new_state(env)
             self._checkpointing.begin(stream.uid, self.parent_ids, self.run_safety.settings, self.stop_requested)
             if first and self.auto_entitle:
@@ -157,9 +158,9 @@ class BaseAgent(Delegation):
         stream = self.event_stream or EventStream(uid=self.uid, parent_event_stream_uids=self.parent_ids)
         return Checkpoints(stream, self.store, self.config.checkpoints, self.config.prompt.template_dir)
 
-    def render_prompt(self, feedback: str = "") -> str:
-        """The full prompt for the next step."""
-        return self._prompter.prompt(feedback)
+    def render_prompt(self, feedback: str = "", limit: int = 0) -> str:
+        """The full prompt for the next step (past `limit` characters, the middle of its history cut)."""
+        return self._prompter.prompt(feedback, limit)
 
     # -- the loop: run → step → query → execute → record ------------------------------------------------------
 
@@ -245,9 +246,6 @@ class BaseAgent(Delegation):
         if notify and event.message:
             self.handle_user_visible_messages(AgentMessage(event.message, self, event))
 
-    def _call_model(self, prompt: str, temperature: float | None = None, attach: bool = True):
-        return self._calls.reply(prompt, temperature, attach)
-
     def check_limits(self) -> None:
         """Raise `RunStopped` when the run was interrupted or reached a limit."""
         if self._interrupt_requested():
@@ -287,11 +285,11 @@ class BaseAgent(Delegation):
         budget = Budget.for_request(self.agent_config, parent=self.budget)
         ledger = Ledger(budget, self.config.prices, getattr(self.inference_func, "name", ""))
         context = ActionContext(
-            config=self.agent_config, app_config=self.config, cwd=self.cmd_init_dir, prefix_cmd=self.prefix_cmd,
-            interrupt_check=self.stop_requested, reply=None, record=self._record, agent_id=self.uid,
-            agent_type=self.agent_type, secrets=self.secrets, env=env, charge=ledger.charge,
+            config=self._calls.sizing.actions, app_config=self.config, cwd=self.cmd_init_dir,
+            prefix_cmd=self.prefix_cmd, interrupt_check=self.stop_requested, reply=None, record=self._record,
+            agent_id=self.uid, agent_type=self.agent_type, secrets=self.secrets, env=env, charge=ledger.charge,
             render_guide=self._prompter.guide, delegator=self)
-        history = History(self.event_stream, self.store, self.config.prompt, self._call_model, self._record,
+        history = History(self.event_stream, self.store, self._calls.sizing.prompt, self._calls.reply, self._record,
                           self.logger)
         return RunState(self.agent_config, budget, ledger, context, history, ending_jobs=self._share.ending_jobs)
 

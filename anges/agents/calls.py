@@ -10,7 +10,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from anges.agents.live import LiveReply, ReplyDelta
-from anges.exceptions import FormatError, ModelError, ModelReplyError, ModelSetupError, RunStopped
+from anges.agents.sizing import Sizing
+from anges.exceptions import ContextExceeded, FormatError, ModelError, ModelReplyError, ModelSetupError, RunStopped
 from anges.models.base import ModelCall
 from anges.models.cancel import CallThread, CancelToken
 from anges.models.streaming import NOWHERE, listening
@@ -40,7 +41,7 @@ class Caller(Protocol):
     secrets: list[str]
     listeners: list[Listener]
 
-    def render_prompt(self, feedback: str = "") -> str: ...
+    def render_prompt(self, feedback: str = "", limit: int = 0) -> str: ...
 
     def check_limits(self) -> None: ...
 
@@ -62,6 +63,8 @@ class ModelCalls:
         """Called with each `ReplyDelta` of the agent's replies as they stream (on the call's thread)."""
         self.count = 0
         """Model calls made so far (the `call` number of the deltas)."""
+        self.sizing = Sizing(agent)
+        """The model's context window and the run's prompt limits."""
         self._thread: CallThread | None = None
 
     def ask(self) -> ParsedReply:
@@ -69,11 +72,9 @@ class ModelCalls:
         times (`max_invalid_replies`, `max_cut_off_replies`)."""
         agent = self.agent
         limits = agent.agent_config
-        feedback, error, problem, invalid, cut = "", "", "", 0, 0
+        feedback, error, problem, invalid, cut, exceeded = "", "", "", 0, 0, 0
         while True:
-            prompt = agent.render_prompt(feedback)
-            if len(prompt) > agent.config.prompt.max_prompt_chars and agent.run_state.history.shorten():
-                prompt = agent.render_prompt(feedback)
+            prompt = self._prompt(feedback)
             temperature = agent.config.model_settings.temperature + 0.1 * invalid
             reply = ""
             try:
@@ -83,6 +84,11 @@ class ModelCalls:
                     feedback = self._cut_off(cut, max(limits.max_cut_off_replies, 1))
                     continue
                 return parse_reply(reply, agent.actions_by_type())
+            except ContextExceeded as exc:  # the model did not read the whole prompt: its reply is not used
+                exceeded += 1
+                agent.run_state.context.record(self.sizing.exceeded(exc, again=exceeded > 1))
+                agent.run_state.history.shorten()
+                continue
             except FormatError as exc:
                 error, problem = exc.feedback, _problem(exc.feedback, reply)
             except ModelReplyError as exc:
@@ -96,22 +102,41 @@ class ModelCalls:
             feedback = render_template("invalid_reply.j2", agent.config.prompt.template_dir, error=error,
                                        attempt=invalid, max_attempts=attempts)
 
+    def _prompt(self, feedback: str) -> str:
+        """The prompt for the next step, within the window: a fold first, then the middle of the history cut;
+        RunStopped when even that cannot make it fit a model's window (without one, `reply` cuts the prompt's
+        middle to `prompt.max_prompt_chars`)."""
+        agent, limit = self.agent, self.sizing.limit()
+        prompt = agent.render_prompt(feedback)
+        if len(prompt) > limit and agent.run_state.history.shorten():
+            prompt = agent.render_prompt(feedback)
+        if len(prompt) > limit:
+            fitted = agent.render_prompt(feedback, limit)
+            if len(fitted) <= limit:
+                return fitted
+            if self.sizing.window is not None:
+                raise self.sizing.too_small(fitted)
+        return prompt
+
     def reply(self, prompt: str, temperature: float | None = None, attach: bool = True, live: bool = False):
         """One model call, charged to the run (its usage put on the next event when `attach`); `live` streams its
-        analysis and reasoning to the delta handlers."""
+        analysis and reasoning to the delta handlers. ContextExceeded when the prompt did not fit the window."""
         agent = self.agent
         agent.check_limits()
         temperature = agent.config.model_settings.temperature if temperature is None else temperature
-        prompt = clip(prompt, agent.config.prompt.max_prompt_chars)
+        prompt = clip(prompt, self.sizing.limit())
         started = time.time()
         try:
             reply = self.call(lambda: agent.inference_func(prompt, temperature=temperature), agent.stop_requested,
                               agent.check_limits, live)
         except BaseException as exc:
+            if isinstance(exc, ContextExceeded):
+                exc.sent = exc.sent or self.sizing.gauge.tokens(len(prompt))
             self._tell(prompt, temperature, started, error=exc)
             raise
         cost = agent.run_state.ledger.count(reply if isinstance(reply, str) else "", attach)
         self._tell(prompt, temperature, started, reply, cost=cost)
+        self.sizing.check(prompt, reply)
         return reply
 
     def _tell(self, prompt: str, temperature: float, started: float, reply: str | None = None,
@@ -129,7 +154,7 @@ class ModelCalls:
         """The reply of `call()`; RunStopped on a stop (`check_limits` says which) or a provider error."""
         try:
             return self._watch(call, stop_requested, check_limits, live)
-        except ModelReplyError as exc:
+        except (ModelReplyError, ContextExceeded) as exc:
             self.agent.run_state.budget.charge(exc.usage, None)  # a refused reply still cost tokens
             raise
         except ModelSetupError as exc:  # a rejected key, an unknown model: retrying cannot help
@@ -140,7 +165,7 @@ class ModelCalls:
     def _cut_off(self, count: int, limit: int) -> str:
         """The feedback after a reply cut off at max_output_tokens; RunStopped after `limit` in a row."""
         agent = self.agent
-        tokens = agent.config.model_settings.max_output_tokens
+        tokens = self.sizing.reply_tokens()
         if count >= limit:
             raise RunStopped("reply_cut_off", f"the model's reply was cut off at max_output_tokens ({tokens}) "
                              f"{count} times in a row", limit=limit, max_output_tokens=tokens)

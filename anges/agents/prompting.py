@@ -10,9 +10,11 @@ from anges.models.base import Prompt
 from anges.prompt.agents_md import ProjectFile, read_agents_md
 from anges.prompt.history import format_event_stream
 from anges.prompt.templates import render_template
+from anges.util.clipping import clip, omission
 
 if TYPE_CHECKING:
     from anges.actions.base import Action
+    from anges.agents.sizing import Sizing
     from anges.config.types import AgentConfig, Config
     from anges.safety.run_safety import RunSafety
     from anges.store.events import EventStream
@@ -43,8 +45,10 @@ class Prompter:
     """Renders one agent's prompt. The environment facts are read once per run: they belong to the prompt's stable
     prefix, which must stay byte-identical from step to step."""
 
-    def __init__(self, agent: Prompted):
+    def __init__(self, agent: Prompted, sizing: Sizing):
         self.agent = agent
+        self.sizing = sizing
+        """Holds the run's prompt limits (`config.prompt`, scaled down for a small context window)."""
         self._facts: dict | None = None
         self._project: list[ProjectFile] | None = None
         self._history = ""
@@ -59,20 +63,34 @@ class Prompter:
             if action.guide_template:
                 action.guide_prompt = self.guide(action)
 
-    def prompt(self, feedback: str = "") -> Prompt:
-        """The full prompt for the next step; `feedback` says what was wrong with the last reply."""
-        agent, config = self.agent, self.agent.config.prompt
+    def prompt(self, feedback: str = "", limit: int = 0) -> Prompt:
+        """The full prompt for the next step; `feedback` says what was wrong with the last reply. Past `limit`
+        characters (0: none) the middle of the history is cut, never the instructions or the tail."""
+        agent = self.agent
         events = agent.event_stream.events_list
-        history = format_event_stream(agent.event_stream, config)
+        history = format_event_stream(agent.event_stream, self.sizing.prompt)
         jobs, older_jobs = agent.run_safety.job_lines() if agent.run_safety else ([], 0)
-        text = render_template(
+        after_edit = bool(events) and events[-1].type == "edit_file"
+        text = self._render(history, jobs, older_jobs, after_edit, feedback)
+        if 0 < limit < len(text):
+            room = len(history) - (len(text) - limit)
+            history = clip(history, room) if room > 0 else omission(len(history)).strip()
+            text = self._render(history, jobs, older_jobs, after_edit, feedback)
+        return self._cacheable(text, history)
+
+    def fixed_size(self) -> int:
+        """The characters of the prompt's fixed part: everything before the `# History` heading."""
+        text = self._render("", [], 0, False, "")
+        return text.find(HISTORY_HEADING) + 1 or len(text)
+
+    def _render(self, history: str, jobs: list, older_jobs: int, after_edit: bool, feedback: str) -> str:
+        agent, config = self.agent, self.sizing.prompt
+        return render_template(
             agent.agent_prompt_template, config.template_dir, **self.offered(),
             action_guides=[a.guide_prompt for a in agent.registered_actions], platform=self.facts(),
             project_files=self.project_files(), project_limit=config.max_agents_md_chars,
-            notes=agent.notes, history=history,
-            background_jobs=jobs, older_jobs=older_jobs,
-            after_edit=bool(events) and events[-1].type == "edit_file", feedback=feedback, agent=agent)
-        return self._cacheable(text, history)
+            notes=agent.notes, history=history, background_jobs=jobs, older_jobs=older_jobs,
+            after_edit=after_edit, feedback=feedback, agent=agent)
 
     def _cacheable(self, text: str, history: str) -> Prompt:
         """The prompt with its cache breaks: the end of the stable prefix, of the history the last prompt showed
@@ -92,7 +110,7 @@ class Prompter:
         """The project's AGENTS.md files (none when `prompt.agents_md` is off), read once per run: they belong to
         the prompt's stable prefix."""
         if self._project is None:
-            config, agent = self.agent.config.prompt, self.agent
+            config, agent = self.sizing.prompt, self.agent
             self._project = read_agents_md(agent.cmd_init_dir, config.max_agents_md_chars, agent.secrets,
                                            self._hidden()) if config.agents_md else []
         return self._project

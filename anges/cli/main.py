@@ -10,7 +10,6 @@ import argparse
 import os
 import sys
 from importlib import import_module
-from pathlib import Path
 
 from anges import __version__
 from anges.cli.checkpoints import add_parsers as add_checkpoint_parsers
@@ -27,17 +26,14 @@ from anges.exceptions import AngesError, UsageError
 from anges.util.printable import printable
 
 EXIT_OK, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_HELP_NEEDED, EXIT_STOPPED = 0, 1, 2, 3, 4
-EXIT_BY_STATUS = {"completed": EXIT_OK, "answered": EXIT_OK, "help_needed": EXIT_HELP_NEEDED,
-                  "interrupted": EXIT_STOPPED}
-EXIT_BY_STOP_REASON = {"model_setup": EXIT_USAGE}
-"""Stops that are configuration errors: the provider rejected the key, the model id or the request."""
 
 EPILOG = """\
 examples:
+  anges                                        the interactive session (on a terminal; also: anges -i)
   anges -q "How many Python files are here, and which is the largest?"
   anges -f task.md --path ~/src/project       the task from a file, commands run in ~/src/project
   git diff | anges -f -                        the task from stdin
-  anges -i                                     interactive: each line is a follow-up on one stream
+  anges -i < requests.txt                      one request a line, each a follow-up on one stream
   anges --resume ID -q "now add a test"        continue a saved stream
   anges -q "list the TODOs" --output jsonl     one JSON object per event, for scripts
   anges list                                   recent streams; then: anges show ID, anges export ID --format md
@@ -63,12 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="anges", description="anges: an LLM agent that works in your shell and keeps a replayable record.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
-    task = parser.add_argument_group("the task (one of -q, -f; -i may follow either)")
+    task = parser.add_argument_group("the task (one of -q, -f; -i may follow either; none on a terminal: the session)")
     source = task.add_mutually_exclusive_group()
     source.add_argument("-q", "--question", metavar="TEXT", help="run one task and exit")
     source.add_argument("-f", "--input-file", metavar="FILE", help="read the task from FILE ('-' = stdin)")
     task.add_argument("-i", "--interactive", action="store_true",
-                      help="interactive session: each line is a follow-up (exit, quit or Ctrl-D leave)")
+                      help="interactive session (see docs/terminal.md); without a terminal, one request a line")
     task.add_argument("--resume", metavar="ID", help="continue the saved stream ID with the task as a follow-up")
 
     agent = parser.add_argument_group("the agent")
@@ -134,6 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     imported.add_argument("--new-id", action="store_true", help="give it a new id (when the id is taken)")
     remove = commands.add_parser("rm", parents=[verbose], help="delete streams and their child streams")
     remove.add_argument("ids", metavar="ID", nargs="+")
+    models = commands.add_parser("models", help="the model presets and their context windows")
+    add_config_flag(models)
     add_checkpoint_parsers(commands, [verbose])
     commands.add_parser("ui", add_help=False, help="start the web chat (see: anges ui --help)")
     commands.add_parser("batch", add_help=False, help="run many tasks from a file (see: anges batch --help)")
@@ -189,62 +187,56 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_task(args: argparse.Namespace) -> int:
-    """One-shot or interactive run."""
-    from anges.cli.session import Session
+    """One-shot or interactive run; on a terminal with no task, the interactive session."""
+    from anges.cli.build import Setup, close_agent
+    from anges.cli.session import Session, interrupt_on_signals
 
     request = _read_request(args)
+    interactive = args.interactive or (request is None and args.output == "text" and sys.stdin.isatty())
+    if interactive and _at_a_terminal(args):
+        from anges.cli.interactive import run_session
+
+        return run_session(args, request)
+    if request is None and not interactive:
+        raise UsageError("no task: give one with -q TEXT, -f FILE or -i (see anges --help)")
     output = _make_output(args)
     agent = None
     try:
-        agent = _build_agent(args, output)
+        setup = Setup(args)
+        if not interactive and getattr(output, "live", False):
+            from anges.cli.oneshot import run_once
+
+            outcome, agent = run_once(setup, output, request)
+            return _report(outcome, output)
+        agent = setup.agent(setup.stream(args.resume), output)
         session = Session(agent, output)
-        if not args.interactive:
-            return _report(session.run(request), output)
+        if not interactive:
+            with interrupt_on_signals(session.interrupt):
+                return _report(session.run(request), output)
         return _interact(session, request, quiet=args.quiet)
     finally:
         output.close()
-        if agent is not None:
-            agent.close()
-            if agent.mcp is not None:
-                agent.mcp.close()
+        close_agent(agent)
 
 
-def _build_agent(args: argparse.Namespace, output):
-    """The agent on a new or resumed stream, with the config, model and MCP servers the arguments ask for."""
-    from anges.agents import agent_class
-    from anges.config.loading import load_config
-    from anges.models import get_model
-    from anges.safety.run_safety import terminal_approval
-    from anges.store.event_store import EventStore
-    from anges.store.events import EventStream
-    from anges.tools.mcp import manager_for
+def _at_a_terminal(args: argparse.Namespace) -> bool:
+    """A person at a terminal that can show the session: keys from it, the transcript on it, text output."""
+    from anges.cli.terminal import is_terminal
 
-    config = load_config(args.config, config_overrides(args))
-    store = EventStore()
-    stream = store.load(args.resume) if args.resume is not None else EventStream()
-    workdir = _workdir(args, stream)
-    mcp_file = _mcp_file(args, stream)
-    agent_type = args.agent or stream.agent_type or "default"
-    stream.agent_type = stream.agent_type or agent_type
-    model = get_model(args.model, config, agent_type, record=args.record)
-    prefix = args.cmd_prefix if args.cmd_prefix is not None else stream.agent_settings.get("prefix_cmd", "")
-    channel, notes = terminal_approval(config.safety, workdir, pause=getattr(output, "paused", None))
-    for note in notes:
-        print(f"anges: {note}", file=sys.stderr)
-    agent = agent_class(agent_type)(
-        inference_func=output.watch(model), event_stream=stream, cmd_init_dir=workdir, prefix_cmd=prefix,
-        config=config, store=store, notes=_notes(args, config.safety, workdir), message_handlers=[output.on_message],
-        mcp=manager_for(config, mcp_file), approval=channel)
-    agent.delta_handlers.append(output.on_delta)
-    return agent
+    return args.output == "text" and is_terminal(sys.stdin) and is_terminal(sys.stderr)
 
 
 def _interact(session, first: str | None, quiet: bool) -> int:
-    from anges.cli.session import read_lines
+    """-i without a terminal to draw on (a pipe, TERM=dumb): one request a line."""
+    from anges.cli.session import interrupt_on_signals, read_lines
     from anges.config.loading import anges_home
 
+    def run(request: str) -> None:
+        with interrupt_on_signals(session.interrupt):
+            _report(session.run(request), session.output)
+
     if first is not None:
-        _report(session.run(first), session.output)
+        run(first)
         if session.ended_by:
             return EXIT_STOPPED
     if sys.stdin.isatty() and not quiet:
@@ -252,7 +244,7 @@ def _interact(session, first: str | None, quiet: bool) -> int:
               file=sys.stderr)
     for line in read_lines("anges> ", anges_home() / "history"):
         try:
-            _report(session.run(line), session.output)
+            run(line)
         except KeyboardInterrupt:
             print("anges: stopped at once", file=sys.stderr)
         if session.ended_by:  # SIGTERM or SIGHUP: the session ends with the run
@@ -261,75 +253,31 @@ def _interact(session, first: str | None, quiet: bool) -> int:
 
 
 def _report(outcome, output) -> int:
-    code = EXIT_BY_STOP_REASON.get(outcome.stop_reason, EXIT_BY_STATUS.get(outcome.status, EXIT_UNEXPECTED))
+    from anges.cli.session import exit_code
+
+    code = exit_code(outcome)
     output.finished(outcome, code)
     return code
 
 
 def _read_request(args: argparse.Namespace) -> str | None:
-    """The task from -q or -f; None with -i alone."""
+    """The task from -q or -f; None without either."""
     if args.interactive and args.input_file == "-":
         raise UsageError("-i reads requests from the terminal; it cannot follow -f - (stdin)")
-    if args.question is None and args.input_file is None and not args.interactive:
-        raise UsageError("no task: give one with -q TEXT, -f FILE or -i (see anges --help)")
     if args.question is not None:
         text = args.question
     elif args.input_file == "-":
         text = sys.stdin.read()
     elif args.input_file:
+        from anges.cli.build import read_file
         from anges.config.loading import load_config
 
-        text = _read_file(args.input_file, load_config(args.config, config_overrides(args)).safety, args.path or ".")
+        text = read_file(args.input_file, load_config(args.config, config_overrides(args)).safety, args.path or ".")
     else:
         return None
     if not text.strip():
         raise UsageError("the task is empty")
     return text.strip()
-
-
-def _mcp_file(args: argparse.Namespace, stream) -> str | None:
-    """The --mcp-config file (or the resumed stream's), checked and remembered in the stream's settings."""
-    given = args.mcp_config or stream.agent_settings.get("mcp_config")
-    if not given:
-        return None
-    path = Path(given).expanduser()
-    if not path.is_file():
-        where = "--mcp-config" if args.mcp_config else "the stream's MCP config"
-        raise UsageError(f"{where} {given}: no such file")
-    stream.update_settings({"mcp_config": str(path.resolve())})
-    return str(path.resolve())
-
-
-def _workdir(args: argparse.Namespace, stream) -> str:
-    saved = stream.agent_settings.get("cmd_init_dir")
-    path = os.path.abspath(os.path.expanduser(args.path or saved or os.getcwd()))
-    if not os.path.isdir(path):
-        where = "--path" if args.path else "the stream's working directory"
-        raise UsageError(f"{where} {path} is not a directory" + ("" if args.path else "; choose one with --path DIR"))
-    return path
-
-
-def _notes(args: argparse.Namespace, safety, workdir: str) -> list[str]:
-    return list(args.notes) + [_read_file(path, safety, workdir) for path in args.notes_file]
-
-
-def _read_file(path: str, safety, workdir: str) -> str:
-    """A file you named (-f, --notes-file), read by the sandbox's rules: a command of an earlier run may have made
-    it a link, so one that leads into a place hidden from commands is not read, and no link swapped in after
-    that check is followed."""
-    from anges.safety.sandbox import SandboxSettings
-    from anges.util.paths import open_nofollow, resolve
-
-    named = os.path.abspath(os.path.expanduser(path))
-    try:
-        real = resolve(named)
-        if real != named and SandboxSettings.for_run(safety, workdir).is_hidden(real):
-            raise UsageError(f"cannot read {path}: it is a link into a place hidden from commands ({real}), which a "
-                             "command may have made; not read")
-        with os.fdopen(open_nofollow(real, os.O_RDONLY | os.O_NONBLOCK), encoding="utf-8") as stream:
-            return stream.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
 
 
 def _make_output(args: argparse.Namespace):
@@ -463,7 +411,8 @@ def _batch_overrides(args: argparse.Namespace) -> dict | None:
 
 COMMANDS = {"run": run_task, "list": "list_streams", "show": "show_stream", "export": "export_stream",
             "import": "import_stream", "rm": "remove_streams", "stats": "anges.cli.stats:show_stats",
-            "diff": "anges.cli.checkpoints:diff_command", "undo": "anges.cli.checkpoints:undo_command"}
+            "diff": "anges.cli.checkpoints:diff_command", "undo": "anges.cli.checkpoints:undo_command",
+            "models": "anges.cli.models:list_models"}
 """Subcommand -> its function here, or the name of one in `anges.cli.streams` (or `module:function`), imported when
 used."""
 

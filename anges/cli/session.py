@@ -5,19 +5,26 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from anges.agents.outcome import Outcome
-from anges.store.events import walk
-
 if TYPE_CHECKING:
     from anges.agents import BaseAgent
+    from anges.agents.outcome import Outcome
 
 EXIT_WORDS = ("exit", "quit")
+EXIT_BY_STATUS = {"completed": 0, "answered": 0, "help_needed": 3, "interrupted": 4}
+EXIT_BY_STOP_REASON = {"model_setup": 2}
+"""Stops that are configuration errors: the provider rejected the key, the model id or the request."""
+
+
+def exit_code(outcome: Outcome) -> int:
+    """The exit code of a request that ended this way (see anges --help)."""
+    return EXIT_BY_STOP_REASON.get(outcome.stop_reason, EXIT_BY_STATUS.get(outcome.status, 1))
 
 
 class Output(Protocol):
@@ -33,40 +40,52 @@ class Output(Protocol):
 
 
 class Session:
-    """Runs requests on one agent and its stream; Ctrl-C interrupts the request, twice quits; SIGTERM and SIGHUP
-    interrupt it and end the session."""
+    """Runs requests on one agent and its stream (a session may replace the agent between requests); SIGTERM and
+    SIGHUP, or a stop key, interrupt the request, and the signals end the session."""
 
     def __init__(self, agent: BaseAgent, output: Output):
         self.agent = agent
         self.output = output
         self.ended_by = ""
         """The signal (SIGTERM, SIGHUP) that ended the session, if one did: no more requests should follow."""
+        self.stopping = False
+        """A stop was asked for the request running now."""
 
     def run(self, request: str) -> Outcome:
-        """Work on one request until the agent returns or is stopped."""
+        """Work on one request until the agent returns or is stopped (on the calling thread)."""
+        from anges.agents.outcome import Outcome
+        from anges.store.events import walk
+
         agent = self.agent
         stream = agent.event_stream
         start = len(stream.events_list)
         began = time.monotonic()
+        self.stopping = False
         self.output.started(agent, request)
-        with interrupt_on_signals(agent, self._interrupting):
+        try:
             stream = agent.run_with_new_request(request)
+        finally:
+            self.stopping = False
         events = list(walk(stream, agent.store.load, start))
         return Outcome(stream, request, agent.status, events, time.monotonic() - began)
 
-    def _interrupting(self, signal_name: str) -> None:
-        if signal_name != "SIGINT":
-            self.ended_by = signal_name
-        self.output.interrupting(signal_name)
+    def interrupt(self, why: str) -> None:
+        """Stop the running request: `why` is the signal (SIGINT, SIGTERM, SIGHUP) or the key (Esc, Ctrl-C)."""
+        if why in ("SIGTERM", "SIGHUP"):
+            self.ended_by = why
+        self.stopping = True
+        self.agent.interrupt(why)
+        self.output.interrupting(why)
 
 
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 @contextmanager
-def interrupt_on_signals(agent: BaseAgent, notify: Callable[[str], None]) -> Iterator[None]:
-    """Inside, the first SIGINT, SIGTERM or SIGHUP interrupts the agent (and its command); the next raises
-    KeyboardInterrupt. After SIGHUP (the terminal closed) nothing more is read from or written to the terminal."""
+def interrupt_on_signals(interrupt: Callable[[str], None]) -> Iterator[None]:
+    """Inside, the first SIGINT, SIGTERM or SIGHUP calls `interrupt(signal name)` (on a thread of its own); the next
+    raises KeyboardInterrupt. After SIGHUP (the terminal closed) nothing more is read from or written to the
+    terminal."""
     received = 0
     terminal = [fd for fd in (0, 1, 2) if os.isatty(fd)]  # asked now: a hung-up terminal no longer says it is one
 
@@ -78,8 +97,9 @@ def interrupt_on_signals(agent: BaseAgent, notify: Callable[[str], None]) -> Ite
         name = signal.Signals(signum).name
         if name == "SIGHUP":
             _leave_terminal(terminal)
-        agent.interrupt(name)
-        notify(name)
+        # not here: a handler runs on the main thread between two of its bytecodes, maybe while it holds a lock
+        # that `interrupt` takes (the screen's, the status line's)
+        threading.Thread(target=interrupt, args=(name,), name="anges-interrupt", daemon=True).start()
 
     previous = {sig: signal.signal(sig, handle) for sig in STOP_SIGNALS}
     try:

@@ -14,7 +14,8 @@ def list_streams(args: argparse.Namespace) -> int:
     """anges list"""
     import json
 
-    from anges.cli.transcript import Style, format_list, wants_colour
+    from anges.cli.runs import format_list
+    from anges.cli.terminal import Display
     from anges.store.event_store import EventStore
 
     store = EventStore()
@@ -27,13 +28,13 @@ def list_streams(args: argparse.Namespace) -> int:
         where = f"of batch {args.batch!r}" if args.batch else "yet"
         print(f"no streams {where} in {store.root}", file=sys.stderr)
     else:
-        print("\n".join(format_list(infos, Style(wants_colour(sys.stdout)), limit=args.limit)))
+        Display.of(sys.stdout).write(format_list(infos, limit=args.limit))
     return 0
 
 
 def show_stream(args: argparse.Namespace) -> int:
     """anges show ID"""
-    from anges.cli.transcript import print_stream
+    from anges.cli.runs import print_stream
     from anges.store.event_store import EventStore
 
     store = EventStore()

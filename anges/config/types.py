@@ -49,6 +49,10 @@ class ModelPreset(Section):
     prompt_cache_key: bool | None = None
     """OpenAI only: send each run's `prompt_cache_key` (None = only to api.openai.com; other servers may reject
     an unknown parameter)."""
+    context_window: int = Field(0, ge=0)
+    """The model's context window in tokens (prompt and reply together); 0 = ask the server where it can tell
+    (Ollama, vLLM, llama.cpp, ...), else the known window of the model, else an assumed one (docs/models.md). For
+    Ollama it also caps the window each request asks for (`num_ctx`)."""
 
 
 class ModelSettings(Section):
@@ -339,7 +343,7 @@ def _default_presets() -> dict[str, ModelPreset]:
         "gemini": ModelPreset("gemini", "gemini-3.8-flash", api_key_env="GEMINI_API_KEY"),
         "claude": ModelPreset("anthropic", "claude-sonnet-5", api_key_env="ANTHROPIC_API_KEY"),
         "deepseek": ModelPreset("openai", "deepseek-chat", "https://api.deepseek.com", "DEEPSEEK_API_KEY"),
-        "ollama": ModelPreset("openai", "qwen2.5-coder", "http://localhost:11434/v1", ""),
+        "ollama": ModelPreset("ollama", "qwen2.5-coder"),
     }
 
 

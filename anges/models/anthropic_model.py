@@ -54,7 +54,7 @@ class AnthropicModel(Provider):
 
     def _complete(self, prompt: str, temperature: float) -> Completion:
         # The Messages API (2026-10-21, the SDK 2.x default) takes no sampling parameters: temperature is not sent.
-        params = {"model": self.preset.model, "max_tokens": self.settings.max_output_tokens,
+        params = {"model": self.preset.model, "max_tokens": self.reply_tokens,
                   "messages": [{"role": "user", "content": user_content(prompt)}]}
         message = self._streamed(params) if self.settings.stream else self.client.messages.create(**params)
         usage = _usage(getattr(message, "usage", None))

@@ -66,7 +66,7 @@ class GeminiModel(Provider):
 
         config = types.GenerateContentConfig(
             temperature=temperature,
-            max_output_tokens=self.settings.max_output_tokens,
+            max_output_tokens=self.reply_tokens,
             response_mime_type="application/json" if self.settings.json_mode else None,
         )
         contents = str(prompt) if isinstance(prompt, str) else prompt  # the SDK takes no subclass of str (a Prompt)

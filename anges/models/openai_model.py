@@ -10,9 +10,10 @@ from urllib.parse import urlparse
 
 from anges.exceptions import ModelSetupError
 from anges.models.base import Completion, Usage, estimate_tokens
-from anges.models.provider import Provider
+from anges.models.provider import LOOKUP_TIMEOUT, Provider
 from anges.models.retry import Failure
 from anges.models.streaming import CUT_SHORT, StreamEnded, current_sink
+from anges.models.window import OLLAMA_OPENAI_WINDOW, window_in_listing
 
 NO_KEY = "no-key"
 """Sent as the key to local servers that need none (the SDK insists on one)."""
@@ -37,6 +38,12 @@ class OpenAIModel(Provider):
     def credential_hint(cls, preset) -> str:
         hint = super().credential_hint(preset)
         return hint + " (or OPENAI_BASE_URL for an OpenAI-compatible server)" if not preset.base_url else hint
+
+    @classmethod
+    def asks_server(cls, preset) -> bool:
+        """Every server but api.openai.com is asked (`/v1/models`)."""
+        url = preset.base_url or os.environ.get("OPENAI_BASE_URL", "")
+        return bool(url) and urlparse(url).hostname != "api.openai.com"
 
     def _make_client(self) -> Any:
         import openai
@@ -71,7 +78,7 @@ class OpenAIModel(Provider):
             "temperature": temperature,
         }
         # OpenAI's reasoning models take only max_completion_tokens; many compatible servers only max_tokens.
-        params["max_completion_tokens" if self.official else "max_tokens"] = self.settings.max_output_tokens
+        params["max_completion_tokens" if self.official else "max_tokens"] = self.reply_tokens
         if self.settings.json_mode:
             params["response_format"] = {"type": "json_object"}
         key = getattr(prompt, "cache_key", "")
@@ -145,6 +152,44 @@ class OpenAIModel(Provider):
         import openai
 
         return self._http_sdk_failure(exc, openai)
+
+    def _server_window(self) -> int | None:
+        """What `/v1/models` says of the model (vLLM, llama.cpp, OpenRouter, ...); llama.cpp's `/props` tells the
+        window it serves; Ollama's OpenAI-compatible API serves its default window whatever the model has."""
+        import openai
+
+        if not self.asks_server(self.preset.model_copy(update={"base_url": self.base_url})):
+            return None
+        try:
+            entries = [entry.to_dict() for entry in self.client.with_options(timeout=LOOKUP_TIMEOUT).models.list().data]
+        except (openai.APIError, ValueError, TypeError, AttributeError) as exc:
+            logger.info("%s did not list its models (%s): its context window is not known", self.label, exc)
+            return None
+        told = window_in_listing(entries, self.preset.model)
+        entry = next((e for e in entries if e.get("id") == self.preset.model), entries[0] if entries else {})
+        if "meta" in entry or entry.get("owned_by") == "llamacpp":
+            return self._served_window() or told
+        if told is None and (entry.get("owned_by") == "library" or urlparse(self.base_url).port == 11434):
+            logger.warning("%s looks like Ollama's OpenAI-compatible API, which serves Ollama's default context window "
+                           "(%d tokens assumed); `provider: ollama` sizes the window to each prompt (docs/models.md)",
+                           self.label, OLLAMA_OPENAI_WINDOW)
+            return OLLAMA_OPENAI_WINDOW
+        return told
+
+    def _served_window(self) -> int | None:
+        """llama.cpp's server: the context each of its slots has (`/props`), which may be less than the model's."""
+        import httpx2
+
+        root = self.base_url.removesuffix("/v1")
+        headers = {"Authorization": f"Bearer {self.client.api_key}"} if self.client.api_key != NO_KEY else {}
+        try:
+            props = httpx2.get(f"{root}/props", headers=headers, timeout=LOOKUP_TIMEOUT).json()
+        except (httpx2.HTTPError, ValueError) as exc:
+            logger.info("%s did not answer /props (%s)", self.label, exc)
+            return None
+        settings = props.get("default_generation_settings") if isinstance(props, dict) else None
+        value = settings.get("n_ctx") if isinstance(settings, dict) else None
+        return value if isinstance(value, int) and value > 0 else None
 
 
 @dataclass

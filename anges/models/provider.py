@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
@@ -12,12 +14,14 @@ from anges.exceptions import ModelReplyError, ModelSetupError
 from anges.models.base import Completion, Retry, Usage
 from anges.models.cancel import CancelToken, Connections, current_token, watching
 from anges.models.retry import (
+    CONTEXT_EXCEEDED,
     TRANSIENT_STATUSES,
     Failure,
     call_with_retry,
     retry_after_seconds,
     transport_failure,
 )
+from anges.models.window import Window, assumed_window, known_window, reply_room
 from anges.util.clipping import one_line
 
 if TYPE_CHECKING:
@@ -26,6 +30,9 @@ if TYPE_CHECKING:
 KEY_ALIASES = {"GEMINI_API_KEY": ("GOOGLE_API_KEY",), "GOOGLE_API_KEY": ("GEMINI_API_KEY",)}
 """Environment variables an SDK accepts in place of the one a preset names."""
 
+logger = logging.getLogger(__name__)
+LOOKUP_TIMEOUT = 5.0
+"""Seconds a server may take to say what the model's context window is."""
 _STATUS_WORDS = {408: "request timeout", 409: "conflict", 429: "rate limited", 503: "overloaded", 529: "overloaded"}
 
 
@@ -91,6 +98,8 @@ class Provider:
         """The client's connections, dropped when a call is cancelled (`_make_client` hooks the client up)."""
         self.key_env = ""
         """The environment variable the API key came from (empty: no key)."""
+        self._window: Window | None = None
+        self._window_lock = threading.Lock()
         if not preset.model:
             raise ModelSetupError(
                 f"{self.name}: no model id: set `model:` in the preset or use {self.provider}:MODEL-ID")
@@ -118,6 +127,39 @@ class Provider:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
+
+    def window(self) -> Window:
+        """The model's context window: the preset's `context_window`, else what the server says (asked once), else
+        the known window of the model, else an assumed one."""
+        with self._window_lock:
+            if self._window is None:
+                self._window = self._find_window()
+            return self._window
+
+    @property
+    def reply_tokens(self) -> int:
+        """The reply's room: `max_output_tokens`, scaled down for a small window once the window is known."""
+        window = self._window
+        maximum = self.settings.max_output_tokens
+        return reply_room(window.tokens, maximum) if window is not None else maximum
+
+    def _find_window(self) -> Window:
+        if self.preset.context_window:
+            return Window(self.preset.context_window, "preset")
+        told = self._server_window()
+        if told:
+            return Window(told, "server")
+        known = known_window(self.preset.model)
+        return Window(known, "known") if known else assumed_window(self.base_url)
+
+    def _server_window(self) -> int | None:
+        """The window the server says the model has (None: it cannot tell, or did not answer)."""
+        return None
+
+    @classmethod
+    def asks_server(cls, preset: ModelPreset) -> bool:
+        """Whether the model's window is asked of its server (when the preset names none)."""
+        return False
 
     @classmethod
     def uses_vertex(cls, preset: ModelPreset) -> bool:
@@ -184,6 +226,9 @@ class Provider:
         detail = one_line(str(detail), 300)
         said = f": {detail}" if detail else ""
         model = self.preset.model
+        if status in (400, 413, 422) and CONTEXT_EXCEEDED.search(detail):
+            return Failure.context(f"{self.label} says the prompt does not fit the model's context window ({status})"
+                                   f"{said}", status)
         if status in TRANSIENT_STATUSES or status >= 500:
             word = _STATUS_WORDS.get(status, "server error")
             wait = retry_after if retry_after is not None else retry_after_seconds(headers)

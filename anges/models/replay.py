@@ -11,9 +11,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from anges.exceptions import ModelError, ModelReplyError, ModelSetupError
+from anges.exceptions import ContextExceeded, ModelError, ModelReplyError, ModelSetupError
 from anges.models.base import Completion, Model, Usage
 from anges.models.streaming import replay_into_sink
+from anges.models.window import window_of
 
 logger = logging.getLogger(__name__)
 FORMAT_VERSION = 1
@@ -45,6 +46,8 @@ class RecordingModel:
         """The inner model's reply, recorded; a ModelError is recorded too, then raised."""
         start = time.monotonic()
         entry: dict = {"v": FORMAT_VERSION, "name": self.name, "temperature": temperature, "prompt": redact(prompt)}
+        if window := window_of(self.inner):  # the prompts were sized to it: a replay sizes them the same way
+            entry["context_window"] = window.tokens
         try:
             reply = self.inner(prompt) if temperature is None else self.inner(prompt, temperature)
         except ModelError as exc:
@@ -93,6 +96,9 @@ class ReplayModel:
         self.strict = strict
         self.name = f"replay:{path}"
         self.entries = _load(self.path)
+        self.context_window = next((e["context_window"] for e in self.entries
+                                    if isinstance(e.get("context_window"), int)), 0)
+        """The window the recorded model had (0: none was known): a replayed run sizes its prompts to it too."""
         self.calls = 0
         self.divergence: Divergence | None = None
         """The first divergence seen, or None while every prompt matched."""
@@ -176,7 +182,7 @@ def _diff(recorded: str, actual: str, max_lines: int = 30, width: int = 200) -> 
 
 
 def _error(recorded: dict) -> ModelError:
-    kinds = {"ModelReplyError": ModelReplyError, "ModelSetupError": ModelSetupError}
+    kinds = {"ModelReplyError": ModelReplyError, "ModelSetupError": ModelSetupError, "ContextExceeded": ContextExceeded}
     cls = kinds.get(recorded.get("type"), ModelError)
     message = recorded.get("message", "recorded model error")
     return ModelReplyError(message, recorded.get("kind") or "empty") if cls is ModelReplyError else cls(message)

@@ -6,13 +6,14 @@ import email.utils
 import json
 import logging
 import random
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
 from anges.config.types import RetryConfig
-from anges.exceptions import ModelCancelled, ModelError, ModelSetupError
+from anges.exceptions import ContextExceeded, ModelCancelled, ModelError, ModelSetupError
 from anges.models.cancel import CancelToken
 from anges.models.streaming import StreamEnded
 
@@ -21,6 +22,11 @@ T = TypeVar("T")
 
 TRANSIENT_STATUSES = frozenset({408, 409, 425, 429})
 """4xx statuses worth another try (timeout, conflict, too early, rate limit); every 5xx is too."""
+
+CONTEXT_EXCEEDED = re.compile(
+    r"context[ _](length|window|size)|maximum context|context_length_exceeded|prompt is too long|too many tokens"
+    r"|input length exceeds|exceeds? the (maximum|available) (number of )?(context|tokens|input)", re.IGNORECASE)
+"""How servers say a prompt does not fit the model's window (OpenAI, vLLM, llama.cpp, Ollama, Anthropic, Gemini)."""
 
 _TIMEOUT_NAMES = frozenset({"TimeoutException", "Timeout", "TimeoutError"})
 _CONNECTION_NAMES = frozenset({"TransportError", "NetworkError", "ConnectionError", "RemoteProtocolError"})
@@ -50,6 +56,11 @@ class Failure:
     @classmethod
     def fatal(cls, reason: str, status: int | None = None) -> Failure:
         return cls(reason, False, status)
+
+    @classmethod
+    def context(cls, reason: str, status: int | None = None) -> Failure:
+        """The prompt does not fit the model's window: asking again as it is cannot help (the agent folds first)."""
+        return cls(reason, False, status, error=ContextExceeded)
 
 
 def transport_failure(exc: BaseException) -> Failure | None:

@@ -24,14 +24,15 @@ class ScriptedModel:
 
     A reply may be a string, a JSON-able object (sent as JSON text), an exception (raised), or a callable
     receiving the prompt. `prompts` keeps every prompt received, in order. A listener of the call (streaming)
-    gets the reply in a few pieces.
+    gets the reply in a few pieces. A `context_window` (tokens) makes the agent size its prompts to it.
     """
 
     name = "scripted"
 
     def __init__(self, replies: Iterable[Reply] = (), summary: str | None = "Summary: the steps so far ran as shown.",
-                 title: str | None = "Scripted task"):
+                 title: str | None = "Scripted task", context_window: int = 0):
         self._replies = list(replies)
+        self.context_window = context_window
         self._lock = threading.Lock()
         self.summary = summary
         self.title = title
@@ -48,7 +49,7 @@ class ScriptedModel:
         if isinstance(data, list):
             data = {"replies": data}
         if isinstance(data, dict) and isinstance(data.get("replies"), list):
-            extra = {k: data[k] for k in ("summary", "title") if k in data}
+            extra = {k: data[k] for k in ("summary", "title", "context_window") if k in data}
             model = cls(data["replies"], **extra)
             model.name = f"scripted:{path}"  # what get_model needs to build it again
             return model

@@ -271,22 +271,24 @@ class SafetyShare:
             kept.close()
 
 
-def terminal_approval(safety: SafetyConfig, cwd: str, pause=None) -> tuple[Callable | None, list[str]]:
-    """The CLI's approval channel for a run in `cwd`: the terminal prompt when a person can answer there (None
-    otherwise), and what to tell them up front (no terminal to ask on; unsandboxed commands no one can approve)."""
+def terminal_approval(safety: SafetyConfig, cwd: str, channel: Callable | None = None
+                      ) -> tuple[Callable | None, list[str]]:
+    """The CLI's approval channel for a run in `cwd` when a person can answer on the terminal (None otherwise):
+    `channel` (the live screen's question), or the line prompt; and what to tell them up front (no terminal to ask
+    on; unsandboxed commands no one can approve)."""
     from anges.safety.approval import TerminalPrompt
 
-    channel, notes = None, []
+    chosen, notes = None, []
     if safety.approval in ("", "ask"):
         if sys.stdin.isatty() and sys.stderr.isatty():
-            channel = TerminalPrompt(sys.stderr, sys.stdin.fileno(), pause=pause)
+            chosen = channel if channel is not None else TerminalPrompt(sys.stderr, sys.stdin.fileno())
         elif safety.approval == "ask":
             notes.append("--approval ask needs a terminal to ask on; actions that need approval will be declined")
-    no_one_approves = safety.approval != "auto" and (channel is None or safety.approval == "deny")
+    no_one_approves = safety.approval != "auto" and (chosen is None or safety.approval == "deny")
     if no_one_approves and (safety.sandbox == "off" or not sandbox_works(safety, cwd)):
         notes.append("commands run without a sandbox need approval, and none can be given here: add --approval auto "
                      "to run them")
-    return channel, notes
+    return chosen, notes
 
 
 def sandbox_works(safety: SafetyConfig, cwd: str) -> bool:

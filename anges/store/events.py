@@ -318,6 +318,7 @@ EVENT_KINDS: dict[str, EventKind] = {
     "child_agent_running": EventKind("Child agent running", "child_running", in_report=False),
     "queued_child_agent": EventKind("Child agent queued"),
     "summary_failed": EventKind("Summary failed", in_prompt=False, in_report=False),
+    "context_exceeded": EventKind("Prompt over the context window", in_prompt=False),
     "workspace_restored": EventKind("Files restored (undo)", "restore"),
 }
 """Every event type anges records, but a parent's `child_agent_<exit type>` (see `kind_of`)."""
@@ -361,7 +362,8 @@ def is_step(event: Event) -> bool:
     """An action of the model, as step limits and counts see it: not a request, not bookkeeping, not an undo, not the
     approval that came before an action (a declined action's decision is its only event, so it counts)."""
     kind = kind_of(event.type)
-    if event.type in (*REQUEST_EVENT_TYPES, "approval_requested", "workspace_restored") or not kind.in_report:
+    bookkeeping = not kind.in_report or not kind.in_prompt  # summary_failed, context_exceeded
+    if event.type in (*REQUEST_EVENT_TYPES, "approval_requested", "workspace_restored") or bookkeeping:
         return False
     return event.type != "approval_decided" or (event.data or {}).get("decision") != "allow"
 

@@ -1,0 +1,328 @@
+"""The slash commands of the session: a registry of small functions, each `(session, argument) -> None`.
+
+A command runs on a thread of its own (never the screen's); what it says goes into the transcript. Those that
+change the agent (`idle_only`) wait for no run: they are refused while one works.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from rich.text import Text
+
+from anges.exceptions import UsageError
+
+if TYPE_CHECKING:
+    from anges.cli.build import Setup
+    from anges.cli.picker import Picker
+    from anges.cli.screen import Screen
+    from anges.cli.session import Session
+    from anges.cli.status import Status
+    from anges.cli.terminal import Display
+    from anges.cli.transcript import Transcript
+
+SANDBOX_MODES = {"workspace": "commands may write the working directory only", "read-only": "commands write nothing "
+                 "but a private /tmp", "off": "no sandbox: commands run with your rights"}
+APPROVAL_MODES = {"ask": "you answer each action that needs approval", "auto": "approved without asking (leaving "
+                  "the sandbox is still declined)", "deny": "declined without asking"}
+KEYS = [("Enter", "send the request (queued while a run works)"), ("Alt-Enter, Ctrl-J", "a new line"),
+        ("Up, Down", "earlier requests (this and past sessions); Up also takes back a queued request"),
+        ("Ctrl-R", "search the earlier requests"), ("Tab", "complete a command, or a file after @"),
+        ("Esc, Ctrl-C", "stop the run (what was queued comes back into the box)"),
+        ("y n a t v", "answer an approval: yes, no, always, no and tell why, view it all"),
+        ("Ctrl-C twice, Ctrl-D", "leave (at an empty box)")]
+
+
+class Interactive(Protocol):
+    """What a command may use of the session (`anges.cli.interactive.Interactive`)."""
+
+    setup: Setup
+    session: Session
+    """The agent of the stream being worked on."""
+    transcript: Transcript
+    status: Status
+    screen: Screen
+    picker: Picker
+    display: Display
+    running: bool
+
+    def use(self, stream, show_earlier: bool = True, new_model: bool = False) -> None: ...
+    def say(self, text: str, style: str = "") -> None: ...
+    def cwd(self) -> str: ...
+    def leave(self) -> None: ...
+    def run_in_background(self, work: Callable[[], None]) -> None: ...
+
+
+@dataclass(frozen=True)
+class Command:
+    """One slash command."""
+
+    name: str
+    usage: str
+    help: str
+    run: Callable[[Interactive, str], None]
+    idle_only: bool = False
+    complete: Callable[[Interactive, str], Iterable[tuple[str, str]]] | None = None
+
+
+COMMANDS: dict[str, Command] = {}
+ALIASES = {"quit": "exit", "?": "help"}
+
+
+def command(usage: str, help: str, idle_only: bool = False, complete=None):
+    """Register the decorated function as the command `usage` starts with."""
+    def register(function):
+        name = usage.split()[0].lstrip("/")
+        COMMANDS[name] = Command(name, usage, help, function, idle_only, complete)
+        return function
+    return register
+
+
+def run_command(session: Interactive, line: str) -> None:
+    """Run the command `line` (`/name argument`); an unknown one says which exist."""
+    name, _, argument = line.lstrip("/").partition(" ")
+    found = COMMANDS.get(ALIASES.get(name.lower(), name.lower()))
+    if found is None:
+        known = ", ".join(f"/{name}" for name in COMMANDS)
+        session.say(f"unknown command /{name}: the commands are {known} (/help says more)", "yellow")
+    elif found.idle_only and session.running:
+        session.say(f"/{found.name} changes the agent: it waits for no run (Esc stops the one working)", "yellow")
+    else:
+        found.run(session, argument.strip())
+
+
+def completions(session: Interactive, before: str) -> list[tuple[str, str]]:
+    """(completion, meaning) pairs for the text before the cursor, a line starting with `/`."""
+    name, space, argument = before.lstrip("/").partition(" ")
+    if not space:
+        return [(f"/{found.name}", found.help) for found in COMMANDS.values()]
+    found = COMMANDS.get(name)
+    return list(found.complete(session, argument)) if found is not None and found.complete else []
+
+
+def _choices(options: dict[str, str]):
+    return lambda session, argument: list(options.items())
+
+
+def _models(session: Interactive, argument: str) -> list[tuple[str, str]]:
+    setup = session.setup
+    if setup is None:  # not loaded yet
+        return []
+    return [(name, f"{preset.provider}:{preset.model}") for name, preset in setup.config.models.items()]
+
+
+def _streams(session: Interactive, argument: str) -> list[tuple[str, str]]:
+    if session.setup is None:
+        return []
+    return [(info.uid, (info.title or "")[:60]) for info in _recent(session)]
+
+
+def _recent(session: Interactive, count: int = 12) -> list:
+    return [info for info in session.setup.store.list() if not info.parent_ids][:count]
+
+
+@command("/help", "the commands and keys")
+def show_help(session: Interactive, argument: str) -> None:
+    width = max(len(found.usage) for found in COMMANDS.values())
+    lines = [Text("commands", "bold")]
+    lines += [Text.assemble(("  " + found.usage.ljust(width), "cyan"), "  " + found.help)
+              for found in COMMANDS.values()]
+    lines.append(Text("keys", "bold"))
+    key_width = max(len(key) for key, _ in KEYS)
+    lines += [Text.assemble(("  " + key.ljust(key_width), "cyan"), "  " + meaning) for key, meaning in KEYS]
+    session.transcript.print(lines)
+
+
+@command("/new", "start a new stream (the next request starts afresh)", idle_only=True)
+def new_stream(session: Interactive, argument: str) -> None:
+    session.use(session.setup.stream(), show_earlier=False)
+    session.say("a new stream: the next request starts afresh", "dim")
+
+
+@command("/resume [ID]", "continue an earlier run (without ID: choose one)", idle_only=True, complete=_streams)
+def resume(session: Interactive, argument: str) -> None:
+    if argument:
+        session.use(session.setup.store.load(argument))
+        session.say(f"resumed {argument}: the next request continues it", "dim")
+        return
+    recent = _recent(session)
+    if not recent:
+        session.say("no earlier runs yet", "yellow")
+        return
+    choices = [(info.uid, f"{info.uid}  {info.status:<11}  {(info.title or '')[:70]}") for info in recent]
+
+    def chosen(uid: str | None) -> None:
+        if uid is not None:
+            session.run_in_background(lambda: resume(session, uid))
+
+    session.screen.in_loop(lambda: session.picker.offer("resume which run?", choices, chosen))
+
+
+@command("/list", "recent runs, children under their parent")
+def list_runs(session: Interactive, argument: str) -> None:
+    from anges.cli.runs import format_list
+
+    infos = session.setup.store.list()
+    session.transcript.print(format_list(infos, limit=15) if infos else [Text("no runs yet", "dim")])
+
+
+@command("/model [NAME]", "the model of the next requests (a preset, PROVIDER:MODEL-ID, ...)", idle_only=True,
+         complete=_models)
+def model(session: Interactive, argument: str) -> None:
+    if not argument:
+        presets = ", ".join(session.setup.config.models)
+        session.say(f"model: {session.status.model} (presets: {presets}; or PROVIDER:MODEL-ID)", "dim")
+        return
+    agent = session.session.agent
+    session.setup.model_for(agent.agent_type, argument)  # a name that cannot be used says why, and changes nothing
+    session.setup.model = argument
+    session.use(agent.event_stream, show_earlier=False, new_model=True)
+    session.say(f"model: {session.status.model}", "dim")
+
+
+@command("/sandbox [MODE]", "where commands may write: workspace, read-only or off", idle_only=True,
+         complete=_choices(SANDBOX_MODES))
+def sandbox(session: Interactive, argument: str) -> None:
+    _setting(session, "sandbox", argument, SANDBOX_MODES)
+
+
+@command("/approval [MODE]", "what needs approval gets: ask, auto or deny", idle_only=True,
+         complete=_choices(APPROVAL_MODES))
+def approval(session: Interactive, argument: str) -> None:
+    _setting(session, "approval", argument, APPROVAL_MODES)
+
+
+def _setting(session: Interactive, name: str, value: str, modes: dict[str, str]) -> None:
+    current = getattr(session.setup.config.safety, name) or "ask"
+    if not value:
+        session.say(f"{name}: {current} ({modes[current]}); one of {', '.join(modes)}", "dim")
+        return
+    if value not in modes:
+        raise UsageError(f"/{name} {value}: choose one of {', '.join(modes)}")
+    session.setup.change_safety(**{name: value})
+    session.use(session.session.agent.event_stream, show_earlier=False)
+    session.say(f"{name}: {value} ({modes[value]})", "dim")
+
+
+@command("/cost", "tokens, cost and cache hits of this session")
+def cost(session: Interactive, argument: str) -> None:
+    from anges.agents.budget import cache_hit_ratio
+
+    usage = session.status.session
+    parts = [f"{usage.steps} steps", f"{usage.model_calls} model calls",
+             f"{usage.input_tokens:,} input / {usage.output_tokens:,} output tokens"]
+    if usage.input_tokens:
+        parts.append(f"{cache_hit_ratio(usage.cached_tokens, usage.input_tokens):.0%} of input from the cache "
+                     f"({usage.cached_tokens:,} tokens)")
+    parts.append(f"${usage.cost:.4f}" if usage.cost is not None else "cost unknown (no price for this model)")
+    session.say("this session: " + " · ".join(parts))
+
+
+@command("/diff [STEP]", "what this stream's steps changed in the files (or one step: its number)")
+def diff(session: Interactive, argument: str) -> None:
+    from anges.cli.render import files_diff
+
+    found = _checkpoints(session).diff(_step(argument, "/diff STEP"))
+    if not found.files:
+        session.say("no changes", "dim")
+        return
+    uid = session.session.agent.event_stream.uid
+    session.transcript.print([*files_diff(found.text, session.display.styled),
+                              Text(f"(all of it, for git apply: anges diff {uid})", "dim")])
+
+
+@command("/undo [STEP] [--overwrite]", "put the files back as they were before the last step (or step STEP)",
+         idle_only=True)
+def undo(session: Interactive, argument: str) -> None:
+    from anges.cli.checkpoints import plan_lines
+    from anges.cli.render import files_diff
+
+    words = argument.split()
+    overwrite = "--overwrite" in words
+    checkpoints = _checkpoints(session)
+    plan = checkpoints.plan_undo(_step(" ".join(w for w in words if w != "--overwrite"), "/undo STEP"))
+    if not plan.diff.files:
+        session.say(f"nothing to undo: the files are as they were before step {plan.to.number}", "dim")
+        return
+    session.transcript.print([*files_diff(plan.diff.text, session.display.styled),
+                              *(Text(line) for line in plan_lines(plan))])
+    if plan.conflicts and not overwrite:
+        raise UsageError("not undone: someone other than the agent changed the files above after the checkpoint "
+                         "(or what they hold now is not saved); /undo --overwrite replaces them")
+
+    def chosen(answer: str | None) -> None:
+        if answer != "yes":
+            session.say("not undone", "dim")
+            return
+
+        def apply() -> None:
+            done = checkpoints.undo(plan.to.number, overwrite=overwrite, expect=plan.token, by="session")
+            session.say(f"undone: {done.diff.stat_line}; the stream records it, so the agent knows")
+
+        session.run_in_background(apply)
+
+    choices = [("yes", "yes, put these files back"), ("no", "no, leave them")]
+    session.screen.in_loop(lambda: session.picker.offer("undo this?", choices, chosen))
+
+
+def _checkpoints(session: Interactive):
+    from anges.checkpoints import Checkpoints
+
+    config = session.setup.config
+    return Checkpoints(session.session.agent.event_stream, session.setup.store, config.checkpoints,
+                       config.prompt.template_dir)
+
+
+def _step(argument: str, usage: str) -> int | None:
+    """A step number, or None for none."""
+    if not argument:
+        return None
+    if not argument.isdigit() or int(argument) < 1:
+        raise UsageError(f"{usage}: STEP is a step's number (its event's number in the stream)")
+    return int(argument)
+
+
+@command("/jobs [kill N]", "the run's background jobs; kill one by its number or pid")
+def jobs(session: Interactive, argument: str) -> None:
+    safety = session.session.agent.run_safety
+    found = safety.runners.jobs() if safety is not None else []
+    if argument:
+        verb, _, which = argument.partition(" ")
+        if verb != "kill" or not which.strip().isdigit():
+            raise UsageError("/jobs kill N: N is a job's number in /jobs or its pid")
+        number = int(which)
+        job = next((job for n, job in enumerate(found, 1) if number in (n, job.pid)), None)
+        if job is None:
+            raise UsageError(f"no background job {number} (see /jobs)")
+        job.process.kill()
+        session.say(f"killed job {number} (pid {job.pid}): {job.status()}", "dim")
+        return
+    if not found:
+        session.say("no background jobs", "dim")
+        return
+    for number, job in enumerate(found, 1):
+        session.say(f"{number}  pid {job.pid}  {job.status():<18}  {' '.join(job.command.split())[:80]}  "
+                    f"(log: {job.log_path})")
+
+
+@command("/export [FILE]", "the stream as a Markdown report (default: anges-ID.md here)")
+def export(session: Interactive, argument: str) -> None:
+    from anges.store.export import to_markdown
+
+    stream = session.session.agent.event_stream
+    path = os.path.join(session.cwd(), os.path.expanduser(argument or f"anges-{stream.uid}.md"))
+    try:
+        with open(path, "w", encoding="utf-8") as file:
+            file.write(to_markdown(stream, session.setup.store))
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+    session.say(f"wrote {path}", "dim")
+
+
+@command("/exit", "leave the session (/quit too)")
+def leave(session: Interactive, argument: str) -> None:
+    session.screen.in_loop(session.leave)
+

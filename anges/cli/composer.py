@@ -1,0 +1,187 @@
+"""The input box of a session: multi-line editing, history kept across sessions, and completion of file paths
+after `@` and of slash commands."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+from prompt_toolkit.completion import CompleteEvent, Completer, Completion
+from prompt_toolkit.document import Document
+from prompt_toolkit.filters import Condition, has_focus
+from prompt_toolkit.history import FileHistory
+from prompt_toolkit.key_binding import KeyBindings
+from prompt_toolkit.layout import ConditionalContainer, HSplit, Window
+from prompt_toolkit.layout.menus import CompletionsMenu
+from prompt_toolkit.widgets import SearchToolbar, TextArea
+
+from anges.cli.screen import Pane
+
+MAX_HISTORY = 1000
+"""Requests read from the history file; once it passes MAX_HISTORY_BYTES it is cut to them."""
+MAX_HISTORY_BYTES = 400_000
+MAX_PATHS = 200
+"""Completions offered for one folder after `@`."""
+_AT_PATH = re.compile(r"(?:^|\s)@(\S*)$")
+
+
+class History(FileHistory):
+    """Requests typed in earlier sessions, newest last in the file; multi-line ones whole. A file written by the
+    readline history of an earlier `anges -i` (one request a line) is read too. Kept private (0600) and bounded."""
+
+    def load_history_strings(self) -> Iterable[str]:
+        entries: list[str] = []
+        lines: list[str] = []
+        try:
+            with open(self.filename, "rb") as file:
+                raw = file.read().decode("utf-8", "replace").splitlines()
+        except OSError:
+            return []
+        for line in raw:
+            if line.startswith("+"):
+                lines.append(line[1:])
+                continue
+            if lines:
+                entries.append("\n".join(lines))
+                lines = []
+            if line.strip() and not line.startswith("#"):  # a readline history's line
+                entries.append(line)
+        if lines:
+            entries.append("\n".join(lines))
+        return reversed(entries[-MAX_HISTORY:])
+
+    def store_string(self, string: str) -> None:
+        path = Path(self.filename)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))  # private from its first byte
+            os.chmod(path, 0o600)
+            super().store_string(string)
+            if path.stat().st_size > MAX_HISTORY_BYTES:
+                self._trim(path)
+        except OSError:
+            pass  # a read-only home must not break the session
+
+    def _trim(self, path: Path) -> None:
+        kept = list(self.load_history_strings())[:MAX_HISTORY][::-1]
+        text = "".join("\n# \n" + "".join(f"+{line}\n" for line in entry.split("\n")) for entry in kept)
+        scratch = path.with_suffix(".new")
+        scratch.write_text(text, encoding="utf-8")
+        os.chmod(scratch, 0o600)
+        os.replace(scratch, path)
+
+
+class Completions(Completer):
+    """File paths after `@` (relative to the working directory), and slash commands with their arguments."""
+
+    def __init__(self, cwd: Callable[[], str], commands: Callable[[str], Iterable[tuple[str, str]]]):
+        self.cwd = cwd
+        self.commands = commands
+        """`commands(text before the cursor)`: (completion, meaning) pairs for a line that starts with `/`."""
+
+    def get_completions(self, document: Document, complete_event) -> Iterator[Completion]:
+        before = document.text_before_cursor
+        if before.startswith("/") and "\n" not in before:
+            word = before.rsplit(" ", 1)[-1]
+            for text, meaning in self.commands(before):
+                if text.startswith(word) and text != word:
+                    yield Completion(text, -len(word), display_meta=meaning)
+            return
+        match = _AT_PATH.search(before)
+        if match:
+            yield from self._paths(match.group(1))
+
+    def _paths(self, typed: str) -> Iterator[Completion]:
+        folder, _, stem = typed.rpartition("/")
+        base = Path(self.cwd()) / os.path.expanduser(folder) if folder else Path(self.cwd())
+        try:
+            entries = sorted(os.scandir(base), key=lambda entry: entry.name)
+        except OSError:
+            return
+        shown = 0
+        for entry in entries:
+            if not entry.name.startswith(stem) or (entry.name.startswith(".") and not stem.startswith(".")):
+                continue
+            if entry.name == stem and not entry.is_dir():
+                continue  # complete already
+            is_dir = entry.is_dir()
+            name = entry.name + ("/" if is_dir else "")
+            yield Completion(name, -len(stem), display=name, display_meta="folder" if is_dir else "")
+            shown += 1
+            if shown >= MAX_PATHS:
+                return
+
+
+class Composer(Pane):
+    """The input box: Enter sends, Alt-Enter or Ctrl-J adds a line, a paste arrives whole; Up and Ctrl-R reach the
+    history, Tab completes."""
+
+    def __init__(self, history: History, completer: Completer, send: Callable[[str], None]):
+        self.send = send
+        self.completer = completer
+        self.search = SearchToolbar()
+        self.box = TextArea(multiline=True, prompt=[("class:prompt", "› ")], history=history, completer=completer,
+                            complete_while_typing=True, wrap_lines=True, search_field=self.search,
+                            get_line_prefix=lambda line, wrapped: "" if line == 0 and not wrapped else "  ",
+                            dont_extend_height=True)
+        self.typed_at = 0.0
+        """When text was last typed or pasted into the box (monotonic seconds)."""
+        self.box.buffer.on_text_insert += self._typed
+        self.enabled = True
+        visible = Condition(lambda: self.enabled)
+        rule = Window(height=1, char="─", style="class:rule")
+        self.container = ConditionalContainer(
+            HSplit([rule, self.box, self.search, CompletionsMenu(max_height=8, scroll_offset=1)]), visible)
+        self.bindings = self._keys(has_focus(self.box) & visible)
+
+    def _typed(self, _buffer) -> None:
+        self.typed_at = time.monotonic()
+
+    @property
+    def text(self) -> str:
+        return self.box.text
+
+    @text.setter
+    def text(self, value: str) -> None:
+        """Put `value` in the box as a new entry (the history stays as it was)."""
+        self.box.buffer.reset(Document(value, len(value)))
+
+    def _keys(self, typing) -> KeyBindings:
+        keys = KeyBindings()
+
+        @keys.add("enter", filter=typing)
+        def _(event) -> None:
+            buffer = event.current_buffer
+            state = buffer.complete_state
+            if state is not None and state.current_completion is not None:
+                buffer.apply_completion(state.current_completion)
+                return
+            text = buffer.text
+            if not text.strip():
+                return
+            buffer.append_to_history()
+            buffer.reset()
+            self.typed_at = 0.0  # sent: the typing is over
+            self.send(text)
+
+        @keys.add("escape", "enter", filter=typing)
+        @keys.add("c-j", filter=typing)
+        def _(event) -> None:
+            event.current_buffer.newline(copy_margin=False)
+
+        @keys.add("tab", filter=typing)
+        def _(event) -> None:
+            buffer = event.current_buffer
+            if buffer.complete_state is not None and buffer.complete_state.completions:
+                buffer.complete_next()  # the menu is open: the next choice
+                return
+            found = list(self.completer.get_completions(buffer.document, CompleteEvent(completion_requested=True)))
+            if len(found) == 1:
+                buffer.apply_completion(found[0])
+            elif found:
+                buffer.start_completion(insert_common_part=True)
+
+        return keys

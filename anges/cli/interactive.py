@@ -1,0 +1,347 @@
+"""The interactive session (`anges` on a terminal, or `anges -i`): an input box under the transcript, one request
+at a time on a thread of its own while what is typed meanwhile waits its turn, slash commands, Esc to stop.
+
+The input box shows before anything heavy is loaded (the renderer, the configuration, the store, the agent): they
+are made once it is drawn, and a request typed before they are ready waits for them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from prompt_toolkit.filters import Condition
+from prompt_toolkit.key_binding import KeyBindings
+from prompt_toolkit.layout import ConditionalContainer, Window
+from prompt_toolkit.layout.controls import FormattedTextControl
+
+from anges import __version__
+from anges.cli.approvals import ApprovalPane
+from anges.cli.composer import Completions, Composer, History
+from anges.cli.picker import Picker
+from anges.cli.screen import Pane, Screen
+from anges.cli.session import Session, exit_code, interrupt_on_signals
+from anges.cli.status import Status
+from anges.cli.terminal import Display
+from anges.exceptions import AngesError, UsageError
+from anges.util.clipping import one_line
+
+if TYPE_CHECKING:
+    from anges.cli.build import Setup
+    from anges.cli.transcript import Transcript
+    from anges.store.events import EventStream
+
+LEAVE_AGAIN = 3.0
+"""Seconds in which a second Ctrl-C at an empty input box leaves."""
+WELCOME = "Enter sends · Alt-Enter: new line · /help · @file · Esc stops · Ctrl-D leaves"
+
+
+def run_session(args: argparse.Namespace, first: str | None) -> int:
+    """The session until the person leaves; the exit code (4 when a signal ended it, 2 when it could not start)."""
+    return Interactive(args).run(first)
+
+
+class SessionOutput:
+    """Where the session's requests report: all of it into the transcript, the answer too."""
+
+    def __init__(self, transcript: Transcript):
+        self.transcript = transcript
+
+    def watch(self, model):
+        return self.transcript.watch(model)
+
+    def on_message(self, message) -> None:
+        self.transcript.on_message(message)
+
+    def on_delta(self, delta) -> None:
+        self.transcript.on_delta(delta)
+
+    def started(self, agent, request: str) -> None:
+        self.transcript.renderer.cwd = agent.cmd_init_dir
+
+    def interrupting(self, why: str) -> None:
+        self.transcript.status.doing("stopping")
+
+    def finished(self, outcome, code: int) -> None:
+        from anges.cli.transcript import status_line
+
+        if outcome.answer is not None:
+            self.transcript.print(self.transcript.renderer.event(outcome.final))
+        self.transcript.note(status_line(outcome, hint=False))
+
+    def close(self) -> None:
+        """Nothing is left open."""
+
+
+class QueuePane(Pane):
+    """Requests typed while one runs, shown until their turn."""
+
+    def __init__(self, queue: list[str]):
+        self.queue = queue
+        text = FormattedTextControl(lambda: [("class:queued", "\n".join(
+            f"⧗ queued: {one_line(text, 100)}  (Esc: back into the box, unsent)" for text in self.queue))])
+        self.container = ConditionalContainer(Window(text, dont_extend_height=True), Condition(lambda: bool(queue)))
+
+
+class Interactive:
+    """One person's session: the screen, the agent of the stream being worked on, the queue."""
+
+    def __init__(self, args: argparse.Namespace):
+        from anges.config.loading import anges_home
+
+        self.args = args
+        self.display = Display.of(sys.stderr)
+        self.status = Status(model="starting…")
+        self.transcript: Transcript | None = None
+        self.output: SessionOutput | None = None
+        self.setup: Setup | None = None
+        self.session: Session | None = None
+        self.ready = threading.Event()
+        self.exit = 0
+        self.queue: list[str] = []
+        self.running = False
+        self.leaving = False
+        self._ctrl_c_at = 0.0
+        self._commands = threading.Lock()
+        self.approvals = ApprovalPane(typed_at=lambda: self.composer.typed_at)
+        self.picker = Picker(lambda: self.screen)
+        self.composer = Composer(History(str(anges_home() / "history")), Completions(self.cwd, self.complete),
+                                 self.send)
+        self.screen = Screen(self.display, self.status, above=[self.approvals, self.picker, QueuePane(self.queue)],
+                             below=[self.composer], bindings=self._keys(), focus=self.composer.box)
+        self.approvals.attach(self.screen)
+
+    # -- the session's life ----------------------------------------------------------------------------------------
+
+    def run(self, first: str | None) -> int:
+        try:
+            with interrupt_on_signals(self.on_signal):
+                self.screen.run(started=lambda: self._started(first))
+        finally:
+            if self.transcript is not None:
+                self.transcript.screen = None
+            self._end()
+        return self.exit
+
+    def _started(self, first: str | None) -> None:
+        """Once the input box is drawn (the first draw follows at once): the welcome, and the rest set up."""
+        def after_the_first_draw() -> None:
+            from anges.cli.transcript import Transcript
+
+            self.transcript = Transcript(self.display, verbose=bool(self.args.verbose), status=self.status)
+            self.transcript.screen = self.screen
+            self.output = SessionOutput(self.transcript)
+            self.transcript.note(f"anges {__version__} · {WELCOME}")
+            threading.Thread(target=self._prepare, args=(first,), name="anges-setup", daemon=True).start()
+
+        self.screen.app.loop.call_soon(after_the_first_draw)
+
+    def _prepare(self, first: str | None) -> None:
+        """Load the configuration, open the stream (its earlier steps drawn first) and build the agent."""
+        from anges.cli.build import Setup
+
+        try:
+            self.setup = Setup(self.args)
+            self.use(self.setup.stream(self.args.resume))
+        except (AngesError, UsageError) as exc:
+            self.fail(exc)
+            self.exit = 2
+            self.screen.close()
+        finally:
+            self.ready.set()
+        if first is not None and self.session is not None:
+            self.screen.in_loop(lambda: self.send(first))
+
+    def use(self, stream: EventStream, show_earlier: bool = True, new_model: bool = False) -> None:
+        """Work on `stream` from now on (its earlier steps drawn first), with an agent built as set up now: the
+        model of the agent before it, or the one set up (`new_model`, or there is no agent yet)."""
+        from anges.cli.build import close_agent
+        from anges.cli.runs import stream_transcript
+
+        if show_earlier and stream.events_list:
+            self.transcript.print(stream_transcript(stream, self.setup.store, self.display.styled))
+        old = self.session.agent if self.session is not None else None
+        model = old.inference_func if old is not None and not new_model else None
+        agent = self.setup.agent(stream, self.output, channel=self.approvals, model=model)
+        if self.session is None:
+            self.session = Session(agent, self.output)
+        else:
+            self.session.agent = agent
+        close_agent(old)
+        self.approvals.root = agent.uid
+        self.status.describe(agent, self.setup.config.safety)
+        self.screen.refresh()
+
+    def _end(self) -> None:
+        """After the screen: stop what still runs, end the agent's processes."""
+        from anges.cli.build import close_agent
+
+        session = self.session
+        if session is None:
+            return
+        if self.running:
+            session.interrupt("leaving")
+            deadline = time.monotonic() + 10
+            while self.running and time.monotonic() < deadline:
+                time.sleep(0.02)
+        close_agent(session.agent)
+        if session.ended_by:
+            self.exit = 4
+        elif session.agent.event_stream.events_list and self.transcript is not None:
+            self.transcript.note(f"continue later with: anges --resume {session.agent.event_stream.uid}")
+
+    def leave(self) -> None:
+        """Leave the session (after stopping the request that runs)."""
+        self.leaving = True
+        if self.running and self.session is not None:
+            self.session.interrupt("leaving")
+        else:
+            self.screen.close()
+
+    def on_signal(self, name: str) -> None:
+        """SIGTERM or SIGHUP (SIGINT, with no terminal in raw mode): stop the request and end the session."""
+        if self.session is not None:
+            self.session.ended_by = name if name != "SIGINT" else ""
+        if self.running and self.session is not None:
+            self.session.interrupt(name)
+            self.leaving = name != "SIGINT"
+        elif name != "SIGINT":
+            self.screen.close()
+
+    # -- requests --------------------------------------------------------------------------------------------------
+
+    def send(self, text: str) -> None:
+        """What the person sent (on the screen's thread): a slash command, a request, or one to queue."""
+        if text.strip().startswith("/"):
+            self._command(text.strip())
+        elif self.running:
+            self.queue.append(text)
+        else:
+            self._start(text)
+
+    def _start(self, text: str) -> None:
+        self.running = True
+        self.status.begin()
+        self._echo(text)
+        threading.Thread(target=self._work, args=(text,), name="anges-run", daemon=True).start()
+
+    def _work(self, text: str) -> None:
+        self.ready.wait()
+        try:
+            outcome = self.session.run(text)
+            self.output.finished(outcome, exit_code(outcome))
+        except (AngesError, UsageError) as exc:
+            self.fail(exc)
+        except Exception as exc:  # noqa: BLE001  (a session survives a failed request)
+            self.fail(exc, unexpected=True)
+        finally:
+            self.status.end()
+            self.screen.in_loop(self._finished)
+
+    def _finished(self) -> None:
+        self.running = False
+        if self.leaving or (self.session is not None and self.session.ended_by):
+            self.screen.close()
+        elif self.queue:
+            self._start(self.queue.pop(0))
+        self.screen.refresh()
+
+    def stop(self, why: str) -> None:
+        """Stop the running request; what was queued comes back into the input box, unsent."""
+        if self.session is not None and not self.session.stopping:
+            self.session.interrupt(why)
+        if self.queue:
+            self.composer.text = "\n".join([*self.queue, self.composer.text]).strip("\n")
+            self.queue.clear()
+        self.screen.say("stopping the run (its command ends within a second)")
+
+    def fail(self, exc: BaseException, unexpected: bool = False) -> None:
+        """Say what went wrong, in one line (the traceback with -v)."""
+        from anges.util.printable import printable
+
+        what = f"unexpected error: {type(exc).__name__}: " if unexpected else ""
+        self.transcript.note(f"anges: {what}{printable(str(exc))}", "bold red")
+        if unexpected and self.args.verbose:
+            import traceback
+
+            self.transcript.note("".join(traceback.format_exception(exc)), "red")
+
+    # -- slash commands --------------------------------------------------------------------------------------------
+
+    def _echo(self, text: str) -> None:
+        """What the person sent, into the transcript."""
+        from rich.text import Text
+
+        self.transcript.print([Text(), Text("› ", "bold blue") + Text("\n  ".join(text.strip().splitlines()), "bold")])
+
+    def _command(self, line: str) -> None:
+        self._echo(line)
+        threading.Thread(target=self._run_command, args=(line,), name="anges-command", daemon=True).start()
+
+    def _run_command(self, line: str) -> None:
+        from anges.cli.commands import run_command
+
+        self.run_in_background(lambda: run_command(self, line))
+
+    def run_in_background(self, work) -> None:
+        """Run a command's `work` here, one at a time, once the agent is ready; its errors are said."""
+        with self._commands:
+            self.ready.wait()
+            if self.session is None:
+                return
+            try:
+                work()
+            except (AngesError, UsageError) as exc:
+                self.fail(exc)
+            except Exception as exc:  # noqa: BLE001  (a session survives a failed command)
+                self.fail(exc, unexpected=True)
+
+    def complete(self, before: str):
+        from anges.cli.commands import completions
+
+        return completions(self, before)
+
+    def cwd(self) -> str:
+        session = self.session
+        return session.agent.cmd_init_dir if session is not None else "."
+
+    def say(self, text: str, style: str = "") -> None:
+        """A line of a command's answer, into the transcript."""
+        self.transcript.note(text, style)
+
+    # -- keys ------------------------------------------------------------------------------------------------------
+
+    def _keys(self) -> KeyBindings:
+        keys = KeyBindings()
+        running = Condition(lambda: self.running)
+        empty = Condition(lambda: not self.composer.text)
+
+        @keys.add("escape", filter=running)
+        def _(event) -> None:
+            self.stop("Esc")
+
+        @keys.add("c-c")
+        @keys.add("<sigint>")
+        def _(event) -> None:
+            if self.running:
+                self.stop("Ctrl-C")
+            elif self.composer.text:
+                self.composer.text = ""
+            elif time.monotonic() - self._ctrl_c_at < LEAVE_AGAIN:
+                self.leave()
+            else:
+                self._ctrl_c_at = time.monotonic()
+                self.screen.say("Ctrl-C again leaves (or Ctrl-D)")
+
+        @keys.add("c-d", filter=empty)
+        def _(event) -> None:
+            self.leave()
+
+        @keys.add("up", filter=empty & Condition(lambda: bool(self.queue)))
+        def _(event) -> None:
+            self.composer.text = self.queue.pop()
+
+        return keys

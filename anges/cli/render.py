@@ -1,0 +1,362 @@
+"""What a person reads of an event: one renderer for the live session, the `-q` transcript and `anges show`.
+
+Everything is drawn from `Event.type` and `Event.data` as rich renderables; untrusted text is made printable first
+and only ever put in `Text` (never parsed as markup). Unstyled, the lines read exactly as they do styled, without
+colour, and the Markdown of an answer is left as written.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from rich.padding import Padding
+from rich.text import Text
+
+from anges.cli.terminal import seconds
+from anges.store.events import (
+    ChildReturn,
+    FileEdit,
+    ShellRun,
+    StepUsage,
+    group_of,
+    kind_of,
+    shown_path,
+    status_of,
+    stop_explanation,
+)
+from anges.store.export import printable_event
+from anges.store.results import ActionResult
+from anges.store.turns import reasoning_after, turn_reasoning
+from anges.util.clipping import clip_lines, shorten
+from anges.util.printable import printable, visible
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from anges.store.events import Event
+
+SHOWN_STATUS = {"completed": ("completed", "green"), "answered": ("answered", "green"),
+                "help_needed": ("help needed", "yellow"), "interrupted": ("stopped", "yellow"),
+                "running": ("running", "cyan")}
+"""How each stream status (anges.store.events.status_of) reads and is coloured."""
+APPROVERS = {"auto": "automatically (--approval auto)", "approval=deny": "(--approval deny)",
+             "no_one": "(no one can approve here)", "always": "(approved earlier for the whole run)",
+             "terminal": "by you", "interrupt": "", "limit": "(too long to be shown whole)"}
+"""How `approval_decided` says who decided (the `by` fact); a channel's own name reads "by NAME"."""
+STOP_REASONS = {"interrupt": "interrupted", "timeout": "out of time", "event_limit": "out of steps",
+                "model_call_limit": "out of model calls", "repetition": "stuck repeating itself",
+                "invalid_replies": "the model's replies were invalid", "model_error": "the model failed",
+                "reply_cut_off": "the model's replies were cut off at max_output_tokens",
+                "model_setup": "the model is not usable", "abandoned": "its process ended without finishing",
+                "budget": "over budget", "context_window": "the prompt does not fit the model's context window"}
+OUTPUT = {"no_wrap": True, "overflow": "ellipsis"}
+"""Command output and diff lines are cut at the edge of the screen, never wrapped (prose wraps)."""
+
+
+class Renderer:
+    """Turns one event into what a person reads; `styled` adds colour, Markdown and highlighting."""
+
+    def __init__(self, styled: bool, verbose: bool = False, cwd: str = ""):
+        self.styled = styled
+        self.verbose = verbose
+        self.cwd = cwd
+        self.output_lines = 200 if verbose else 8
+        self.diff_lines = 400 if verbose else 40
+        self.reasoning_lines = 1000 if verbose else 3
+        self._turns: dict[str, str] = {}
+        """Per agent: the reasoning in effect (a reply's reasoning is shown with its first event only)."""
+
+    def event(self, event: Event, depth: int = 0, agent: str = "", live: bool = False) -> list[RenderableType]:
+        """What one event shows; `live` leaves out the top-level request and answer (the user has or gets those)
+        and approval requests (the live screen asks them itself)."""
+        event, agent = printable_event(event), printable(agent)
+        previous = self._turns.get(agent, "")
+        self._turns[agent] = reasoning_after(event, previous)
+        group = group_of(event)
+        if not kind_of(event.type).in_report or (live and depth == 0 and group == "request"):
+            return []
+        if live and event.type == "approval_requested":
+            return []
+        # a child's return carries the reasoning of the step that delegated, already shown when it started
+        quiet = group in ("request", "interrupted", "child_exit") or not turn_reasoning(event, previous)
+        reasoning = [] if quiet else self._reasoning(event)
+        body = [] if live and depth == 0 and group == "answer" else self._body(event, group, depth)
+        usage = StepUsage.of(event.data) if self.verbose else None
+        if usage is not None:
+            body.append(Text("  " + usage.line(), "dim"))
+        if depth and body and agent:
+            tag = Text(f"[{agent}] ", "dim magenta")
+            if isinstance(body[0], Text):
+                body[0] = prefixed(tag, body[0])
+            else:
+                body.insert(0, tag)
+        return [_indented(item, depth) for item in reasoning + body]
+
+    def answer(self, text: str) -> RenderableType:
+        """A final answer: Markdown on a terminal, as written elsewhere (the text is printable already)."""
+        return markdown(text) if self.styled else Text(text.rstrip("\n"))
+
+    def _body(self, event: Event, group: str, depth: int) -> list[RenderableType]:
+        data, kind = event.data, event.type
+        if group == "request":
+            label = "request" if kind.startswith("new") else "follow-up"
+            return self._block(Text.assemble(("▶", "bold blue"), " ", (label + ":", "bold")), event.content, 6)
+        ended = [Text("  " + ended_jobs(event), "dim")] if ended_jobs(event) else []
+        if group == "answer":
+            word, colour = SHOWN_STATUS[status_of(kind)]
+            head = Text.assemble(("✓" if colour == "green" else "?", f"bold {colour}"), " ", (word, f"bold {colour}"))
+            if depth and not self.verbose:
+                return [head, *self._clip([Text(line) for line in event.content.splitlines()], 12), *ended]
+            return [head, self.answer(event.content), *ended]
+        if group == "interrupted":
+            return [Text.assemble(("■", "bold yellow"), " ", (stop_text(event), "yellow")), *ended]
+        if group in ("shell", "tool", "edit", "approval"):
+            draw = {"shell": self._command, "tool": self._tool_call, "edit": self._edit}.get(group, self._approval)
+            return draw(event)
+        if group == "child_start":
+            verb = "starts" if kind == "new_child_agent" else "resumes"
+            head = Text.assemble(("⇢", "bold magenta"), f" {verb} ", (data.get("agent_type", "child"), "bold"),
+                                 f" {data.get('agent_id', '')}")
+            return self._block(head, event.content, 3)
+        if group == "child_exit":
+            child = ChildReturn.of(event)
+            status, colour = SHOWN_STATUS.get(child.status, (child.exit_type, "yellow"))
+            return [Text.assemble(("⇠", "bold magenta"), f" {child.agent_type} {child.agent_id} returned: ",
+                                  (status, colour))]
+        if group == "restore":
+            return [Text.assemble(("↺", "bold cyan"), f" {event.message or first_line(event.content)}")]
+        result = ActionResult.of(event)
+        if result is not None:
+            return self._action(result, event.message)
+        if data.get("error"):
+            return [Text.assemble(("✗", "bold red"), f" {data['error']}")]
+        return [Text.assemble(("•", "bold"), f" {kind}: {event.message or first_line(event.content)}")]
+
+    def _action(self, result: ActionResult, message: str) -> list[RenderableType]:
+        """Any other action's result (a plug-in's): its name and message, then the text the model read."""
+        mark = ("✗", "bold red") if result.error else ("•", "bold cyan")
+        head = Text.assemble(mark, " ", (result.action_type or "action", "bold"),
+                             f" {one_line(message or result.error)}".rstrip(), **OUTPUT)
+        return [head, *self._framed(self._clip([Text(line) for line in result.text.splitlines()], self.output_lines))]
+
+    def _reasoning(self, event: Event) -> list[RenderableType]:
+        text = (event.reasoning or "").strip()
+        if self.verbose and event.analysis.strip():
+            text = f"{event.analysis.strip()}\n{text}".strip()
+        if not text:
+            return []
+        lines = text.splitlines()
+        shown = lines[: self.reasoning_lines]
+        if len(lines) > len(shown):
+            shown[-1] += " …"
+        return [Text(line, "dim italic") for line in shown]
+
+    def _command(self, event: Event) -> list[RenderableType]:
+        shell = ShellRun.of(event)
+        lines = [Text.assemble(("$", "bold cyan"), " ", (one_line(shell.command), "bold"), **OUTPUT)]
+        lines += self._framed(self._clip([Text(line) for line in shell.output().splitlines()], self.output_lines))
+        status = Text.assemble(("  └ ", "dim"), _shell_status(shell))
+        if shell.cut and shell.printed_bytes is not None and not shell.yielded:
+            status.append(f" · printed {shell.printed_lines:,} lines, {shell.printed_bytes:,} bytes (cut above)",
+                          "dim")
+        if event.data.get("sandbox") == "none":
+            status.append(" · outside the sandbox" if event.data.get("escalated") else " · no sandbox", "yellow")
+        return lines + [status]
+
+    def _tool_call(self, event: Event) -> list[RenderableType]:
+        data = event.data
+        args = json.dumps(data.get("args") or {}, ensure_ascii=False)
+        lines = [Text.assemble(("⚙", "bold cyan"), " ", (data["server"] + "." + data["tool"], "bold"),
+                               " " + one_line(args), **OUTPUT)]
+        lines += self._framed(self._clip([Text(line) for line in event.content.splitlines()], self.output_lines))
+        if data.get("error"):
+            status = Text(f"not done: {data['error']}", "red")
+        else:
+            failed = bool(data.get("is_error"))
+            status = Text("tool error" if failed else "ok", "red" if failed else "green")
+            status.append(f" · {seconds(data.get('duration', 0))}", "dim")
+        return lines + [Text("  └ ", "dim") + status]
+
+    def edit(self, event: Event) -> list[RenderableType]:
+        """A file edit: its path, what it added and removed, and the diff."""
+        return self._edit(printable_event(event))
+
+    def _edit(self, event: Event) -> list[RenderableType]:
+        edit = FileEdit.of(event)
+        if edit.error is not None:
+            return [Text.assemble(("✗", "bold red"), f" edit failed: {edit.directive}"),
+                    Text.assemble(("  │ ", "dim"), first_line(edit.error), **OUTPUT)]
+        path = shown_path(edit.path, self.cwd) or edit.directive
+        head = Text.assemble(("✎", "bold cyan"), " ", ("edited " + path, "bold"), " ",
+                             (f"(+{edit.lines_added} −{edit.lines_removed})", "dim"))
+        return [head, *self._clip(diff_lines(edit.diff, path, self.styled), self.diff_lines)]
+
+    def _approval(self, event: Event) -> list[RenderableType]:
+        data = event.data
+        what = f"{data.get('action_type', '')} {one_line(visible(str(data.get('subject', ''))), 120)}"
+        outside = " outside the sandbox" if data.get("escalate") else ""
+        if event.type == "approval_requested":  # as the question shows it (safety/approval_text.py)
+            outside = " (if approved, outside the sandbox)" if data.get("escalate") else ""
+            return [Text.assemble(("?", "bold yellow"), " ", ("needs approval:", "yellow"),
+                                  f" {what}{outside} — {data.get('reason', '')} ",
+                                  (f"[{data.get('rule', '')}]", "dim"))]
+        decision, by = data.get("decision"), data.get("by", "")
+        mark, colour, verb = {"allow": ("✓", "green", "approved"), "deny": ("✗", "red", "declined")}.get(
+            decision, ("■", "yellow", "not decided (interrupted)"))
+        who = APPROVERS.get(by, f"by {by}")
+        if by == "rule":
+            who = f"by rule {data.get('rule', '')} ({data.get('reason', '')})"
+        always = " (and for the rest of the run)" if data.get("always") else ""
+        lines = [Text.assemble((mark, f"bold {colour}"), " ", (verb, colour),
+                               f"{' ' + who if who else ''}{always}: {what}{outside}")]
+        if data.get("feedback"):
+            lines.append(Text.assemble(("  │ ", "dim"), one_line(str(data["feedback"])), **OUTPUT))
+        return lines
+
+    def _block(self, head: Text, text: str, limit: int) -> list[RenderableType]:
+        body = (text or "").strip().splitlines()
+        if len(body) == 1:
+            return [head + Text(" " + body[0])]
+        return [head, *(prefixed("  ", line) for line in self._clip([Text(b) for b in body],
+                                                                      limit if not self.verbose else 1000))]
+
+    def _framed(self, lines: list[Text]) -> list[RenderableType]:
+        return [Text.assemble(("  │ ", "dim"), line, **OUTPUT) for line in lines]
+
+    def _clip(self, lines: list[Text], limit: int) -> list[Text]:
+        """The first and last lines when there are more than `limit`, a dim `… N more lines …` between."""
+        return clip_lines(lines, limit, lambda n: Text(f"… {n} more line{'s' if n != 1 else ''} …", "dim"))
+
+
+def _shell_status(shell: ShellRun) -> Text:
+    if shell.state == "timed_out":
+        return Text(f"killed after the timeout ({shell.duration:.0f} s)", "red")
+    if shell.state == "interrupted":
+        return Text("killed: interrupted", "yellow")
+    if shell.yielded:
+        why = f"listening on port {', '.join(map(str, shell.listening))}" if shell.listening else \
+            f"still running after {seconds(shell.duration)}"
+        return Text(f"{why}: went on in the background as pid {shell.pid}, output in {shell.log_path}", "cyan")
+    if shell.state == "background":
+        return Text(f"started in the background: pid {shell.pid}, output in {shell.log_path}", "cyan")
+    return Text.assemble((f"exit {shell.exit_code}", "green" if shell.exit_code == 0 else "red"),
+                         (f" · {seconds(shell.duration)}", "dim"))
+
+
+def _indented(item: RenderableType, depth: int) -> RenderableType:
+    if not depth:
+        return item
+    if isinstance(item, Text):
+        return prefixed("  " * depth, item)
+    return Padding(item, (0, 0, 0, 2 * depth))
+
+
+def prefixed(prefix: Text | str, text: Text) -> Text:
+    """`prefix` then `text`, wrapped or cut as `text` is."""
+    return Text.assemble(prefix, text, no_wrap=text.no_wrap, overflow=text.overflow)
+
+
+def diff_lines(diff: str, path: str, styled: bool) -> list[Text]:
+    """A unified diff, two spaces in: added lines green, removed red, hunks cyan, and the code highlighted in the
+    language of `path` (plain text, as written, unstyled)."""
+    lines = diff.splitlines()
+    if not styled:
+        return [Text("  " + line) for line in lines]
+    highlight = _highlighter(path)
+    shown = []
+    for line in lines:
+        if line.startswith(("---", "+++", "diff --git ", "index ")):
+            shown.append(Text("  " + line, "dim", **OUTPUT))
+        elif line.startswith("@@"):
+            shown.append(Text("  " + line, "cyan", **OUTPUT))
+        elif line[:1] in ("+", "-", " "):
+            mark = {"+": "green", "-": "red", " ": ""}[line[0]]
+            code = highlight(line[1:])
+            if mark:
+                code.stylize(f"on {'#005f00' if mark == 'green' else '#5f0000'}")  # the same in 256 colours
+            shown.append(Text.assemble("  ", (line[0], f"bold {mark}".strip()), code, **OUTPUT))
+        else:
+            shown.append(Text("  " + line, **OUTPUT))
+    return shown
+
+
+def files_diff(text: str, styled: bool, limit: int = 3000) -> list[Text]:
+    """A diff of several files as `git diff --stat --patch` writes it (the stat, then each file's diff): each file
+    coloured and highlighted in its own language; past `limit` lines, the first and last."""
+    text = visible(text.encode(errors="surrogateescape").decode(errors="replace"))
+    stat: list[str] = []
+    files: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        if line.startswith("diff --git "):
+            files.append((line.rsplit(" b/", 1)[-1], []))
+        (files[-1][1] if files else stat).append(line)
+    shown = [Text(line, **OUTPUT) for line in stat]
+    for path, lines in files:
+        shown += diff_lines("\n".join(lines), path, styled)
+    return clip_lines(shown, limit, lambda n: Text(f"… {n} more lines …", "dim"))
+
+
+@lru_cache(maxsize=64)
+def _highlighter(path: str):
+    """A function that highlights one line of code in the language of `path` (no highlighting when unknown)."""
+    from pygments.lexers import get_lexer_for_filename
+    from pygments.util import ClassNotFound
+    from rich.syntax import Syntax
+
+    try:
+        lexer = get_lexer_for_filename(path.rsplit("/", 1)[-1], stripnl=False)
+    except ClassNotFound:
+        return Text
+    syntax = Syntax("", lexer, theme="ansi_dark")
+
+    def highlight(code: str) -> Text:
+        text = syntax.highlight(code)
+        text.rstrip()
+        return text
+
+    return highlight
+
+
+def markdown(text: str) -> RenderableType:
+    """Markdown as rich draws it, headings on the left and links with their address (never hidden behind a
+    terminal hyperlink)."""
+    return _markdown_class()(text, code_theme="ansi_dark", hyperlinks=False, justify="default")
+
+
+@lru_cache(maxsize=1)
+def _markdown_class():
+    from rich.markdown import Heading, Markdown
+
+    class LeftHeading(Heading):
+        LEVEL_ALIGN = dict.fromkeys(Heading.LEVEL_ALIGN, "left")
+
+    class LeftMarkdown(Markdown):
+        elements = {**Markdown.elements, "heading_open": LeftHeading}
+
+    return LeftMarkdown
+
+
+def stop_text(event: Event) -> str:
+    """`out of steps: the run reached 80 steps ...` from the stop reason and the recorded explanation (a model
+    error's own text, when there is one)."""
+    reason = event.data.get("reason", "")
+    detail = event.data.get("error") or first_line(stop_explanation(event))
+    return f"{STOP_REASONS.get(reason, reason or 'stopped')}: {detail}"
+
+
+def ended_jobs(event: Event) -> str:
+    """`ended with the run: pid 7 (python3 -m http.server)`, for an event after which the run ended its jobs."""
+    jobs = event.data.get("ended_jobs") or []
+    shown = ", ".join(f"pid {job.get('pid')} ({one_line(str(job.get('command', '')), 80)})" for job in jobs)
+    return f"ended with the run: {shown}" if shown else ""
+
+
+def first_line(text: str) -> str:
+    return (text or "").strip().split("\n", 1)[0]
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    """`text` on one line (its lines joined by ⏎), cut to `limit` characters."""
+    return shorten(" ⏎ ".join(part for part in text.strip().splitlines() if part.strip()), limit)

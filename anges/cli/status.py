@@ -1,0 +1,171 @@
+"""The status line of a run as it works: the model, the sandbox, elapsed time, steps, tokens, cost and cache hits."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+
+from anges.cli.terminal import seconds
+from anges.util.clipping import one_line, shorten
+from anges.util.printable import printable
+
+SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+
+@dataclass
+class Usage:
+    """Tokens, model calls, cost and cached input added up over events (a request's, or a whole session's)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    model_calls: int = 0
+    cost: float | None = None
+    steps: int = 0
+
+    def add(self, event) -> None:
+        """Count one recorded event (its step, and the model usage that led to it)."""
+        from anges.store.events import StepUsage, is_step
+
+        self.steps += is_step(event)
+        usage = StepUsage.of(event.data)
+        if usage is None:
+            return
+        self.input_tokens += usage.input_tokens
+        self.output_tokens += usage.output_tokens
+        self.cached_tokens += usage.cached_tokens
+        self.model_calls += usage.model_calls
+        if usage.cost is not None:
+            self.cost = (self.cost or 0.0) + usage.cost
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    @property
+    def cache_hits(self) -> float:
+        """The share of input tokens read from the provider's cache."""
+        from anges.agents.budget import cache_hit_ratio
+
+        return cache_hit_ratio(self.cached_tokens, self.input_tokens)
+
+    def parts(self) -> list[str]:
+        """`3 steps`, `4,210 tokens`, `$0.0123`, `62% cached`: what there is to say."""
+        parts = [f"{self.steps} step{'s' if self.steps != 1 else ''}"]
+        if self.tokens:
+            parts.append(f"{self.tokens:,} tokens")
+        if self.cost is not None:
+            parts.append(f"${self.cost:.4f}")
+        if self.cached_tokens:
+            parts.append(f"{self.cache_hits:.0%} cached")
+        return parts
+
+
+@dataclass
+class Status:
+    """What the status line says; updated from the agent's threads, read by the screen's."""
+
+    model: str = ""
+    sandbox: str = ""
+    approval: str = ""
+    activity: str = ""
+    """thinking, running `ls`, stopping...; empty when no request runs."""
+    started: float = 0.0
+    run: Usage = field(default_factory=Usage)
+    session: Usage = field(default_factory=Usage)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def describe(self, agent, safety) -> None:
+        """Say which model the agent uses and which sandbox and approval mode its run gets."""
+        name = getattr(agent.inference_func, "name", "") or "model"
+        scheme, colon, rest = name.partition(":")
+        if colon and "/" in rest:  # scripted:FILE, replay:FILE: the file's name says enough
+            name = f"{scheme}:{rest.rsplit('/', 1)[-1]}"
+        with self.lock:
+            self.model = name
+            self.sandbox, self.approval = safety.sandbox, safety.approval or "ask"
+
+    def begin(self) -> None:
+        """A request starts."""
+        with self.lock:
+            self.run, self.started, self.activity = Usage(), time.monotonic(), "thinking"
+
+    def end(self) -> None:
+        """The request ended."""
+        with self.lock:
+            self.activity = ""
+
+    def recorded(self, event) -> None:
+        """An event was recorded (any agent of the tree)."""
+        with self.lock:
+            self.run.add(event)
+            self.session.add(event)
+
+    def doing(self, activity: str) -> None:
+        with self.lock:
+            if self.activity != "stopping":
+                self.activity = activity
+
+    @property
+    def working(self) -> bool:
+        return bool(self.activity)
+
+    def line(self, width: int = 1000, now: float | None = None) -> str:
+        """`⠹ thinking · 12.4s · 3 steps · 4,210 tokens · $0.0123 · 62% cached · openai:gpt-4.1 · sandbox workspace`
+        while a request runs, the settings and the session's totals between requests; what fits in `width` (the
+        activity is shortened to make room, then the last parts go)."""
+        now = time.monotonic() if now is None else now
+        with self.lock:
+            model = shorten(self.model or "no model", 40)
+            settings = [model, f"sandbox {self.sandbox}", f"approval {self.approval}"]
+            if not self.activity:
+                done = self.session.parts()
+                parts = [f"session: {done[0]}", *done[1:], *settings] if self.session.steps else settings
+                return _fit(parts, width)
+            glyph = SPINNER[int(now * 10) % len(SPINNER)]
+            activity = self.activity
+            parts = [seconds(now - self.started), *self.run.parts(), *settings[:2], "Esc stops"]
+        for keep in range(len(parts), 0, -1):
+            rest = " · " + " · ".join(parts[:keep])
+            room = width - len(rest) - 2
+            if room >= min(len(activity), 24):
+                return f"{glyph} {shorten(activity, room)}{rest}"
+        return _fit([f"{glyph} {activity}", *parts[:1]], width)
+
+
+def _fit(parts: list[str], width: int) -> str:
+    line = " · ".join(parts)
+    return line if len(line) <= width else shorten(line, width)
+
+
+class WatchedModel:
+    """A model wrapped so the status line says when it is thinking and what its reply runs next."""
+
+    def __init__(self, model, status: Status):
+        self.model = model
+        self.status = status
+        self.name = getattr(model, "name", "")
+
+    def __call__(self, prompt: str, temperature: float = 0.0):
+        self.status.doing("thinking")
+        reply = None
+        try:
+            reply = self.model(prompt, temperature=temperature)
+            return reply
+        finally:
+            self.status.doing(printable(activity(reply)))
+
+    def __getattr__(self, name: str):
+        return getattr(self.model, name)
+
+
+def activity(reply) -> str:
+    """What runs after a model reply: the first command it asks for, or generic work."""
+    try:
+        actions = json.loads(reply).get("actions") or []
+        command = next(a["command"] for a in actions if a.get("action_type", "").upper() == "RUN_SHELL_CMD")
+    except (TypeError, ValueError, AttributeError, KeyError, StopIteration):
+        return "working"
+    return f"running {one_line(str(command), 80)}"
