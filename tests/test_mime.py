@@ -58,6 +58,7 @@ def run_agent(tmp_path, replies, model_name, monkeypatch, env, max_file_bytes=20
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     config = load_config(overrides={"mime_reader": {"model": model_name, "max_file_bytes": max_file_bytes},
+                                    "safety": {"network": True},  # links are read where the network is on
                                     "retry": {"max_attempts": 2, "initial_backoff": 0.01, "max_backoff": 0.01}})
     agent = DefaultAgent(inference_func=ScriptedModel(replies), cmd_init_dir=tmp_path, config=config)
     stream = agent.run_with_new_request("look at the files")

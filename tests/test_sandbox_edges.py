@@ -11,7 +11,9 @@ import pytest
 from helpers import SANDBOX_PYTHON as PYTHON
 from test_sandbox import actions, complete, reply, run_agent, shell
 
+from anges.agents import DefaultAgent
 from anges.config import load_config
+from anges.models.scripted import ScriptedModel
 from anges.safety.sandbox import SandboxSettings
 
 PLANTED = {  # startup places a login shell, git, Python or the desktop session would run later
@@ -92,6 +94,40 @@ def test_edits_of_startup_files_that_do_not_exist_ask_and_auto_declines_them(hom
     assert sorted(os.listdir(home)) == ["old.txt", "project"]
 
 
+@pytest.mark.sandbox
+def test_a_protected_place_cannot_be_moved_away_with_a_folder_above_it(home, monkeypatch):
+    """A read-only mount goes with its folder when the folder is renamed: `mv tool tool-old` took the protected
+    ~/projects/tool/.venv/bin (on PATH) along, and a new ~/projects/tool/.venv/bin/python took its place; the same
+    for a config anges reads kept two folders down (hidden)."""
+    bin_dir, config = home / "projects" / "tool" / ".venv" / "bin", home / "projects" / "app" / "conf" / "mcp.json"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").write_text("#!/bin/sh\nexec /usr/bin/python3 \"$@\"\n")
+    config.parent.mkdir(parents=True)
+    config.write_text('{"mcpServers": {}}\n')
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    swap = ("cd ~/projects && mv tool tool-old; mkdir -p tool/.venv/bin && echo 'echo pwned' > tool/.venv/bin/python;"
+            " mv app/conf app/conf-old; mv app app-old; mkdir -p app/conf && echo '{\"mcpServers\": {\"x\": {}}}' "
+            "> app/conf/mcp.json; ls")
+    stream, _ = run_agent(home, [reply(shell(swap)), complete()], approval="auto", hidden_paths=[str(config)])
+
+    assert (bin_dir / "python").read_text().startswith("#!/bin/sh") and config.read_text() == '{"mcpServers": {}}\n'
+    assert sorted(os.listdir(home / "projects")) == ["app", "tool"]
+    assert actions(stream)[0].data["stdout"].split() == ["app", "tool"]
+
+
+def test_anges_own_edits_make_no_new_file_right_in_the_home_either(home):
+    """Commands cannot make a new file right in the home (it could be a startup file no list names: ~/.gdbinit,
+    ~/.psqlrc, ~/.selected_editor); EDIT_FILE could, without a question."""
+    edits = [{"action_type": "EDIT_FILE", "directive_line": f"NEW_FILE {name}", "content": "shell id\n"}
+             for name in ("~/.gdbinit", "~/newdir/x.txt", "~/old.txt", "~/project/made.txt")]
+    stream, _ = run_agent(home, [reply(edit) for edit in edits] + [complete()], approval="auto")
+
+    decided = [(e.data["subject"], e.data["rule"]) for e in stream.events_list if e.type == "approval_decided"]
+    assert decided == [(str(home / ".gdbinit"), "protected_paths"), (str(home / "newdir" / "x.txt"), "protected_paths")]
+    assert sorted(os.listdir(home)) == ["old.txt", "project"]
+    assert (home / "old.txt").read_text() == "shell id\n" and (home / "project" / "made.txt").exists()
+
+
 def test_one_list_of_startup_places_serves_the_sandbox_and_the_policy(home, monkeypatch):
     xdg = home / "xdg"
     xdg.mkdir()
@@ -103,7 +139,72 @@ def test_one_list_of_startup_places_serves_the_sandbox_and_the_policy(home, monk
                  ".local/lib/python3.12/site-packages/x.pth"):
         assert settings.is_protected(str(home / name)), name
         assert not settings.can_write(str(home / name)), name
-    assert settings.can_write(str(home / "project" / "x.py")) and settings.can_write(str(home / "notes.txt"))
+    assert settings.can_write(str(home / "project" / "x.py")) and settings.can_write(str(home / "old.txt"))
+    assert not settings.can_write(str(home / "notes.txt"))  # new, right in the home: as in the sandbox
+
+
+
+@pytest.mark.sandbox
+def test_a_writable_path_a_command_made_a_link_does_not_open_a_hidden_place(home):
+    """`writable_paths: [~/.cache/pip]` before pip made it: a command (working in the home) made it a link to ~/.ssh,
+    and the next run bound ~/.ssh writable, unhidden. A writable path reached through a link that commands could
+    have made is left out."""
+    (home / ".ssh").mkdir()
+    (home / ".ssh" / "authorized_keys").write_text("ssh-ed25519 MINE\n")
+    (home / ".cache").mkdir()
+    safety = {"approval": "auto", "writable_paths": ["~/.cache/pip"]}
+    run_agent(home, [reply(shell("ln -s ~/.ssh ~/.cache/pip")), complete()], **safety)
+    assert (home / ".cache" / "pip").is_symlink()
+
+    stream, _ = run_agent(home, [reply(shell("echo ssh-ed25519 EVIL >> ~/.cache/pip/authorized_keys; ls ~/.ssh")),
+                                 complete()], **safety)
+
+    assert (home / ".ssh" / "authorized_keys").read_text() == "ssh-ed25519 MINE\n"
+    assert actions(stream)[0].data["stdout"] == ""  # hidden, as before
+    assert str(home / ".ssh") not in SandboxSettings.for_run(load_config(overrides={"safety": safety}).safety,
+                                                            str(home)).writable
+
+
+
+@pytest.mark.sandbox
+def test_the_programs_on_path_in_the_home_cannot_be_replaced(home, monkeypatch):
+    """With the working directory at the home, a command replaced `git` in ~/.pyenv/shims (on PATH): the next
+    escalated `git commit`, or the user's next `git`, ran it. The directories on PATH in the home, and the version
+    managers PATH leads into, stay read-only whether they exist or not."""
+    shims = home / ".pyenv" / "shims"
+    shims.mkdir(parents=True)
+    (shims / "git").write_text("#!/bin/sh\nexec /usr/bin/git \"$@\"\n")
+    (home / ".pyenv" / "libexec").mkdir()
+    monkeypatch.setenv("PATH", f"{shims}:{home / 'go' / 'bin'}:{os.environ['PATH']}")
+    plant = ("echo 'echo pwned' > ~/.pyenv/shims/git; echo 'echo pwned' > ~/.pyenv/libexec/pyenv; "
+             "mkdir -p ~/go/bin && echo 'echo pwned' > ~/go/bin/git; ls -A ~/.pyenv/libexec")
+    stream, _ = run_agent(home, [reply(shell(plant)), complete()], approval="auto")
+
+    assert (shims / "git").read_text() == "#!/bin/sh\nexec /usr/bin/git \"$@\"\n"
+    assert not (home / ".pyenv" / "libexec" / "pyenv").exists() and not (home / "go").exists()
+    assert actions(stream)[0].data["stderr"].count("Read-only file system") == 3
+
+
+@pytest.mark.sandbox
+def test_credential_files_the_environment_names_are_hidden(work, outside, monkeypatch):
+    """google-genai reads a service account's key from $GOOGLE_APPLICATION_CREDENTIALS (Vertex AI): the variable
+    is no secret, but the file it names is anges' own model credential, and a command read it (so with
+    $AWS_SHARED_CREDENTIALS_FILE, each file of $KUBECONFIG, $DOCKER_CONFIG...)."""
+    names = {"GOOGLE_APPLICATION_CREDENTIALS": "sa.json", "AWS_SHARED_CREDENTIALS_FILE": "aws",
+             "KUBECONFIG": "kube-a", "DOCKER_CONFIG": "docker"}
+    for name, file in names.items():
+        (outside / file).write_text(f"KEY-OF-{name}\n")
+        monkeypatch.setenv(name, str(outside / file))
+    (outside / "kube-b").write_text("KEY-OF-KUBE-B\n")
+    monkeypatch.setenv("KUBECONFIG", f"{outside / 'kube-a'}{os.pathsep}{outside / 'kube-b'}")
+    (outside / "docker").unlink()
+    (outside / "docker").mkdir()
+    (outside / "docker" / "config.json").write_text("KEY-OF-DOCKER\n")
+    read = ('cat "$GOOGLE_APPLICATION_CREDENTIALS" "$AWS_SHARED_CREDENTIALS_FILE" "$DOCKER_CONFIG/config.json"; '
+            'tr : "\\n" <<< "$KUBECONFIG" | xargs cat')
+    stream, _ = run_agent(work, [reply(shell(read)), complete()], approval="auto")
+
+    assert "KEY-OF" not in actions(stream)[0].data["stdout"] + actions(stream)[0].data["stderr"]
 
 
 # -- host Unix sockets, however named --------------------------------------------------------------------------
@@ -391,6 +492,29 @@ def test_a_bwrap_commands_could_write_is_never_run_on_any_path(work, tmp_path):
     assert not actions(stream) and "lies in a directory commands may write" in batch and not web["sandboxed"]
 
 
+@pytest.mark.sandbox
+def test_a_bwrap_reached_through_a_link_commands_could_repoint_is_never_run(work, outside, tmp_path):
+    """`safety.bwrap` named through a link in the working directory: a command pointed the link at another program,
+    and the next run started its sandbox with that."""
+    marker = tmp_path / "other-program-ran"
+    other = planted_bwrap(outside, marker)  # any program of the machine the link could be pointed at
+    (work / "tools").mkdir()
+    (work / "tools" / "bwrap").symlink_to("/usr/bin/bwrap")
+    config = load_config(overrides={"safety": {"bwrap": str(work / "tools" / "bwrap"), "approval": "deny"}})
+
+    def run(command):
+        agent = DefaultAgent(inference_func=ScriptedModel([reply(shell(command)), complete()]), cmd_init_dir=work,
+                             config=config)
+        return agent.run_with_new_request("go")
+
+    first = run(f"ln -sfn {other} tools/bwrap && echo repointed")
+    second = run("echo ran")
+
+    assert not marker.exists()
+    assert not actions(first) and not actions(second)  # no sandbox from the start: nothing runs unasked
+    assert "reached through a link in a directory commands may write" in first.events_list[-2].content
+
+
 STRANGER_UID = 61234
 """An unprivileged user with no account: what a test runs as it must be able to read (the repository, Python)."""
 
@@ -430,12 +554,17 @@ def test_for_an_ordinary_user_a_bwrap_it_could_change_is_never_run(stranger):
     prefix, env, home = stranger
     fake = planted_bwrap(home / "bin", home / "planted-bwrap-ran")
     os.chown(fake, STRANGER_UID, STRANGER_UID)
+    (home / "links").mkdir()
+    (home / "links" / "bwrap").symlink_to("/usr/bin/bwrap")  # a link it may point elsewhere, to a bwrap it may not
+    os.chown(home / "links", STRANGER_UID, STRANGER_UID)
     code = ("import sys; from anges.safety.sandbox import availability; found = availability(sys.argv[1], ()); "
             "print(found.ok, found.reason)")
-    done = subprocess.run([*prefix, "-c", code, str(fake)], capture_output=True, text=True, cwd=home, timeout=60,
-                          env=env)
+    for named, writable in ((fake, fake), (home / "links" / "bwrap", home / "links")):
+        done = subprocess.run([*prefix, "-c", code, str(named)], capture_output=True, text=True, cwd=home,
+                              timeout=60, env=env)
+        assert done.stdout.startswith(f"False bwrap at {named} can be changed by you ({writable} is writable)"), \
+            done.stdout + done.stderr
     assert not (home / "planted-bwrap-ran").exists()
-    assert done.stdout.startswith(f"False bwrap at {fake} can be changed by you"), done.stdout + done.stderr
 
 
 # -- the sandbox's resources -------------------------------------------------------------------------------------
@@ -540,6 +669,21 @@ def test_as_an_ordinary_user_a_fork_bomb_stops_at_the_process_limit_too(stranger
 
 
 @pytest.mark.sandbox
+def test_as_an_ordinary_user_a_folder_above_a_protected_place_cannot_be_moved_either(stranger):
+    prefix, env, home = stranger
+    bin_dir = home / "projects" / "tool" / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").write_text("real\n")
+    for path in (home / "projects", home / "projects" / "tool", bin_dir.parent, bin_dir, bin_dir / "python"):
+        os.chown(path, STRANGER_UID, STRANGER_UID)
+    swap = "cd ~/projects && mv tool tool-old; mkdir -p tool/.venv/bin && echo pwned > tool/.venv/bin/python"
+    results = run_agent_as((prefix, {**env, "PATH": f"{bin_dir}:{env['PATH']}"}, home), [reply(shell(swap)),
+                                                                                         complete()], cwd=home)
+    assert (bin_dir / "python").read_text() == "real\n" and sorted(os.listdir(home / "projects")) == ["tool"]
+    assert "Read-only file system" in results[0]["stderr"]
+
+
+@pytest.mark.sandbox
 def test_commands_make_no_user_namespace_of_their_own_unless_allowed(work):
     nest = "unshare --user --net sh -c 'ip link show lo >/dev/null' && echo nested"  # a namespace, then another
     stream, _ = run_agent(work, [reply(shell(nest)), complete()])
@@ -556,3 +700,19 @@ def test_as_an_ordinary_user_startup_files_cannot_be_planted_either(stranger):
     results = run_agent_as(stranger, [reply(*(shell(plant(name)) for name in PLANTED)), complete()], cwd=home)
     assert [r["stdout"] for r in results] == [""] * len(PLANTED) and all("Read-only" in r["stderr"] for r in results)
     assert sorted(os.listdir(home)) == ["anges"]  # its ANGES_HOME, and nothing planted nor left behind
+
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize("sandbox", ["workspace", "off"])
+def test_a_command_that_stops_the_runner_does_not_stop_the_commands_after_it(work, monkeypatch, sandbox):
+    """`kill -STOP $PPID` (or `pkill -STOP python`) froze the runner: every later command of the run waited and
+    failed, though the message said the next one starts a new runner."""
+    from anges.safety import command_runner
+
+    monkeypatch.setattr(command_runner, "REPLY_TIMEOUT", 1.0)  # how long a runner may take to answer
+    steps = [reply(shell("kill -STOP $PPID; echo stopped", background_after=1)), reply(shell("echo second")),
+             reply(shell("echo third")), complete()]
+    stream, _ = run_agent(work, steps, approval="auto", sandbox=sandbox)
+
+    assert [event.data.get("stdout") for event in actions(stream)[1:]] == ["second\n", "third\n"]

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from anges.prompt.parsing import ParsedReply
     from anges.safety.policy import Policy, Verdict
 
-LEAVING_THE_SANDBOX = ("escalation", "writable_paths", "protected_paths", "hidden_paths", "private_paths")
+LEAVING_THE_SANDBOX = ("escalation", "writable_paths", "protected_paths", "hidden_paths", "private_paths", "network")
 """The rules whose `ask` lets an action do what the sandbox forbids commands: --approval auto does not approve
 them unless `safety.auto_escalate` says so."""
 
@@ -71,7 +71,7 @@ class ApprovalRequest:
     """What to show: the command, the diff the edit would make, the tool's arguments."""
     rule: str
     """What asked: `safety.rules[N]`, `safety.default_rules[N]`, `escalation`, `unsandboxed`, `writable_paths`,
-    `protected_paths`, `hidden_paths`, `private_paths`."""
+    `protected_paths`, `hidden_paths`, `private_paths`, `network`."""
     reason: str
     scope: str
     """What an "always" answer approves for the rest of the run."""

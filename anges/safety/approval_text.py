@@ -17,6 +17,8 @@ approved (`refusal`)."""
 MAX_SHOWN_LINES = 60
 MAX_SHOWN_LINE = 400
 """A request shows at most this many lines, of at most this many characters, before the person opens it all."""
+MAX_NAMED = 8
+"""The characters that are not ASCII a request's size line names at most."""
 ESCALATION_NOTE = "If approved, this runs outside the sandbox."
 """What a request to leave the sandbox says until it is approved."""
 
@@ -48,9 +50,16 @@ def shown(detail: str) -> Shown:
 
 
 def size(detail: str) -> str:
-    """"N lines, M characters" of `detail`."""
+    """"N lines, M characters" of `detail`, and "; not ASCII: і U+0456" naming each character shown as itself that is
+    not ASCII: a Cyrillic і in `gіthub.com` reads as an i."""
     lines = detail.count("\n") + 1
-    return f"{lines} line{'s' if lines != 1 else ''}, {len(detail):,} character{'s' if len(detail) != 1 else ''}"
+    text = f"{lines} line{'s' if lines != 1 else ''}, {len(detail):,} character{'s' if len(detail) != 1 else ''}"
+    if detail.isascii():
+        return text
+    other = [char for char in dict.fromkeys(visible(detail)) if char >= "\x80"]  # the marked ones show as <U+...>
+    named = ", ".join(f"{char} U+{ord(char):04X}" for char in other[:MAX_NAMED])
+    more = f" and {len(other) - MAX_NAMED} more" if len(other) > MAX_NAMED else ""
+    return f"{text}; not ASCII: {named}{more}" if other else text
 
 
 def refusal(detail: str) -> str:

@@ -8,14 +8,22 @@ import os
 import stat
 import sys
 
-from anges.safety.sandbox import SandboxSettings, _depth, _inside, _inside_any, _unique, isolation, private_dirs
+from anges.safety.sandbox import (
+    SHARED_MEMORY,
+    SandboxSettings,
+    _depth,
+    _inside,
+    _inside_any,
+    _unique,
+    isolation,
+    private_dirs,
+    sealed_names,
+)
 from anges.util.paths import resolve
 
 RESOLV_CONF = "/etc/resolv.conf"
 RUNTIME_SIZE = 16 * 1024 * 1024
 """Bytes each private runtime directory (/run, /var/run, $XDG_RUNTIME_DIR) may hold."""
-MAX_SEALED_ENTRIES = 5000
-"""A sealed directory with more entries than this is made read-only as a whole instead."""
 # The order of mounts at one depth: a later mount at the same path covers an earlier one.
 _PRIVATE, _WRITABLE, _REBOUND, _SEALED, _READ_ONLY, _HIDDEN, _SOCKET = range(7)
 
@@ -31,7 +39,7 @@ def bwrap_argv(bwrap: str, settings: SandboxSettings, cwd: str, visible: list[st
         argv += ["--seccomp", str(seccomp_fd)]
     argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     sized = "size" in features
-    argv += [*(["--size", str(settings.tmp_size)] if sized else []), "--tmpfs", "/dev/shm"]
+    argv += [*(["--size", str(settings.tmp_size)] if sized else []), "--tmpfs", SHARED_MEMORY]
     private = private_dirs()
     if not _inside_any(resolve(cwd), settings.writable):
         visible = [resolve(cwd), *visible]  # read-only mode: the working directory is still there to read
@@ -75,7 +83,7 @@ def _mounts(settings: SandboxSettings, private: list[str], visible: list[str], s
             mounts.append((path, _SOCKET, ["--ro-bind", "/dev/null", path]))  # visible in the sandbox: cover it
     mounted = {path for path, _, _ in mounts}
     sealed = []
-    for directory in sealed_dirs(settings):
+    for directory in settings.sealed():
         entries = _entries(directory)
         if entries is None:
             mounts.append((directory, _READ_ONLY, ["--ro-bind", directory, directory]))
@@ -83,35 +91,31 @@ def _mounts(settings: SandboxSettings, private: list[str], visible: list[str], s
         sealed.append(directory)
         mounts.append((directory, _SEALED, ["--tmpfs", directory]))
         mounts += [(path, _REBOUND, mount) for path, mount in entries if path not in mounted]
+    # A mount moves with its folder: renaming a folder above a protected place would take it away, for a new one
+    # to be made at its path. A mount point cannot be renamed, so each folder above one is bound onto itself.
+    kept = [path for path, rank, _ in mounts if rank in (_SEALED, _READ_ONLY, _HIDDEN)]
+    mounted = {path for path, _, _ in mounts}
+    mounts += [(path, _WRITABLE, ["--bind", path, path]) for path in _folders_above(kept, settings.writable)
+               if path not in mounted and not _inside_any(path, private)]
     return mounts, [*around, *sealed]
 
 
-def sealed_dirs(settings: SandboxSettings) -> list[str]:
-    """The directories where a protected place that does not exist yet would be made: the deepest existing one
-    on its way, inside the writable directories. Sealed, they keep what they hold but take no new entry, and no
-    mount point of the sandbox is left on the host (an empty ~/.bash_profile would stop login shells from
-    reading ~/.profile)."""
+def _folders_above(paths: list[str], roots: tuple[str, ...]) -> list[str]:
+    """The folders between each of `paths` and the writable root it lies in (both left out)."""
     found = []
-    for path in settings.protected:
-        if os.path.lexists(path):
-            continue
-        directory = os.path.dirname(path)
-        while not os.path.lexists(directory) and directory != os.path.dirname(directory):
-            directory = os.path.dirname(directory)
-        if os.path.isdir(directory) and not os.path.islink(directory) and directory != "/" \
-                and _inside_any(directory, settings.writable):
-            found.append(directory)
+    for path in paths:
+        for root in roots:
+            folder = os.path.dirname(path)
+            while path != root and folder != root and _inside(folder, root):
+                found.append(folder)
+                folder = os.path.dirname(folder)
     return list(_unique(found))
 
 
 def _entries(directory: str) -> list[tuple[str, list[str]]] | None:
     """The mounts that put a sealed directory's entries back as they are; None when there are too many."""
-    try:
-        with os.scandir(directory) as scan:
-            names = [entry.name for entry, _ in zip(scan, range(MAX_SEALED_ENTRIES + 1), strict=False)]
-    except OSError:
-        return None
-    if len(names) > MAX_SEALED_ENTRIES:
+    names = sealed_names(directory)
+    if names is None:
         return None
     found = []
     for name in names:

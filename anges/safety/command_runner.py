@@ -164,7 +164,7 @@ class CommandRunner:
             return self._scratch
 
     def spawn(self, argv: list[str], cwd: str, env: dict[str, str], stdout: int, stderr: int,
-              watch_ports: bool = False) -> RemoteProcess:
+              watch_ports: bool = False, retry: bool = True) -> RemoteProcess:
         """Start `argv` in its own session with the given outputs (`watch_ports`: the runner says when it listens on a
         TCP port); OSError when it cannot start."""
         channel = self._request_spawn(stdout, stderr)
@@ -176,9 +176,22 @@ class CommandRunner:
             channel.close()
             if reply is not None and "error" in reply:
                 raise OSError(reply.get("errno") or 0, reply["error"])
-            raise SandboxError("the command runner did not answer (a command may have killed it; the next command "
-                               f"starts a new one){self._log_tail()}")
+            self._replace_stuck()  # stopped (kill -STOP), or killed: it ends, with every process of its run
+            if retry:
+                return self.spawn(argv, cwd, env, stdout, stderr, watch_ports, retry=False)
+            raise SandboxError(f"the command runner did not answer (a command may have stopped or killed it; the "
+                               f"next command starts a new one){self._log_tail()}")
         return RemoteProcess(channel, reply["pid"])
+
+    def _replace_stuck(self) -> None:
+        """End a runner that does not answer, so the next command starts a new one."""
+        with self._lock:
+            if self.process is not None and self.process.poll() is None:
+                log.warning("anges: the command runner did not answer; ending it and the processes of its run")
+                self.process.kill()
+                self.process.wait()
+            if self.process is not None:
+                self._restart()
 
     def _request_spawn(self, stdout: int, stderr: int, retry: bool = True) -> Channel | None:
         """The op socket of a new command; None when the runner turned out dead and `retry` is allowed."""

@@ -31,7 +31,7 @@ class Verdict:
     """allow, ask or deny."""
     rule: str = ""
     """What decided: `safety.rules[N]`, `safety.default_rules[N]`, `escalation`, `unsandboxed`, `writable_paths`,
-    `protected_paths`, `hidden_paths`, `private_paths`, `changing_path`, or "" (nothing objected)."""
+    `protected_paths`, `hidden_paths`, `private_paths`, `network`, `changing_path`, or "" (nothing objected)."""
     reason: str = ""
     subject: str = ""
     """The command, path, server.tool or directive the decision is about."""
@@ -140,7 +140,13 @@ class Policy:
             return self._path_check(action_type, read=[], write=list(paths))
         if action_type == "READ_MIME_FILES":
             write = list(self._mime_output(args))
-            return self._path_check(action_type, read=[p for p in paths if p not in write], write=write)
+            verdict = self._path_check(action_type, read=[p for p in paths if p not in write], write=write)
+            links = [source for source in self.subjects(action_type, args) if source not in paths]
+            if verdict.decision == "allow" and links and self.sandboxed and not self.settings.network:
+                return self._ask(action_type, "network", "a link the model's provider fetches from the internet, "
+                                 "which this run's sandbox keeps commands from (safety.network is off): what the link "
+                                 "carries reaches that site", links[0], paths)
+            return verdict
         return Verdict("allow", subject=subject, paths=paths)
 
     def _path_check(self, action_type: str, read: list[str], write: list[str]) -> Verdict:
@@ -151,11 +157,12 @@ class Policy:
         for path in read:
             if self.settings.is_private(path):
                 return self._ask(action_type, "private_paths", "private to the sandbox: its commands have a /tmp "
-                                 "(and /run) of their own, and this is the machine's", path, paths)
+                                 "(and /run, /dev/shm) of their own, and this is the machine's", path, paths)
         for path in write:
-            if self.settings.is_protected(path):
+            if self.settings.is_protected(path) or self.settings.is_sealed(path):
                 return self._ask(action_type, "protected_paths", "read-only in the sandbox: a repository's .git, "
-                                 "code anges itself runs, or a shell startup file", path, paths)
+                                 "code anges itself runs, a startup file, or a new file right in your home (it could "
+                                 "be one)", path, paths)
             if not self.settings.can_write(path):
                 where = ", ".join(self.settings.writable) or "nothing (read-only sandbox)"
                 return self._ask(action_type, "writable_paths", f"outside the writable paths ({where})", path, paths)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from anges.safety.runner import prctl
-from anges.util.paths import resolve
+from anges.util.paths import inside, link_in, resolve
 
 log = logging.getLogger("anges.safety.sandbox")
 
@@ -34,11 +34,21 @@ CREDENTIAL_PATHS = (
 )
 """Hidden inside the sandbox, with ANGES_HOME, the config files anges read, the ssh-agent socket, every Unix
 socket of the host, and `safety.hidden_paths`."""
+CREDENTIAL_VARIABLES = (
+    "GOOGLE_APPLICATION_CREDENTIALS", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "KUBECONFIG", "DOCKER_CONFIG", "CLOUDSDK_CONFIG", "AZURE_CONFIG_DIR", "GNUPGHOME", "PASSWORD_STORE_DIR",
+    "GH_CONFIG_DIR", "NETRC", "PGPASSFILE", "BOTO_CONFIG", "RCLONE_CONFIG", "OCI_CLI_CONFIG_FILE", "TF_CLI_CONFIG_FILE",
+    "NPM_CONFIG_USERCONFIG", "HF_TOKEN_PATH",
+)
+"""Variables that name a credential file or folder (each of a `KUBECONFIG` list): what they name is hidden too
+(google-genai reads a service account's key from GOOGLE_APPLICATION_CREDENTIALS)."""
 XDG_CREDENTIAL_PATHS = ("gcloud", "gh", "hub", "git/credentials", "rclone", "op", "containers/auth.json", "sops")
 """The same places under $XDG_CONFIG_HOME, when it is set."""
 RUNTIME_DIRS = ("/run", "/var/run")
 """Where daemons keep their sockets (D-Bus, systemd, Docker, containerd...): an empty private directory in the
 sandbox, as is $XDG_RUNTIME_DIR."""
+SHARED_MEMORY = "/dev/shm"
+"""Private in the sandbox too (a tmpfs of its own), besides the directories of `private_dirs`."""
 STARTUP_PLACES = (
     "~/.bashrc", "~/.bash_profile", "~/.bash_login", "~/.bash_logout", "~/.bash_aliases", "~/.profile", "~/.inputrc",
     "~/.zshrc", "~/.zshenv", "~/.zprofile", "~/.zlogin", "~/.zlogout", "~/.oh-my-zsh", "~/.kshrc", "~/.mkshrc",
@@ -50,12 +60,16 @@ STARTUP_PLACES = (
     "~/.config/pip", "~/.pip", "~/.pydistutils.cfg", "~/.ipython", "~/.jupyter", "~/.Rprofile",
     "~/.gitconfig", "~/.config/git", "~/.hgrc", "~/.config/hg", "~/.tmux.conf", "~/.config/tmux", "~/.screenrc",
     "~/.config/direnv", "~/.mailcap", "~/.vimrc", "~/.vim", "~/.config/nvim", "~/.local/share/nvim", "~/.emacs",
-    "~/.emacs.d", "~/.config/emacs", "~/.nanorc",
+    "~/.emacs.d", "~/.config/emacs", "~/.nanorc", "~/.pyenv", "~/.rbenv", "~/.nodenv", "~/.nvm", "~/.rustup",
+    "~/.sdkman", "~/.asdf", "~/.volta", "~/.bun", "~/.deno", "~/.local/share/mise",
 )
 """What the user's shells, session, PATH, Python (user site-packages, a `.pth` there), git, tmux and editors run
 or read commands from: read-only in the sandbox, and an `ask` for anges' own edits, whether or not they exist yet
-(git's `core.fsmonitor` in ~/.gitconfig would run in every repository; a new ~/.bash_profile at the next login).
-The ~/.config and ~/.local/share places count under $XDG_CONFIG_HOME and $XDG_DATA_HOME too."""
+(git's `core.fsmonitor` in ~/.gitconfig would run in every repository; a new ~/.bash_profile at the next login);
+the version managers whose shims and scripts PATH leads into. The ~/.config and ~/.local/share places count under
+$XDG_CONFIG_HOME and $XDG_DATA_HOME too, and so does every directory on $PATH (`path_dirs`)."""
+MAX_SEALED_ENTRIES = 5000
+"""A sealed directory with more entries than this is made read-only as a whole instead."""
 VCS_DIRS = (".git", ".hg")
 """A repository's own directory in a writable one stays read-only: its hooks and config run outside the sandbox."""
 TRUSTED_BWRAP_DIRS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin", "/run/current-system/sw/bin",
@@ -102,7 +116,9 @@ class SandboxSettings:
         writable: tuple[str, ...] = ()
         if safety.sandbox != "read-only":  # with the sandbox off, in-process edits keep the workspace's limits
             extra = [_expand(p, cwd) for p in safety.writable_paths]
-            writable = _unique(resolve(p) for p in [cwd, *(p for p in extra if _exists_or_warn(p))])
+            extra = [p for p in extra if _exists_or_warn(p)]
+            roots = [resolve(p) for p in [cwd, *extra]]
+            writable = _unique(resolve(p) for p in [cwd, *(p for p in extra if not _linked_from(p, roots))])
         _warn_wide(writable)
         return cls(mode=safety.sandbox, network=safety.network, writable=writable, hidden=hidden_paths(safety),
                    workdir=resolve(cwd), protected=protected_paths(writable), tmp_size=safety.tmp_size,
@@ -114,21 +130,51 @@ class SandboxSettings:
         return self.mode != "off"
 
     def can_write(self, path: str) -> bool:
-        """True when `path` (resolved, symlinks included) lies in a writable directory, outside the protected."""
+        """True when `path` (resolved, symlinks included) lies in a writable directory, outside the protected, and is
+        no new entry of a sealed directory: what a command could write."""
         real = resolve(path)
-        return any(_inside(real, root) for root in self.writable) and not self.is_protected(real)
+        return any(_inside(real, root) for root in self.writable) and not self.is_protected(real) \
+            and not self.is_sealed(real)
 
     def is_protected(self, path: str) -> bool:
         """True when `path` (resolved) is or lies under a protected path."""
         real = resolve(path)
         return any(_inside(real, kept) for kept in self.protected)
 
+    def sealed(self) -> list[str]:
+        """The directories where a protected place that does not exist yet would be made: the deepest existing one
+        on its way, inside the writable directories. Sealed, they keep what they hold but take no new entry, and no
+        mount point of the sandbox is left on the host (an empty ~/.bash_profile would stop login shells from
+        reading ~/.profile)."""
+        found = []
+        for path in self.protected:
+            if os.path.lexists(path):
+                continue
+            directory = os.path.dirname(path)
+            while not os.path.lexists(directory) and directory != os.path.dirname(directory):
+                directory = os.path.dirname(directory)
+            if os.path.isdir(directory) and not os.path.islink(directory) and directory != "/" \
+                    and _inside_any(directory, self.writable):
+                found.append(directory)
+        return list(_unique(found))
+
+    def is_sealed(self, path: str) -> bool:
+        """True when a sealed directory keeps commands from writing `path` (resolved): it would be a new entry in one
+        (a new file right in the home could be a startup file no list names), or lies in one made read-only whole."""
+        real = resolve(path)
+        existing = real
+        while not os.path.lexists(existing) and existing != os.path.dirname(existing):
+            existing = os.path.dirname(existing)
+        return any((existing == directory and existing != real)
+                   or (_inside(real, directory) and sealed_names(directory) is None) for directory in self.sealed())
+
     def is_private(self, path: str) -> bool:
         """True when `path` (resolved) lies in a directory the sandbox replaces with a private one of its own (/tmp,
-        /run...), outside the work: what commands see there is not what the host has."""
+        /run, /dev/shm...), outside the work: what commands see there is not what the host has."""
         real = resolve(path)
         shown = [root for root in (*self.writable, self.workdir) if root]
-        return self.enabled and _inside_any(real, private_dirs()) and not _inside_any(real, shown)
+        private = [*private_dirs(), resolve(SHARED_MEMORY)]
+        return self.enabled and _inside_any(real, private) and not _inside_any(real, shown)
 
     def is_hidden(self, path: str) -> bool:
         """True when `path` (resolved) lies under a hidden path, outside the work and writable folders inside it."""
@@ -147,6 +193,17 @@ class Availability:
     bwrap: str = ""
     features: frozenset = frozenset()
     """What this bwrap supports of what anges uses: `size` (--size), `disable-userns`."""
+
+
+def sealed_names(directory: str) -> list[str] | None:
+    """The names in a directory to seal; None when it holds more than MAX_SEALED_ENTRIES (or cannot be read): it is
+    made read-only whole instead."""
+    try:
+        with os.scandir(directory) as scan:
+            names = [entry.name for entry, _ in zip(scan, range(MAX_SEALED_ENTRIES + 1), strict=False)]
+    except OSError:
+        return None
+    return names if len(names) <= MAX_SEALED_ENTRIES else None
 
 
 def protect_process_memory() -> None:
@@ -177,9 +234,9 @@ def hidden_paths(safety) -> tuple[str, ...]:
     xdg_config = os.environ.get("XDG_CONFIG_HOME")
     if xdg_config:
         candidates += [os.path.join(xdg_config, name) for name in XDG_CREDENTIAL_PATHS]
-    for name in ("ANGES_CONFIG", "SSH_AUTH_SOCK"):
-        if os.environ.get(name):
-            candidates.append(os.environ[name])
+    for name in ("ANGES_CONFIG", "SSH_AUTH_SOCK", *CREDENTIAL_VARIABLES):
+        named = os.path.expanduser(os.environ.get(name, ""))
+        candidates += [path for path in named.split(os.pathsep) if os.path.isabs(path) and path != os.sep]
     found = (resolve(os.path.expanduser(p)) for p in candidates)
     return _unique(p for p in found if os.path.lexists(p))
 
@@ -198,11 +255,20 @@ def protected_paths(writable: tuple[str, ...]) -> tuple[str, ...]:
                            "run in anges' own process; run anges from another directory")
         elif _inside_any(real, writable) and os.path.lexists(real):
             found.append(real)
-    for path in startup_places():
+    for path in [*startup_places(), *path_dirs(writable)]:
         real = resolve(path)
         if real not in writable and _inside_any(real, writable):
             found.append(real)
     return _unique(found)
+
+
+def path_dirs(writable: tuple[str, ...]) -> list[str]:
+    """The directories on $PATH (resolved) that lie in a writable directory holding the home: a program planted
+    there would run at the next escalated command, or the next one you type, under a name you trust (`git`)."""
+    home = resolve("~")
+    holding = [root for root in writable if _inside(home, root)]
+    entries = (resolve(entry) for entry in os.environ.get("PATH", "").split(os.pathsep) if os.path.isabs(entry))
+    return [entry for entry in entries if _inside_any(entry, holding)]
 
 
 def startup_places() -> list[str]:
@@ -254,7 +320,7 @@ def availability(bwrap: str, writable: tuple[str, ...], quiet: bool = False) -> 
             found = path
         else:
             problem = bwrap_problem(path, writable)
-            found = Availability(False, problem) if problem else _probe(path)
+            found = Availability(False, problem) if problem else _probe(resolve(path))  # what was checked is what runs
     return found if quiet else _say_once(found)
 
 
@@ -265,13 +331,16 @@ def bwrap_problem(path: str, writable: tuple[str, ...]) -> str:
     real = resolve(path)
     if _inside_any(real, writable):
         return f"bwrap at {path} lies in a directory commands may write"
-    place = real
-    while os.geteuid() != 0:  # root may write anywhere: only the run's writable directories tell
-        if os.access(place, os.W_OK):
-            return f"bwrap at {path} can be changed by you ({place} is writable), so by commands run as you"
-        if place == os.path.dirname(place):
-            break
-        place = os.path.dirname(place)
+    link = link_in(path, writable)
+    if link:
+        return f"bwrap at {path} is reached through a link in a directory commands may write ({link})"
+    for place in dict.fromkeys((real, os.path.dirname(os.path.abspath(path)))):  # the file, and a link to it
+        while os.geteuid() != 0:  # root may write anywhere: only the run's writable directories tell
+            if os.access(place, os.W_OK):
+                return f"bwrap at {path} can be changed by you ({place} is writable), so by commands run as you"
+            if place == os.path.dirname(place):
+                break
+            place = os.path.dirname(place)
     return ""
 
 
@@ -411,6 +480,16 @@ def _exists_or_warn(path: str) -> bool:
     return False
 
 
+def _linked_from(path: str, roots: list[str]) -> bool:
+    """True (with a warning) when a symlink on the way to `path` lies in one of `roots`, the directories commands may
+    write: a command could have made it, to have the next run make writable what it points at (~/.ssh)."""
+    link = link_in(path, roots)
+    if link:
+        warn_once(f"safety.writable_paths: {path} is reached through the link {link}, which commands may have made (it "
+                  "lies in a directory they may write); left out")
+    return bool(link)
+
+
 def _warn_wide(writable: tuple[str, ...]) -> None:
     home = resolve("~")
     for root in writable:
@@ -428,8 +507,7 @@ def _inside_any(path: str, roots) -> bool:
     return any(_inside(path, root) for root in roots)
 
 
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+_inside = inside
 
 
 def _unique(paths) -> tuple[str, ...]:

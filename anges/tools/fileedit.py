@@ -32,6 +32,8 @@ _USAGE = {
     "REPLACE_LINES": "REPLACE_LINES <path> <x>-<y>",
     "REPLACE_TEXT": "REPLACE_TEXT <path>",
 }
+MAX_FILE_BYTES = 200_000_000
+"""The largest file EDIT_FILE reads (a file made huge, or sparse, must not fill anges' memory)."""
 _LINE_ARGUMENT = re.compile(r"(?P<path>.+?)\s+(?P<n>-?\d+)")
 _RANGE_ARGUMENT = re.compile(r"(?P<path>.+?)\s+(?P<x>\d+)\s*-\s*(?P<y>\d+)")
 
@@ -111,6 +113,8 @@ def apply_edit(
     elif operation in ("REMOVE_LINES", "REPLACE_LINES"):
         match = _argument(_RANGE_ARGUMENT, rest, operation)
     target = _target(match["path"] if match else rest, base_dir, operation)
+    if os.path.isdir(target.path):
+        raise EditError(f"{target.shown} is a directory, not a file")
     with _opened(target, resolved), _locked(target):
         if operation == "NEW_FILE":
             return _new_file(target, content)
@@ -141,8 +145,6 @@ def _target(raw: str, base_dir: str | os.PathLike, operation: str) -> _Target:
     path = os.path.abspath(os.path.join(base, os.path.expanduser(raw)))
     relative = os.path.relpath(path, base)
     shown = path if relative == os.pardir or relative.startswith(os.pardir + os.sep) else relative
-    if os.path.isdir(path):
-        raise EditError(f"{shown} is a directory, not a file")
     return _Target(path, shown, base)
 
 
@@ -234,10 +236,14 @@ def _read(target: _Target, operation: str) -> str:
     except OSError as error:
         raise _moved(target, error) from error
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise EditError(f"{target.shown} is not a regular file; EDIT_FILE only edits text files")
         with os.fdopen(fd, "rb", closefd=False) as handle:
-            data = handle.read()
+            data = handle.read(MAX_FILE_BYTES + 1) if info.st_size <= MAX_FILE_BYTES else b""
+        if info.st_size > MAX_FILE_BYTES or len(data) > MAX_FILE_BYTES:
+            raise EditError(f"{target.shown} is over the {MAX_FILE_BYTES:,} bytes EDIT_FILE edits; change it with a "
+                            "command instead")
     except OSError as error:
         raise EditError(f"Cannot read {target.shown}: {error.strerror}") from error
     finally:

@@ -27,6 +27,22 @@ def resolve(path: str) -> str:
                                      "replaced); try again once it is settled")
 
 
+def link_in(path: str, roots) -> str:
+    """The first symlink on the way to `path` (absolute) that lies in one of `roots` (resolved directories), where a
+    command could have made it or pointed it elsewhere; "" when none does."""
+    parts = os.path.normpath(path).split(os.sep)
+    for count in range(2, len(parts) + 1):
+        link = os.sep.join(parts[:count])
+        if os.path.islink(link) and any(inside(resolve(os.path.dirname(link)), root) for root in roots):
+            return link
+    return ""
+
+
+def inside(path: str, root: str) -> bool:
+    """True when `path` is `root` or lies under it (both absolute and resolved)."""
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
 def open_directory(real_dir: str, create: bool = False) -> int:
     """A descriptor of the directory at `real_dir` (absolute and resolved), reached from / without following any
     symlink; with `create`, missing directories are made. OSError (ELOOP, ENOTDIR) where a symlink now stands."""

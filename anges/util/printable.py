@@ -36,21 +36,31 @@ _UNSEEN = frozenset((0x034F, 0x115F, 0x1160, 0x180B, 0x180C, 0x180D, 0x180F, 0x2
 Hangul fillers, variation selectors, the blank Braille pattern."""
 
 
+MAX_STACKED_MARKS = 2
+"""Combining marks shown on one letter (é, ệ); more, and those drawn around it (U+20DD), spill over the lines
+around them in a browser: they are marked instead."""
+
+
 def visible(text: str) -> str:
     """`text` as a person asked to approve it must see it: `printable`, and every other character that shows as
     nothing or as a plain space (zero-width, format, tag and variation characters, non-ASCII spaces, private-use
-    and unassigned code points) marked `<U+200B>`: what shows is what runs."""
+    and unassigned code points), or over other text (enclosing marks, more than two combining marks on a letter),
+    marked `<U+200B>`: what shows is what runs."""
     text = printable(text)
     if text.isascii():
         return text
-    return "".join(_marked(char) for char in text)
+    shown, stacked = [], 0
+    for char in text:
+        stacked = stacked + 1 if unicodedata.combining(char) else 0
+        shown.append(_marked(char, stacked))
+    return "".join(shown)
 
 
-def _marked(char: str) -> str:
+def _marked(char: str, stacked: int = 0) -> str:
     if char < "\x80":
         return char
-    code = ord(char)
-    if code in _UNSEEN or unicodedata.category(char) in _UNSEEN_CATEGORIES:
+    code, category = ord(char), unicodedata.category(char)
+    if code in _UNSEEN or category in _UNSEEN_CATEGORIES or category == "Me" or stacked > MAX_STACKED_MARKS:
         return f"<U+{code:04X}>"
     return char
 
