@@ -721,7 +721,8 @@ def test_the_runner_starts_when_anges_and_its_python_live_under_tmp(work, tmp_pa
 
 
 def test_a_blocked_write_is_explained_by_the_protected_place_it_touched(tmp_path, monkeypatch):
-    from anges.safety.sandbox import SandboxSettings, code_paths, explain_block
+    from anges.safety.blocked import explain_block
+    from anges.safety.sandbox import SandboxSettings, code_paths
     from anges.safety.shell import CommandResult
 
     work, home = tmp_path / "work", tmp_path / "home"
