@@ -195,7 +195,7 @@ class BaseAgent(Delegation):
             self.check_limits()
             self.run_state.count_repeats(args)
             action = actions[args["action_type"]]
-            permit = self.run_safety.permit(ctx, action.type, args, remaining=len(reply.actions) - index - 1)
+            permit = self.run_safety.permit(ctx, action.type, args, len(reply.actions) - index - 1, self.readonly_shell)
             if permit is None:
                 return False  # declined: the model reads why and plans again
             if self._run_action(action, args, replace(ctx, **self.run_safety.equipment(permit)), permit):
@@ -291,7 +291,7 @@ class BaseAgent(Delegation):
             render_guide=self._prompter.guide, delegator=self)
         history = History(self.event_stream, self.store, self._calls.sizing.prompt, self._calls.reply, self._record,
                           self.logger)
-        return RunState(self.agent_config, budget, ledger, context, history)
+        return RunState(self.agent_config, budget, ledger, context, history, ending_jobs=self._share.ending_jobs)
 
     def actions_by_type(self) -> dict[str, Action]:
         """The actions this agent offers, by type (upper case)."""
