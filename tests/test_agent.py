@@ -274,7 +274,7 @@ def test_custom_action_with_the_legacy_interface(tmp_path):
                               message_handlers=[messages.append])
     agent.registered_actions.append(ShoutAction())
     stream = agent.run_with_new_request("go")
-    assert "### SHOUT" in model.prompts[0] and "SHOUT" in model.prompts[0].split("Valid `action_type` values")[1]
+    assert "### SHOUT" in model.prompts[0] and "SHOUT" in model.prompts[0].split("`actions` holds one or more of:")[1]
     assert stream.events_list[1].content == "HEY" and "shouted" in messages
     assert EventStore().load(stream.uid).events_list[1].content == "HEY"
 

@@ -117,6 +117,24 @@ def test_undo_after_a_command_that_created_deleted_renamed_and_chmodded_files(tm
     assert stat.S_IMODE(os.stat(tmp_path / "tool.sh").st_mode) & 0o111 == 0
 
 
+def test_the_default_undo_skips_trailing_steps_that_changed_no_file(tmp_path):
+    (tmp_path / "a.txt").write_text("a0\n")
+    agent = run(tmp_path, edit("REPLACE_LINES a.txt 1-1", "a1"), shell("cat a.txt"), shell("ls"), complete())
+    assert step_numbers(agent) == [2, 3, 4]
+    plan = agent.checkpoints.plan_undo()
+    assert plan.to.number == 2 and [step.number for step in plan.steps] == [2, 3, 4], "the edit, not the last ls"
+    assert [change.name for change in plan.diff.files] == ["a.txt"]
+    agent.checkpoints.undo()
+    assert (tmp_path / "a.txt").read_text() == "a0\n"
+
+
+def test_a_change_made_after_the_run_does_not_make_its_last_step_the_default(tmp_path):
+    agent = run(tmp_path, shell("echo made > made.txt"), shell("true"), complete())
+    (tmp_path / "mine.txt").write_text("the user's own\n")
+    plan = agent.checkpoints.plan_undo()
+    assert plan.to.number == 2, "the run's own last change; the user's file is not the agent's step"
+
+
 def test_undo_to_an_earlier_step_takes_back_every_later_one(tmp_path):
     (tmp_path / "a.txt").write_text("a0\n")
     agent = run(tmp_path, edit("REPLACE_LINES a.txt 1-1", "a1"), shell("echo b1 > b.txt"),

@@ -706,3 +706,22 @@ def test_resume_keeps_the_notes_of_the_stream(tmp_path):
                  cwd=tmp_path).returncode == 0
     assert EventStore().load(uid).get_settings()["notes"] == ["Be brief."]
     assert "Be brief." in json.loads(record.read_text().splitlines()[0])["prompt"]
+
+
+def test_finishing_with_a_job_still_running_ends_it_and_says_so(tmp_path):
+    token = sleep_token()
+    model = scripted(tmp_path, reply({"action_type": "RUN_SHELL_CMD", "command": "true", "run_in_background": True},
+                                     {"action_type": "RUN_SHELL_CMD", "command": "sleep 0.5"},
+                                     {"action_type": "RUN_SHELL_CMD", "command": f"sleep {token}",
+                                      "run_in_background": True}),
+                     complete("The server is up."))
+    out = anges("--model", model, "-q", "serve it", cwd=tmp_path)
+
+    assert out.returncode == 0, out.stderr
+    final = only_stream().events_list[-1]
+    pid = final.data["ended_jobs"][0]["pid"]
+    assert final.data["ended_jobs"] == [{"pid": pid, "command": f"sleep {token}"}], "a job that had ended is not listed"
+    assert f"ended with the run: pid {pid} (sleep {token})" in out.stderr.splitlines()[-1], "the footer says so"
+    assert not pids_running(token)
+    shown = anges("show", only_stream().uid, cwd=tmp_path).stdout
+    assert f"ended with the run: pid {pid} (sleep {token})" in shown

@@ -8,7 +8,7 @@ import subprocess
 
 from helpers import pids_running, sleep_token, wait_until_running
 from terminal_screen import CTRL_C, CTRL_D, Terminal
-from test_cli import ANGES, complete, only_stream, scripted, shell, types, wait_for
+from test_cli import ANGES, complete, edit, only_stream, scripted, shell, types, wait_for
 
 SGR = re.compile(r"\x1b\[[0-9;]*m")
 COLOUR = re.compile(r"\x1b\[(?:[0-9;]*;)?(?:3[0-7]|9[0-7]|38;[25];[0-9;]+)m")
@@ -147,3 +147,18 @@ def test_the_transcript_is_as_wide_as_the_terminal_when_the_answer_goes_to_a_fil
         term.close()
     assert f"$ {command}" in term.lines() and "  │ " + "w" * 190 in term.lines(), "not cut at 80"
     assert (tmp_path / "answer.md").read_text() == "# Answer\n\nsaved **here**\n", "the answer as written"
+
+
+def test_command_output_and_diff_lines_are_cut_at_the_edge_while_prose_wraps(tmp_path):
+    model = scripted(tmp_path, edit("NEW_FILE wide.txt", "d" * 150 + "\n"), shell("python3 -c \"print('w' * 150)\""),
+                     complete("done"))
+    term = Terminal(["-q", "x", "--model", model], cwd=tmp_path, columns=60)
+    try:
+        assert term.wait() == 0
+    finally:
+        term.close()
+    lines = term.lines()
+    assert "  │ " + "w" * 55 + "…" in lines, "the output line is cut at 60 columns, with a mark"
+    assert "  +" + "d" * 56 + "…" in lines, "so is a diff line"
+    assert not any(line and not line.strip("wd") for line in lines), "no rest of a cut line on a line of its own"
+    assert "run python3 -c \"print('w' * 150)\"" in " ".join(lines), "the reasoning (prose) wraps, whole"

@@ -106,7 +106,7 @@ def test_a_run_through_ollamas_openai_compatible_api_fits_the_window_ollama_serv
 def test_a_server_that_cuts_a_prompt_once_is_told_folded_and_asked_again(tmp_path, clean_model_env):
     # the preset claims 8k, but the server serves 3k and cuts a longer prompt from its start without an error
     with OllamaWireServer(default_ctx=3072) as server:
-        server.replier = Steps(40, pad=100)
+        server.replier = Steps(40, pad=130)
         config = unlimited()
         preset = ModelPreset("openai", "qwen2.5-coder", f"{server.url}/v1", "", context_window=8192)
         model = OpenAIModel(preset, config.model_settings, name="local:qwen2.5-coder")

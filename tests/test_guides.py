@@ -49,9 +49,10 @@ def test_a_failing_action_does_not_stop_the_rest_and_the_results_come_together(t
     assert len(turns) == 2, "one turn for the whole reply, the next after all of it ran"
     history = model.prompts[1].split("# History")[1]
     assert history.index("EXIT CODE: 3") < history.index("EDIT FAILED") < history.index("COMMAND: echo after")
-    assert "An action that fails (a command exiting non-zero, an edit that cannot\nbe applied) does not stop the rest" \
+    assert "An action that fails (a command exiting non-zero, an edit that cannot be applied)\ndoes not stop the rest" \
            in model.prompts[0]
-    assert "Their results reach you together on your next turn, after the whole list has run" in model.prompts[0]
+    assert "They run in order, and their results reach you together on your next turn, so a later action cannot " \
+           "depend on an\nearlier one's result" in model.prompts[0]
 
 
 def test_a_declined_action_skips_the_rest_of_the_reply(tmp_path):
@@ -61,7 +62,7 @@ def test_a_declined_action_skips_the_rest_of_the_reply(tmp_path):
     [decided] = results(stream)
     assert decided.type == "approval_decided" and decided.data["decision"] == "deny"
     assert decided.data["skipped"] == 1 and not (tmp_path / "made.txt").exists()
-    assert "an action declined by the approval policy does: the rest of the list is skipped" in model.prompts[0]
+    assert "one that is declined (by a rule or a person) skips the rest" in model.prompts[0]
 
 
 def test_edit_file_keeps_the_bytes_it_is_given_as_its_guide_says(tmp_path):

@@ -4,6 +4,7 @@ import re
 import threading
 import time
 
+import pytest
 from helpers import pids_running, sleep_token, wait_for_pid
 
 from anges.agents import Orchestrator
@@ -194,8 +195,8 @@ def test_two_children_run_concurrently(tmp_path):
     assert exits[0].content.endswith(f"Still running: TASK_EXECUTOR {right}.")
     assert exits[1].content.endswith("No other child agent is running.")
     assert types(stream) == ["new_request", "new_child_agent", "child_agent_running", "new_child_agent",
-                             "child_agent_running", "child_agent_task_completion", "child_agent_task_completion",
-                             "task_completion"]
+                             "child_agent_running", "child_agent_task_completion", "action",
+                             "child_agent_task_completion", "task_completion"]
     assert [e.reasoning for e in exits] == ["", ""], "a child's report does not repeat the plan that started it"
     turns = [p for p in model.models["orchestrator"].prompts if p.startswith(ROLE_MARKS["orchestrator"])]
     assert len(turns) == 3, "a turn when the left child returned, another for the right"
@@ -322,13 +323,13 @@ def test_at_most_n_children_run_at_a_time_across_replies(tmp_path):
 
     first_end = float((tmp_path / "first.end").read_text())
     assert float((tmp_path / "second.start").read_text()) >= first_end, "the second child waited for a free place"
-    assert types(stream) == ["new_request", "new_child_agent", "child_agent_running", "child_agent_task_completion",
-                             "new_child_agent", "child_agent_running", "child_agent_task_completion",
-                             "task_completion"]
-    second = stream.events_list[4].data["agent_id"]
-    assert stream.events_list[3].content.endswith(f"Waiting to start: TASK_EXECUTOR {second}.")
+    assert types(stream) == ["new_request", "new_child_agent", "child_agent_running", "new_child_agent",
+                             "queued_child_agent", "child_agent_task_completion", "child_agent_running", "action",
+                             "child_agent_task_completion", "task_completion"]
+    second = stream.events_list[3].data["agent_id"]
+    assert stream.events_list[5].content.endswith(f"Waiting to start: TASK_EXECUTOR {second}.")
     guide = model.models["orchestrator"].prompts[0].split("## CALL_CHILD_AGENT")[1].split("\n## ")[0]
-    assert "At most 1 of your children run at a time (counting those started in earlier replies)" in guide
+    assert "at most 1 of your children run at a time (counting those\nstarted earlier), and more are queued" in guide
 
 
 def test_waiting_with_no_child_running_and_resuming_a_running_child_are_refused(tmp_path):
@@ -365,5 +366,73 @@ def test_a_child_is_told_that_its_final_report_goes_to_its_parent(tmp_path):
     child_prompt = model.models["task_executor"].prompts[0]
     parent_prompt = model.models["orchestrator"].prompts[0]
     assert "A parent agent started you" in child_prompt and "A parent agent started you" not in parent_prompt
-    assert "`content` (string, required) tells your parent agent (it reads nothing else of your work)" in child_prompt
-    assert "`content` (string, required) tells the user" in parent_prompt
+    assert "the content of your final action (TASK_COMPLETE or HELP_NEEDED) is all it reads of your work" in child_prompt
+    assert "`content` (string, required, Markdown) tells your parent agent what you did" in child_prompt
+    assert "`content` (string, required, Markdown) tells the user" in parent_prompt
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize("safety", [{"approval": "ask"}, {"sandbox": "off", "approval": "ask"}])
+def test_the_orchestrators_commands_read_but_never_write_and_never_ask(tmp_path, safety):
+    (tmp_path / "notes.txt").write_text("a child wrote this\n")
+    asked = []
+    model = RoutedModel(orchestrator=[
+        shell("cat notes.txt"),
+        shell("echo changed > notes.txt"),
+        reply({"action_type": "RUN_SHELL_CMD", "command": "touch made.txt", "escalate": "I must write it"}),
+        complete("checked")])
+    agent = orchestrator(tmp_path, model, config=load_config(overrides={"safety": safety}),
+                         approval=lambda request: asked.append(request) or "allow")
+    stream = agent.run_with_new_request("check the notes")
+
+    read, write, escalated = [e for e in stream.events_list if e.type == "action"]
+    assert (read.data["exit_code"], read.data["stdout"]) == (0, "a child wrote this\n")
+    assert read.data["sandbox"] == "read-only" == write.data["sandbox"] == escalated.data["sandbox"]
+    assert write.data["exit_code"] != 0 and "Read-only file system" in write.data["stderr"]
+    assert "SANDBOX: read-only file system — the read-only sandbox lets commands write only to a private /tmp" \
+           in write.content
+    assert escalated.data["exit_code"] != 0 and not escalated.data["escalated"]
+    assert (tmp_path / "notes.txt").read_text() == "a child wrote this\n" and not (tmp_path / "made.txt").exists()
+    assert asked == [] and not [e for e in stream.events_list if e.type.startswith("approval")]
+    assert not [e for e in (read, write, escalated) if "checkpoint" in e.data], "a read-only command needs none"
+    prompt = model.models["orchestrator"].prompts[0]
+    assert "You do not edit files: child agents make every change. Your commands run in a read-only sandbox" in prompt
+    assert "check your children's work yourself\nrather than start a child to check it" in prompt
+    assert "- Sandbox: commands can write only to a private /tmp" in prompt
+    assert "escalate" not in prompt and ".git is read-only" not in prompt
+
+
+def test_where_no_sandbox_can_run_the_orchestrator_has_no_shell(tmp_path):
+    config = load_config(overrides={"safety": {"bwrap": str(tmp_path / "no-bwrap-here"), "approval": "auto"}})
+    model = RoutedModel(orchestrator=[shell("ls"), complete("gave up")])
+    stream = orchestrator(tmp_path, model, config=config).run_with_new_request("look")
+
+    prompt = model.models["orchestrator"].prompts[0].replace(str(tmp_path), "WORK")
+    assert "RUN_SHELL_CMD" not in prompt and not re.search(r"shell|sandbox|command exiting", prompt)
+    assert "You do not run commands or edit files yourself: child agents do." in prompt
+    assert "RUN_SHELL_CMD" in model.models["orchestrator"].prompts[1].split("# Now")[1], "the reply is refused"
+    assert [e.type for e in stream.events_list] == ["new_request", "task_completion"]
+
+
+def test_the_plan_survives_a_wait_a_report_names_its_task_and_a_queued_child_is_shown(tmp_path):
+    config = load_config(overrides={"agents": {"orchestrator": {"max_concurrent_children": 1}}})
+    plan = {"analysis": "", "reasoning": "PLAN v2: FIRST is done; SECOND runs; then finish",
+            "actions": [{"action_type": "WAIT_FOR_CHILDREN"}]}
+    model = RoutedModel(
+        orchestrator=[reply(child("NEW_CHILD_AGENT TASK_EXECUTOR", "write FIRST.txt\nwith the first part"),
+                            child("NEW_CHILD_AGENT TASK_EXECUTOR", "write SECOND.txt")), plan, complete("both")],
+        task_executor=[complete("wrote it"), complete("wrote it too")],
+    )
+    stream = orchestrator(tmp_path, model, config=config).run_with_new_request("write both")
+
+    first, second = (e.data["agent_id"] for e in stream.events_list if e.type == "new_child_agent")
+    after_first, after_second = model.models["orchestrator"].prompts[1:3]
+    history = after_first.split("# History")[1]
+    assert f"Child agent TASK_EXECUTOR {second} is queued: it starts when one of your 1 running children returns." \
+           in history
+    assert history.index(f"TASK_EXECUTOR {second} is queued") < history.index(f"TASK_EXECUTOR {first} (write FIRST")
+    assert f"Child agent TASK_EXECUTOR {first} (write FIRST.txt) returned (task_completion):\nwrote it" in history
+    later = after_second.split("# History")[1]
+    assert re.search(r"TYPE: WAIT_FOR_CHILDREN\nREASONING:\nPLAN v2: FIRST is done; SECOND runs; then finish\n"
+                     rf"CONTENT:\nWaiting for the next child agent to return: TASK_EXECUTOR {second}\.", later)
+    assert f"Child agent TASK_EXECUTOR {second} (write SECOND.txt) returned (task_completion)" in later

@@ -60,9 +60,9 @@ def test_a_workspace_write_is_kept_and_a_write_outside_fails_and_says_why(work, 
     assert str(work) in event.data["blocked"] and "Commands cannot leave the sandbox in this session" in event.content
     assert "escalate" not in event.content  # --approval auto does not let commands out: no point in asking
     environment = model.prompts[0].split("# Environment")[1].split("# History")[0]
-    assert f"- Sandbox: commands see the file system read-only, except {work} and a private /tmp" in environment
-    assert "The network is off." in environment and "Commands cannot leave the sandbox in this session" in environment
-    assert "- `escalate` (string, optional)" not in model.prompts[0]  # --approval auto does not let commands out
+    assert f"- Sandbox: commands can write only in {work} and a private /tmp" in environment
+    assert "The network is off, but loopback works" in environment
+    assert "escalate" not in model.prompts[0]  # --approval auto does not let commands out
 
 
 @pytest.mark.sandbox
@@ -280,8 +280,8 @@ def test_escalated_command_runs_outside_the_sandbox_when_approved(work, tmp_path
 
     event = actions(stream)[0]
     assert (outside / "pkg").read_text() == "installed\n"
-    environment = model.prompts[0].split("# Environment")[1].split("# History")[0]
-    assert "(`escalate` in RUN_SHELL_CMD); in this session it is approved automatically." in environment
+    assert "- `escalate` (string): only when the command cannot work in the sandbox" in model.prompts[0]
+    assert "It then runs outside the sandbox if the policy allows it." in model.prompts[0]
     assert event.data["escalated"] is True and event.data["sandbox"] == "none"
     assert event.data["approval"]["by"] == "auto" and event.data["approval"]["rule"] == "escalation"
 
@@ -718,3 +718,39 @@ def test_the_runner_starts_when_anges_and_its_python_live_under_tmp(work, tmp_pa
     done = subprocess.run([str(python), "-c", RUN_ONE_COMMAND, str(work)], capture_output=True, text=True,
                           env=env, timeout=60)
     assert done.stdout == "inside\n", done.stderr
+
+
+def test_a_blocked_write_is_explained_by_the_protected_place_it_touched(tmp_path, monkeypatch):
+    from anges.safety.blocked import explain_block
+    from anges.safety.sandbox import SandboxSettings, code_paths
+    from anges.safety.shell import CommandResult
+
+    work, home = tmp_path / "work", tmp_path / "home"
+    (work / ".git").mkdir(parents=True)
+    home.mkdir()
+    (home / ".bashrc").write_text("")
+    monkeypatch.setenv("HOME", str(home))
+    code = next(path for path in code_paths() if os.path.isdir(path) and "anges" in path)
+    settings = SandboxSettings(writable=(str(work), str(home)), workdir=str(work),
+                               protected=(str(work / ".git"), str(home / ".bashrc"), code))
+
+    def why(command, stderr, given=settings):
+        return explain_block(CommandResult(command, 1, "", stderr, 0.1), given)
+
+    git = ("fatal: cannot lock ref 'refs/heads/topic': Unable to create "
+           f"'{work}/.git/refs/heads/topic.lock': Read-only file system")
+    assert why("git branch topic", git).startswith(f"read-only file system — {work}/.git is a repository's own "
+                                                   "directory, read-only in the sandbox")
+    assert ".git is a repository's own directory" in why("git stash", "error: Read-only file system")
+    assert ".git is a repository's own directory" in why("touch .git/x",
+                                                         "touch: cannot touch '.git/x': Read-only file system")
+    assert why("echo >> ~/.bashrc", f"bash: {home}/.bashrc: Read-only file system") == \
+        f"read-only file system — {home}/.bashrc is a startup place of the shell, git, Python or an editor, read-only " \
+        "in the sandbox"
+    assert f"{code} holds code anges itself runs" in why("touch x", f"touch: '{code}/x': Read-only file system")
+    outside = why("git clone . /opt/copy", "fatal: could not create '/opt/copy': Read-only file system")
+    assert outside == f"read-only file system — outside the sandbox's writable paths (writable: {work}, {home}; and " \
+                      "a private /tmp)", "a git command writing elsewhere is not blamed on the repository"
+    read_only = SandboxSettings(mode="read-only", workdir=str(work))
+    assert why("touch x", "touch: 'x': Read-only file system", read_only) == \
+        "read-only file system — the read-only sandbox lets commands write only to a private /tmp"

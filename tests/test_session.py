@@ -217,14 +217,19 @@ def test_model_diff_and_cost(tmp_path, sessions):
 
 def test_undo_puts_the_files_back_once_you_say_yes(tmp_path, sessions):
     (tmp_path / "kept.txt").write_text("before\n")
-    model = scripted(tmp_path, shell("echo after > kept.txt && echo new > new.txt"), complete("changed"))
+    model = scripted(tmp_path, shell("echo after > kept.txt && echo new > new.txt"), shell("cat kept.txt"),
+                     complete("changed"))
     term = sessions("--model", model, cwd=tmp_path)
     term.send("change things\r")
     finished(term)
+    term.send("/steps\r")
+    steps = term.wait_for("3  RUN_SHELL_CMD cat kept.txt")
+    assert "2  RUN_SHELL_CMD echo after > kept.txt && echo new > new.txt" in steps, "each step by its number"
     term.send("/undo\r")
     shown = "\n".join(term.wait_for("undo this?", on_screen=True))
     text = term.text()
-    assert "undo: back to before step 2" in text and "-after" in text and "+before" in text, "the diff it applies"
+    assert "undo: back to before step 2" in text and "-after" in text, "the step that changed files, not the cat"
+    assert "-after" in text and "+before" in text, "the diff it applies"
     assert "yes, put these files back" in shown
     assert (tmp_path / "kept.txt").read_text() == "after\n", "nothing changes before the answer"
     term.send("\r")  # yes: the first choice
@@ -283,7 +288,7 @@ def test_completion_of_files_after_at_and_of_slash_commands(tmp_path, sessions):
     term.send(CTRL_C)
     term.send("/bogus\r")
     term.wait_for("unknown command /bogus: the commands are /help, /new, /resume, /list, /model, /sandbox, "
-                  "/approval, /cost, /diff, /undo, /jobs, /export, /exit")
+                  "/approval, /cost, /diff, /steps, /undo, /jobs, /export, /exit")
 
 
 def test_children_show_indented_under_their_parent(tmp_path, sessions):

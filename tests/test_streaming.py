@@ -211,7 +211,22 @@ def test_a_reply_cut_off_at_the_output_limit_is_asked_again_shorter(openai_serve
     assert "Your previous reply was cut off" in second and "8192 tokens" in second
     assert "cut off" not in openai_server.requests[0].body["messages"][0]["content"]
     assert "Your reply looks cut off" not in second, "not treated as an invalid reply"
+    assert "Write a long file in parts (NEW_FILE with the first part" in second
     assert stream.events_list[-1].data["usage"]["model_calls"] == 2, "the cut-off call counts"
+
+
+def test_an_agent_without_file_edits_is_not_told_to_write_a_file_in_parts(openai_server, tmp_path, monkeypatch):
+    from anges.agents import TaskAnalyzer
+
+    openai_server.enqueue_truncated('{"analysis": "a very long plan: ', output_tokens=8192)
+    openai_server.enqueue_text(json.dumps(complete("## Execution Plan")))
+    agent = openai_agent(openai_server, tmp_path, monkeypatch)
+    analyzer = TaskAnalyzer(inference_func=agent.inference_func, cmd_init_dir=tmp_path, config=agent.config)
+
+    analyzer.run_with_new_request("plan it")
+
+    second = openai_server.requests[1].body["messages"][0]["content"]
+    assert "Your previous reply was cut off" in second and "EDIT_FILE" not in second and "NEW_FILE" not in second
 
 
 def test_cut_off_replies_end_the_run_after_the_bound_with_a_recorded_error(openai_server, tmp_path, monkeypatch):

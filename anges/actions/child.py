@@ -9,6 +9,10 @@ from anges.actions.base import Action, ActionContext, Delegator
 from anges.exceptions import InvalidStreamId, StreamNotFound
 from anges.prompt.parsing import Param
 from anges.store.events import Event, EventStream
+from anges.util.clipping import shorten
+
+TASK_CHARS = 100
+"""The most of a child's first request line its reports repeat."""
 
 
 @dataclass
@@ -31,6 +35,11 @@ class ChildRun:
         """How the model calls it: `TASK_EXECUTOR k3Jd9aQw2LxZ`."""
         return f"{self.agent.agent_type.upper()} {self.agent.event_stream.uid}"
 
+    @property
+    def task(self) -> str:
+        """The first line of its request, as its reports name it."""
+        return shorten(next((line.strip() for line in self.request.splitlines() if line.strip()), ""), TASK_CHARS)
+
 
 class CallChildAgent(Action):
     """Starts or resumes a child agent and records its report."""
@@ -43,7 +52,8 @@ class CallChildAgent(Action):
         prepared = self.prepare(ctx, args)
         if isinstance(prepared, Event):
             return prepared
-        self.announce(prepared)
+        self.requested(prepared)
+        self.started(prepared)
         return self.finish(self.execute(prepared))
 
     def prepare(self, ctx: ActionContext, args: dict) -> ChildRun | Event:
@@ -58,19 +68,29 @@ class CallChildAgent(Action):
         return error(f"directive {args['directive']!r} is not valid: use `NEW_CHILD_AGENT <TYPE>` "
                      f"(TYPE one of {', '.join(_parent(ctx).child_types())}) or `RESUME_CHILD_AGENT <child id>`")
 
-    def announce(self, child: ChildRun) -> None:
-        """Record `new_child_agent`/`resume_child_agent` and `child_agent_running` on the parent's stream."""
+    def requested(self, child: ChildRun) -> None:
+        """Record `new_child_agent` or `resume_child_agent` (the request) on the parent's stream."""
         stream, ctx = child.agent.event_stream, child.ctx
-        child.agent.store.sync(stream)
-        child.start = len(stream.events_list)
-        info = {"agent_id": stream.uid, "starting_from": child.start}
         verb = "starts" if child.kind == "new_child_agent" else "resumes"
         data = {"agent_id": stream.uid, "agent_type": child.agent.agent_type, "directive": child.directive}
         ctx.record(Event(child.kind, reasoning=ctx.reply.reasoning, analysis=ctx.reply.analysis, content=child.request,
                          message=f"{verb} child agent {child.agent.agent_type} {stream.uid}",
                          data={**data, **({"approval": child.approval} if child.approval else {})}))
+
+    def queued(self, child: ChildRun, running: int) -> None:
+        """Record `queued_child_agent`: the child waits until one of the `running` children returns."""
+        text = f"Child agent {child.name} is queued: it starts when one of your {running} running children returns."
+        child.ctx.record(Event("queued_child_agent", content=text, message=text,
+                               data={"agent_id": child.agent.event_stream.uid}))
+
+    def started(self, child: ChildRun) -> None:
+        """Record `child_agent_running` on the parent's stream, where the child's events of this run begin."""
+        stream = child.agent.event_stream
+        child.agent.store.sync(stream)
+        child.start = len(stream.events_list)
         running = f"Child agent {child.name} is running."
-        ctx.record(Event("child_agent_running", content=running, message=running, data=info))
+        child.ctx.record(Event("child_agent_running", content=running, message=running,
+                               data={"agent_id": stream.uid, "starting_from": child.start}))
 
     def execute(self, child: ChildRun) -> ChildRun:
         """Run the child until it returns."""
@@ -82,7 +102,7 @@ class CallChildAgent(Action):
         parent's other children are doing."""
         stream = child.agent.event_stream
         exit_event = stream.events_list[-1]
-        content = f"Child agent {child.name} returned ({exit_event.type}):\n{exit_event.content}"
+        content = f"Child agent {child.name} ({child.task}) returned ({exit_event.type}):\n{exit_event.content}"
         return Event(
             type=f"child_agent_{exit_event.type}",
             content=f"{content}\n\n{others}" if others else content,
@@ -128,6 +148,14 @@ class WaitForChildren(Action):
         """Reached only when no child runs (an orchestrator waits for running ones itself)."""
         return error("no child agent is running, so there is nothing to wait for: start one with CALL_CHILD_AGENT, "
                      "or end your turn", action_type=self.type)
+
+    def waiting(self, running: list[ChildRun], queued: list[ChildRun]) -> Event:
+        """The event of a wait for the next child to return (it keeps the reply's reasoning: the plan)."""
+        names = [child.name for child in running] + [f"{child.name} (queued)" for child in queued]
+        text = f"Waiting for the next child agent to return: {', '.join(names)}."
+        return Event("action", content=text, message="waits for its child agents",
+                     data={"action_type": self.type,
+                           "waiting_for": [child.agent.event_stream.uid for child in (*running, *queued)]})
 
 
 def _parent(ctx: ActionContext) -> Delegator:

@@ -24,7 +24,7 @@ class RunShellCommand(Action):
     }
 
     def run(self, ctx: ActionContext, args: dict) -> Event:
-        from anges.safety.sandbox import explain_block
+        from anges.safety.blocked import explain_block
         from anges.safety.shell import run_command
 
         command = args["command"]

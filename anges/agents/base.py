@@ -195,7 +195,7 @@ class BaseAgent(Delegation):
             self.check_limits()
             of_run(self.run_state).count_repeats(args)
             action = actions[args["action_type"]]
-            permit = safety.permit(ctx, action.type, args, remaining=len(reply.actions) - index - 1)
+            permit = safety.permit(ctx, action.type, args, len(reply.actions) - index - 1, self.readonly_shell)
             if permit is None:
                 return False  # declined: the model reads why and plans again
             if self._run_action(action, args, replace(ctx, **safety.equipment(permit)), permit):
@@ -292,7 +292,7 @@ class BaseAgent(Delegation):
             record=self._record, agent_id=self.uid, agent_type=self.agent_type, secrets=self.secrets, env=env,
             charge=ledger.charge, render_guide=self._prompter.guide, delegator=self)
         history = History(stream, self.store, self._calls.sizing.prompt, self._calls.reply, self._record, self.logger)
-        return RunState(self.agent_config, budget, ledger, context, history)
+        return RunState(self.agent_config, budget, ledger, context, history, ending_jobs=self._share.ending_jobs)
 
     def actions_by_type(self) -> dict[str, Action]:
         """The actions this agent offers, by type (upper case)."""

@@ -174,7 +174,7 @@ class ModelCalls:
                              f"{count} times in a row", limit=limit, max_output_tokens=tokens)
         agent.logger.info("reply cut off at max_output_tokens (%d of %d)", count, limit)
         return render_template("cut_off_reply.j2", agent.config.prompt.template_dir, attempt=count,
-                               max_attempts=limit, max_output_tokens=tokens)
+                               max_attempts=limit, max_output_tokens=tokens, action_types=list(agent.actions_by_type()))
 
     def _watch(self, call: Callable[[], str], stop_requested: Callable[[], bool], check_limits: Callable[[], None],
                live: bool) -> str:

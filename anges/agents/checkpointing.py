@@ -60,7 +60,8 @@ class StepCheckpoints:
     def before(self, action: Action, args: dict, ctx: ActionContext, number: int) -> None:
         """Snapshot the folders before `action` runs, if it can change files; `number` is its event's."""
         run = self._run
-        if run is None or not action.may_change_files(args):
+        read_only = action.type == "RUN_SHELL_CMD" and ctx.sandbox is not None and not ctx.sandbox.writable
+        if run is None or read_only or not action.may_change_files(args):  # a read-only sandbox's command writes none
             return
         try:
             entry = run.store.take(run.uid, "step", run.roots, run.excludes, event=number, action=action.type,

@@ -45,6 +45,9 @@ class Delegation:
     children_run_concurrently = False
     """Children run while the agent waits for the next to return (the orchestrator); otherwise one at a time, each
     until it returns."""
+    readonly_shell = False
+    """It delegates every change: its own commands run in the read-only sandbox, never asked about, never let out
+    (a deny rule still holds)."""
 
     def make_child(self: Parent, agent_type: str, event_stream: EventStream) -> Any:
         """A child agent that inherits this agent's model, config, store, directory, notes, handlers (delta handlers

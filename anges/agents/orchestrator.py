@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from anges.actions.child import CallChildAgent, ChildRun, WaitForChildren, error
 from anges.agents.base import BaseAgent
 from anges.agents.run import of_run
+from anges.safety.run_safety import read_only_bwrap
 from anges.util.waiting import wait_for
 
 if TYPE_CHECKING:
@@ -28,10 +29,9 @@ STOPPED_BY_PARENT = "the parent agent ended its turn"
 class Children:
     """The children an orchestrator started and that have not returned yet: running (at most `limit`) or waiting."""
 
-    def __init__(self, limit: int, announce: Callable[[ChildRun], None], execute: Callable[[ChildRun], ChildRun]):
+    def __init__(self, limit: int, action: CallChildAgent):
         self.limit = max(limit, 1)
-        self.announce = announce
-        self.execute = execute
+        self.action = action
         self.waiting: deque[ChildRun] = deque()
         self.running: dict[concurrent.futures.Future, ChildRun] = {}
         self.stops: dict[str, threading.Event] = {}
@@ -47,21 +47,24 @@ class Children:
         return {child.agent.uid for child in (*self.waiting, *self.running.values())}
 
     def add(self, child: ChildRun) -> None:
-        """Start `child` now if fewer than `limit` run, else when one returns."""
+        """Record the child's request; start it now if fewer than `limit` run, else (said so) when one returns."""
         stop, inherited = threading.Event(), child.agent.interrupt_check
         child.agent.interrupt_check = lambda: stop.is_set() or inherited()  # holds even before its run begins
         self.stops[child.agent.uid] = stop
+        self.action.requested(child)
         self.waiting.append(child)
         self.start_waiting()
+        if child in self.waiting:
+            self.action.queued(child, len(self.running))
 
     def start_waiting(self) -> None:
-        """Start waiting children while there is room (each is announced on the parent's stream first)."""
+        """Start waiting children while there is room (each said to run on the parent's stream first)."""
         while self.waiting and len(self.running) < self.limit:
             child = self.waiting.popleft()
-            self.announce(child)
+            self.action.started(child)
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(self.limit, thread_name_prefix="anges-child")
-            self.running[self._pool.submit(self.execute, child)] = child
+            self.running[self._pool.submit(self.action.execute, child)] = child
 
     def returned(self, stop: Callable[[], bool]) -> list[ChildRun]:
         """Wait until a running child returns (or `stop()`); the children that have returned, in starting order."""
@@ -103,15 +106,19 @@ class Orchestrator(BaseAgent):
 
     agent_type = "orchestrator"
     template = "agents/orchestrator.j2"
-    action_types = ("CALL_CHILD_AGENT", "WAIT_FOR_CHILDREN", "TASK_COMPLETE", "HELP_NEEDED", "AGENT_TEXT_RESPONSE")
+    action_types = ("CALL_CHILD_AGENT", "WAIT_FOR_CHILDREN", "RUN_SHELL_CMD", "TASK_COMPLETE", "HELP_NEEDED",
+                    "AGENT_TEXT_RESPONSE")
     can_be_child = True
     mcp_tools = False  # it delegates; its children get the tools
     children_run_concurrently = True
+    readonly_shell = True
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        if not read_only_bwrap(self.config.safety, self.cmd_init_dir):  # its shell is the read-only sandbox's, or none
+            self.registered_actions = [a for a in self.registered_actions if a.type != "RUN_SHELL_CMD"]
         action = self.actions_by_type().get(CallChildAgent.type) or CallChildAgent()
-        self._children = Children(self.agent_config.max_concurrent_children, action.announce, action.execute)
+        self._children = Children(self.agent_config.max_concurrent_children, action)
         self._finish = action.finish
 
     def _step(self) -> bool:
@@ -137,8 +144,10 @@ class Orchestrator(BaseAgent):
         return False
 
     def _run_action(self, action: Action, args: dict, ctx: ActionContext, permit: Permit | None = None) -> bool:
-        if isinstance(action, WaitForChildren) and self._children:
-            return False  # the wait comes once the whole reply has run
+        if isinstance(action, WaitForChildren) and self._children:  # the wait comes once the whole reply has run
+            team = self._children
+            self._record_outcome(action.waiting(list(team.running.values()), list(team.waiting)), ctx.reply, permit)
+            return False
         if not isinstance(action, CallChildAgent):
             return super()._run_action(action, args, ctx, permit)
         self._checkpointing.before(action, args, ctx, len(of_run(self.event_stream).events_list) + 1)

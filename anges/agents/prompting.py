@@ -39,6 +39,7 @@ class Prompted(Protocol):
     cmd_init_dir: str
     prefix_cmd: str
     secrets: list[str]
+    readonly_shell: bool
 
 
 class Prompter:
@@ -87,8 +88,7 @@ class Prompter:
     def _render(self, history: str, jobs: list, older_jobs: int, after_edit: bool, feedback: str) -> str:
         agent, config = self.agent, self.sizing.prompt
         return render_template(
-            agent.agent_prompt_template, config.template_dir,
-            action_types=[a.type for a in agent.registered_actions],
+            agent.agent_prompt_template, config.template_dir, **self.offered(),
             action_guides=[a.guide_prompt for a in agent.registered_actions], platform=self.facts(),
             project_files=self.project_files(), project_limit=config.max_agents_md_chars,
             notes=agent.notes, history=history, background_jobs=jobs, older_jobs=older_jobs,
@@ -132,7 +132,13 @@ class Prompter:
         return render_template(
             action.guide_template, agent.config.prompt.template_dir, shell=facts["shell"], sandbox=facts["sandbox"],
             default_timeout=int(agent.agent_config.shell_cmd_timeout),
-            max_timeout=int(agent.agent_config.max_shell_cmd_timeout), agent=agent, action=action)
+            max_timeout=int(agent.agent_config.max_shell_cmd_timeout), agent=agent, action=action, **self.offered())
+
+    def offered(self) -> dict[str, list[str]]:
+        """The agent's action types, and those that end its turn: the prompt speaks of these only."""
+        actions = self.agent.registered_actions
+        return {"action_types": [a.type for a in actions],
+                "returning": [a.type for a in actions if a.returning_action]}
 
     def facts(self) -> dict:
         """The environment section: OS, shell, working directory, command prefix, sandbox."""
@@ -142,5 +148,5 @@ class Prompter:
             agent = self.agent
             self._facts = {"os": platform.system(), "shell": os.path.basename(find_shell()),
                            "cwd": agent.cmd_init_dir, "prefix_cmd": agent.prefix_cmd,
-                           "sandbox": agent.run_safety.facts() if agent.run_safety else None}
+                           "sandbox": agent.run_safety.facts(agent.readonly_shell) if agent.run_safety else None}
         return self._facts

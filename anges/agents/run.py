@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from anges.agents.record import jsonable
 from anges.exceptions import RunStopped
-from anges.store.events import Event, EventStream, interrupted_event, is_step
+from anges.store.events import RETURN_TO_PARENT_EVENT_TYPES, Event, EventStream, interrupted_event, is_step
 
 if TYPE_CHECKING:
     from anges.actions.base import ActionContext
@@ -32,11 +33,17 @@ class RunState:
     repeats: int = 0
     steps: int = 0
     """The run's events that are steps (`events.is_step`: not approvals before an action, not bookkeeping)."""
+    ending_jobs: Callable[[], list[dict]] = list
+    """The background jobs still running that the end of the run will end (pid and command)."""
 
     def note(self, event: Event) -> None:
-        """Take a new event into the run's accounts: the usage it carries, and whether it is a step."""
+        """Take a new event into the run's accounts: the usage it carries, whether it is a step, and on the event
+        that ends the run (an answer, a stop), the jobs the run ends with it (`ended_jobs`)."""
         self.ledger.attach(event)
         self.steps += is_step(event)
+        ended = self.ending_jobs() if event.type in RETURN_TO_PARENT_EVENT_TYPES else []
+        if ended:
+            event.data["ended_jobs"] = ended
 
     def check(self) -> None:
         """Raise `RunStopped` when the budget or the step limit is reached."""

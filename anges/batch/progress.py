@@ -188,19 +188,13 @@ class RichDisplay(PlainDisplay):
 
 
 def make_display(progress: Progress, out: TextIO = sys.stderr) -> PlainDisplay:
-    """The live panel on a terminal when rich is installed; plain lines otherwise."""
+    """The live panel on a terminal; plain lines otherwise."""
     return RichDisplay(progress, out) if wants_rich(out) else PlainDisplay(progress, out)
 
 
 def wants_rich(out: TextIO) -> bool:
-    """True on a terminal when rich is installed (`pip install "anges[rich]"`)."""
-    if not out.isatty():
-        return False
-    try:
-        import rich  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """True on a terminal: the live panel and the summary table are drawn there."""
+    return out.isatty()
 
 
 def describe(row: dict) -> str:

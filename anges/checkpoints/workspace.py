@@ -118,7 +118,8 @@ class Checkpoints:
     # -- undo ------------------------------------------------------------------------------------------------
 
     def plan_undo(self, to: int | None = None) -> UndoPlan:
-        """What `undo(to)` would do now; `to` is a step number (default: the last step still in effect)."""
+        """What `undo(to)` would do now; `to` is a step number (default: the last step still in effect that changed
+        files)."""
         with self.files.lock():
             return self._plan(to)
 
@@ -156,11 +157,10 @@ class Checkpoints:
         steps = self.steps()
         if not steps:
             raise CheckpointError(f"stream {self.stream.uid} has no checkpoints: nothing to undo")
-        target = self.step(to) if to is not None else next((s for s in reversed(steps) if not s.undone
-                                                            and s.entry.kind == "step"), None)
+        entries = self.timeline.entries()
+        target = self.step(to) if to is not None else self._last_change(steps, entries)
         if target is None:
             raise CheckpointError("every step was undone already; name one with --to to restore to before it")
-        entries = self.timeline.entries()
         later = [entry for entry in entries if entry.id > target.entry.id]
         now = self._now(target.entry.roots)
         restores = [plan_restore(self.files.git(root), target.entry, later, now[root]) for root in now]
@@ -172,6 +172,18 @@ class Checkpoints:
             plan.conflicts += [Conflict(shown(name), why) for name, why in restore.conflicts]
             plan.left_alone += [Conflict(shown(name), why) for name, why in restore.left_alone]
         return plan
+
+    def _last_change(self, steps: list[Step], entries: list[Entry]) -> Step | None:
+        """The last step still in effect that changed files (a trailing `make test` changed none), else the last
+        still in effect; None when every step was undone."""
+        in_effect = [step for step in reversed(steps) if not step.undone and step.entry.kind == "step"]
+        for step in in_effect:
+            after = next((entry.roots for entry in entries if entry.id > step.entry.id), None)
+            if after is None:
+                after = {root: snapshot.commit for root, snapshot in self._now(step.entry.roots).items()}
+            if any(after.get(root, commit) != commit for root, commit in step.entry.roots.items()):
+                return step
+        return in_effect[0] if in_effect else None
 
     def _now(self, roots) -> dict[str, Snapshot]:
         taken, _ = self.files.snapshots(list(roots))

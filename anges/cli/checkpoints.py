@@ -23,7 +23,8 @@ def add_parsers(commands, parents: list) -> None:
     undo = commands.add_parser("undo", parents=parents, help="put the files back as they were before a step")
     undo.add_argument("id", metavar="ID")
     undo.add_argument("--to", metavar="STEP", type=positive(int),
-                      help="restore to before step STEP (default: the last step still in effect; see diff --list)")
+                      help="restore to before step STEP (default: the last step still in effect that changed "
+                           "files; see diff --list)")
     undo.add_argument("-y", "--yes", action="store_true", help="do not ask")
     undo.add_argument("--overwrite", action="store_true",
                       help="also replace files someone other than the agent changed after the checkpoint")

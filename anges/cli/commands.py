@@ -241,7 +241,19 @@ def diff(session: Interactive, argument: str) -> None:
                               Text(f"(all of it, for git apply: anges diff {uid})", "dim")])
 
 
-@command("/undo [STEP] [--overwrite]", "put the files back as they were before the last step (or step STEP)",
+@command("/steps", "the steps that could change files, by number (what /diff STEP and /undo STEP take)")
+def steps(session: Interactive, argument: str) -> None:
+    from anges.cli.checkpoints import step_lines
+
+    found = _checkpoints(session).steps()
+    if not found:
+        session.say("no step has changed files yet", "dim")
+        return
+    session.transcript.print([Text(line) for line in step_lines(found)])
+
+
+@command("/undo [STEP] [--overwrite]", "put the files back as they were before the last step that changed them "
+         "(or step STEP: see /steps)",
          idle_only=True)
 def undo(session: Interactive, argument: str) -> None:
     from anges.cli.checkpoints import plan_lines

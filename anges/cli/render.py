@@ -108,14 +108,15 @@ class Renderer:
         if group == "request":
             label = "request" if kind.startswith("new") else "follow-up"
             return self._block(Text.assemble(("▶", "bold blue"), " ", (label + ":", "bold")), event.content, 6)
+        ended = [Text("  " + ended_jobs(event), "dim")] if ended_jobs(event) else []
         if group == "answer":
             word, colour = SHOWN_STATUS[status_of(kind) or "answered"]  # every answer type sets a status
             head = Text.assemble(("✓" if colour == "green" else "?", f"bold {colour}"), " ", (word, f"bold {colour}"))
             if depth and not self.verbose:
-                return [head, *self._clip([Text(line) for line in event.content.splitlines()], 12)]
-            return [head, self.answer(event.content)]
+                return [head, *self._clip([Text(line) for line in event.content.splitlines()], 12), *ended]
+            return [head, self.answer(event.content), *ended]
         if group == "interrupted":
-            return [Text.assemble(("■", "bold yellow"), " ", (stop_text(event), "yellow"))]
+            return [Text.assemble(("■", "bold yellow"), " ", (stop_text(event), "yellow")), *ended]
         if group in ("shell", "tool", "edit", "approval"):
             draw = {"shell": self._command, "tool": self._tool_call, "edit": self._edit}.get(group, self._approval)
             return draw(event)
@@ -244,8 +245,9 @@ def _shell_status(shell: ShellRun) -> Text:
     if shell.state == "interrupted":
         return Text("killed: interrupted", "yellow")
     if shell.yielded:
-        return Text(f"still running after {seconds(shell.duration)}: went on in the background as pid {shell.pid}, "
-                    f"output in {shell.log_path}", "cyan")
+        why = f"listening on port {', '.join(map(str, shell.listening))}" if shell.listening else \
+            f"still running after {seconds(shell.duration)}"
+        return Text(f"{why}: went on in the background as pid {shell.pid}, output in {shell.log_path}", "cyan")
     if shell.state == "background":
         return Text(f"started in the background: pid {shell.pid}, output in {shell.log_path}", "cyan")
     return Text.assemble((f"exit {shell.exit_code}", "green" if shell.exit_code == 0 else "red"),
@@ -351,6 +353,13 @@ def stop_text(event: Event) -> str:
     reason = event.data.get("reason", "")
     detail = event.data.get("error") or first_line(stop_explanation(event))
     return f"{STOP_REASONS.get(reason, reason or 'stopped')}: {detail}"
+
+
+def ended_jobs(event: Event) -> str:
+    """`ended with the run: pid 7 (python3 -m http.server)`, for an event after which the run ended its jobs."""
+    jobs = event.data.get("ended_jobs") or []
+    shown = ", ".join(f"pid {job.get('pid')} ({one_line(str(job.get('command', '')), 80)})" for job in jobs)
+    return f"ended with the run: {shown}" if shown else ""
 
 
 def first_line(text: str) -> str:

@@ -60,7 +60,9 @@ class Display:
         buffer = io.StringIO()
         console = self.console(buffer, width or self.width())
         for renderable in renderables:
-            console.print(renderable)
+            # console.print joins Text into a new Text that forgets whether it wraps: say it again
+            console.print(renderable, no_wrap=getattr(renderable, "no_wrap", None),
+                          overflow=getattr(renderable, "overflow", None))
         return buffer.getvalue()
 
     def console(self, file: TextIO, width: int) -> Console:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
-from anges.cli.render import SHOWN_STATUS, Renderer, stop_text
+from anges.cli.render import SHOWN_STATUS, Renderer, ended_jobs, stop_text
 from anges.cli.status import Status, WatchedModel
 from anges.cli.terminal import Display, seconds
 from anges.store.export import printable_event
@@ -137,6 +137,8 @@ def status_line(outcome, hint: bool = True) -> str:
         parts.append(f"{usage['cache_hit_ratio']:.0%} of input cached")
     if "cost" in usage:
         parts.append(f"${usage['cost']:.4f}")
+    if outcome.final is not None and ended_jobs(outcome.final):
+        parts.append(ended_jobs(outcome.final))
     uid = outcome.stream.uid
     how = "reply with" if outcome.status == "help_needed" else "resume"
     parts.append(f"stream {uid} ({how}: anges --resume {uid} -q ...)" if hint else f"stream {uid}")

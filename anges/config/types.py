@@ -122,10 +122,11 @@ class AgentConfig(Section):
     with a marker saying how many lines and bytes were cut; the whole output then goes to a file named in the result
     (up to `safety.background_log_cap` bytes, for as long as the request runs). Also the characters kept of an MCP
     tool's result."""
-    shell_background_after: float = 30
+    shell_background_after: float = 120
     """Seconds after which a command still running goes on in the background (as if `run_in_background` had been
-    asked): the model gets its pid, its output so far and its log. A command may ask for another value
-    (`background_after`); 0 = wait for every command until its timeout."""
+    asked): the model gets its pid, its output so far and its log. A command that starts listening on a TCP port
+    (outside the ephemeral range) goes sooner, within about a second. A command may ask for another value
+    (`background_after`); 0 = wait for every command until its timeout, listening or not."""
     event_text_cap: int = 120000
     """Characters of each text of a recorded event (content, reasoning, output, diff, ...); a longer text is cut
     (head and tail) and a longer diff becomes a count of the lines it changes. The change itself is made."""

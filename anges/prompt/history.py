@@ -1,8 +1,9 @@
 """The event history as the model reads it.
 
 The history is the user's requests and one rolling summary for the events folded so far, then every later event
-as `format_event` shows it. An event is shown the same way at every step, so between two folds the history
-only grows at its end, and so does the head of the prompt (`templates.split_prompt`): the provider's prefix cache hits.
+as `format_event` shows it, numbered as the model reads them (an event it does not read takes no number). An event
+is shown the same way at every step, so between two folds the history only grows at its end, and so does the head
+of the prompt (`templates.split_prompt`): the provider's prefix cache hits.
 """
 
 from __future__ import annotations
@@ -59,6 +60,11 @@ def format_event_stream(stream: EventStream, config: PromptConfig) -> str:
     return "\n\n".join(part for part in (formatted.folded, *formatted.blocks) if part) or "(no events yet)"
 
 
+def shown_count(stream: EventStream, end: int) -> int:
+    """How many of events 1..`end` the model reads: the number the history gives the last of them."""
+    return _shown_counts(stream.events_list, end)[end]
+
+
 def history_window(stream: EventStream, config: PromptConfig) -> tuple[int, int]:
     """The events a fold would take now (all since the last fold but the newest `recent_events_in_full`): how
     many, and how many characters of the history they fill."""
@@ -78,15 +84,16 @@ def format_events(stream: EventStream, start: int, end: int, config: PromptConfi
     """Events `start`..`end` (1-based, inclusive) as the history shows them: a summary that falls inside the range
     stands in for its events, after the requests among them."""
     events = stream.events_list
+    numbers = _shown_counts(events, end)
     blocks: list[str] = []
     position = start
     for summary in covering_summaries(stream):
         if summary.start_event_idx < position or summary.end_event_idx > end:
             continue
-        blocks.extend(_format_range(events, position, summary.start_event_idx - 1, config))
-        blocks.extend(_format_summary(events, summary, config))
+        blocks.extend(_format_range(events, position, summary.start_event_idx - 1, config, numbers))
+        blocks.extend(_format_summary(events, summary, config, numbers))
         position = summary.end_event_idx + 1
-    blocks.extend(_format_range(events, position, end, config))
+    blocks.extend(_format_range(events, position, end, config, numbers))
     return "\n\n".join(blocks)
 
 
@@ -114,6 +121,8 @@ class _Formatted:
     blocks: list[str] = field(default_factory=list)
     upto: int = 0
     """The last event formatted."""
+    shown: int = 0
+    """How many of the events formatted the model reads (the number of the last one shown)."""
     reasoning: str = ""
     """The reasoning in effect after event `upto` (see `anges.store.events.reasoning_after`)."""
 
@@ -126,12 +135,14 @@ def _formatted(stream: EventStream, config: PromptConfig) -> _Formatted:
     formatted = cache.get("history")
     if formatted is None or formatted.key != key or formatted.upto > len(events):
         formatted = cache["history"] = _Formatted(key, format_events(stream, 1, settled, config), settled,
-                                                  upto=settled)
+                                                  upto=settled, shown=_shown_counts(events, settled)[settled])
     for index in range(formatted.upto + 1, len(events) + 1):
         event = events[index - 1]
         if event.type not in _HIDDEN:
+            formatted.shown += 1
             formatted.indexes.append(index)
-            formatted.blocks.append(format_event(index, event, config, turn_reasoning(event, formatted.reasoning)))
+            formatted.blocks.append(format_event(formatted.shown, event, config,
+                                                 turn_reasoning(event, formatted.reasoning)))
         formatted.reasoning = reasoning_after(event, formatted.reasoning)
     formatted.upto = len(events)
     return formatted
@@ -153,18 +164,26 @@ def _choose_summaries(summaries: list[EventSummary]) -> list[EventSummary]:
     return chosen
 
 
-def _format_range(events: list, start: int, end: int, config: PromptConfig) -> list[str]:
+def _shown_counts(events: list, end: int) -> list[int]:
+    """For each n in 0..`end`: how many of events 1..n the model reads."""
+    counts = [0]
+    for event in events[:end]:
+        counts.append(counts[-1] + (event.type not in _HIDDEN))
+    return counts
+
+
+def _format_range(events: list, start: int, end: int, config: PromptConfig, numbers: list[int]) -> list[str]:
     """Events `start`..`end` in full; the first shown one has its reasoning, each later one only a new reasoning."""
     blocks, previous = [], ""
     for index in range(start, end + 1):
         event = events[index - 1]
         if event.type not in _HIDDEN:
-            blocks.append(format_event(index, event, config, turn_reasoning(event, previous)))
+            blocks.append(format_event(numbers[index], event, config, turn_reasoning(event, previous)))
         previous = reasoning_after(event, previous)
     return blocks
 
 
-def _format_summary(events: list, summary: EventSummary, config: PromptConfig) -> list[str]:
+def _format_summary(events: list, summary: EventSummary, config: PromptConfig, numbers: list[int]) -> list[str]:
     """The requests a summary covers (the newest that fit `max_folded_request_chars`, the latest always), then
     the summary itself."""
     requests = [i for i in range(summary.start_event_idx, summary.end_event_idx + 1)
@@ -172,12 +191,12 @@ def _format_summary(events: list, summary: EventSummary, config: PromptConfig) -
     shown: list[str] = []
     room = config.max_folded_request_chars
     for index in reversed(requests):
-        block = format_event(index, events[index - 1], config)
+        block = format_event(numbers[index], events[index - 1], config)
         if shown and len(block) > room:
             break
         shown.insert(0, block)
         room -= len(block)
     left_out = len(requests) - len(shown)
     marker = [omission(left_out, "earlier requests (in the summary)").strip()] if left_out else []
-    heading = f"## Summary of Events {summary.start_event_idx} to {summary.end_event_idx}"
+    heading = f"## Summary of Events {numbers[summary.start_event_idx - 1] + 1} to {numbers[summary.end_event_idx]}"
     return [*marker, *shown, f"{heading}\n{summary.summary}"]

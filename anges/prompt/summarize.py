@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from anges.config.types import PromptConfig
 from anges.exceptions import ModelReplyError
-from anges.prompt.history import folded_until, format_events, history_window
+from anges.prompt.history import folded_until, format_events, history_window, shown_count
 from anges.prompt.parsing import strip_thinking
 from anges.prompt.templates import render_template
 from anges.store.events import EventStream, EventSummary
@@ -35,7 +35,7 @@ def fold_end(stream: EventStream, config: PromptConfig) -> int | None:
 
 def fold_prompt(stream: EventStream, end: int, config: PromptConfig) -> str:
     """The prompt that asks the model for the rolling summary of events 1..`end`."""
-    return render_template("summary.j2", config.template_dir, end=end, max_words=SUMMARY_WORDS,
+    return render_template("summary.j2", config.template_dir, end=shown_count(stream, end), max_words=SUMMARY_WORDS,
                            has_summary=folded_until(stream) > 0, history=format_events(stream, 1, end, config))
 
 

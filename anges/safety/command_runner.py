@@ -44,6 +44,8 @@ class RemoteProcess:
         self.channel = channel
         self.pid = pid
         self.returncode: int | None = None
+        self.ports: list[int] = []
+        """The ports it listens on, once the runner said so (asked for with `watch_ports`)."""
 
     def exit_fd(self) -> int | None:
         """A descriptor that becomes readable when the command's shell ends."""
@@ -59,6 +61,10 @@ class RemoteProcess:
         if self.returncode is None and self.channel.ended:
             self.returncode = -9  # the runner is gone, and every process of its run with it
         return self.returncode
+
+    def listening(self) -> list[int]:
+        """The TCP ports the command listens on, once the runner said so ([] before; `poll` reads what it says)."""
+        return self.ports
 
     def wait(self, timeout: float | None) -> bool:
         """Wait up to `timeout` seconds for the shell to end; True when it has (or the runner is gone)."""
@@ -93,7 +99,8 @@ class RemoteProcess:
         for message in self.channel.messages:
             if "exit" in message:
                 self.returncode = message["exit"]
-        self.channel.messages = [m for m in self.channel.messages if "exit" not in m]
+            self.ports = message.get("listening") or self.ports
+        self.channel.messages = [m for m in self.channel.messages if "exit" not in m and "listening" not in m]
 
 
 @dataclass
@@ -124,8 +131,9 @@ class CommandRunner:
         self.cwd = cwd
         self.settings = settings if settings is not None and settings.enabled else None
         self.bwrap = bwrap
-        self.writable = self.settings.writable if self.settings is not None else writable
-        """The directories the run's commands may write: a bwrap there is never run."""
+        self.writable = writable or (self.settings.writable if self.settings is not None else ())
+        """The directories the run's commands may write (any runner's: a read-only one's too): a bwrap there is never
+        run."""
         self.contain = contain and bool(bwrap)
         """Without the sandbox, still run in a PID namespace of its own (through bwrap)."""
         self._cgroup: PidsCgroup | None = None
@@ -156,10 +164,11 @@ class CommandRunner:
             return self._scratch
 
     def spawn(self, argv: list[str], cwd: str, env: dict[str, str], stdout: int, stderr: int,
-              retry: bool = True) -> RemoteProcess:
-        """Start `argv` in its own session with the given outputs; OSError when it cannot start."""
+              watch_ports: bool = False, retry: bool = True) -> RemoteProcess:
+        """Start `argv` in its own session with the given outputs (`watch_ports`: the runner says when it listens on a
+        TCP port); OSError when it cannot start."""
         channel = self._request_spawn(stdout, stderr)
-        channel.send({"argv": argv, "cwd": cwd, "env": env})
+        channel.send({"argv": argv, "cwd": cwd, "env": env, "watch_ports": watch_ports})
         reply = channel.receive(REPLY_TIMEOUT)
         if reply is None or "pid" not in reply:
             channel.close()
@@ -167,7 +176,7 @@ class CommandRunner:
                 raise OSError(reply.get("errno") or 0, reply["error"])
             self._replace_stuck()  # stopped (kill -STOP), or killed: it ends, with every process of its run
             if retry:
-                return self.spawn(argv, cwd, env, stdout, stderr, retry=False)
+                return self.spawn(argv, cwd, env, stdout, stderr, watch_ports, retry=False)
             raise SandboxError(f"the command runner did not answer (a command may have stopped or killed it; the "
                                f"next command starts a new one){self._log_tail()}")
         return RemoteProcess(channel, reply["pid"])

@@ -6,14 +6,17 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from anges.exceptions import ConfigError
-from anges.safety.approval import MODES, Asker, Gate, Permit
+from anges.prompt.agents_md import project_directories
+from anges.safety.approval import MODES, Asker, Decision, Gate, Permit
 from anges.safety.command_runner import CommandRunner, Job
-from anges.safety.policy import Policy
+from anges.safety.policy import Policy, Verdict
 from anges.safety.sandbox import SandboxSettings, availability
 from anges.store.events import action_input
+from anges.util.clipping import shorten
 
 if TYPE_CHECKING:
     from anges.config.types import SafetyConfig
@@ -38,8 +41,13 @@ def approval_mode(configured: str, approval: Callable | str | None) -> tuple[str
 ENDED_JOBS_SHOWN = 5
 """Background jobs that ended stay in the prompt's list this many at a time (the newest); running ones always."""
 
+class ReadOnlyPermit(Permit):
+    """A command of a read-only shell, let through: it runs in the read-only sandbox."""
+
+
 class Runners:
-    """The run's runner processes, started on first use: one in the sandbox, one for commands let out of it."""
+    """The run's runner processes, started on first use: one in the sandbox, one for commands let out of it, and one
+    in the read-only sandbox (an orchestrator's commands)."""
 
     def __init__(self, cwd: str, settings: SandboxSettings, bwrap: str, log_cap: int, contain: bool = False):
         self.cwd = cwd
@@ -47,7 +55,7 @@ class Runners:
         self.bwrap = bwrap
         self.log_cap = log_cap
         self.contain = contain
-        self._runners: dict[bool, CommandRunner] = {}
+        self._runners: dict[bool | str, CommandRunner] = {}
         self._lock = threading.Lock()
 
     def get(self, sandboxed: bool) -> CommandRunner | None:
@@ -61,6 +69,15 @@ class Runners:
                                                          contain=self.contain and not sandboxed,
                                                          writable=self.settings.writable)
             return self._runners[sandboxed]
+
+    def read_only(self, bwrap: str) -> CommandRunner:
+        """The runner whose commands see everything read-only but a private /tmp (`bwrap` must work)."""
+        with self._lock:
+            if "read-only" not in self._runners:
+                settings = replace(self.settings, mode="read-only", writable=(), protected=())
+                self._runners["read-only"] = CommandRunner(self.cwd, settings, bwrap, self.log_cap,
+                                                           writable=self.settings.writable)
+            return self._runners["read-only"]
 
     def jobs(self) -> list[Job]:
         """Every background job of the run."""
@@ -111,12 +128,18 @@ class RunSafety:
         found = availability(self.config.bwrap, self.settings.writable, quiet=True)
         return found.bwrap if found.ok else ""
 
-    def permit(self, ctx: Asker, action_type: str, args: dict, remaining: int = 0) -> Permit | None:
+    def permit(self, ctx: Asker, action_type: str, args: dict, remaining: int = 0,
+               readonly_shell: bool = False) -> Permit | None:
         """The gate's answer for one action; a declined action (or an approval) is recorded, with the reason.
 
         None when it is declined: the model reads why and plans again; `remaining` actions of the reply are skipped.
+        A command of a `readonly_shell` runs in the read-only sandbox: only a deny rule stops it, no one is asked,
+        and it never leaves the sandbox.
         """
-        permit = self.gate.check(ctx, action_type, args)
+        if readonly_shell and action_type == "RUN_SHELL_CMD":
+            permit = self._read_only_permit(action_type, args)
+        else:
+            permit = self.gate.check(ctx, action_type, args)
         if not permit.allowed or permit.request_id is not None:  # other approvals are facts on the action's event
             event = self.gate.decided_event(ctx, action_type, permit, skipped=0 if permit.allowed else remaining)
             if not permit.allowed:  # the declined action's only event: the step's thoughts and what it asked
@@ -126,9 +149,24 @@ class RunSafety:
             ctx.record(event)
         return permit if permit.allowed else None
 
+    def _read_only_bwrap(self) -> str:
+        found = availability(self.config.bwrap, self.settings.writable, quiet=True)
+        return found.bwrap if found.ok else ""
+
+    def _read_only_permit(self, action_type: str, args: dict) -> Permit:
+        verdict = self.policy.decide(action_type, {key: value for key, value in args.items() if key != "escalate"})
+        if verdict.decision == "deny":
+            return Permit(False, verdict, Decision("deny", by="rule"))
+        return ReadOnlyPermit(True, Verdict("allow", subject=verdict.subject))
+
     def equipment(self, permit: Permit) -> dict[str, Any]:
         """What a permitted action runs with (fields of its `ActionContext`): the sandbox's runner, or the unsandboxed
-        one if it escalated, and the paths the policy judged."""
+        one if it escalated (the read-only sandbox's for a read-only shell's command), and the paths the policy
+        judged."""
+        if isinstance(permit, ReadOnlyPermit):
+            reader = self.runners.read_only(self._read_only_bwrap())
+            return {"runner": reader, "sandbox": reader.settings, "escalated": False, "checked_paths": None,
+                    "output_dir": None, "can_escalate": False}
         runner = self.runners.get(sandboxed=self.sandboxed and not permit.escalate)
         inside = self.runners.get(sandboxed=True) if permit.escalate and self.sandboxed else None
         return {"runner": runner, "sandbox": runner.settings if runner is not None else None,
@@ -149,14 +187,27 @@ class RunSafety:
         """Whether a command may ask to leave the sandbox and be let out."""
         return self.approval == "ask" or (self.approval == "auto" and self.gate.auto_escalate)
 
-    def facts(self) -> dict:
-        """What the prompt's Environment section says about the sandbox."""
+    def facts(self, read_only: bool = False) -> dict:
+        """What the prompt's Environment section says about the sandbox (a `read_only` shell's: the read-only one)."""
+        if read_only:
+            return {"mode": "read-only", "sandboxed": True, "writable": [], "network": self.settings.network,
+                    "reason": "", "approval": self.approval, "can_escalate": False, "repository": "",
+                    "keep_background": self.config.keep_background, "commands_allowed": True}
         return {"mode": self.settings.mode, "sandboxed": self.sandboxed, "writable": list(self.settings.writable),
                 "network": self.settings.network, "reason": self.unsandboxed_reason, "approval": self.approval,
-                "can_escalate": self.can_escalate,
+                "can_escalate": self.can_escalate, "repository": self._read_only_repository(),
                 "keep_background": self.config.keep_background,
                 # a rule may allow commands without the sandbox (a batch run with --sandbox off adds one)
                 "commands_allowed": self.policy.decide("RUN_SHELL_CMD", {"command": ""}).decision == "allow"}
+
+    def _read_only_repository(self) -> str:
+        """The `.git` of the repository the working directory is in, when commands may write the working directory
+        but not it ("" otherwise)."""
+        settings = self.settings
+        if not self.sandboxed or not settings.can_write(settings.workdir):
+            return ""
+        git = os.path.join(project_directories(settings.workdir)[0], ".git")
+        return git if os.path.exists(git) and not settings.can_write(git) else ""
 
     def job_lines(self) -> tuple[list[dict], int]:
         """The background jobs as the prompt lists them on every step: the running ones and the newest that ended
@@ -175,6 +226,15 @@ class RunSafety:
         return [line for n, line in enumerate(lines) if n not in left_out], len(left_out)
 
 
+def read_only_bwrap(safety: SafetyConfig, cwd: str) -> str:
+    """The bwrap that can run a read-only shell's commands in a run in `cwd` ("" where none works, or off Linux; never
+    one the run's other commands could have written)."""
+    if not sys.platform.startswith("linux"):
+        return ""
+    found = availability(safety.bwrap, SandboxSettings.for_run(safety, cwd).writable, quiet=True)
+    return found.bwrap if found.ok else ""
+
+
 class SafetyShare:
     """An agent's part in run safety: a `RunSafety` of its own for each run (background jobs it keeps carry over
     to the next run), or, for a child agent, its parent's."""
@@ -182,11 +242,23 @@ class SafetyShare:
     def __init__(self, config: SafetyConfig, parent: RunSafety | None = None):
         self.config = config
         self.parent = parent
+        self.run: RunSafety | None = None
+        """The current run's (the last begun)."""
         self._kept: Runners | None = None
 
     def begin(self, cwd: str, approval: Callable | str | None) -> RunSafety:
         """The safety of the run about to start."""
-        return self.parent or RunSafety(self.config, cwd, approval, runners=self._kept)
+        self.run = self.parent or RunSafety(self.config, cwd, approval, runners=self._kept)
+        return self.run
+
+    def ending_jobs(self) -> list[dict]:
+        """The background jobs still running that the end of the current run will end ([] for a child's run, which
+        leaves them to its parent's, or when they are kept running)."""
+        run = self.run
+        if self.parent is not None or run is None or run.config.keep_background:
+            return []
+        return [{"pid": job.pid, "command": shorten(" ".join(job.command.split()), 200)} for job in run.runners.jobs()
+                if job.status() == "running"]
 
     def end(self, run: RunSafety) -> None:
         """End the run's processes (a child leaves that to its parent's run)."""

@@ -1,12 +1,13 @@
 """The process that starts a run's commands and owns them, inside the sandbox or not; one per run.
 
 The agent starts it as a script (`python -I -S runner.py CONTROL_FD [--namespace] [--parent PID]`), so it
-imports only the standard library. Requests come over the control socket (SOCK_SEQPACKET): each message
-is a small JSON object and carries, by SCM_RIGHTS, a stream socket of its own ("the op socket") plus the
-command's stdout and stderr. On the op socket the agent sends the request (one JSON line: argv, cwd,
-env) and later `{"kill": grace}`; the runner answers `{"pid": N}` or `{"error": ..., "errno": N}`, then
-`{"exit": code}` when the command's shell ends and `{"killed": true}` after a kill. Closing an op socket
-kills what is left of that command. `{"op": "end", "keep": [sessions]}` ends every process of the run
+imports only the standard library (and `ports.py` beside it, by its path). Requests come over the control
+socket (SOCK_SEQPACKET): each message is a small JSON object and carries, by SCM_RIGHTS, a stream socket of its
+own ("the op socket") plus the command's stdout and stderr. On the op socket the agent sends the request (one
+JSON line: argv, cwd, env, and `watch_ports` to hear when it listens on a TCP port) and later `{"kill": grace}`;
+the runner answers `{"pid": N}` or `{"error": ..., "errno": N}`, then `{"listening": [port, ...]}` if it starts
+listening and `{"exit": code}` when the command's shell ends and `{"killed": true}` after a kill. Closing an op
+socket kills what is left of that command. `{"op": "end", "keep": [sessions]}` ends every process of the run
 but those sessions; the control socket's end (or SIGTERM) ends them all and the runner.
 
 With `--namespace` the runner is inside bwrap's PID namespace, so the run's processes are every process
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any
 
 KILL_GRACE = 0.5
 MARKER = "ANGES_RUN"
@@ -222,6 +224,8 @@ class Server:
         self.children: dict[int, _Op] = {}
         self.groups: set[int] = set()
         self.spawned = threading.Event()
+        self.ports: Any = None
+        """The port watcher (`ports.PortWatcher`), made when a command first asks for it."""
         self._wake_read, self._wake_write = os.pipe()
 
     def serve(self) -> None:
@@ -282,6 +286,9 @@ class Server:
                                            stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
                 self.children[op.proc.pid] = op
                 self.groups.add(op.proc.pid)
+                if request.get("watch_ports"):
+                    self.ports = self.ports or _load_ports().PortWatcher()
+                    self.ports.add(op.proc.pid, lambda ports, send=op.channel.send: send({"listening": ports}))
                 op.channel.send({"pid": op.proc.pid})
             self.spawned.set()
         except OSError as exc:
@@ -312,6 +319,8 @@ class Server:
                     op.proc.returncode = os.waitstatus_to_exitcode(status)
                     op.exited = True
                     op.channel.send({"exit": op.proc.returncode})
+                    if self.ports is not None:
+                        self.ports.discard(pid)
 
     def _kill_and_reply(self, op: _Op, pid: int, grace: float) -> None:
         kill_group(pid, grace)
@@ -360,6 +369,16 @@ def _meanwhile(target, *args) -> None:
         threading.Thread(target=target, args=args, daemon=True).start()
     except RuntimeError:
         target(*args)
+
+
+def _load_ports():
+    """ports.py beside this file: the runner runs as a script (`python -I -S`), with no package to import it from."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ports", os.path.join(os.path.dirname(__file__), "ports.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def marked_pids(token: str, stats: dict | None = None) -> list[int]:

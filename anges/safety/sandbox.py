@@ -75,11 +75,6 @@ TRUSTED_BWRAP_DIRS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin"
                       "/nix/var/nix/profiles/default/bin")
 """Where `bwrap` is looked for (never on PATH, which a project's environment may change); `safety.bwrap` names
 another."""
-_READ_ONLY_MARKS = ("Read-only file system",)
-_NETWORK_MARKS = ("Network is unreachable", "Temporary failure in name resolution", "Could not resolve host",
-                  "Name or service not known", "No address associated with hostname", "getaddrinfo failed",
-                  "nodename nor servname", "Failed to establish a new connection", "network is unreachable")
-_SOCKET_MARKS = ("Address family not supported by protocol",)
 PR_SET_DUMPABLE = 4
 
 
@@ -423,27 +418,6 @@ def warn_once(message: str) -> None:
     if message not in _warned:
         _warned.add(message)
         log.warning("anges: %s.", message)
-
-
-def explain_block(result, settings: SandboxSettings) -> str:
-    """A note when the sandbox, not the command, is the likely cause of a failure ("" otherwise)."""
-    if not settings.enabled or (result.exit_code == 0 and not result.timed_out):
-        return ""
-    output = f"{result.stdout}\n{result.stderr}"
-    if any(mark in output for mark in _READ_ONLY_MARKS):
-        where = ", ".join(settings.writable) or "nothing"
-        return (f"read-only file system — outside the sandbox's writable paths (writable: {where}; "
-                f"and a private /tmp)")
-    if not settings.network and any(mark in output for mark in _NETWORK_MARKS):
-        return "no network — the sandbox has no network access"
-    if any(path in output for path in settings.hidden):
-        return "hidden — credential paths are not visible in the sandbox"
-    if not settings.unix_sockets and any(mark in output for mark in _SOCKET_MARKS):
-        return ("no Unix sockets — commands in the sandbox cannot make them (a daemon of the machine could run "
-                "what they send); a socket pair still works")
-    return ""
-
-
 
 
 def _expand(path: str, cwd: str) -> str:

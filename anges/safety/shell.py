@@ -10,11 +10,12 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import IO, TYPE_CHECKING, cast
 
 from anges.exceptions import SandboxError
 from anges.safety.capture import READ_SIZE, CappedLog, Capture
+from anges.safety.ports import WATCH_INTERVAL, PortWatch
 from anges.safety.runner import KILL_GRACE, kill_group
 from anges.util.masking import is_secret_name
 from anges.util.printable import unusable
@@ -26,6 +27,9 @@ POLL_INTERVAL = 0.05
 BACKGROUND_LOG_CAP = 10_000_000
 # Seconds we keep reading after the shell exits while a backgrounded descendant still holds the pipes open.
 DRAIN_AFTER_EXIT = 0.25
+LISTEN_GRACE = 0.3
+"""Seconds a command that started listening on a port is still read before it goes on in the background (what it
+prints as it starts up)."""
 
 
 @dataclass
@@ -55,12 +59,16 @@ class CommandResult:
     """The command was still running at its yield point and went on in the background (pid, log_path)."""
     output_dropped: int = 0
     """Bytes `output_path` lost from its start to stay within its cap."""
+    listening: list[int] = field(default_factory=list)
+    """The TCP ports it had started listening on when it went on in the background (`yielded`)."""
 
     def to_data(self) -> dict:
         """JSON-able facts for Event.data, without the outputs."""
         data = asdict(self)
         del data["stdout"], data["stderr"]
         data["duration"] = round(self.duration, 3)  # a millisecond is precise enough, and keeps records short
+        if not self.listening:
+            del data["listening"]
         return data
 
 
@@ -147,10 +155,13 @@ class _Limits:
 class _LocalProcess:
     """A command this process started itself."""
 
-    def __init__(self, popen: subprocess.Popen):
+    def __init__(self, popen: subprocess.Popen, watch_ports: bool = False):
         self.popen = popen
         self.pid = popen.pid
         self._exit_fd: int | None = None
+        self._watch = PortWatch(popen.pid) if watch_ports and os.path.isdir("/proc/self/net") else None
+        self._next_look = time.monotonic() + WATCH_INTERVAL
+        self.ports: list[int] = []
 
     @property
     def returncode(self) -> int | None:
@@ -168,6 +179,14 @@ class _LocalProcess:
     def poll(self) -> int | None:
         return self.popen.poll()
 
+    def listening(self) -> list[int]:
+        """The TCP ports the command listens on (looked at every WATCH_INTERVAL seconds, until some are found)."""
+        if self._watch is not None and time.monotonic() >= self._next_look:
+            self._next_look = time.monotonic() + WATCH_INTERVAL
+            self.ports = self._watch.check()
+            self._watch = None if self.ports else self._watch
+        return self.ports
+
     def wait(self, timeout: float | None) -> bool:
         try:
             self.popen.wait(None if timeout is None else max(timeout, 0))
@@ -184,12 +203,12 @@ class _LocalProcess:
             self._exit_fd = None
 
 
-def _start(argv: list[str], cwd, env: dict[str, str], stdout: int, stderr: int, runner):
+def _start(argv: list[str], cwd, env: dict[str, str], stdout: int, stderr: int, runner, watch_ports: bool = False):
     if runner is not None:
-        return runner.spawn(argv, os.fspath(cwd), env, stdout, stderr)
+        return runner.spawn(argv, os.fspath(cwd), env, stdout, stderr, watch_ports)
     # start_new_session (not a preexec_fn, which forces the slow fork path) gives the command its own group to kill.
     return _LocalProcess(subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout,
-                                          stderr=stderr, start_new_session=True))
+                                          stderr=stderr, start_new_session=True), watch_ports)
 
 
 def _start_background(command: str, argv: list[str], cwd, env: dict[str, str], log_dir: str | None, runner,
@@ -267,7 +286,7 @@ def _run_foreground(command, argv, cwd, env, limits: _Limits, interrupt_check, s
     out_read, out_write = os.pipe()
     err_read, err_write = os.pipe()
     try:
-        proc = _start(argv, cwd, env, out_write, err_write, runner)
+        proc = _start(argv, cwd, env, out_write, err_write, runner, watch_ports=limits.yield_after is not None)
     except BaseException:
         os.close(out_read)
         os.close(err_read)
@@ -315,7 +334,8 @@ def _yielded(command, proc, streams: dict, capture: Capture, log_dir, runner, se
     open_streams = [stream for stream in streams if not stream.closed]
     _keep_going(command, proc, open_streams, capture.take_log(), log_path, runner)
     rendered.output_path = log_path
-    return _result(command, rendered, started, exit_code=None, pid=proc.pid, log_path=log_path, yielded=True)
+    return _result(command, rendered, started, exit_code=None, pid=proc.pid, log_path=log_path, yielded=True,
+                   listening=proc.listening())
 
 
 def _result(command: str, rendered, started: float, **facts) -> CommandResult:
@@ -329,7 +349,7 @@ def _result(command: str, rendered, started: float, **facts) -> CommandResult:
 
 def _pump(proc, streams: dict, deadline: float, yield_at: float | None, interrupt_check) -> str | None:
     """Read output until the command ends; "timeout" or "interrupt" if it must be stopped, "yield" if it is still
-    running at `yield_at`."""
+    running at `yield_at`, or LISTEN_GRACE after it starts listening on a port (before `yield_at`)."""
     selector = selectors.DefaultSelector()
     for stream, buffer in streams.items():
         selector.register(stream, selectors.EVENT_READ, buffer)
@@ -350,23 +370,28 @@ def _pump(proc, streams: dict, deadline: float, yield_at: float | None, interrup
                 next_check = now + POLL_INTERVAL
             if exited_at is not None and (not selector.get_map() or now - exited_at >= DRAIN_AFTER_EXIT):
                 return None
-            if exited_at is None and yield_at is not None and now >= yield_at:
-                return "yield"
+            if exited_at is None and yield_at is not None:
+                if now >= yield_at:
+                    return "yield"
+                if proc.listening():
+                    yield_at = min(yield_at, now + LISTEN_GRACE)
             wait = min(POLL_INTERVAL, deadline - now)
-            exited = _read_ready(selector, wait) if selector.get_map() else proc.wait(wait)
-            if exited_at is None and (exited or (exit_fd is None and proc.poll() is not None)):
+            watched = _read_ready(selector, wait) if selector.get_map() else proc.wait(wait)
+            # The exit watch fires on the shell's end; a runner's also on its other news (a port it listens on).
+            if exited_at is None and (watched or exit_fd is None) and proc.poll() is not None:
                 exited_at = time.monotonic()
+                if exit_fd is not None and exit_fd in selector.get_map():
+                    selector.unregister(exit_fd)
     finally:
         selector.close()
 
 
 def _read_ready(selector: selectors.BaseSelector, timeout: float) -> bool:
     """Read every ready pipe once; True if the exit watch fired."""
-    exited = False
+    fired = False
     for key, _ in selector.select(max(timeout, 0)):
         if key.data is None:
-            selector.unregister(key.fileobj)
-            exited = True
+            fired = True
             continue
         chunk = os.read(key.fd, READ_SIZE)
         if chunk:
@@ -374,7 +399,7 @@ def _read_ready(selector: selectors.BaseSelector, timeout: float) -> bool:
         else:
             selector.unregister(key.fileobj)
             _close(key)
-    return exited
+    return fired
 
 
 def _close(key: selectors.SelectorKey) -> None:

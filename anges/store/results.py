@@ -65,6 +65,8 @@ class ShellRun:
     """When the sandbox blocked it: whether the command could ask to run outside."""
     output_dropped: int = 0
     """Bytes the full-output file lost from its start to stay within its cap."""
+    listening: tuple[int, ...] = ()
+    """The TCP ports it had started listening on when it went on in the background (`yielded`)."""
 
     @classmethod
     def of(cls, event: Recorded) -> ShellRun | None:
@@ -81,7 +83,8 @@ class ShellRun:
                    counts[0] + counts[1] if known else None, counts[2] + counts[3] if known else None,
                    (data.get("stdout_omitted") or 0) + (data.get("stderr_omitted") or 0), data.get("output_path"),
                    bool(data.get("yielded")), data.get("result_format") or 1,
-                   data.get("can_escalate", True) is not False, data.get("output_dropped") or 0)
+                   data.get("can_escalate", True) is not False, data.get("output_dropped") or 0,
+                   tuple(data.get("listening") or ()))
 
     @property
     def state(self) -> str:
@@ -99,6 +102,7 @@ class ShellRun:
             return "killed: the run was interrupted"
         if self.state == "background":
             how = "still running at its yield point, it went on" if self.yielded else "started"
+            how = f"listening on {_ports(self.listening)}, it went on" if self.listening else how
             return f"{how} in the background: pid {self.pid}, output in {self.log_path}"
         return f"exit code {self.exit_code} after {self.duration:.1f} s"
 
@@ -175,7 +179,8 @@ def shell_text(run: ShellRun) -> str:
     if run.state == "background" and not run.yielded:
         return f"{parts[0]}\nStarted in the background: pid {run.pid}, output in {run.log_path}"
     if run.yielded:
-        parts.append(f"STILL RUNNING after {run.duration:.0f} s, so it went on in the background: pid {run.pid}, "
+        why = f"LISTENING on {_ports(run.listening)}" if run.listening else f"STILL RUNNING after {run.duration:.0f} s"
+        parts.append(f"{why}, so it went on in the background: pid {run.pid}, "
                      f"its output continuing in {run.log_path} (`kill {run.pid}` stops it). What it printed so far:")
     else:
         parts.append(_status(run))
@@ -190,6 +195,11 @@ def shell_text(run: ShellRun) -> str:
         parts.append(f"FULL OUTPUT: {run.printed_lines} lines ({run.printed_bytes} bytes) in {run.output_path}, "
                      "cut parts included (available until this request ends).")
     return "\n".join(parts + _sandbox_note(run))
+
+
+def _ports(numbers) -> str:
+    """`port 8000`, `ports 8000, 8443`."""
+    return f"port{'s' if len(numbers) != 1 else ''} {', '.join(str(number) for number in numbers)}"
 
 
 def _status(run: ShellRun) -> str:
