@@ -61,6 +61,7 @@ setup(
             "mcp-server-time",
             "playwright>=1.45",
             "ruff",
+            "pytest-xdist>=3.5",  # tests/run.sh runs the suite in 3 workers: most of it waits on processes
             "mypy==2.4.1",  # tests/mypy.ini; pinned, so a new release's checks do not fail CI unannounced
             "types-PyYAML==6.0.12.20261122",
             "ray>=2.9",

@@ -52,7 +52,9 @@ say "mypy took $((SECONDS - started)) s"
 
 say "pytest"
 status=0
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@" || status=$?
+# Three workers (ANGES_TEST_WORKERS; 0 runs in this process): most tests wait on processes, servers and a browser
+# rather than compute. The tests of one Ray cluster, or of the browser, stay on one worker (xdist_group).
+.venv/bin/python -m pytest -q -p no:cacheprovider -n "${ANGES_TEST_WORKERS:-3}" --dist loadgroup "$@" || status=$?
 if [ "$status" = 5 ]; then
   say "pytest collected no tests"
   exit 1
