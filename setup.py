@@ -27,7 +27,7 @@ setup(
     packages=find_packages(include=["anges", "anges.*"]) + ["anges.web", *TEMPLATE_PACKAGES],
     package_dir={"anges.web": "web", "anges.prompt_templates": "prompt_templates"},
     package_data={
-        "anges": ["config.yaml"],
+        "anges": ["config.yaml", "py.typed", "__init__.pyi"],  # py.typed: type checkers read our annotations
         "anges.web": ["templates/*.html", "static/*"],
         **{package: ["*.j2"] for package in TEMPLATE_PACKAGES},
     },
@@ -61,6 +61,9 @@ setup(
             "mcp-server-time",
             "playwright>=1.45",
             "ruff",
+            "pytest-xdist>=3.5",  # tests/run.sh runs the suite in 3 workers: most of it waits on processes
+            "mypy==2.4.1",  # tests/mypy.ini; pinned, so a new release's checks do not fail CI unannounced
+            "types-PyYAML==6.0.12.20261122",
             "ray>=2.9",
             "agent-client-protocol>=0.12",
             "pyte>=0.8",  # a terminal emulator: what the CLI draws, as a person sees it

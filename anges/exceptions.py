@@ -1,5 +1,7 @@
 """The few domain errors of anges; converted to exit codes or HTTP statuses only at the edges."""
 
+from typing import Any
+
 
 class AngesError(Exception):
     """Base class of every error anges raises on purpose."""
@@ -47,10 +49,10 @@ class ModelCancelled(ModelError):
 class ModelReplyError(ModelError):
     """The model answered, but with nothing usable: `kind` is "empty", "truncated" or "blocked"."""
 
-    def __init__(self, message: str, kind: str, usage=None):
+    def __init__(self, message: str, kind: str, usage: Any = None):
         super().__init__(message)
         self.kind = kind
-        self.usage = usage  # what the refused reply still cost, when the provider said
+        self.usage = usage  # a `Usage`: what the refused reply still cost, when the provider said
 
 
 class ContextExceeded(ModelError):
@@ -80,7 +82,7 @@ class BatchError(AngesError):
 class RunStopped(AngesError):
     """A stop condition ended the run; `reason` is machine-readable (interrupt, event_limit, budget, ...)."""
 
-    def __init__(self, reason: str, message: str, **details):
+    def __init__(self, reason: str, message: str, **details: Any):
         super().__init__(message)
         self.reason = reason
         self.details = details

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Any, Protocol
 
 import pluggy
 
@@ -21,26 +22,32 @@ hookimpl = pluggy.HookimplMarker("anges")
 log = logging.getLogger(__name__)
 
 
+class Register(Protocol):
+    """Adds a class (or a `module:Class` path) to one registry, under `name` or the class's own."""
+
+    def __call__(self, target: Any, name: str | None = None) -> None: ...
+
+
 class Hooks:
     """The hooks a plug-in may implement. Each gets `register(cls, name=None)` of one registry."""
 
     @hookspec
-    def register_actions(self, register):
+    def register_actions(self, register: Register) -> None:
         """Add `Action` subclasses; the name is the class's `type` (RUN_SHELL_CMD style) unless given."""
 
     @hookspec
-    def register_providers(self, register):
+    def register_providers(self, register: Register) -> None:
         """Add model providers: `cls(preset, settings, retry, name=...)` returns a model (`f(prompt) -> str`)."""
 
     @hookspec
-    def register_agent_types(self, register):
+    def register_agent_types(self, register: Register) -> None:
         """Add `BaseAgent` subclasses; the name is the class's `agent_type` unless given."""
 
 
 class Plugins:
     """The plug-in manager, loaded on first use, and what went wrong loading plug-ins."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._manager: pluggy.PluginManager | None = None
         self._lock = threading.RLock()
         self.failures: dict[str, str] = {}
@@ -76,7 +83,7 @@ class Plugins:
             self.failures = {}
             self.generation += 1
 
-    def call(self, hook: str, register) -> None:
+    def call(self, hook: str, register: Register) -> None:
         """Call one hook of every plug-in; a plug-in whose hook fails is reported and the others still run."""
         for impl in getattr(self.manager().hook, hook).get_hookimpls():
             try:

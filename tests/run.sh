@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the whole test suite from a checkout: makes .venv, installs anges with its dev extras and, where they
 # are missing and it can (as root, with apt-get), Debian's chromium (browser tests) and bubblewrap (sandbox
-# tests); then ruff and pytest. Tests whose tools are missing or do not work here are skipped with the
-# reason; ANGES_TEST_SKIP=browser,sandbox skips those groups on purpose. Exits non-zero on any failure.
+# tests); then ruff, mypy (tests/mypy.ini) and pytest. Tests whose tools are missing or do not work here are
+# skipped with the reason; ANGES_TEST_SKIP=browser,sandbox skips those groups on purpose. Exits non-zero on
+# any failure (a type error included).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,9 +45,16 @@ fi
 say "ruff"
 .venv/bin/python -m ruff check anges web tests benchmarks examples setup.py
 
+say "mypy (tests/mypy.ini; its cache is .venv/mypy_cache)"
+started=$SECONDS
+.venv/bin/python -m mypy --config-file tests/mypy.ini
+say "mypy took $((SECONDS - started)) s"
+
 say "pytest"
 status=0
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@" || status=$?
+# Three workers (ANGES_TEST_WORKERS; 0 runs in this process): most tests wait on processes, servers and a browser
+# rather than compute. The tests of one Ray cluster, or of the browser, stay on one worker (xdist_group).
+.venv/bin/python -m pytest -q -p no:cacheprovider -n "${ANGES_TEST_WORKERS:-3}" --dist loadgroup "$@" || status=$?
 if [ "$status" = 5 ]; then
   say "pytest collected no tests"
   exit 1

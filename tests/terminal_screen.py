@@ -25,6 +25,8 @@ class Terminal:
         """`stdout`: a file for anges' standard output (`anges ... > FILE` on a terminal)."""
         env = dict(os.environ if env is None else env)
         env.setdefault("TERM", "xterm-256color")
+        for fixed in ("COLUMNS", "LINES"):  # the pty's size is the terminal's (pytest-xdist's workers set both)
+            env.pop(fixed, None)
         pid, fd = pty.fork()
         if pid == 0:  # the child: become anges at once
             os.chdir(cwd)

@@ -526,3 +526,24 @@ def test_tokens_usable_by_commands_are_still_masked_in_the_record(tmp_path, monk
     stream = agent.run_with_new_request("use the token")
     assert "[REDACTED]" in stream.events_list[1].data["stdout"], "the command could read it (passed through)"
     assert "ghp_exampleTOKEN" not in json.dumps(stream.to_dict()) and "ghp_exampleTOKEN" not in model.prompts[1]
+
+
+def test_an_agent_answers_whether_to_stop_before_its_first_run(tmp_path):
+    """`stop_requested` is handed to children and callbacks as an interrupt check: it must answer at any time."""
+    from anges.exceptions import RunStopped
+
+    agent, _ = make_agent(tmp_path, [complete()])
+    assert agent.stop_requested() is False
+    agent.check_limits()  # no run, no limit reached
+    agent.interrupt("SIGTERM")
+    assert agent.stop_requested() is True
+    with pytest.raises(RunStopped, match=r"interrupted \(SIGTERM\)"):
+        agent.check_limits()
+
+
+def test_rendering_a_prompt_before_the_first_run_says_what_is_missing(tmp_path):
+    agent, _ = make_agent(tmp_path, [complete()])
+    with pytest.raises(RuntimeError, match=r"has not started a run yet: call run_with_new_request\(\) first"):
+        agent.render_prompt()
+    stream = agent.run_with_new_request("go")
+    assert "go" in agent.render_prompt() and agent.event_stream is stream

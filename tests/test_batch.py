@@ -113,6 +113,7 @@ def test_a_yaml_task_file_loads_and_its_errors_name_the_line(tmp_path):
 
 @pytest.mark.parametrize("lines, message", [
     (['{"id": "a", "task": "x"}', '{"id": "b", "task": "y",}'], ":2: not valid JSON"),
+    (['{"id": "a", "task": "x", "n": ' + "9" * 5000 + "}"], ":1: not valid JSON (Exceeds the limit"),  # int digits
     (['{"id": "a", "task": "x", "secret": "k"}'], ":1: unknown field 'secret' (known: id, task, path,"),
     (['{"task": "x"}'], ":1: field 'id': missing"),
     (['{"id": "a", "task": "x"}', "", '{"id": "a", "task": "y"}'],

@@ -27,6 +27,8 @@ from anges.batch.tasks import batch_id_for, load_tasks
 from anges.config.loading import load_config
 from anges.store.event_store import EventStore
 
+pytestmark = pytest.mark.xdist_group("ray")  # one Ray at a time on this machine, whatever the test workers
+
 
 @pytest.fixture(scope="module")
 def ray_address(tmp_path_factory):

@@ -19,6 +19,7 @@ from anges.store.event_store import EventStore
 from anges.store.events import RETURN_TO_PARENT_EVENT_TYPES
 
 STEPS = 8
+pytestmark = pytest.mark.xdist_group("ray")  # one Ray at a time on this machine, whatever the test workers
 
 
 def reply(*actions):

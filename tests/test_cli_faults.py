@@ -75,3 +75,25 @@ def test_the_readme_lists_the_exit_codes_of_anges_help():
     help_codes = exit_code_block(shown)
     assert [line.split()[0] for line in help_codes if line.split()[0].isdigit()] == ["0", "3", "4", "2", "1"]
     assert exit_code_block(README.read_text(encoding="utf-8")) == help_codes
+
+
+def test_a_server_that_counts_cached_tokens_but_no_input_tokens_still_gets_its_status_line(openai_server, tmp_path):
+    """Its usage is half filled in (cached tokens, no prompt tokens): the run ends as it should, and the last line
+    leaves out the share of input read from the cache."""
+    openai_server.enqueue_text('{"reasoning": "done", "actions": [{"action_type": "TASK_COMPLETE", "content": "ok"}]}',
+                               input_tokens=0, cached_tokens=40)
+    out = run(openai_server, tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+    assert "completed in" in out.stderr and "cached" not in out.stderr, out.stderr
+    assert last_event().data["usage"]["cached_tokens"] == 40
+
+
+def test_the_live_status_line_leaves_out_the_cache_share_when_no_input_was_counted():
+    from anges.cli.status import Usage
+    from anges.store.events import Event
+
+    usage = Usage()
+    usage.add(Event("task_completion", content="ok", data={
+        "usage": {"input_tokens": 0, "output_tokens": 5, "cached_tokens": 40, "model_calls": 1}}))
+    assert usage.parts() == ["1 step", "5 tokens"]

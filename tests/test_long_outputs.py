@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -113,6 +114,30 @@ def test_a_full_output_file_past_its_cap_is_said_to_hold_only_the_end(work):
     assert 0 < dropped < cut.data["stdout_bytes"] and "FULL OUTPUT: 400000 lines" in cut.content
     assert f"after its first {dropped} bytes were dropped" in cut.content and "cut parts included" not in cut.content
     assert read.data["stdout"].startswith(f"[anges: the oldest {dropped} bytes of this log were dropped]")
+
+
+def test_a_full_output_file_that_cannot_be_written_leaves_the_models_view_whole(work):
+    """Once a write to the file fails (a full disk; here a file size limit), nothing more goes in: the output read
+    so far, waiting in memory for the file, is not written to a file that is gone."""
+    probe = textwrap.dedent(f"""
+        import json, resource, signal
+        from anges.safety.capture import Capture
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+        capture = Capture(budget=20, directory={str(work)!r}, file_cap=1_000_000)
+        for n in range(1, 9):  # the third line outgrows the budget: the file starts with the two before it
+            capture.stdout.add(f"line {{n}}\\n".encode())
+        capture.close()
+        shown = capture.render()
+        print(json.dumps({{"stdout": shown.stdout, "bytes": shown.stdout_bytes, "lines": shown.stdout_lines}}))
+    """)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    assert (shown["bytes"], shown["lines"]) == (56, 8)
+    assert shown["stdout"].startswith("line 1\n") and shown["stdout"].endswith("line 8\n")
+    assert [path.stat().st_size for path in work.iterdir()] == [0], "the file the failed writes left"
 
 
 def test_the_model_reads_the_text_recorded_for_an_event_and_it_survives_a_reload(work):

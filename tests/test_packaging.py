@@ -1,5 +1,6 @@
 """The package installs with its resources, and importing it is cheap."""
 
+import ast
 import json
 import os
 import shutil
@@ -36,6 +37,7 @@ def test_wheel_install_ships_templates_web_assets_and_config(tmp_path):
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
     assert {"anges/config.yaml", "anges/prompt_templates/agents/default.j2", "anges/web/static/app.js"} <= set(names)
+    assert {"anges/py.typed", "anges/__init__.pyi"} <= set(names), "type checkers would ignore our annotations"
     assert not [n for n in names if n.endswith("setup.py") or "/tests/" in n]
     assert any(n.startswith("anges-0.2.0.dist-info/") and n.endswith("LICENSE") for n in names)
     target = tmp_path / "site"
@@ -121,3 +123,17 @@ def test_public_names_resolve_lazily():
 
     for name in ("Event", "EventStream", "EventSummary", "EventStore", "ScriptedModel", "load_config"):
         assert getattr(anges, name).__name__ == name
+
+
+def test_the_stub_type_checkers_read_names_every_public_name_as_it_loads():
+    """`anges/__init__.pyi` gives `from anges import X` its real type (the package loads X lazily)."""
+    import importlib
+
+    import anges
+
+    stub = ast.parse((ROOT / "anges" / "__init__.pyi").read_text())
+    typed = {alias.asname or alias.name: (node.module, alias.name)
+             for node in stub.body if isinstance(node, ast.ImportFrom) for alias in node.names}
+    assert set(typed) == set(anges.__all__) - {"__version__"}
+    for name, (module, original) in typed.items():
+        assert getattr(importlib.import_module(module), original) is getattr(anges, name), name

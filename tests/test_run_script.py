@@ -44,7 +44,7 @@ def test_without_root_the_missing_tools_are_reported_and_the_tests_still_run(che
     assert out.returncode == 0, out.stderr
     assert ("chromium bubblewrap not installed, and installing needs root and apt-get: the tests that need it are "
             "skipped") in out.stderr
-    assert calls[-1] == "python -m pytest -q -p no:cacheprovider -x"
+    assert calls[-1] == "python -m pytest -q -p no:cacheprovider -n 3 --dist loadgroup -x"
     assert "installing anges and its dev dependencies into .venv" in out.stderr  # progress is shown
 
 
@@ -74,7 +74,7 @@ def test_as_root_apt_installs_what_is_missing_and_a_failure_does_not_stop_the_ru
     out, calls = run(checkout, 0)
     assert out.returncode == 0, out.stderr
     assert "could not install chromium bubblewrap" in out.stderr and "E: Unable to locate package" in out.stderr
-    assert calls[-1] == "python -m pytest -q -p no:cacheprovider -x"
+    assert calls[-1] == "python -m pytest -q -p no:cacheprovider -n 3 --dist loadgroup -x"
 
 
 def test_groups_skipped_on_purpose_need_nothing_installed(checkout):
@@ -84,3 +84,14 @@ def test_groups_skipped_on_purpose_need_nothing_installed(checkout):
     assert not [call for call in calls if call.startswith("apt-get")] and "chromium" not in out.stderr
     out, calls = run(checkout, 0, skip="browser")
     assert "apt-get -q install -y bubblewrap" in calls
+
+
+def test_a_type_error_fails_the_run_before_the_tests(checkout):
+    python = checkout / ".venv" / "bin"
+    tool(python, "python", f'echo "python $*" >> {checkout}/calls; '
+                           'case "$*" in *mypy*) echo "anges/x.py:1: error: bad [arg-type]"; exit 1;; esac')
+    out, calls = run(checkout, 0, skip="browser,sandbox")
+    assert out.returncode == 1
+    assert "python -m mypy --config-file tests/mypy.ini" in calls
+    assert "anges/x.py:1: error: bad" in out.stdout
+    assert not [call for call in calls if "pytest" in call], "no tests after a type error"

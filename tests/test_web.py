@@ -1035,6 +1035,21 @@ def test_a_turns_reasoning_shows_once_even_when_the_feed_resumes_after_it(auth, 
     assert [step["reasoning_html"] for step in steps_of(resumed)][:1] == [""], "step 2 is still part of step 1's turn"
 
 
+def test_an_action_whose_command_fact_is_not_text_shows_as_a_plain_step(auth, store):
+    """A plug-in's action (or an imported stream) may record its `command` as a list: the chat shows it as any other
+    action, and the steps after it still come."""
+    client, _ = auth
+    stream = EventStream(title="plug-in")
+    stream.add_event(Event("new_request", content="go"))
+    stream.add_event(Event("action", content="ran ls -l", message="ran ls -l", data={"command": ["ls", "-l"]}))
+    stream.add_event(Event("task_completion", content="done"))
+    store.sync(stream)
+    events, _ = read_sse(client, f"/api/chats/{stream.uid}/events", ended)
+    steps = steps_of(events)
+    assert [step["kind"] for step in steps] == ["request", "other", "answer"]
+    assert steps[1]["text"] == "ran ls -l"
+
+
 def test_the_status_line_counts_actions_not_the_approvals_before_them():
     from web.render import Totals
 

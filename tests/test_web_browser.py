@@ -20,7 +20,7 @@ try:
 except ImportError:  # the `browser` mark skips every test here, saying so
     playwright_api = None
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("browser")]  # one Chromium at a time
 LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
                "--disable-component-update", "--no-first-run"]
 PASSWORD = "browser-test-password"
@@ -196,13 +196,15 @@ def test_log_in_start_a_task_and_watch_the_steps_arrive(page, server, model):
     release = threading.Event()
     model.enqueue(shell("echo step-one"), gate(release, complete("Finished: **everything** worked.")))
     page.goto(server.url + "/")
+    delay = server.app.extensions["anges"].guard.delay
+    delay.clock = lambda: 1000.0  # time stands still while the page is slow: the next try is too soon
     page.fill("#password", "not the password")
     page.click("button[type=submit]")
     expect(page.locator("#login-error")).to_contain_text("Wrong password")
     page.fill("#password", PASSWORD)  # too soon: the next try waits a second, and the page says so
     page.click("button[type=submit]")
     expect(page.locator("#login-error")).to_have_text("Too many failed attempts. Try again in 1 second.")
-    page.wait_for_timeout(1100)
+    delay.clock = lambda: 1001.0  # a second later
     page.fill("#password", PASSWORD)
     page.click("button[type=submit]")
     expect(page.locator("#app[data-ready=true]")).to_be_attached()

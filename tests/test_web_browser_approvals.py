@@ -21,7 +21,7 @@ from test_web_browser import (
 from anges.models.scripted import ScriptedModel
 from anges.store.events import Event, EventStream
 
-pytestmark = [pytest.mark.browser, pytest.mark.packaged_safety]
+pytestmark = [pytest.mark.browser, pytest.mark.packaged_safety, pytest.mark.xdist_group("browser")]
 ASK_TOUCH = {"action": "RUN_SHELL_CMD", "match": "re:^touch ", "decision": "ask",
              "reason": "touching files needs a person here"}
 PENDING = ".card.approval[data-state=pending]"

@@ -107,7 +107,9 @@ class Guard:
         self.token = "" if password else token
         self.delay = LoginDelay(max_login_delay)
         secret = f"password:{password}" if password else f"token:{self.token}"
-        fingerprint = hmac.new(app.secret_key, secret.encode(), hashlib.sha256).hexdigest()[:32]
+        key = app.secret_key  # bytes from load_secret; Flask allows a str
+        key = key.encode() if isinstance(key, str) else key or b""
+        fingerprint = hmac.new(key, secret.encode(), hashlib.sha256).hexdigest()[:32]
         lifetime = app.permanent_session_lifetime.total_seconds()
         # The token changes with every launch, so its sessions need not outlive the process.
         self.sessions = SessionRegistry(fingerprint, lifetime, sessions_file if password else None)

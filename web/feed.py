@@ -116,8 +116,9 @@ class ChatWatch:
         for child in self.children:  # the list grows while children of children turn up
             yield from _follow_child(web.store, child, self.children, self.open_blocks)
         yield from _live(web.runs.live(chat.uid), [chat, *self.children])
+        totals = chat.totals.to_dict() if chat.totals is not None else {}
         status = {"uid": chat.uid, "title": chat.title, **shown_status(web, chat.uid, chat.stored, chat.reason),
-                  **chat.totals.to_dict()}
+                  **totals}
         if status != self.last_status:
             self.last_status = status
             yield "status", status, None
@@ -246,8 +247,8 @@ def _steps(reader: Reader, records: list[dict], children: list[Reader],
         elif kind == "event" and not reader.done:
             event = Event.from_record(record)
             index = record.get("index", 0)
-            if status_of(event.type):
-                reader.stored = status_of(event.type)
+            if status := status_of(event.type):
+                reader.stored = status
                 reader.reason = str(event.data.get("reason") or "") if event.type == "task_interrupted" else ""
             if reader.totals is not None:
                 reader.totals.add(event)

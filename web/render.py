@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 import nh3
 
@@ -108,15 +109,13 @@ def step_view(event: Event, index: int, cwd: str = "", reasoning: str | None = N
     if kind == "request":
         view["text"] = event.content
         view["from_parent"] = event.type.endswith("_from_parent")
-    elif kind == "shell":
-        shell = ShellRun.of(event)
+    elif kind == "shell" and (shell := ShellRun.of(event)) is not None:
         view.update(command=shell.command, exit_code=shell.exit_code, sandbox=data.get("sandbox"),
                     escalated=bool(data.get("escalated")), duration=data.get("duration"),
                     timed_out=shell.state == "timed_out", interrupted=shell.state == "interrupted",
                     background=shell.state == "background", yielded=shell.yielded, output=shell.output())
         view["long"] = view["output"].count("\n") >= LONG_OUTPUT_LINES
-    elif kind == "edit":
-        edit = FileEdit.of(event)
+    elif kind == "edit" and (edit := FileEdit.of(event)) is not None:
         view.update(path=shown_path(edit.path, cwd), operation=edit.operation, directive=edit.directive,
                     error=edit.error, diff="" if edit.error else edit.diff, text=event.content if edit.error else "",
                     lines_added=data.get("lines_added"), lines_removed=data.get("lines_removed"))
@@ -158,8 +157,8 @@ def _kind(event: Event) -> str:
 
 def _usage(data: dict) -> dict:
     usage = StepUsage.of(data) or StepUsage()
-    out = {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens, "model_calls": usage.model_calls,
-           "cached_tokens": usage.cached_tokens}
+    out: dict[str, Any] = {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
+                           "model_calls": usage.model_calls, "cached_tokens": usage.cached_tokens}
     if usage.cost is not None:
         out["cost"] = usage.cost
     if usage.model:

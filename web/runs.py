@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from anges.config.types import Config
 from anges.exceptions import AngesError, ModelSetupError, StreamBusy, StreamNotFound
@@ -17,6 +18,9 @@ from anges.store.events import Event, EventStream
 from anges.tools.mcp import manager_for
 
 from .approvals import AnswerBox, WebApproval
+
+if TYPE_CHECKING:
+    from anges.agents.base import BaseAgent
 
 log = logging.getLogger("anges.web")
 
@@ -85,7 +89,7 @@ class Run:
 
     uid: str
     thread: threading.Thread | None = None
-    agent: object | None = None
+    agent: BaseAgent | None = None
     stop_requested: bool = False
     approvals: WebApproval | None = None
     live: dict[str, dict] = field(default_factory=dict)
@@ -199,7 +203,8 @@ class Runs:
             with self._lock:
                 self._runs.pop(run.uid, None)
 
-    def _build_agent(self, stream: EventStream, interrupt_check: Callable[[], bool], approvals: WebApproval):
+    def _build_agent(self, stream: EventStream, interrupt_check: Callable[[], bool],
+                     approvals: WebApproval) -> BaseAgent:
         from anges.agents import agent_class
 
         settings = stream.get_settings()

@@ -48,7 +48,8 @@ class SessionRegistry:
         with self._lock:
             self._read()  # another process may have ended it: the file is small, read it every time
             entry = self._sessions.get(_key(sid))
-        return bool(entry) and entry.get("fingerprint") == self.fingerprint and entry.get("expires", 0) > time.time()
+        return (entry is not None and entry.get("fingerprint") == self.fingerprint
+                and entry.get("expires", 0) > time.time())
 
     def end(self, sid: object) -> None:
         """End the session `sid` (logging out); the same cookie no longer works anywhere."""

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 from functools import lru_cache
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from flask import (
@@ -87,8 +88,7 @@ def _page(uid: str | None):
 @lru_cache(maxsize=8)
 def _asset_version(name: str) -> str:
     """A digest of a static file: a new version gets a new shared worker, not the one older pages still hold."""
-    with current_app.open_resource(f"static/{name}") as source:
-        return hashlib.sha256(source.read()).hexdigest()[:12]
+    return hashlib.sha256((Path(current_app.root_path) / "static" / name).read_bytes()).hexdigest()[:12]
 
 
 @bp.route("/login", methods=["GET", "POST"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from anges.store.events import Event
 from anges.store.results import FileEdit, ShellRun
 
@@ -26,7 +28,8 @@ def action_type(event: Event) -> str:
 def action_args(event: Event) -> dict:
     """The arguments of the action an event records, as far as its facts tell (for naming a tool call)."""
     data = event.data
-    args = {key: data[key] for key in ("command", "path", "directive", "server", "tool", "inputs") if key in data}
+    shown = ("command", "path", "directive", "server", "tool", "inputs")
+    args: dict[str, Any] = {key: data[key] for key in shown if key in data}
     if "escalated" in data:
         args["escalate"] = bool(data["escalated"])
     if event.type in ("approval_requested", "approval_decided") and data.get("subject"):

@@ -7,7 +7,7 @@ import logging
 import os
 import signal
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from acp import PROTOCOL_VERSION, RequestError, run_agent
 from acp.schema import (
@@ -30,6 +30,9 @@ from anges.acp.session import Session
 from anges.acp.stdio import open_streams
 from anges.acp.wire import Wire
 from anges.exceptions import AngesError, InvalidStreamId, StreamNotFound
+
+if TYPE_CHECKING:
+    from acp.interfaces import Agent
 
 log = logging.getLogger("anges.acp")
 
@@ -137,6 +140,8 @@ class AngesAgent:
 
         if not os.path.isabs(cwd) or not os.path.isdir(cwd):
             raise RequestError(-32602, f"cwd must be an absolute path to a directory, got {cwd!r}")
+        if self.loop is None:
+            raise RequestError(-32603, "no client is connected")
         config = self.options.config
         agent_type = stream.agent_type or self.options.agent_type
         stream.agent_type = agent_type
@@ -257,7 +262,8 @@ async def serve(options: Options, protocol_in, protocol_out) -> None:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
-    serving = asyncio.ensure_future(run_agent(agent, writer, reader, observers=[wire]))
+    # acp's router calls only the methods an agent has (by name, with keywords): ours has no list or fork of sessions
+    serving = asyncio.ensure_future(run_agent(cast("Agent", agent), writer, reader, observers=[wire]))
     stopping = asyncio.ensure_future(stop.wait())
     try:
         await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from acp import RequestError
-from acp.schema import PermissionOption
+from acp.schema import PermissionOption, StopReason
 
 from anges.acp import facts
 from anges.acp.updates import Speaker, UpdateMapper
@@ -25,6 +25,7 @@ from anges.safety.approval import Decision
 from anges.store.events import walk
 
 if TYPE_CHECKING:
+    from anges.agents.base import BaseAgent
     from anges.store.events import EventStream
 
 log = logging.getLogger("anges.acp")
@@ -64,7 +65,7 @@ class Session:
         self.loop = loop
         self.cwd = cwd
         self.secrets = secrets
-        self.agent = None
+        self.agent: BaseAgent | None = None
         self.turn: Turn | None = None
         self.gone = False
         """The client stopped reading: nothing more is sent."""
@@ -73,13 +74,17 @@ class Session:
         self._idle = threading.Event()
         self._idle.set()
 
-    def attach(self, agent) -> None:
+    def attach(self, agent: BaseAgent) -> None:
         """The agent this session drives (built with `watch(model)`, `on_message`, `approval` and `cancelled`)."""
         self.agent = agent
 
     @property
     def stream(self) -> EventStream:
-        return self.agent.event_stream
+        """The session's stream (its agent's)."""
+        stream = self.agent.event_stream if self.agent is not None else None
+        if stream is None:
+            raise RuntimeError(f"session {self.uid} has no agent on a stream yet")
+        return stream
 
     # -- hooks the agent is built with --------------------------------------------------------------------------
 
@@ -113,15 +118,18 @@ class Session:
 
     # -- turns ----------------------------------------------------------------------------------------------------
 
-    def run_turn(self, request: str) -> str:
+    def run_turn(self, request: str) -> StopReason:
         """Run one prompt (the first is the stream's request, later ones follow-ups); returns the ACP stop reason."""
+        agent = self.agent
+        if agent is None:
+            raise RequestError(-32603, f"session {self.uid} has no agent")
         with self._lock:
             if self.turn is not None:
                 raise RequestError(-32600, "a prompt is already running in this session; cancel it first")
             turn = self.turn = Turn(UpdateMapper(self.send, self.cwd, self._ids, asks=self._asks))
             self._idle.clear()
         try:
-            self.agent.run_with_new_request(request)
+            agent.run_with_new_request(request)
         except StreamBusy as exc:
             raise RequestError(-32600, f"{exc}; send the prompt again when that run has ended") from None
         except Exception as exc:  # noqa: BLE001  (the edge: the agent recorded the stop; the client gets one line)
@@ -139,7 +147,7 @@ class Session:
         safety = getattr(self.agent, "run_safety", None)
         return safety is not None and safety.gate.asks(action_type, args)
 
-    def stop_reason(self, turn: Turn) -> str:
+    def stop_reason(self, turn: Turn) -> StopReason:
         """How the turn ended, as ACP says it: end_turn, cancelled, max_turn_requests or refusal."""
         final = self.stream.events_list[-1] if self.stream.events_list else None
         if turn.cancelled.is_set():
@@ -162,7 +170,8 @@ class Session:
         turn = self.turn
         if turn is not None:
             turn.cancelled.set()
-            self.agent.interrupt("cancelled")
+            if self.agent is not None:
+                self.agent.interrupt("cancelled")
 
     def replay(self, store) -> None:
         """Send the stream's history (children included) as updates."""

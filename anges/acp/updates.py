@@ -27,7 +27,16 @@ from acp import (
     update_tool_call,
     update_user_message_text,
 )
-from acp.schema import ToolCallLocation, ToolCallUpdate
+from acp.schema import (
+    ContentToolCallContent,
+    FileEditToolCallContent,
+    PlanEntryStatus,
+    TerminalToolCallContent,
+    ToolCallLocation,
+    ToolCallStatus,
+    ToolCallUpdate,
+    ToolKind,
+)
 
 from anges.acp import diffs, facts
 from anges.acp.plan import plan_entries
@@ -37,11 +46,14 @@ from anges.safety import approval_text
 from anges.store.events import REQUEST_EVENT_TYPES, RETURN_TO_PARENT_EVENT_TYPES, Event, action_input
 from anges.util.printable import visible
 
+Content = ContentToolCallContent | FileEditToolCallContent | TerminalToolCallContent
+"""What a tool call can show."""
 ANSWER_TYPES = ("task_completion", "agent_text_response", "agent_requested_help")
 RETURNING_ACTIONS = ("TASK_COMPLETE", "HELP_NEEDED", "AGENT_TEXT_RESPONSE")
 NOT_TOOL_CALLS = (*RETURNING_ACTIONS, "WAIT_FOR_CHILDREN")
 """Actions that are no tool call: the turn's answer, or an orchestrator waiting for its children."""
-KINDS = {"RUN_SHELL_CMD": "execute", "EDIT_FILE": "edit", "READ_MIME_FILES": "read", "CALL_CHILD_AGENT": "think"}
+KINDS: dict[str, ToolKind] = {"RUN_SHELL_CMD": "execute", "EDIT_FILE": "edit", "READ_MIME_FILES": "read",
+                              "CALL_CHILD_AGENT": "think"}
 TITLE_CHARS = 160
 DECIDERS = {"editor": "you", "approval=deny": "--approval deny", "no_one": "no one (no one can approve here)",
             "limit": "anges (too long to be shown whole)"}
@@ -65,9 +77,9 @@ class Call:
     agent: str
     action_type: str
     title: str
-    kind: str
+    kind: ToolKind
     locations: list[ToolCallLocation] | None = None
-    status: str = "pending"
+    status: ToolCallStatus = "pending"
     args: dict = field(default_factory=dict)
     """The action's arguments (from its reply; empty when it was first seen in an event)."""
     request: str = ""
@@ -109,7 +121,7 @@ class UpdateMapper:
         self._thought: dict[str, str] = {}
         self._streaming: dict[str, tuple[int, str]] = {}
         """The call and field of the reply each agent streams now (its thoughts went out as chunks)."""
-        self._plan: list[tuple[str, str]] = []
+        self._plan: list[tuple[str, PlanEntryStatus]] = []
 
     # -- what feeds it ------------------------------------------------------------------------------------------
 
@@ -206,7 +218,7 @@ class UpdateMapper:
                 call = self._open(speaker, request.action_type, {"subject": request.subject}, "pending")
                 call.request = request.id
                 self._by_request[request.id] = call
-            content = [tool_content(text_block(_request_text(request)))]
+            content: list[Content] = [tool_content(text_block(_request_text(request)))]
             if request.action_type == "EDIT_FILE":
                 parts = diffs.hunk_texts(visible(request.detail))
                 content += [tool_diff_content(request.subject, new, old) for old, new in parts]
@@ -252,7 +264,7 @@ class UpdateMapper:
 
     def _child_returned(self, speaker: Speaker, event) -> None:
         call = self._by_child.pop(facts.child_id(event), None)
-        status = "failed" if facts.child_exit(event) == "task_interrupted" else "completed"
+        status: ToolCallStatus = "failed" if facts.child_exit(event) == "task_interrupted" else "completed"
         self._done(speaker, call, "CALL_CHILD_AGENT", facts.action_args(event), status,
                    [tool_content(text_block(event.content))])
 
@@ -260,7 +272,7 @@ class UpdateMapper:
         action_type = facts.action_type(event)  # "" from a custom action that records no type: its first call
         call = self._waiting(speaker.id, action_type or None, started=True)
         action_type = action_type or (call.action_type if call is not None else event.type)
-        status = "failed" if facts.failed(event) else "completed"
+        status: ToolCallStatus = "failed" if facts.failed(event) else "completed"
         self._done(speaker, call, action_type, facts.action_args(event), status, self._result(event, action_type),
                    facts.raw_input(event))
         following = self._waiting(speaker.id)
@@ -319,7 +331,7 @@ class UpdateMapper:
                 return call
         return None
 
-    def _open(self, speaker: Speaker, action_type: str, args: dict, status: str,
+    def _open(self, speaker: Speaker, action_type: str, args: dict, status: ToolCallStatus,
               raw_input: dict | None = None) -> Call:
         title, locations = self._describe(speaker, action_type, args)
         call = Call(f"call-{next(self._ids)}", speaker.id, action_type, title, KINDS.get(action_type, "other"),
@@ -335,14 +347,14 @@ class UpdateMapper:
         if call.status == "pending" and not (call.args and self.asks(call.action_type, call.args)):
             self._update(call, "in_progress")
 
-    def _update(self, call: Call, status: str, text: str | None = None) -> None:
+    def _update(self, call: Call, status: ToolCallStatus, text: str | None = None) -> None:
         """Send what changed; a call only moves forward (once in progress, never pending again)."""
         status = call.status if status == "pending" else status
         call.status = status
         content = [tool_content(text_block(text))] if text else None
         self.send(update_tool_call(call.id, status=status, content=content))
 
-    def _done(self, speaker: Speaker, call: Call | None, action_type: str, args: dict, status: str,
+    def _done(self, speaker: Speaker, call: Call | None, action_type: str, args: dict, status: ToolCallStatus,
               content: list, raw_input: dict | None = None) -> None:
         """Finish a call with its result; one that was never announced starts and ends in one update."""
         if call is None:

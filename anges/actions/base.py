@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -21,9 +22,12 @@ if TYPE_CHECKING:
 class Delegator(Protocol):
     """What CALL_CHILD_AGENT needs of the agent that delegates."""
 
-    uid: str
-    parent_ids: list[str]
-    store: Store
+    @property
+    def uid(self) -> str: ...
+    @property
+    def parent_ids(self) -> list[str]: ...
+    @property
+    def store(self) -> Store: ...
 
     def child_types(self, any_depth: bool = False) -> list[str]:
         """The agent types (upper case) this agent may start now (or at any depth)."""
@@ -97,7 +101,7 @@ class Action:
     guide_template = ""
     """A template under prompt_templates/actions/ rendered into `guide_prompt` by the agent."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.guide_prompt = type(self).guide_prompt
 
     def run(self, ctx: ActionContext, args: dict) -> Event | None:
@@ -108,7 +112,8 @@ class Action:
         """Whether running it with `args` can change files (then a checkpoint is taken first); yes unless known."""
         return True
 
-    def handle_action_in_parsed_response(self, run_config: dict, parsed_response_dict: dict, action_json: dict):
+    def handle_action_in_parsed_response(self, run_config: dict, parsed_response_dict: dict,
+                                         action_json: dict) -> EventStream | None:
         """The anges 0.1.x interface: record the event yourself; return the stream if the run ends."""
         name = type(self).__name__
         raise NotImplementedError(f"{name} implements neither run() nor handle_action_in_parsed_response()")
@@ -119,13 +124,28 @@ def is_builtin_style(action: Action) -> bool:
     return type(action).run is not Action.run
 
 
+class Host(Protocol):
+    """What an anges 0.1.x action reaches of its agent (through `run_config`)."""
+
+    @property
+    def event_stream(self) -> EventStream | None: ...
+    @property
+    def inference_func(self) -> Callable[..., Any]: ...
+    @property
+    def logger(self) -> logging.Logger: ...
+    @property
+    def store(self) -> Store: ...
+
+    def handle_user_visible_messages(self, message: str) -> None: ...
+
+
 class LegacyAction(Action):
     """An anges 0.1.x action behind `run`: the events it appends are taken back and recorded like any other.
 
     They are recorded without notifying the message handlers, since such an action calls them itself.
     """
 
-    def __init__(self, action: Action, agent: Any):
+    def __init__(self, action: Action, agent: Host):
         self.action = action
         self.agent = agent
         self.type = action.type
@@ -137,6 +157,8 @@ class LegacyAction(Action):
 
     def run(self, ctx: ActionContext, args: dict) -> None:
         stream = self.agent.event_stream
+        if stream is None:
+            raise RuntimeError("an anges 0.1.x action runs only while its agent runs on a stream")
         before = len(stream.events_list)
         parsed = {"analysis": ctx.reply.analysis, "reasoning": ctx.reply.reasoning, "actions": ctx.reply.actions}
         result = None

@@ -21,10 +21,10 @@ class ChildRun:
 
     agent: Any
     request: str
+    ctx: ActionContext
     kind: str = "new_child_agent"
     """new_child_agent or resume_child_agent."""
     directive: str = ""
-    ctx: ActionContext | None = None
     approval: dict = field(default_factory=dict)
     """The approval facts of the action that started it (recorded on its `new_child_agent` event)."""
     start: int = 0
@@ -119,7 +119,7 @@ class CallChildAgent(Action):
             return error(f"cannot start a child of type {child_type!r}{why}; valid types: {', '.join(allowed)}")
         stream = EventStream(parent_event_stream_uids=parent.parent_ids + [parent.uid], agent_type=child_type.lower())
         child = parent.make_child(child_type.lower(), stream)
-        return ChildRun(child, args["agent_input"], "new_child_agent", args["directive"], ctx)
+        return ChildRun(child, args["agent_input"], ctx, "new_child_agent", args["directive"])
 
     def _resumed_child(self, ctx: ActionContext, child_id: str, args: dict) -> ChildRun | Event:
         parent = _parent(ctx)
@@ -133,7 +133,7 @@ class CallChildAgent(Action):
         if stream.agent_type.upper() not in parent.child_types(any_depth=True):
             return error(f"child {child_id!r} has agent type {stream.agent_type!r}, which cannot be resumed")
         child = parent.make_child(stream.agent_type, stream)
-        return ChildRun(child, args["agent_input"], "resume_child_agent", args["directive"], ctx)
+        return ChildRun(child, args["agent_input"], ctx, "resume_child_agent", args["directive"])
 
 
 class WaitForChildren(Action):

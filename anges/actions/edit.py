@@ -35,5 +35,6 @@ class EditFile(Action):
             event = Event("edit_file", message=f"{verb} `{result.path}`",
                           data={**result.to_data(), "directive": directive, "diff": result.diff,
                                 "result_format": RESULT_FORMAT})
-        event.content = FileEdit.of(event).text()  # the model reads the facts; the store keeps them once
+        edit = FileEdit.of(event)  # the model reads the facts; the store keeps them once
+        event.content = edit.text() if edit is not None else ""
         return event

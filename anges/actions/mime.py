@@ -20,7 +20,7 @@ class ReadMimeFiles(Action):
         "output": Param(str, required=False, description="a file to write the answer to"),
     }
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self._readers: dict[str, object] = {}
 

@@ -59,5 +59,6 @@ class RunShellCommand(Action):
         shown = f"`{shorten(command, 200)}`{outside}"
         message = f"left {shown} running in the background" if result.yielded else f"ran {shown}"
         event = Event("action", message=message, data=facts)
-        event.content = ShellRun.of(event).text()  # the model reads the facts; the store keeps them once
+        run = ShellRun.of(event)  # the model reads the facts; the store keeps them once
+        event.content = run.text() if run is not None else ""
         return event

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from anges.agents.base import AgentMessage, BaseAgent
 
 
@@ -37,7 +39,7 @@ def agent_class(agent_type: str) -> type[BaseAgent]:
     return agent_types.get(agent_type)
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name == "Orchestrator":
         return agent_class("orchestrator")
     if name == "AGENT_CLASSES":  # anges 0.2's table, now a snapshot of the registry

@@ -18,7 +18,7 @@ from anges.agents.history import History
 from anges.agents.listening import Listener, listeners_for
 from anges.agents.prompting import Prompter
 from anges.agents.record import AgentMessage, cap_event, mask_event, masked_title
-from anges.agents.run import RunState, abandoned_run, saved_notes, stop_event
+from anges.agents.run import RunState, abandoned_run, of_run, saved_notes, stop_event
 from anges.config.loading import default_config
 from anges.exceptions import RunStopped
 from anges.models import get_model
@@ -50,16 +50,16 @@ class BaseAgent(Delegation):
     mcp_tools = True
     """Offer USE_MCP_TOOL when an MCP manager with tools is attached (`mcp=`)."""
 
-    def __init__(self, parent_ids=None, inference_func: Callable | None = None, event_stream: EventStream | None = None,
-                 cmd_init_dir: str | os.PathLike | None = None, prefix_cmd: str = "",
-                 interrupt_check: Callable[[], bool] | None = None,
+    def __init__(self, parent_ids: Iterable[str] | None = None, inference_func: Callable | None = None,
+                 event_stream: EventStream | None = None, cmd_init_dir: str | os.PathLike | None = None,
+                 prefix_cmd: str = "", interrupt_check: Callable[[], bool] | None = None,
                  max_consecutive_actions_to_summarize: int | None = None, logging_level: int | None = None,
                  auto_entitle: bool = False, *, config: Config | None = None, store: EventStore | None = None,
                  notes: Iterable[str] = (), message_handlers: Iterable[Callable] = (), budget: Budget | None = None,
                  agent_config: AgentConfig | None = None, actions: Iterable[Action] | None = None,
                  mcp: MCPManager | None = None, approval: Callable | str | None = None,
                  remaining_depth: int | None = None, delta_handlers: Iterable[Callable] = (),
-                 parent_safety: RunSafety | None = None, listeners: Iterable[Listener] | None = None):
+                 parent_safety: RunSafety | None = None, listeners: Iterable[Listener] | None = None) -> None:
         self.config = config or default_config()
         self.agent_config = agent_config or self.config.agent(self.agent_type)
         if max_consecutive_actions_to_summarize is not None:
@@ -110,7 +110,7 @@ class BaseAgent(Delegation):
 
     def run_with_new_request(self, task_description: str, event_stream: EventStream | None = None) -> EventStream:
         """Record the request (new or follow-up) and work on it until the run ends; returns the stream."""
-        self.run_safety = self._share.begin(self.cmd_init_dir, self.approval)
+        self.run_safety = safety = self._share.begin(self.cmd_init_dir, self.approval)
         stream = self._open_stream(event_stream)
         self._interrupted.clear()
         self._interrupt_why, self.run_state = "", None
@@ -125,14 +125,14 @@ class BaseAgent(Delegation):
             kind = ("new_request" if first else "follow_up_request") + ("_from_parent" if self.parent_ids else "")
             window = self._calls.sizing.new_run(self._prompter.fixed_size, self._interrupt_requested)
             self._record(Event(kind, content=task_description, message=task_description, data=window))
-            self.run_state = self._new_state(env)
-            self._checkpointing.begin(stream.uid, self.parent_ids, self.run_safety.settings, self.stop_requested)
+            self.run_state = state = self._new_state(stream, env)
+            self._checkpointing.begin(stream.uid, self.parent_ids, safety.settings, self.stop_requested)
             if first and self.auto_entitle:
-                self.run_state.history.entitle(task_description, self.secrets)
+                state.history.entitle(task_description, self.secrets)
             try:
                 self._run()
             finally:
-                self._share.end(self.run_safety)  # every process of the run ends here (a child's: with its parent)
+                self._share.end(safety)  # every process of the run ends here (a child's: with its parent)
                 self._checkpointing.end()
         return stream
 
@@ -180,7 +180,7 @@ class BaseAgent(Delegation):
     def _step(self) -> bool:
         """One reply and its actions; True when a returning action ended the run."""
         self.check_limits()
-        self.run_state.history.fold_if_due(self.agent_config.max_consecutive_actions_to_summarize)
+        of_run(self.run_state).history.fold_if_due(self.agent_config.max_consecutive_actions_to_summarize)
         return self._execute(self._query())
 
     def _query(self) -> ParsedReply:
@@ -189,22 +189,22 @@ class BaseAgent(Delegation):
 
     def _execute(self, reply: ParsedReply) -> bool:
         """The reply's actions in order, each through the approval gate; True when one ended the run."""
-        actions = self.actions_by_type()
-        ctx = replace(self.run_state.context, reply=reply)
+        actions, safety = self.actions_by_type(), of_run(self.run_safety)
+        ctx = replace(of_run(self.run_state).context, reply=reply)
         for index, args in enumerate(reply.actions):
             self.check_limits()
-            self.run_state.count_repeats(args)
+            of_run(self.run_state).count_repeats(args)
             action = actions[args["action_type"]]
-            permit = self.run_safety.permit(ctx, action.type, args, len(reply.actions) - index - 1, self.readonly_shell)
+            permit = safety.permit(ctx, action.type, args, len(reply.actions) - index - 1, self.readonly_shell)
             if permit is None:
                 return False  # declined: the model reads why and plans again
-            if self._run_action(action, args, replace(ctx, **self.run_safety.equipment(permit)), permit):
+            if self._run_action(action, args, replace(ctx, **safety.equipment(permit)), permit):
                 return True
         return False
 
     def _run_action(self, action: Action, args: dict, ctx: ActionContext, permit: Permit | None = None) -> bool:
         """Run one action (an anges 0.1.x one through its adapter) and record its event; True if it ended the run."""
-        self._checkpointing.before(action, args, ctx, len(self.event_stream.events_list) + 1)
+        self._checkpointing.before(action, args, ctx, len(of_run(self.event_stream).events_list) + 1)
         action = action if is_builtin_style(action) else LegacyAction(action, self)
         try:
             event = action.run(ctx, args)
@@ -238,8 +238,9 @@ class BaseAgent(Delegation):
         self._checkpointing.attach(event)
         mask_event(event, self.secrets)
         cap_event(event, self.agent_config.event_text_cap)
-        self.event_stream.add_event(event)
-        self.store.sync(self.event_stream)
+        stream = of_run(self.event_stream)
+        stream.add_event(event)
+        self.store.sync(stream)
         self.status = status_of(event.type) or self.status
         for listener in self.listeners:
             listener.recorded(self, event)
@@ -252,7 +253,8 @@ class BaseAgent(Delegation):
             why = self._interrupt_why
             raise RunStopped("interrupt", f"the run was interrupted ({why})" if why else "the run was interrupted",
                              **({"by": why} if why else {}))
-        self.run_state.check()
+        if self.run_state is not None:
+            self.run_state.check()
 
     def _explained(self, stop: RunStopped) -> RunStopped:
         """A stop noticed while waiting (on an approval, say) as the limits tell it: which interrupt, or the time."""
@@ -268,7 +270,7 @@ class BaseAgent(Delegation):
 
     def stop_requested(self) -> bool:
         """True once the run must stop: an interrupt, a stop request through the store, or its time is up."""
-        return self._interrupt_requested() or self.run_state.budget.expired()
+        return self._interrupt_requested() or (self.run_state is not None and self.run_state.budget.expired())
 
     def _open_stream(self, event_stream: EventStream | None) -> EventStream:
         stream = event_stream or self.event_stream or EventStream(
@@ -281,16 +283,15 @@ class BaseAgent(Delegation):
         self._prompter.new_run()
         return stream
 
-    def _new_state(self, env: dict[str, str]) -> RunState:
+    def _new_state(self, stream: EventStream, env: dict[str, str]) -> RunState:
         budget = Budget.for_request(self.agent_config, parent=self.budget)
         ledger = Ledger(budget, self.config.prices, getattr(self.inference_func, "name", ""))
         context = ActionContext(
             config=self._calls.sizing.actions, app_config=self.config, cwd=self.cmd_init_dir,
-            prefix_cmd=self.prefix_cmd, interrupt_check=self.stop_requested, reply=None, record=self._record,
-            agent_id=self.uid, agent_type=self.agent_type, secrets=self.secrets, env=env, charge=ledger.charge,
-            render_guide=self._prompter.guide, delegator=self)
-        history = History(self.event_stream, self.store, self._calls.sizing.prompt, self._calls.reply, self._record,
-                          self.logger)
+            prefix_cmd=self.prefix_cmd, interrupt_check=self.stop_requested, reply=ParsedReply("", "", [], ""),
+            record=self._record, agent_id=self.uid, agent_type=self.agent_type, secrets=self.secrets, env=env,
+            charge=ledger.charge, render_guide=self._prompter.guide, delegator=self)
+        history = History(stream, self.store, self._calls.sizing.prompt, self._calls.reply, self._record, self.logger)
         return RunState(self.agent_config, budget, ledger, context, history, ending_jobs=self._share.ending_jobs)
 
     def actions_by_type(self) -> dict[str, Action]:

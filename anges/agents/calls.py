@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from anges.agents.live import LiveReply, ReplyDelta
+from anges.agents.run import of_run
 from anges.agents.sizing import Sizing
 from anges.exceptions import ContextExceeded, FormatError, ModelError, ModelReplyError, ModelSetupError, RunStopped
 from anges.models.base import ModelCall
@@ -86,8 +87,9 @@ class ModelCalls:
                 return parse_reply(reply, agent.actions_by_type())
             except ContextExceeded as exc:  # the model did not read the whole prompt: its reply is not used
                 exceeded += 1
-                agent.run_state.context.record(self.sizing.exceeded(exc, again=exceeded > 1))
-                agent.run_state.history.shorten()
+                state = of_run(agent.run_state)
+                state.context.record(self.sizing.exceeded(exc, again=exceeded > 1))
+                state.history.shorten()
                 continue
             except FormatError as exc:
                 error, problem = exc.feedback, _problem(exc.feedback, reply)
@@ -108,7 +110,7 @@ class ModelCalls:
         middle to `prompt.max_prompt_chars`)."""
         agent, limit = self.agent, self.sizing.limit()
         prompt = agent.render_prompt(feedback)
-        if len(prompt) > limit and agent.run_state.history.shorten():
+        if len(prompt) > limit and of_run(agent.run_state).history.shorten():
             prompt = agent.render_prompt(feedback)
         if len(prompt) > limit:
             fitted = agent.render_prompt(feedback, limit)
@@ -118,11 +120,12 @@ class ModelCalls:
                 raise self.sizing.too_small(fitted)
         return prompt
 
-    def reply(self, prompt: str, temperature: float | None = None, attach: bool = True, live: bool = False):
+    def reply(self, prompt: str, temperature: float | None = None, attach: bool = True, live: bool = False) -> str:
         """One model call, charged to the run (its usage put on the next event when `attach`); `live` streams its
         analysis and reasoning to the delta handlers. ContextExceeded when the prompt did not fit the window."""
         agent = self.agent
         agent.check_limits()
+        ledger = of_run(agent.run_state).ledger
         temperature = agent.config.model_settings.temperature if temperature is None else temperature
         prompt = clip(prompt, self.sizing.limit())
         started = time.time()
@@ -134,7 +137,7 @@ class ModelCalls:
                 exc.sent = exc.sent or self.sizing.gauge.tokens(len(prompt))
             self._tell(prompt, temperature, started, error=exc)
             raise
-        cost = agent.run_state.ledger.count(reply if isinstance(reply, str) else "", attach)
+        cost = ledger.count(reply if isinstance(reply, str) else "", attach)
         self._tell(prompt, temperature, started, reply, cost=cost)
         self.sizing.check(prompt, reply)
         return reply
@@ -155,7 +158,7 @@ class ModelCalls:
         try:
             return self._watch(call, stop_requested, check_limits, live)
         except (ModelReplyError, ContextExceeded) as exc:
-            self.agent.run_state.budget.charge(exc.usage, None)  # a refused reply still cost tokens
+            of_run(self.agent.run_state).budget.charge(exc.usage, None)  # a refused reply still cost tokens
             raise
         except ModelSetupError as exc:  # a rejected key, an unknown model: retrying cannot help
             raise RunStopped("model_setup", f"the model is not usable: {exc}", error=str(exc)) from None
@@ -183,13 +186,16 @@ class ModelCalls:
             with listening(sink):
                 return call()
 
-        pending = self._thread.start(streamed, token) if self._thread is not None else None
-        if pending is None:  # no thread yet, or it ended while idle
-            self._thread = CallThread(f"anges-model-{self.agent.uid}")
-            pending = self._thread.start(streamed, token)
+        thread = self._thread
+        pending = thread.start(streamed, token) if thread is not None else None
+        if thread is None or pending is None:  # no thread yet, or it ended while idle
+            self._thread = thread = CallThread(f"anges-model-{self.agent.uid}")
+            pending = thread.start(streamed, token)
+        if pending is None:
+            raise RuntimeError("a new model call thread took no call")
         if wait_for(pending.wait, stop_requested) == "stopped":
             token.cancel()
-            self._thread.close()
+            thread.close()
             self._thread = None
             check_limits()
             raise RunStopped("interrupt", "the run was interrupted")  # a stop that `check_limits` did not see

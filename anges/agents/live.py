@@ -112,8 +112,10 @@ class LiveReply:
         if len(value) <= len(old) or not value.startswith(old):
             return
         self._shown[name] = value
+        shown = self._shown
         delta = ReplyDelta(**self.tag, field=name, text=value[len(old):], restart=self._restart,
-                           answer_type=self._answer_type, **self._shown)
+                           answer_type=self._answer_type, analysis=shown["analysis"], reasoning=shown["reasoning"],
+                           answer=shown["answer"])
         self._restart = False
         for handler in self.handlers:
             handler(delta)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from anges.actions.child import CallChildAgent, ChildRun, WaitForChildren, error
 from anges.agents.base import BaseAgent
+from anges.agents.run import of_run
 from anges.safety.run_safety import read_only_bwrap
 from anges.util.waiting import wait_for
 
@@ -133,11 +134,12 @@ class Orchestrator(BaseAgent):
         actions = self.actions_by_type()
         if self._children and any(actions[a["action_type"]].returning_action for a in reply.actions):
             self._stop_children(STOPPED_BY_PARENT)
-        before = len(self.event_stream.events_list)
+        stream = of_run(self.event_stream)
+        before = len(stream.events_list)
         if super()._execute(reply):
             return True
         if self._children and not any(e.data.get("error") or e.data.get("decision") == "deny"
-                                      for e in self.event_stream.events_list[before:]):
+                                      for e in stream.events_list[before:]):
             self._record_returns(self._children.returned(self.stop_requested))
         return False
 
@@ -148,7 +150,7 @@ class Orchestrator(BaseAgent):
             return False
         if not isinstance(action, CallChildAgent):
             return super()._run_action(action, args, ctx, permit)
-        self._checkpointing.before(action, args, ctx, len(self.event_stream.events_list) + 1)
+        self._checkpointing.before(action, args, ctx, len(of_run(self.event_stream).events_list) + 1)
         try:
             prepared = action.prepare(ctx, args)
         except Exception as exc:  # as with any action: a failure is a result the model reads

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from anges.agents.budget import cache_hit_ratio
 from anges.store.events import StepUsage
@@ -44,7 +44,8 @@ class Outcome:
     def usage(self) -> dict:
         """Tokens (and the share of input read from the provider's cache), model calls and cost of the request,
         children included."""
-        total = {"input_tokens": 0, "output_tokens": 0, "cached_tokens": 0, "model_calls": 0, "estimated": False}
+        total: dict[str, Any] = {"input_tokens": 0, "output_tokens": 0, "cached_tokens": 0, "model_calls": 0,
+                                 "estimated": False}
         cost = None
         for usage in filter(None, (StepUsage.of(event.data) for _, _, event in self.events)):
             for key in ("input_tokens", "output_tokens", "cached_tokens", "model_calls"):

@@ -6,6 +6,7 @@ import os
 import platform
 from typing import TYPE_CHECKING, Protocol
 
+from anges.agents.run import of_run
 from anges.models.base import Prompt
 from anges.prompt.agents_md import ProjectFile, read_agents_md
 from anges.prompt.history import format_event_stream
@@ -67,8 +68,9 @@ class Prompter:
         """The full prompt for the next step; `feedback` says what was wrong with the last reply. Past `limit`
         characters (0: none) the middle of the history is cut, never the instructions or the tail."""
         agent = self.agent
-        events = agent.event_stream.events_list
-        history = format_event_stream(agent.event_stream, self.sizing.prompt)
+        stream = of_run(agent.event_stream)
+        events = stream.events_list
+        history = format_event_stream(stream, self.sizing.prompt)
         jobs, older_jobs = agent.run_safety.job_lines() if agent.run_safety else ([], 0)
         after_edit = bool(events) and events[-1].type == "edit_file"
         text = self._render(history, jobs, older_jobs, after_edit, feedback)

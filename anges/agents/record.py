@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Protocol
 
 from anges.store.events import Event, title_from
 from anges.tools.fileedit import summarize_diff
@@ -11,10 +11,27 @@ from anges.util.clipping import clip
 from anges.util.masking import mask_secrets
 
 
+class Speaker(Protocol):
+    """Who a message is from: the agent's type, id and parents."""
+
+    @property
+    def agent_type(self) -> str: ...
+    @property
+    def uid(self) -> str: ...
+    @property
+    def parent_ids(self) -> list[str]: ...
+
+
 class AgentMessage(str):
     """A user-visible message, tagged with who is speaking."""
 
-    def __new__(cls, text: str, agent: Any, event: Event):
+    agent_type: str
+    agent_id: str
+    parent_ids: list[str]
+    depth: int
+    event: Event
+
+    def __new__(cls, text: str, agent: Speaker, event: Event) -> AgentMessage:
         obj = super().__new__(cls, text)
         obj.agent_type = agent.agent_type
         obj.agent_id = agent.uid

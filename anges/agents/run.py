@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from anges.agents.record import jsonable
 from anges.exceptions import RunStopped
@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from anges.agents.budget import Budget, Ledger
     from anges.agents.history import History
     from anges.config.types import AgentConfig
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -60,6 +62,13 @@ class RunState:
         if limit and self.repeats >= limit:
             raise RunStopped("repetition", f"the same action was requested {self.repeats} times in a row",
                              action=args)
+
+
+def of_run(value: T | None) -> T:
+    """A part of the agent's current run (its state, stream or safety); a clear error before its first run."""
+    if value is None:
+        raise RuntimeError("the agent has not started a run yet: call run_with_new_request() first")
+    return value
 
 
 def abandoned_run(stream: EventStream) -> Event | None:

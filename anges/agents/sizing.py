@@ -59,7 +59,7 @@ class Sizing:
             self.window = _lookup(self.agent.inference_func, stop)
         if self.window is None:
             return {}
-        room = self._room()
+        room = self._room(self.window)
         self.prompt = room_for_agents_md(config, room)  # the fixed part holds AGENTS.md: cap it before measuring
         self.prompt = sized(config, room, fixed_size())
         cap = max(int(self.prompt.max_event_chars * SHELL_OUTPUT_SHARE), 100)
@@ -68,7 +68,8 @@ class Sizing:
 
     def limit(self) -> int:
         """The most characters a prompt may have now (the estimate is corrected as the run goes)."""
-        return self.prompt.max_prompt_chars if self.window is None else min(self.prompt.max_prompt_chars, self._room())
+        window = self.window
+        return self.prompt.max_prompt_chars if window is None else min(self.prompt.max_prompt_chars, self._room(window))
 
     def reply_tokens(self) -> int:
         """The reply's room: `max_output_tokens`, less for a small window."""
@@ -117,9 +118,9 @@ class Sizing:
                           "a model with a larger window, or set its real window as `context_window` in its preset "
                           "(see docs/models.md)", reply_tokens=reply, **window.facts())
 
-    def _room(self) -> int:
+    def _room(self, window: Window) -> int:
         maximum = self.agent.config.model_settings.max_output_tokens
-        return self.gauge.chars(prompt_room(self.window.tokens, maximum))
+        return self.gauge.chars(prompt_room(window.tokens, maximum))
 
     def _name(self) -> str:
         return getattr(self.agent.inference_func, "name", "") or "the model"

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 import sys
-from contextlib import nullcontext
-from typing import TYPE_CHECKING
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
     from anges.batch.runner import Report
@@ -34,7 +34,7 @@ def run_batch(tasks_file: str, *, defaults: dict, engine: str = "local", workers
     `config_file` on every engine.
     """
     from anges.batch.progress import make_display
-    from anges.batch.runner import BatchRunner
+    from anges.batch.runner import BatchRunner, Engine
     from anges.batch.tasks import batch_id_for, load_tasks
     from anges.batch.worker import missing_sandbox
     from anges.config.loading import load_config
@@ -45,6 +45,8 @@ def run_batch(tasks_file: str, *, defaults: dict, engine: str = "local", workers
     check_models(specs, config)
     batch_id = batch_id or batch_id_for(tasks_file)
     notes = _safety_notes(config)
+    chosen: Engine
+    output: AbstractContextManager[TextIO]
     if engine == "ray":  # each task checks the sandbox on its own node
         from anges.batch.ray_engine import RayEngine
         from anges.batch.ray_output import ray_output
@@ -73,14 +75,16 @@ def run_batch(tasks_file: str, *, defaults: dict, engine: str = "local", workers
 
 def trace_factory(config: Config):
     """With telemetry on, what makes the batch's trace (one span for the batch, one per task); else None."""
-    from anges.agents.listening import listeners_for
+    if not config.telemetry.enabled:
+        return None
+    from anges.telemetry import telemetry_for
 
-    found = listeners_for(config)
-    if not found:
+    found = telemetry_for(config.telemetry)
+    if found is None:
         return None
     from anges.telemetry.batches import BatchTrace
 
-    return lambda batch_id, tasks: BatchTrace(found[0], batch_id, tasks)
+    return lambda batch_id, tasks: BatchTrace(found, batch_id, tasks)
 
 
 def _safety_notes(config: Config) -> tuple[str, ...]:

@@ -30,9 +30,12 @@ def due(spec: TaskSpec, stream: EventStream, stop: threading.Event) -> bool:
 
 def run_check(spec: TaskSpec, workdir: Path, config: Config, stop: threading.Event) -> dict | None:
     """Run the check; its facts (status passed or failed, exit code, timed out, duration, the end of its output),
-    or None when the batch was stopped while it ran (it counts as not run)."""
+    or None when the batch was stopped while it ran (it counts as not run) or the task has none."""
     from anges.safety.run_safety import RunSafety, run_secrets
     from anges.safety.shell import run_command
+
+    if not spec.check:
+        return None
 
     agent_config = config.agent(spec.agent)
     secrets, env = run_secrets(config, agent_config.pass_env)  # what the agent's commands got, no more

@@ -87,14 +87,16 @@ class LocalEngine:
 
     def _talk(self, worker: _Worker, sink) -> dict | None:
         """Send the job, relay progress lines; the worker's result, or None when it ended without one."""
-        proc = worker.proc
+        stdin, stdout = worker.proc.stdin, worker.proc.stdout
+        if stdin is None or stdout is None:  # never: the worker is started with pipes for both
+            return None
         try:
-            proc.stdin.write(json.dumps(worker.job.to_dict()))
-            proc.stdin.close()
+            stdin.write(json.dumps(worker.job.to_dict()))
+            stdin.close()
         except BrokenPipeError:
             return None
         done = None
-        for line in proc.stdout:
+        for line in stdout:
             try:
                 item = json.loads(line)
             except ValueError:
@@ -124,7 +126,7 @@ class LocalEngine:
             workers = list(self._running.values())
         for worker in workers:
             timeout = worker.job.spec.timeout
-            overdue = bool(timeout) and now - worker.began > timeout + TIMEOUT_SLACK
+            overdue = bool(timeout and now - worker.began > timeout + TIMEOUT_SLACK)
             if worker.signals == 0 and (flags.stop.is_set() or overdue):
                 self._signal(worker, signal.SIGTERM, now)
             elif worker.signals == 1 and (flags.force.is_set() or now - worker.since > self.grace):

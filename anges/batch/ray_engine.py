@@ -60,7 +60,7 @@ def import_ray():
 class Collector:
     """Receives the records of every run and hands them to the driver; remembers them for a retried attempt."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.tasks: dict[str, dict] = {}
         self.stopping = False
 
@@ -188,7 +188,7 @@ class _Forwarder(threading.Thread):
     def send(self, final: bool = False) -> None:
         import ray
 
-        records = []
+        records: list[list] = []
         for info in self.store.list():
             fresh, self.offsets[info.uid] = self.store.read_records(info.uid, self.offsets.get(info.uid))
             records.extend([info.uid, record] for record in fresh)
@@ -468,9 +468,9 @@ class RecordApplier:
             stream.created_at = Event.from_dict({"type": "", "created_at": record.get("created_at")}).created_at
             self.streams[uid] = stream
             return stream
-        stream = self.streams.get(uid)
-        if stream is None:
-            stream = self.streams[uid] = self.store.load(uid)
+        known = self.streams.get(uid)
+        stream = known if known is not None else self.store.load(uid)
+        self.streams[uid] = stream
         if kind == "event":
             stream.events_list.append(Event.from_record(record))
         elif kind == "summary":

@@ -106,7 +106,7 @@ class BatchRunner:
     def plan(self) -> Plan:
         """The runs to do: tasks never run or cut off, failed ones with retry_failed; the rest is skipped."""
         records = self.state.records()
-        jobs, earlier, resumed = [], Counter(), 0
+        jobs, earlier, resumed = [], Counter[str](), 0
         for spec in self.specs:
             record = records.get(spec.id)
             if record is not None and record.open_since is not None:
@@ -162,20 +162,21 @@ class BatchRunner:
         """A job is about to run (with telemetry on, it gets its task span's traceparent here)."""
         with self._lock:
             self.state.started(job.spec.id, job.stream_id)
-            self._progress.started(job.spec.id)
+            self._views()[0].started(job.spec.id)
             if self._trace is not None:
                 job.traceparent = self._trace.task_started(job.spec.id)
 
     def event(self, job: Job, item: dict) -> None:
-        self._progress.event(job.spec.id, item)
+        self._views()[0].event(job.spec.id, item)
 
     def doing(self, job: Job, text: str) -> None:
-        self._progress.doing(job.spec.id, text)
+        self._views()[0].doing(job.spec.id, text)
 
     def finished(self, job: Job, done: dict, wall_time: float) -> None:
+        progress, display = self._views()
         if done["status"] == "not_started":
             with self._lock:
-                self._progress.running.pop(job.spec.id, None)
+                progress.running.pop(job.spec.id, None)
                 if self._trace is not None:
                     self._trace.task_finished(job.spec.id, {"status": "not_started"}, "unfinished")
             return
@@ -186,16 +187,22 @@ class BatchRunner:
             self.state.ended(job.spec.id, stream_id, done["status"], done.get("error"), wall_time, done.get("check"),
                              has_check=bool(job.spec.check))
             row = task_result(self.store, job.spec, self.state.records()[job.spec.id])
-            self._progress.finished(job.spec.id, row)
-            self._display.finished(row)
+            progress.finished(job.spec.id, row)
+            display.finished(row)
             if self._trace is not None:
                 self._trace.task_finished(job.spec.id, row, outcome(row))
+
+    def _views(self) -> tuple[Progress, PlainDisplay]:
+        """What shows the running batch (the engine reports only while `run` runs)."""
+        if self._progress is None or self._display is None:
+            raise RuntimeError("the engine reported on a job while no batch was running")
+        return self._progress, self._display
 
     def _end_killed_run(self, task_id: str, record: TaskRecord) -> None:
         """Log the end of a run whose `anges batch` was killed, its time taken from its stream's last event (the
         stop its worker recorded), so the task's wall time counts it."""
         stream = self.store.load(record.stream_id) if record.stream_id and self.store.exists(record.stream_id) else None
-        if stream is None or not stream.events_list or self.store.is_running(stream.uid):
+        if stream is None or not stream.events_list or self.store.is_running(stream.uid) or record.open_since is None:
             return  # it never started (the next run starts it), or its worker still runs
         ended = stream.events_list[-1].created_at.timestamp()
         self.state.ended(task_id, stream.uid, stream_status(stream.events_list), None,

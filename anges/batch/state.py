@@ -101,19 +101,15 @@ class BatchState:
                 except ValueError:
                     continue
                 if isinstance(entry, dict) and isinstance(entry.get("task"), str):
-                    self._fold(entry)
+                    _fold(self._records.setdefault(entry["task"], TaskRecord()), entry)
         return self._records
 
     def write_results(self, results: list[dict]) -> None:
         """Replace results.jsonl at once (temp file and rename)."""
         write_jsonl(self.results_path, results)
 
-    def _fold(self, entry: dict) -> None:
-        _fold(self._records.setdefault(entry["task"], TaskRecord()), entry)
-
     def _append(self, entry: dict) -> None:
-        self.records()
-        self._fold(entry)
+        _fold(self.records().setdefault(entry["task"], TaskRecord()), entry)
         make_private_dirs(self.root)
         line = json.dumps({**entry, "time": round(time.time(), 3)}, ensure_ascii=True) + "\n"
         fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)

@@ -109,8 +109,9 @@ def _jsonl_entries(text: str, file: Path) -> list[tuple[int, Any]]:
             continue
         try:
             entries.append((number, json.loads(line)))
-        except ValueError as exc:
-            raise BatchError(f"{file}:{number}: not valid JSON ({exc.msg} at column {exc.colno}); "
+        except ValueError as exc:  # a JSONDecodeError, or a number too long to convert
+            where = f"{exc.msg} at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+            raise BatchError(f"{file}:{number}: not valid JSON ({where}); "
                              "a .jsonl task file has one JSON object per line") from None
         _check_count(entries, file)
     return entries
@@ -126,7 +127,7 @@ def _yaml_entries(text: str, file: Path) -> list[tuple[int, Any]]:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark else ""
         raise BatchError(f"{file}{where}: not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
-    if data is None:
+    if data is None or root is None:
         return []
     if isinstance(data, dict) and isinstance(data.get("tasks"), list):
         root = next(value for key, value in root.value if key.value == "tasks")

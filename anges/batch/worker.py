@@ -125,13 +125,16 @@ def _run_task(job: Job, config: Config, store: EventStore, workdir: Path, fresh:
         check = run_check(spec, workdir, config, stop) if due(spec, stream, stop) else None
     except (AngesError, ValueError, OSError) as exc:
         return result("error", job.stream_id if store.exists(job.stream_id) else None, _describe(exc))
-    return result(agent.status, job.stream_id, **({"check": check} if check else {}))
+    return result(agent.status, job.stream_id, None, **({"check": check} if check else {}))
 
 
 def _run_setup(spec: TaskSpec, workdir: Path, config: Config, stop: threading.Event) -> str | None:
-    """Run the task's setup command; the error text when it fails."""
+    """Run the task's setup command (if it has one); the error text when it fails."""
     from anges.safety.run_safety import run_secrets
     from anges.safety.shell import run_command
+
+    if not spec.setup:
+        return None
 
     agent_config = config.agent(spec.agent)
     secrets, env = run_secrets(config, agent_config.pass_env)  # the agent's commands get the same environment
@@ -212,7 +215,8 @@ def batch_safety(safety: SafetyConfig) -> SafetyConfig:
 
     rules = list(safety.default_rules)
     if safety.sandbox == "off":
-        rules.append(SafetyRule("RUN_SHELL_CMD", "*", "allow", "the batch runs commands without the sandbox"))
+        rules.append(SafetyRule(action="RUN_SHELL_CMD", decision="allow",
+                                reason="the batch runs commands without the sandbox"))
     return safety.model_copy(update={"default_rules": rules})
 
 

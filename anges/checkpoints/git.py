@@ -137,8 +137,13 @@ class PrivateGit:
         result: list[tuple[bytes, bytes]] = []
         talk = threading.Thread(target=lambda: result.append(process.communicate(stdin)), daemon=True)
         talk.start()
+
+        def finished(seconds: float) -> bool:
+            talk.join(seconds)
+            return not talk.is_alive()
+
         try:
-            if wait_for(lambda seconds: (talk.join(seconds), not talk.is_alive())[1], self.interrupt) == "stopped":
+            if wait_for(finished, self.interrupt) == "stopped":
                 raise Interrupted("interrupted")
         except BaseException:
             process.kill()

@@ -58,7 +58,8 @@ class Timeline:
             lines = self.path.read_bytes().splitlines()
         except FileNotFoundError:
             return []
-        entries, previous = [], {}
+        entries: list[Entry] = []
+        previous: dict[str, dict] = {}
         for line in lines:
             try:
                 data = json.loads(line)

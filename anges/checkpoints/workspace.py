@@ -212,7 +212,7 @@ class Checkpoints:
 
     def _event_numbers(self) -> dict[int, int]:
         """Checkpoint id -> the number of the event that recorded its step."""
-        numbers = {}
+        numbers: dict[int, int] = {}
         for number, event in enumerate(self.stream.events_list, 1):
             mark = (event.data or {}).get("checkpoint")
             if isinstance(mark, dict) and isinstance(mark.get("id"), int):

@@ -97,7 +97,7 @@ class ApprovalPane(Pane):
             HSplit([self.block, ConditionalContainer(self.feedback, Condition(lambda: self._telling))]),
             Condition(lambda: self.asking is not None))
         self.bindings = self._keys()
-        self._previous_focus = None
+        self._previous_focus: Window | None = None
 
     @property
     def _telling(self) -> bool:
@@ -106,49 +106,58 @@ class ApprovalPane(Pane):
     def attach(self, screen: Screen) -> None:
         self.screen = screen
 
+    def _on(self) -> tuple[Screen, Asking]:
+        """The screen and the request on it (the keys and the blocks act only while one is asked)."""
+        if self.screen is None or self.asking is None:
+            raise RuntimeError("no approval is being asked on a screen")
+        return self.screen, self.asking
+
     # -- the gate's thread ---------------------------------------------------------------------------------------
 
     def __call__(self, request: ApprovalRequest) -> Decision:
         with self._one_at_a_time:
             if request.cancelled.is_set() or self.screen is None:
                 return _decision("cancelled", by="interrupt")
-            asking = Asking(request)
-            self.screen.in_loop(lambda: self._show(asking))
+            asking, screen = Asking(request), self.screen
+            screen.in_loop(lambda: self._show(asking))
             try:
                 while not asking.answered.wait(0.05):
                     if request.cancelled.is_set():
                         return _decision("cancelled", by="interrupt")
-                return asking.decision
+                return asking.decision or _decision("cancelled", by="interrupt")  # set before `answered` is
             finally:
-                self.screen.in_loop(self._hide)
+                screen.in_loop(self._hide)
 
     # -- the screen's thread ---------------------------------------------------------------------------------
 
     def _show(self, asking: Asking) -> None:
         _discard_typed_ahead()
-        app = self.screen.app
         asking.armed = time.monotonic() - self.typed_at() > TYPING_GAP
         self.asking = asking
+        app = self._on()[0].app
         self._previous_focus = app.layout.current_window
         app.layout.focus(self.block)
         app.invalidate()
 
     def _hide(self) -> None:
-        self.asking = None
+        screen, self.asking = self.screen, None
         self.feedback.text = ""
-        app = self.screen.app
+        if screen is None:
+            return
+        app = screen.app
         if self._previous_focus is not None:
             try:
                 app.layout.focus(self._previous_focus)
             except ValueError:  # no longer on the screen
                 pass
-        self.screen.say("")
+        screen.say("")
         app.invalidate()
 
     def _shown(self) -> tuple[list[tuple[str, str]], bool]:
         """The block at the terminal's size now, and whether the person has all of the detail (on the screen, or
         printed above by `v`): a resize can cut what was whole."""
-        asking, size = self.asking, self.screen.app.output.get_size()
+        screen, asking = self._on()
+        size = screen.app.output.get_size()
         return approval_block(asking.request, size.rows, size.columns, asking.request.agent_id != self.root,
                               asking.viewed)
 
@@ -200,7 +209,7 @@ class ApprovalPane(Pane):
 
         @key("t")
         def _(event) -> None:
-            self.asking.telling = True
+            self._on()[1].telling = True
             event.app.layout.focus(self.feedback)
 
         @key("v")
@@ -213,7 +222,7 @@ class ApprovalPane(Pane):
 
         @keys.add("escape", filter=Condition(lambda: self._telling), eager=True)
         def _(event) -> None:
-            self.asking.telling = False
+            self._on()[1].telling = False
             self.feedback.text = ""
             event.app.layout.focus(self.block)
 
@@ -225,18 +234,18 @@ class ApprovalPane(Pane):
 
     def _typed_on(self, event) -> bool:
         """Whether a key answers: not while the person is still typing what began before the question."""
-        asking = self.asking
+        screen, asking = self._on()
         if asking.armed:
             return True
-        if time.monotonic() - self.screen.previous_key > TYPING_GAP:
+        if time.monotonic() - screen.previous_key > TYPING_GAP:
             asking.armed = True
             return True
-        self.screen.say("a question appeared while you typed: those keys did not answer it")
+        screen.say("a question appeared while you typed: those keys did not answer it")
         return False
 
     def _approve(self, always: bool) -> None:
         if not self._shown()[1]:
-            self.screen.say("part of it is not on the screen: view it all with v before you approve it")
+            self._on()[0].say("part of it is not on the screen: view it all with v before you approve it")
             return
         self._answer(_decision("allow", always=always, by=self.name))
 
@@ -244,13 +253,13 @@ class ApprovalPane(Pane):
         """Print the whole detail above (into the scrollback): then it may be approved."""
         from rich.text import Text
 
-        asking = self.asking
+        screen, asking = self._on()
         lines = visible(asking.request.detail).split("\n")
         framed = [Text.assemble(("  │ ", "dim"), line) for line in lines]
         heading = Text(f"the whole {asking.request.action_type} detail ({len(lines)} lines):", "bold")
-        self.screen.print(self.screen.display.text([heading, *framed]))
+        screen.print(screen.display.text([heading, *framed]))
         asking.viewed = True
-        self.screen.say("the whole detail is above; y, n, a or t")
+        screen.say("the whole detail is above; y, n, a or t")
 
 
 def _decision(verdict: str, **facts) -> Decision:

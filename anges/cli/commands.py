@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from anges.cli.status import Status
     from anges.cli.terminal import Display
     from anges.cli.transcript import Transcript
+    from anges.store.events import EventStream
 
 SANDBOX_MODES = {"workspace": "commands may write the working directory only", "read-only": "commands write nothing "
                  "but a private /tmp", "off": "no sandbox: commands run with your rights"}
@@ -37,12 +38,18 @@ KEYS = [("Enter", "send the request (queued while a run works)"), ("Alt-Enter, C
 
 
 class Interactive(Protocol):
-    """What a command may use of the session (`anges.cli.interactive.Interactive`)."""
+    """What a command may use of the session (`anges.cli.interactive.Interactive`); a command runs once it is
+    loaded, a completion perhaps before."""
 
-    setup: Setup
-    session: Session
-    """The agent of the stream being worked on."""
-    transcript: Transcript
+    @property
+    def setup(self) -> Setup: ...
+    @property
+    def session(self) -> Session:
+        """The agent of the stream being worked on."""
+    @property
+    def stream(self) -> EventStream: ...
+    @property
+    def transcript(self) -> Transcript: ...
     status: Status
     screen: Screen
     picker: Picker
@@ -54,6 +61,7 @@ class Interactive(Protocol):
     def cwd(self) -> str: ...
     def leave(self) -> None: ...
     def run_in_background(self, work: Callable[[], None]) -> None: ...
+    def loaded(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -108,14 +116,13 @@ def _choices(options: dict[str, str]):
 
 
 def _models(session: Interactive, argument: str) -> list[tuple[str, str]]:
-    setup = session.setup
-    if setup is None:  # not loaded yet
+    if not session.loaded():
         return []
-    return [(name, f"{preset.provider}:{preset.model}") for name, preset in setup.config.models.items()]
+    return [(name, f"{preset.provider}:{preset.model}") for name, preset in session.setup.config.models.items()]
 
 
 def _streams(session: Interactive, argument: str) -> list[tuple[str, str]]:
-    if session.setup is None:
+    if not session.loaded():
         return []
     return [(info.uid, (info.title or "")[:60]) for info in _recent(session)]
 
@@ -229,7 +236,7 @@ def diff(session: Interactive, argument: str) -> None:
     if not found.files:
         session.say("no changes", "dim")
         return
-    uid = session.session.agent.event_stream.uid
+    uid = session.stream.uid
     session.transcript.print([*files_diff(found.text, session.display.styled),
                               Text(f"(all of it, for git apply: anges diff {uid})", "dim")])
 
@@ -324,7 +331,7 @@ def jobs(session: Interactive, argument: str) -> None:
 def export(session: Interactive, argument: str) -> None:
     from anges.store.export import to_markdown
 
-    stream = session.session.agent.event_stream
+    stream = session.stream
     path = os.path.join(session.cwd(), os.path.expanduser(argument or f"anges-{stream.uid}.md"))
     try:
         with open(path, "w", encoding="utf-8") as file:

@@ -54,7 +54,7 @@ class History(FileHistory):
         return reversed(entries[-MAX_HISTORY:])
 
     def store_string(self, string: str) -> None:
-        path = Path(self.filename)
+        path = Path(os.fsdecode(self.filename))
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))  # private from its first byte

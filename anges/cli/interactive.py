@@ -8,10 +8,11 @@ are made once it is drawn, and a request typed before they are ready waits for t
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from prompt_toolkit.filters import Condition
 from prompt_toolkit.key_binding import KeyBindings
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from anges.cli.transcript import Transcript
     from anges.store.events import EventStream
 
+T = TypeVar("T")
 LEAVE_AGAIN = 3.0
 """Seconds in which a second Ctrl-C at an empty input box leaves."""
 WELCOME = "Enter sends · Alt-Enter: new line · /help · @file · Esc stops · Ctrl-D leaves"
@@ -95,10 +97,10 @@ class Interactive:
         self.args = args
         self.display = Display.of(sys.stderr)
         self.status = Status(model="starting…")
-        self.transcript: Transcript | None = None
-        self.output: SessionOutput | None = None
-        self.setup: Setup | None = None
-        self.session: Session | None = None
+        self._transcript: Transcript | None = None
+        self._output: SessionOutput | None = None
+        self._setup: Setup | None = None
+        self._session: Session | None = None
         self.ready = threading.Event()
         self.exit = 0
         self.queue: list[str] = []
@@ -114,6 +116,36 @@ class Interactive:
                              below=[self.composer], bindings=self._keys(), focus=self.composer.box)
         self.approvals.attach(self.screen)
 
+    # -- what is made once the input box shows -------------------------------------------------------------------
+
+    @property
+    def transcript(self) -> Transcript:
+        """What the session shows above the input box."""
+        return _made(self._transcript, "transcript")
+
+    @property
+    def output(self) -> SessionOutput:
+        return _made(self._output, "transcript")
+
+    @property
+    def setup(self) -> Setup:
+        """The configuration, the store and how agents are built."""
+        return _made(self._setup, "configuration")
+
+    @property
+    def session(self) -> Session:
+        """The agent of the stream being worked on."""
+        return _made(self._session, "agent")
+
+    @property
+    def stream(self) -> EventStream:
+        """The stream being worked on."""
+        return _made(self.session.agent.event_stream, "stream")
+
+    def loaded(self) -> bool:
+        """The configuration is loaded (completions that need it wait for it)."""
+        return self._setup is not None
+
     # -- the session's life ----------------------------------------------------------------------------------------
 
     def run(self, first: str | None) -> int:
@@ -121,8 +153,8 @@ class Interactive:
             with interrupt_on_signals(self.on_signal):
                 self.screen.run(started=lambda: self._started(first))
         finally:
-            if self.transcript is not None:
-                self.transcript.screen = None
+            if self._transcript is not None:
+                self._transcript.screen = None
             self._end()
         return self.exit
 
@@ -131,28 +163,28 @@ class Interactive:
         def after_the_first_draw() -> None:
             from anges.cli.transcript import Transcript
 
-            self.transcript = Transcript(self.display, verbose=bool(self.args.verbose), status=self.status)
-            self.transcript.screen = self.screen
-            self.output = SessionOutput(self.transcript)
-            self.transcript.note(f"anges {__version__} · {WELCOME}")
+            self._transcript = Transcript(self.display, verbose=bool(self.args.verbose), status=self.status)
+            self._transcript.screen = self.screen
+            self._output = SessionOutput(self._transcript)
+            self._transcript.note(f"anges {__version__} · {WELCOME}")
             threading.Thread(target=self._prepare, args=(first,), name="anges-setup", daemon=True).start()
 
-        self.screen.app.loop.call_soon(after_the_first_draw)
+        asyncio.get_running_loop().call_soon(after_the_first_draw)  # `started` runs on the screen's loop
 
     def _prepare(self, first: str | None) -> None:
         """Load the configuration, open the stream (its earlier steps drawn first) and build the agent."""
         from anges.cli.build import Setup
 
         try:
-            self.setup = Setup(self.args)
-            self.use(self.setup.stream(self.args.resume))
+            self._setup = Setup(self.args)
+            self.use(self._setup.stream(self.args.resume))
         except (AngesError, UsageError) as exc:
             self.fail(exc)
             self.exit = 2
             self.screen.close()
         finally:
             self.ready.set()
-        if first is not None and self.session is not None:
+        if first is not None and self._session is not None:
             self.screen.in_loop(lambda: self.send(first))
 
     def use(self, stream: EventStream, show_earlier: bool = True, new_model: bool = False) -> None:
@@ -163,13 +195,13 @@ class Interactive:
 
         if show_earlier and stream.events_list:
             self.transcript.print(stream_transcript(stream, self.setup.store, self.display.styled))
-        old = self.session.agent if self.session is not None else None
+        old = self._session.agent if self._session is not None else None
         model = old.inference_func if old is not None and not new_model else None
         agent = self.setup.agent(stream, self.output, channel=self.approvals, model=model)
-        if self.session is None:
-            self.session = Session(agent, self.output)
+        if self._session is None:
+            self._session = Session(agent, self.output)
         else:
-            self.session.agent = agent
+            self._session.agent = agent
         close_agent(old)
         self.approvals.root = agent.uid
         self.status.describe(agent, self.setup.config.safety)
@@ -179,7 +211,7 @@ class Interactive:
         """After the screen: stop what still runs, end the agent's processes."""
         from anges.cli.build import close_agent
 
-        session = self.session
+        session = self._session
         if session is None:
             return
         if self.running:
@@ -188,25 +220,26 @@ class Interactive:
             while self.running and time.monotonic() < deadline:
                 time.sleep(0.02)
         close_agent(session.agent)
+        stream = session.agent.event_stream
         if session.ended_by:
             self.exit = 4
-        elif session.agent.event_stream.events_list and self.transcript is not None:
-            self.transcript.note(f"continue later with: anges --resume {session.agent.event_stream.uid}")
+        elif stream is not None and stream.events_list and self._transcript is not None:
+            self._transcript.note(f"continue later with: anges --resume {stream.uid}")
 
     def leave(self) -> None:
         """Leave the session (after stopping the request that runs)."""
         self.leaving = True
-        if self.running and self.session is not None:
-            self.session.interrupt("leaving")
+        if self.running and self._session is not None:
+            self._session.interrupt("leaving")
         else:
             self.screen.close()
 
     def on_signal(self, name: str) -> None:
         """SIGTERM or SIGHUP (SIGINT, with no terminal in raw mode): stop the request and end the session."""
-        if self.session is not None:
-            self.session.ended_by = name if name != "SIGINT" else ""
-        if self.running and self.session is not None:
-            self.session.interrupt(name)
+        if self._session is not None:
+            self._session.ended_by = name if name != "SIGINT" else ""
+        if self.running and self._session is not None:
+            self._session.interrupt(name)
             self.leaving = name != "SIGINT"
         elif name != "SIGINT":
             self.screen.close()
@@ -231,7 +264,9 @@ class Interactive:
     def _work(self, text: str) -> None:
         self.ready.wait()
         try:
-            outcome = self.session.run(text)
+            if self._session is None:  # the session could not start: that was said, and it closes
+                return
+            outcome = self._session.run(text)
             self.output.finished(outcome, exit_code(outcome))
         except (AngesError, UsageError) as exc:
             self.fail(exc)
@@ -243,7 +278,7 @@ class Interactive:
 
     def _finished(self) -> None:
         self.running = False
-        if self.leaving or (self.session is not None and self.session.ended_by):
+        if self.leaving or (self._session is not None and self._session.ended_by):
             self.screen.close()
         elif self.queue:
             self._start(self.queue.pop(0))
@@ -251,8 +286,8 @@ class Interactive:
 
     def stop(self, why: str) -> None:
         """Stop the running request; what was queued comes back into the input box, unsent."""
-        if self.session is not None and not self.session.stopping:
-            self.session.interrupt(why)
+        if self._session is not None and not self._session.stopping:
+            self._session.interrupt(why)
         if self.queue:
             self.composer.text = "\n".join([*self.queue, self.composer.text]).strip("\n")
             self.queue.clear()
@@ -290,7 +325,7 @@ class Interactive:
         """Run a command's `work` here, one at a time, once the agent is ready; its errors are said."""
         with self._commands:
             self.ready.wait()
-            if self.session is None:
+            if self._session is None:
                 return
             try:
                 work()
@@ -305,7 +340,7 @@ class Interactive:
         return completions(self, before)
 
     def cwd(self) -> str:
-        session = self.session
+        session = self._session
         return session.agent.cmd_init_dir if session is not None else "."
 
     def say(self, text: str, style: str = "") -> None:
@@ -345,3 +380,9 @@ class Interactive:
             self.composer.text = self.queue.pop()
 
         return keys
+
+
+def _made(part: T | None, what: str) -> T:
+    if part is None:
+        raise RuntimeError(f"the session's {what} is not ready yet")
+    return part

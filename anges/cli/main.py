@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from importlib import import_module
 
 from anges import __version__
@@ -203,14 +204,14 @@ def run_task(args: argparse.Namespace) -> int:
     agent = None
     try:
         setup = Setup(args)
-        if not interactive and getattr(output, "live", False):
+        if request is not None and not interactive and getattr(output, "live", False):
             from anges.cli.oneshot import run_once
 
             outcome, agent = run_once(setup, output, request)
             return _report(outcome, output)
         agent = setup.agent(setup.stream(args.resume), output)
         session = Session(agent, output)
-        if not interactive:
+        if request is not None and not interactive:
             with interrupt_on_signals(session.interrupt):
                 return _report(session.run(request), output)
         return _interact(session, request, quiet=args.quiet)
@@ -409,10 +410,11 @@ def _batch_overrides(args: argparse.Namespace) -> dict | None:
     return overrides or None
 
 
-COMMANDS = {"run": run_task, "list": "list_streams", "show": "show_stream", "export": "export_stream",
-            "import": "import_stream", "rm": "remove_streams", "stats": "anges.cli.stats:show_stats",
-            "diff": "anges.cli.checkpoints:diff_command", "undo": "anges.cli.checkpoints:undo_command",
-            "models": "anges.cli.models:list_models"}
+COMMANDS: dict[str, Callable[[argparse.Namespace], int] | str] = {
+    "run": run_task, "list": "list_streams", "show": "show_stream", "export": "export_stream",
+    "import": "import_stream", "rm": "remove_streams", "stats": "anges.cli.stats:show_stats",
+    "diff": "anges.cli.checkpoints:diff_command", "undo": "anges.cli.checkpoints:undo_command",
+    "models": "anges.cli.models:list_models"}
 """Subcommand -> its function here, or the name of one in `anges.cli.streams` (or `module:function`), imported when
 used."""
 

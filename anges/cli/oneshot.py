@@ -16,6 +16,7 @@ from anges.cli.screen import Screen
 from anges.cli.session import Session, interrupt_on_signals
 
 if TYPE_CHECKING:
+    from anges.agents.base import BaseAgent
     from anges.agents.outcome import Outcome
     from anges.cli.build import Setup
     from anges.cli.transcript import TextOutput
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 QUIT = "quit"
 
 
-def run_once(setup: Setup, output: TextOutput, request: str) -> tuple[Outcome, object]:
+def run_once(setup: Setup, output: TextOutput, request: str) -> tuple[Outcome, BaseAgent]:
     """Run `request` on the stream the arguments name, drawn live; returns the outcome and the agent."""
     approvals = ApprovalPane()
     agent = setup.agent(setup.stream(setup.args.resume), output, channel=approvals)

@@ -34,9 +34,9 @@ class JsonLinesOutput(JsonLines):
 
     def started(self, agent: BaseAgent, request: str) -> None:
         stream = agent.event_stream
-        self.emit({"type": "run_started", "stream_id": stream.uid, "agent_type": agent.agent_type,
+        self.emit({"type": "run_started", "stream_id": agent.uid, "agent_type": agent.agent_type,
                    "model": getattr(agent.inference_func, "name", ""), "request": _masked(request),
-                   "resumed": bool(stream.events_list), "cwd": agent.cmd_init_dir,
+                   "resumed": bool(stream and stream.events_list), "cwd": agent.cmd_init_dir,
                    "time": datetime.now().isoformat()})
 
     def on_message(self, message) -> None:

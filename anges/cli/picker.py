@@ -25,7 +25,7 @@ class Picker(Pane):
                              dont_extend_height=True)
         self.container = ConditionalContainer(self.window, Condition(lambda: self.open))
         self.bindings = self._keys()
-        self._previous = None
+        self._previous: Window | None = None
 
     @property
     def open(self) -> bool:
@@ -43,11 +43,13 @@ class Picker(Pane):
         choose, self.choose = self.choose, None
         layout = self.screen_of().app.layout
         try:
-            layout.focus(self._previous)
+            if self._previous is not None:
+                layout.focus(self._previous)
         except ValueError:
             pass
         self.screen_of().refresh()
-        choose(value)
+        if choose is not None:
+            choose(value)
 
     def _text(self):
         fragments = [("class:approval.head", self.title), ("", "\n")]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from rich.padding import Padding
 from rich.text import Text
@@ -33,7 +33,7 @@ from anges.util.clipping import clip_lines, shorten
 from anges.util.printable import printable, visible
 
 if TYPE_CHECKING:
-    from rich.console import RenderableType
+    from rich.console import OverflowMethod, RenderableType
 
     from anges.store.events import Event
 
@@ -51,7 +51,12 @@ STOP_REASONS = {"interrupt": "interrupted", "timeout": "out of time", "event_lim
                 "reply_cut_off": "the model's replies were cut off at max_output_tokens",
                 "model_setup": "the model is not usable", "abandoned": "its process ended without finishing",
                 "budget": "over budget", "context_window": "the prompt does not fit the model's context window"}
-OUTPUT = {"no_wrap": True, "overflow": "ellipsis"}
+class Cut(TypedDict):
+    no_wrap: bool
+    overflow: OverflowMethod
+
+
+OUTPUT: Cut = {"no_wrap": True, "overflow": "ellipsis"}
 """Command output and diff lines are cut at the edge of the screen, never wrapped (prose wraps)."""
 
 
@@ -105,7 +110,7 @@ class Renderer:
             return self._block(Text.assemble(("▶", "bold blue"), " ", (label + ":", "bold")), event.content, 6)
         ended = [Text("  " + ended_jobs(event), "dim")] if ended_jobs(event) else []
         if group == "answer":
-            word, colour = SHOWN_STATUS[status_of(kind)]
+            word, colour = SHOWN_STATUS[status_of(kind) or "answered"]  # every answer type sets a status
             head = Text.assemble(("✓" if colour == "green" else "?", f"bold {colour}"), " ", (word, f"bold {colour}"))
             if depth and not self.verbose:
                 return [head, *self._clip([Text(line) for line in event.content.splitlines()], 12), *ended]
@@ -120,8 +125,7 @@ class Renderer:
             head = Text.assemble(("⇢", "bold magenta"), f" {verb} ", (data.get("agent_type", "child"), "bold"),
                                  f" {data.get('agent_id', '')}")
             return self._block(head, event.content, 3)
-        if group == "child_exit":
-            child = ChildReturn.of(event)
+        if group == "child_exit" and (child := ChildReturn.of(event)) is not None:
             status, colour = SHOWN_STATUS.get(child.status, (child.exit_type, "yellow"))
             return [Text.assemble(("⇠", "bold magenta"), f" {child.agent_type} {child.agent_id} returned: ",
                                   (status, colour))]
@@ -155,7 +159,10 @@ class Renderer:
 
     def _command(self, event: Event) -> list[RenderableType]:
         shell = ShellRun.of(event)
-        lines = [Text.assemble(("$", "bold cyan"), " ", (one_line(shell.command), "bold"), **OUTPUT)]
+        if shell is None:  # group_of says "shell" only of a command's result
+            return []
+        head = Text.assemble(("$", "bold cyan"), " ", (one_line(shell.command), "bold"), **OUTPUT)
+        lines: list[RenderableType] = [head]
         lines += self._framed(self._clip([Text(line) for line in shell.output().splitlines()], self.output_lines))
         status = Text.assemble(("  └ ", "dim"), _shell_status(shell))
         if shell.cut and shell.printed_bytes is not None and not shell.yielded:
@@ -168,8 +175,8 @@ class Renderer:
     def _tool_call(self, event: Event) -> list[RenderableType]:
         data = event.data
         args = json.dumps(data.get("args") or {}, ensure_ascii=False)
-        lines = [Text.assemble(("⚙", "bold cyan"), " ", (data["server"] + "." + data["tool"], "bold"),
-                               " " + one_line(args), **OUTPUT)]
+        lines: list[RenderableType] = [Text.assemble(
+            ("⚙", "bold cyan"), " ", (data["server"] + "." + data["tool"], "bold"), " " + one_line(args), **OUTPUT)]
         lines += self._framed(self._clip([Text(line) for line in event.content.splitlines()], self.output_lines))
         if data.get("error"):
             status = Text(f"not done: {data['error']}", "red")
@@ -185,6 +192,8 @@ class Renderer:
 
     def _edit(self, event: Event) -> list[RenderableType]:
         edit = FileEdit.of(event)
+        if edit is None:  # group_of says "edit" only of an `edit_file` event
+            return []
         if edit.error is not None:
             return [Text.assemble(("✗", "bold red"), f" edit failed: {edit.directive}"),
                     Text.assemble(("  │ ", "dim"), first_line(edit.error), **OUTPUT)]
@@ -202,14 +211,14 @@ class Renderer:
             return [Text.assemble(("?", "bold yellow"), " ", ("needs approval:", "yellow"),
                                   f" {what}{outside} — {data.get('reason', '')} ",
                                   (f"[{data.get('rule', '')}]", "dim"))]
-        decision, by = data.get("decision"), data.get("by", "")
+        decision, by = str(data.get("decision")), data.get("by", "")
         mark, colour, verb = {"allow": ("✓", "green", "approved"), "deny": ("✗", "red", "declined")}.get(
             decision, ("■", "yellow", "not decided (interrupted)"))
         who = APPROVERS.get(by, f"by {by}")
         if by == "rule":
             who = f"by rule {data.get('rule', '')} ({data.get('reason', '')})"
         always = " (and for the rest of the run)" if data.get("always") else ""
-        lines = [Text.assemble((mark, f"bold {colour}"), " ", (verb, colour),
+        lines: list[RenderableType] = [Text.assemble((mark, f"bold {colour}"), " ", (verb, colour),
                                f"{' ' + who if who else ''}{always}: {what}{outside}")]
         if data.get("feedback"):
             lines.append(Text.assemble(("  │ ", "dim"), one_line(str(data["feedback"])), **OUTPUT))

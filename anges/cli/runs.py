@@ -14,7 +14,11 @@ from anges.store.events import stream_status, walk
 from anges.util.printable import printable
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from rich.console import RenderableType
+
+    from anges.store.records import StreamInfo
 
 LISTED_STOPS = {"timeout": "timed out", "event_limit": "out of steps", "model_call_limit": "out of calls",
                 "budget": "over budget", "model_error": "model failed", "model_setup": "model failed",
@@ -50,7 +54,7 @@ def _still_running(uid: str, store) -> Text:
                 "yellow")
 
 
-def format_list(infos, limit: int = 0) -> list[Text]:
+def format_list(infos: Sequence[StreamInfo], limit: int = 0) -> list[Text]:
     """Streams as a table, most recent first, each child indented under its parent; `limit` top-level rows."""
     now = datetime.now()
     rows = _tree(infos, limit)
@@ -69,20 +73,20 @@ def format_list(infos, limit: int = 0) -> list[Text]:
     return lines
 
 
-def _tree(infos, limit: int) -> list[tuple[str, object]]:
+def _tree(infos: Sequence[StreamInfo], limit: int) -> list[tuple[str, StreamInfo]]:
     """(prefix, info) rows: top-level streams in the given order, each child under its parent."""
     known = {info.uid for info in infos}
-    children: dict[str, list] = {}
+    children: dict[str, list[StreamInfo]] = {}
     roots = []
     for info in infos:
-        parent = info.parent_ids[-1] if info.parent_ids else None
+        parent = info.parent_ids[-1] if info.parent_ids else ""
         if parent in known:
             children.setdefault(parent, []).append(info)
         else:
             roots.append(info)
-    rows: list[tuple[str, object]] = []
+    rows: list[tuple[str, StreamInfo]] = []
 
-    def add(info, prefix: str) -> None:
+    def add(info: StreamInfo, prefix: str) -> None:
         rows.append((prefix, info))
         for child in sorted(children.get(info.uid, []), key=lambda i: i.created_at):
             add(child, "  " + prefix.replace("└ ", "  ") + "└ ")

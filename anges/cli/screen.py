@@ -185,7 +185,7 @@ class Screen:
 
     def _exit(self) -> None:
         self._flush()
-        if self.app.is_running and not self.app.future.done():
+        if self.app.is_running and self.app.future is not None and not self.app.future.done():
             self.app.exit()
 
     async def _tick(self) -> None:
@@ -225,8 +225,9 @@ class Screen:
                  *(pane.container for pane in above), status, notice, *(pane.container for pane in below)]
         # of two bindings for the same key the later wins: a question's keys over the input box's, over the rest
         keys = [bindings, *(pane.bindings for pane in (*below, *above))]
-        app = Application(layout=Layout(HSplit(parts)), key_bindings=merge_key_bindings([k for k in keys if k]),
-            full_screen=False, output=self._output(), input=keys_in, style=STYLE,
+        app: Application = Application(
+            layout=Layout(HSplit(parts)), key_bindings=merge_key_bindings([k for k in keys if k]), full_screen=False,
+            output=self._output(), input=keys_in, style=STYLE,
             color_depth=None if self.display.colour else ColorDepth.DEPTH_1_BIT, erase_when_done=True,
             mouse_support=False)
         app.key_processor.before_key_press += self._key_pressed

@@ -24,7 +24,7 @@ EXIT_BY_STOP_REASON = {"model_setup": 2}
 
 def exit_code(outcome: Outcome) -> int:
     """The exit code of a request that ended this way (see anges --help)."""
-    return EXIT_BY_STOP_REASON.get(outcome.stop_reason, EXIT_BY_STATUS.get(outcome.status, 1))
+    return EXIT_BY_STOP_REASON.get(outcome.stop_reason or "", EXIT_BY_STATUS.get(outcome.status, 1))
 
 
 class Output(Protocol):
@@ -57,8 +57,7 @@ class Session:
         from anges.store.events import walk
 
         agent = self.agent
-        stream = agent.event_stream
-        start = len(stream.events_list)
+        start = len(agent.event_stream.events_list) if agent.event_stream is not None else 0
         began = time.monotonic()
         self.stopping = False
         self.output.started(agent, request)

@@ -45,8 +45,8 @@ class Usage:
         return self.input_tokens + self.output_tokens
 
     @property
-    def cache_hits(self) -> float:
-        """The share of input tokens read from the provider's cache."""
+    def cache_hits(self) -> float | None:
+        """The share of input tokens read from the provider's cache (None before any input)."""
         from anges.agents.budget import cache_hit_ratio
 
         return cache_hit_ratio(self.cached_tokens, self.input_tokens)
@@ -58,7 +58,7 @@ class Usage:
             parts.append(f"{self.tokens:,} tokens")
         if self.cost is not None:
             parts.append(f"${self.cost:.4f}")
-        if self.cached_tokens:
+        if self.cached_tokens and self.cache_hits is not None:
             parts.append(f"{self.cache_hits:.0%} cached")
         return parts
 

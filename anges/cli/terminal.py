@@ -11,7 +11,7 @@ import io
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Literal, TextIO
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -69,7 +69,7 @@ class Display:
         """A rich console writing to `file` the way this display draws."""
         from rich.console import Console
 
-        system = ("auto" if self.colour else "standard") if self.styled else None
+        system: Literal["auto", "standard"] | None = ("auto" if self.colour else "standard") if self.styled else None
         return Console(file=file, width=width, force_terminal=self.styled, no_color=not self.colour,
                        color_system=system, highlight=False, markup=False,
                        emoji=False, soft_wrap=False, legacy_windows=False, force_jupyter=False,

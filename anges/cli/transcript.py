@@ -18,6 +18,8 @@ from anges.store.export import printable_event
 from anges.util.printable import printable
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from rich.console import RenderableType
 
     from anges.cli.screen import Screen
@@ -63,7 +65,7 @@ class Transcript:
         if not self.quiet:
             self.print([Text(printable(text), style)])
 
-    def print(self, renderables: list[RenderableType]) -> None:
+    def print(self, renderables: Sequence[RenderableType]) -> None:
         if not renderables:
             return
         if self.screen is not None:
@@ -131,7 +133,7 @@ def status_line(outcome, hint: bool = True) -> str:
     tokens = usage["input_tokens"] + usage["output_tokens"]
     if tokens:
         parts.append(f"{tokens:,} tokens" + (" (estimated)" if usage["estimated"] else ""))
-    if usage["cached_tokens"]:
+    if usage["cached_tokens"] and usage["cache_hit_ratio"] is not None:  # None: the server counted no input
         parts.append(f"{usage['cache_hit_ratio']:.0%} of input cached")
     if "cost" in usage:
         parts.append(f"${usage['cost']:.4f}")

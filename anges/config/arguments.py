@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 
 def positive(kind: type):
@@ -60,7 +61,7 @@ def config_overrides(args: argparse.Namespace) -> dict:
         common["timeout"] = args.timeout
     if getattr(args, "actions", None):
         common["extra_actions"] = list(args.actions)
-    overrides = {"agents": {"common": common}} if common else {}
+    overrides: dict[str, Any] = {"agents": {"common": common}} if common else {}
     safety = {key: getattr(args, key, None) for key in ("sandbox", "network", "approval")}
     if any(value is not None for value in safety.values()):
         overrides["safety"] = {key: value for key, value in safety.items() if value is not None}

@@ -21,7 +21,8 @@ class Section(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
     def __init__(self, *args: Any, **values: Any):
-        """Fields by keyword, or positionally in their order: `ModelPreset("openai", "gpt-4.1")`."""
+        """Fields by keyword, or positionally in their order: `ModelPreset("openai", "gpt-4.1")` (type checkers
+        read pydantic's keyword-only signature)."""
         super().__init__(**dict(zip(type(self).model_fields, args)), **values)
 
 
@@ -49,7 +50,7 @@ class ModelPreset(Section):
     prompt_cache_key: bool | None = None
     """OpenAI only: send each run's `prompt_cache_key` (None = only to api.openai.com; other servers may reject
     an unknown parameter)."""
-    context_window: int = Field(0, ge=0)
+    context_window: int = Field(default=0, ge=0)
     """The model's context window in tokens (prompt and reply together); 0 = ask the server where it can tell
     (Ollama, vLLM, llama.cpp, ...), else the known window of the model, else an assumed one (docs/models.md). For
     Ollama it also caps the window each request asks for (`num_ctx`)."""
@@ -279,21 +280,24 @@ class SafetyRule(Section):
         return match
 
 
+def _rule(action: str, match: str, decision: Literal["allow", "ask", "deny"], reason: str) -> SafetyRule:
+    return SafetyRule(action=action, match=match, decision=decision, reason=reason)
+
+
 def _default_rules() -> list[SafetyRule]:
-    deny, ask = "deny", "ask"
     return [
-        SafetyRule("RUN_SHELL_CMD",
-                   r"re:\brm\s+(-\S+\s+){0,32}(--no-preserve-root\b|(/[/.]*\*?|~/?\*?|\$HOME/?\*?|\$\{HOME\}/?\*?)"
-                   r"(\s|;|&|\||\)|$))", deny, "deletes the root or home directory"),
-        SafetyRule("RUN_SHELL_CMD", r"re:\bmkfs(\.\w+)?\b", deny, "formats a file system"),
-        SafetyRule("RUN_SHELL_CMD",
-                   r"re:(>|\bof=|\btee\s+(-\S+\s+){0,32})\s*/dev/(sd|hd|vd|xvd|nvme|mmcblk|dm-|md|disk|loop)", deny,
-                   "writes to a block device"),
-        SafetyRule("RUN_SHELL_CMD", r"re:(?<!\w)(\w+|:)\s*\(\)\s*\{[^}]{0,200}\1\s*\|\s*\1\s*&", deny, "a fork bomb"),
-        SafetyRule("RUN_SHELL_CMD", r"re:(^|[\s;&|(`{])(\S{0,200}/)?(sudo|su|doas|pkexec|run0)(\s|$|[;&|)])", ask,
-                   "runs as another user"),
-        SafetyRule("RUN_SHELL_CMD", r"re:\bgit\b[^;&|\n]{0,300}?\bpush\b", ask, "publishes to a remote repository"),
-        SafetyRule("USE_MCP_TOOL", "*", ask, "MCP tools may act outside the sandbox; allow trusted ones by rule"),
+        _rule("RUN_SHELL_CMD",
+              r"re:\brm\s+(-\S+\s+){0,32}(--no-preserve-root\b|(/[/.]*\*?|~/?\*?|\$HOME/?\*?|\$\{HOME\}/?\*?)"
+              r"(\s|;|&|\||\)|$))", "deny", "deletes the root or home directory"),
+        _rule("RUN_SHELL_CMD", r"re:\bmkfs(\.\w+)?\b", "deny", "formats a file system"),
+        _rule("RUN_SHELL_CMD",
+              r"re:(>|\bof=|\btee\s+(-\S+\s+){0,32})\s*/dev/(sd|hd|vd|xvd|nvme|mmcblk|dm-|md|disk|loop)", "deny",
+              "writes to a block device"),
+        _rule("RUN_SHELL_CMD", r"re:(?<!\w)(\w+|:)\s*\(\)\s*\{[^}]{0,200}\1\s*\|\s*\1\s*&", "deny", "a fork bomb"),
+        _rule("RUN_SHELL_CMD", r"re:(^|[\s;&|(`{])(\S{0,200}/)?(sudo|su|doas|pkexec|run0)(\s|$|[;&|)])", "ask",
+              "runs as another user"),
+        _rule("RUN_SHELL_CMD", r"re:\bgit\b[^;&|\n]{0,300}?\bpush\b", "ask", "publishes to a remote repository"),
+        _rule("USE_MCP_TOOL", "*", "ask", "MCP tools may act outside the sandbox; allow trusted ones by rule"),
     ]
 
 
@@ -322,9 +326,9 @@ class SafetyConfig(Section):
     """Keep background jobs running after the run ends (until the agent is closed or anges exits)."""
     background_log_cap: int = 10_000_000
     """Bytes kept of each background job's log and of each command's full-output file (the oldest are dropped)."""
-    tmp_size: int = Field(1_000_000_000, ge=1_000_000)
+    tmp_size: int = Field(default=1_000_000_000, ge=1_000_000)
     """Bytes the sandbox's private /tmp may hold (and its /dev/shm); it lives in memory."""
-    max_processes: int = Field(2048, ge=16)
+    max_processes: int = Field(default=2048, ge=16)
     """Processes (threads included) the sandbox may hold at once: a fork bomb stops there."""
     user_namespaces: bool = False
     """Let sandboxed commands make user namespaces of their own (rootless containers, Chromium's own sandbox)."""
@@ -339,11 +343,12 @@ class SafetyConfig(Section):
 
 def _default_presets() -> dict[str, ModelPreset]:
     return {
-        "openai": ModelPreset("openai", "gpt-4.1", api_key_env="OPENAI_API_KEY"),
-        "gemini": ModelPreset("gemini", "gemini-3.8-flash", api_key_env="GEMINI_API_KEY"),
-        "claude": ModelPreset("anthropic", "claude-sonnet-5", api_key_env="ANTHROPIC_API_KEY"),
-        "deepseek": ModelPreset("openai", "deepseek-chat", "https://api.deepseek.com", "DEEPSEEK_API_KEY"),
-        "ollama": ModelPreset("ollama", "qwen2.5-coder"),
+        "openai": ModelPreset(provider="openai", model="gpt-4.1", api_key_env="OPENAI_API_KEY"),
+        "gemini": ModelPreset(provider="gemini", model="gemini-3.8-flash", api_key_env="GEMINI_API_KEY"),
+        "claude": ModelPreset(provider="anthropic", model="claude-sonnet-5", api_key_env="ANTHROPIC_API_KEY"),
+        "deepseek": ModelPreset(provider="openai", model="deepseek-chat", base_url="https://api.deepseek.com",
+                                api_key_env="DEEPSEEK_API_KEY"),
+        "ollama": ModelPreset(provider="ollama", model="qwen2.5-coder"),
     }
 
 

@@ -45,7 +45,8 @@ class AnthropicModel(Provider):
                                       "or CLOUD_ML_REGION / GOOGLE_CLOUD_LOCATION")
             if project:
                 options["project_id"] = project
-            client = anthropic.AnthropicVertex(region=region, **options)
+            client: anthropic.Anthropic | anthropic.AnthropicVertex = anthropic.AnthropicVertex(region=region,
+                                                                                                **options)
         else:
             self.label = "Anthropic"
             client = anthropic.Anthropic(api_key=self._api_key(), **options)
@@ -63,7 +64,7 @@ class AnthropicModel(Provider):
             self._refuse("the model refused (stop reason refusal)", "blocked", usage)
         blocks = getattr(message, "content", None) or []
         text = "".join(block.text for block in blocks if getattr(block, "type", "") == "text")
-        finish_reason = _FINISH.get(stop_reason or "end_turn", stop_reason)
+        finish_reason = _FINISH.get(stop_reason or "end_turn", str(stop_reason))
         return self._reply(text, usage, getattr(message, "model", ""), finish_reason)
 
     def _streamed(self, params: dict[str, Any]) -> Any:
@@ -114,7 +115,7 @@ def user_content(prompt: Any) -> Any:
         text = prompt[start:end]
         if not text.strip():  # the API refuses blank blocks: this piece joins the next one
             continue
-        block = {"type": "text", "text": str(text)}
+        block: dict[str, Any] = {"type": "text", "text": str(text)}
         if end in marks:
             block["cache_control"] = {"type": "ephemeral"}
         blocks.append(block)

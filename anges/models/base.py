@@ -23,6 +23,7 @@ class Usage:
     estimated: bool = False
 
     def to_dict(self) -> dict:
+        """The counts as the `usage` fact of an event."""
         return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
                 "cached_tokens": self.cached_tokens, "estimated": self.estimated}
 
@@ -41,7 +42,7 @@ class Completion(str):
     """The failed attempts before this reply, each retried after a wait (a provider's retry policy fills it in)."""
 
     def __new__(cls, text: str, usage: Usage | None = None, model: str = "", latency: float = 0.0,
-                finish_reason: str = "stop"):
+                finish_reason: str = "stop") -> Completion:
         obj = super().__new__(cls, text)
         obj.usage = usage
         obj.model = model
@@ -90,7 +91,8 @@ class Prompt(str):
     marks: tuple[int, ...]
     cache_key: str
 
-    def __new__(cls, text: str, breaks: tuple[int, ...] = (), marks: tuple[int, ...] = (), cache_key: str = ""):
+    def __new__(cls, text: str, breaks: tuple[int, ...] = (), marks: tuple[int, ...] = (),
+                cache_key: str = "") -> Prompt:
         obj = super().__new__(cls, text)
         obj.breaks = tuple(sorted({b for b in breaks if 0 < b < len(text)}))
         obj.marks = tuple(m for m in marks if m in obj.breaks)

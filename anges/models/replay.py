@@ -183,7 +183,7 @@ def _diff(recorded: str, actual: str, max_lines: int = 30, width: int = 200) -> 
 
 def _error(recorded: dict) -> ModelError:
     kinds = {"ModelReplyError": ModelReplyError, "ModelSetupError": ModelSetupError, "ContextExceeded": ContextExceeded}
-    cls = kinds.get(recorded.get("type"), ModelError)
+    cls = kinds.get(recorded.get("type", ""), ModelError)
     message = recorded.get("message", "recorded model error")
     return ModelReplyError(message, recorded.get("kind") or "empty") if cls is ModelReplyError else cls(message)
 

@@ -63,7 +63,7 @@ class Failure:
         return cls(reason, False, status, error=ContextExceeded)
 
 
-def transport_failure(exc: BaseException) -> Failure | None:
+def transport_failure(exc: BaseException | None) -> Failure | None:
     """Timeouts, dropped connections and unreadable replies of the HTTP libraries the SDKs use (httpx, httpx2,
     requests)."""
     for _ in range(5):

@@ -68,7 +68,7 @@ class ScriptedModel:
         with self._lock:
             self.prompts.append(prompt)
             self.calls += 1
-            reply = self._rule_reply(prompt)
+            reply: Reply | None = self._rule_reply(prompt)
             if reply is None:
                 if not self._replies:
                     raise ModelError(f"scripted model has no reply left for call {self.calls}")

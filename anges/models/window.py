@@ -103,7 +103,8 @@ def window_in_listing(entries: list[dict], model_id: str) -> int | None:
     entry = next((e for e in entries if e.get("id") == model_id), entries[0] if len(entries) == 1 else None)
     if entry is None:
         return None
-    meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
+    meta = entry.get("meta")
+    meta = meta if isinstance(meta, dict) else {}
     for value in (entry.get("max_model_len"), entry.get("context_length"), entry.get("context_window"),
                   entry.get("max_context_length"), meta.get("n_ctx"), meta.get("n_ctx_train")):
         if isinstance(value, int) and value > 0:

@@ -107,14 +107,18 @@ def _find_reply(raw: str) -> dict:
                           f"{REPLY_SHAPE}")
 
     spans, truncated = _object_spans(body)
-    replies, broken, others = [], [], []
+    replies: list[dict] = []
+    others: list[dict] = []
+    broken: list[tuple[str, ValueError]] = []
     for start, end in spans:
         chunk = body[start:end]
         if "action" not in chunk:  # cannot be a reply; not worth decoding
             continue
         value, error = _loads(chunk)
-        if value is _FAILED:
+        if error is not None:
             broken.append((chunk, error))
+        elif not isinstance(value, dict):  # a balanced {...} that decodes is an object
+            continue
         elif "actions" not in value and "action" not in value:
             others.append(value)
         elif value not in replies:

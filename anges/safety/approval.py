@@ -55,9 +55,13 @@ class Asker(Protocol):
     agent_type: str
     secrets: list[str]
     app_config: Config
-    reply: ParsedReply | None
-    record: Callable[..., None]
-    interrupt_check: Callable[[], bool]
+
+    @property
+    def reply(self) -> ParsedReply | None: ...
+    @property
+    def record(self) -> Callable[..., None]: ...
+    @property
+    def interrupt_check(self) -> Callable[[], bool]: ...
 
 
 @dataclass
@@ -241,7 +245,7 @@ class Gate:
         """The `approval_decided` event: the facts, and for the model what happened and what to do."""
         from anges.prompt.templates import render_template
 
-        verdict, decision = permit.verdict, permit.decision
+        verdict, decision = permit.verdict, permit.decision or Decision("allow")  # None: a plain allow
         facts = {"request_id": permit.request_id, "action_type": action_type, "subject": verdict.subject[:2000],
                  "decision": decision.verdict, "always": decision.always, "by": decision.by, "rule": verdict.rule,
                  "reason": verdict.reason, "feedback": decision.feedback, "escalate": verdict.escalate,

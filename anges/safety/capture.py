@@ -149,10 +149,12 @@ class Capture:
             self.dropped, self.log = self.log.dropped, None
 
     def _write(self, chunk: bytes) -> None:
+        if self.log is None:  # a write before failed: the file is as complete as it could be made
+            return
         try:
             self.log.write(chunk)
         except OSError:
-            self.log.abandon()  # the file is as complete as it could be made
+            self.log.abandon()
             self.log = None
 
 

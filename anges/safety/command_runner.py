@@ -24,7 +24,7 @@ from pathlib import Path
 
 from anges.exceptions import SandboxError
 from anges.safety.bwrap import bwrap_argv, contained_argv
-from anges.safety.limits import process_limit
+from anges.safety.limits import PidsCgroup, process_limit
 from anges.safety.runner import KILL_GRACE, Channel, end_marked, select_read, send_fds
 from anges.safety.sandbox import SandboxSettings, availability, warn_once
 from anges.safety.seccomp import filter_fd
@@ -108,7 +108,7 @@ class Job:
     """A background command of the run: what it is, where its log is, and whether it still runs."""
 
     command: str
-    process: object
+    process: RemoteProcess
     log_path: str
 
     @property
@@ -136,7 +136,7 @@ class CommandRunner:
         run."""
         self.contain = contain and bool(bwrap)
         """Without the sandbox, still run in a PID namespace of its own (through bwrap)."""
-        self._cgroup = None
+        self._cgroup: PidsCgroup | None = None
         self.log_cap = log_cap
         self.token = f"{os.getpid()}-{os.urandom(8).hex()}"
         """Marks the environment of every command of a runner without a PID namespace, to find its leftovers."""
@@ -168,8 +168,6 @@ class CommandRunner:
         """Start `argv` in its own session with the given outputs (`watch_ports`: the runner says when it listens on a
         TCP port); OSError when it cannot start."""
         channel = self._request_spawn(stdout, stderr)
-        if channel is None:  # the runner died (a command killed it): a new one takes over
-            channel = self._request_spawn(stdout, stderr, retry=False)
         channel.send({"argv": argv, "cwd": cwd, "env": env, "watch_ports": watch_ports})
         reply = channel.receive(REPLY_TIMEOUT)
         if reply is None or "pid" not in reply:
@@ -191,10 +189,11 @@ class CommandRunner:
                 self.process.kill()
                 self.process.wait()
             if self.process is not None:
-                self._restart()
+                self._restart(self.process)
 
-    def _request_spawn(self, stdout: int, stderr: int, retry: bool = True) -> Channel | None:
-        """The op socket of a new command; None when the runner turned out dead and `retry` is allowed."""
+    def _request_spawn(self, stdout: int, stderr: int, retry: bool = True) -> Channel:
+        """The op socket of a new command; when the runner turned out dead (a command killed it) and `retry` is
+        allowed, a new runner's."""
         control = self._started()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         channel = Channel(ours)
@@ -202,21 +201,24 @@ class CommandRunner:
             send_fds(control, {"op": "spawn"}, [theirs.fileno(), stdout, stderr])
         except OSError as exc:
             channel.close()
-            if retry and self._died():
-                return None
-            raise SandboxError(f"the command runner stopped: {exc}") from None
+            if not (retry and self._died()):
+                raise SandboxError(f"the command runner stopped: {exc}") from None
+        else:
+            return channel
         finally:
             theirs.close()
-        return channel
+        return self._request_spawn(stdout, stderr, retry=False)
 
     def _died(self) -> bool:
         """True (and the runner cleared away) when the runner process has ended or ends within a moment."""
         with self._lock:
+            if self.process is None:  # closed meanwhile
+                return False
             try:
                 self.process.wait(KILL_GRACE + 1)
             except subprocess.TimeoutExpired:
                 return False
-            self._restart()
+            self._restart(self.process)
             return True
 
     def end_processes(self, keep_jobs: bool = False) -> None:
@@ -250,7 +252,7 @@ class CommandRunner:
     def _started(self) -> socket.socket:
         with self._lock:
             if self.process is not None and self.process.poll() is not None:
-                self._restart()
+                self._restart(self.process)
             if self.control is None:
                 scratch = self.scratch
                 self.control, self.process = self._launch(scratch)
@@ -258,10 +260,10 @@ class CommandRunner:
                 self._finalizer = weakref.finalize(self, _cleanup, scratch, self.control, self.process)
             return self.control
 
-    def _restart(self) -> None:
+    def _restart(self, process: subprocess.Popen) -> None:
         """The runner died (a command killed it): its processes are gone; the next command starts a new one."""
         log.warning("anges: the command runner ended unexpectedly (exit code %s); starting a new one",
-                     self.process.returncode)
+                     process.returncode)
         _cleanup(None, self.control, self.process)
         self._release_cgroup()
         if not self.namespaced:
@@ -284,7 +286,7 @@ class CommandRunner:
                 if not found.ok:
                     raise SandboxError(f"{what} did not start: {found.reason}")
             if self.settings is not None:
-                argv = self._sandbox_argv(argv, scratch, found.features, passed)
+                argv = self._sandbox_argv(self.settings, argv, scratch, found.features, passed)
             elif self.contain:
                 argv = contained_argv(self.bwrap) + ["--", *argv, "--namespace", "--drop-caps"]
             else:
@@ -305,17 +307,18 @@ class CommandRunner:
             raise SandboxError(f"{what} did not start{self._log_tail()}")
         return ours, process
 
-    def _sandbox_argv(self, runner: list[str], scratch: str, features, passed: list[int]) -> list[str]:
+    def _sandbox_argv(self, settings: SandboxSettings, runner: list[str], scratch: str, features,
+                      passed: list[int]) -> list[str]:
         """bwrap's arguments around the runner's: the seccomp filter (its descriptor added to `passed`), and
         `max_processes` (through a pids cgroup of its own for root)."""
-        seccomp = filter_fd(self.settings.unix_sockets)
+        seccomp = filter_fd(settings.unix_sockets)
         if seccomp is None:
             warn_once("the sandbox has no seccomp filter on this machine's architecture: commands may make Unix "
                       "sockets and use io_uring")
         else:
             passed.append(seccomp)
-        self._cgroup, limit = process_limit(self.settings.max_processes)
-        argv = bwrap_argv(self.bwrap, self.settings, self.cwd, [scratch], features, seccomp)
+        self._cgroup, limit = process_limit(settings.max_processes)
+        argv = bwrap_argv(self.bwrap, settings, self.cwd, [scratch], features, seccomp)
         argv += ["--", *runner, "--namespace", *limit]
         return self._cgroup.enter_argv(argv) if self._cgroup is not None else argv
 
@@ -388,4 +391,4 @@ def _spawn_from_keeper(argv: list[str], **kwargs) -> subprocess.Popen:
     with _keeper_lock:
         if _keeper is None:
             _keeper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="anges-spawner")
-    return _keeper.submit(subprocess.Popen, argv, **kwargs).result()
+    return _keeper.submit(lambda: subprocess.Popen(argv, **kwargs)).result()

@@ -38,7 +38,7 @@ class PortWatch:
 class PortWatcher:
     """A thread that tells each watched command, once, the ports it starts listening on."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.watches: dict[int, tuple[PortWatch, Callable[[list[int]], object]]] = {}
         self.lock = threading.Lock()
         self.wake = threading.Event()

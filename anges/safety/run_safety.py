@@ -143,7 +143,8 @@ class RunSafety:
         if not permit.allowed or permit.request_id is not None:  # other approvals are facts on the action's event
             event = self.gate.decided_event(ctx, action_type, permit, skipped=0 if permit.allowed else remaining)
             if not permit.allowed:  # the declined action's only event: the step's thoughts and what it asked
-                event.reasoning, event.analysis = ctx.reply.reasoning, ctx.reply.analysis
+                if ctx.reply is not None:
+                    event.reasoning, event.analysis = ctx.reply.reasoning, ctx.reply.analysis
                 event.data["input"] = action_input(args)
             ctx.record(event)
         return permit if permit.allowed else None
@@ -163,8 +164,8 @@ class RunSafety:
         one if it escalated (the read-only sandbox's for a read-only shell's command), and the paths the policy
         judged."""
         if isinstance(permit, ReadOnlyPermit):
-            runner = self.runners.read_only(self._read_only_bwrap())
-            return {"runner": runner, "sandbox": runner.settings, "escalated": False, "checked_paths": None,
+            reader = self.runners.read_only(self._read_only_bwrap())
+            return {"runner": reader, "sandbox": reader.settings, "escalated": False, "checked_paths": None,
                     "output_dir": None, "can_escalate": False}
         runner = self.runners.get(sandboxed=self.sandboxed and not permit.escalate)
         inside = self.runners.get(sandboxed=True) if permit.escalate and self.sandboxed else None

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any
 
 KILL_GRACE = 0.5
 MARKER = "ANGES_RUN"
@@ -223,7 +224,7 @@ class Server:
         self.children: dict[int, _Op] = {}
         self.groups: set[int] = set()
         self.spawned = threading.Event()
-        self.ports = None
+        self.ports: Any = None
         """The port watcher (`ports.PortWatcher`), made when a command first asks for it."""
         self._wake_read, self._wake_write = os.pipe()
 
@@ -274,7 +275,7 @@ class Server:
                 self._spawn(op, message)
             elif "kill" in message and op.proc is not None:
                 grace = message["kill"] if isinstance(message["kill"], (int, float)) else KILL_GRACE
-                _meanwhile(self._kill_and_reply, op, grace)
+                _meanwhile(self._kill_and_reply, op, op.proc.pid, grace)
 
     def _spawn(self, op: _Op, request: dict) -> None:
         try:
@@ -314,15 +315,15 @@ class Server:
                 continue
             with self.lock:
                 op = self.children.pop(pid, None)
-                if op is not None:
+                if op is not None and op.proc is not None:  # children holds the ops that started a command
                     op.proc.returncode = os.waitstatus_to_exitcode(status)
                     op.exited = True
                     op.channel.send({"exit": op.proc.returncode})
                     if self.ports is not None:
                         self.ports.discard(pid)
 
-    def _kill_and_reply(self, op: _Op, grace: float) -> None:
-        kill_group(op.proc.pid, grace)
+    def _kill_and_reply(self, op: _Op, pid: int, grace: float) -> None:
+        kill_group(pid, grace)
         op.channel.send({"killed": True})
 
     def _end_and_reply(self, op: _Op, keep: set[int]) -> None:

@@ -25,7 +25,7 @@ IO_URING = (425, 426, 427)
 X32_BIT = 0x40000000
 
 # (AUDIT_ARCH_*, socket, socketcall or None) of the system call tables a process may use on each machine.
-_TABLES = {
+_TABLES: dict[str, list[tuple[int, int, int | None]]] = {
     "x86_64": [(0xC000003E, 41, None), (0x40000003, 359, 102)],  # x86-64 (x32 refused whole), i386
     "aarch64": [(0xC00000B7, 198, None), (0x40000028, 281, None)],  # arm64, 32-bit arm
     "riscv64": [(0xF3 | 0xC0000000, 198, None)],

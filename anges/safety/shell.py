@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, cast
 
 from anges.exceptions import SandboxError
 from anges.safety.capture import READ_SIZE, CappedLog, Capture
@@ -262,7 +262,7 @@ def _copy_to_log(streams: list, log: CappedLog | None) -> None:
                 chunk = os.read(key.fd, READ_SIZE)
                 if not chunk:
                     selector.unregister(key.fileobj)
-                    key.fileobj.close()
+                    _close(key)
                 elif log is not None:
                     try:
                         log.write(chunk)
@@ -398,8 +398,12 @@ def _read_ready(selector: selectors.BaseSelector, timeout: float) -> bool:
             key.data.add(chunk)
         else:
             selector.unregister(key.fileobj)
-            key.fileobj.close()
+            _close(key)
     return fired
+
+
+def _close(key: selectors.SelectorKey) -> None:
+    cast(IO[bytes], key.fileobj).close()  # the pipes are registered as file objects (only the exit watch is an fd)
 
 
 def _drain(streams: dict, deadline: float) -> None:

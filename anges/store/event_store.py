@@ -18,6 +18,7 @@ has written of each in-memory stream it keeps beside the stream (the stream itse
 
 from __future__ import annotations
 
+import builtins
 import errno
 import fcntl
 import json
@@ -201,7 +202,7 @@ class EventStore:
         infos.sort(key=lambda info: info.updated_at, reverse=True)
         return infos
 
-    def children(self, uid: str) -> list[StreamInfo]:
+    def children(self, uid: str) -> builtins.list[StreamInfo]:
         """The streams whose direct parent (last of their parent ids) is `uid`."""
         if not self.exists(uid):
             raise StreamNotFound(f"no stream {uid!r} in {self.root}")
@@ -209,7 +210,7 @@ class EventStore:
 
     # --- deleting, runs and stop requests -----------------------------------------------------------
 
-    def delete(self, uid: str) -> list[str]:
+    def delete(self, uid: str) -> builtins.list[str]:
         """Remove a stream, all its descendants and their side files; return the removed ids.
 
         Raises StreamBusy, removing nothing, when a run is active on any of them.
@@ -368,7 +369,8 @@ class EventStore:
         written = records.Written.of(stream, len(stream.events_list), status)
         _marks.set(stream, _Mark(self.root, stream.uid, (st.st_dev, st.st_ino), len(data), written))
 
-    def _append(self, fd: int, st: os.stat_result, source: str, stream: EventStream, mark: _Mark) -> list[Event]:
+    def _append(self, fd: int, st: os.stat_result, source: str, stream: EventStream,
+                mark: _Mark) -> builtins.list[Event]:
         """Write the new records of `stream` to the locked `fd`, one write each; update the mark and meta."""
         _catch_up(fd, st, source, mark)
         written = stream.events_list[mark.written.events:]
@@ -391,7 +393,7 @@ class EventStore:
 
     # --- internals: listing -----------------------------------------------------------------------
 
-    def _entries(self) -> list[os.DirEntry]:
+    def _entries(self) -> builtins.list[os.DirEntry]:
         try:
             with os.scandir(self.root) as entries:
                 return [e for e in entries if e.name.endswith(".jsonl") and is_valid_id(e.name[:-6])]
@@ -444,7 +446,7 @@ class EventStore:
         log.info("rebuilt the meta file of stream %s", uid)
         return meta
 
-    def _descendants(self, uid: str) -> list[str]:
+    def _descendants(self, uid: str) -> builtins.list[str]:
         """`uid` then every stream below it (breadth first), found through the parent ids in meta files."""
         infos = self.list()
         found, queue = [uid], [uid]

@@ -9,7 +9,7 @@ import string
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 from anges.exceptions import InvalidStreamId, StreamNotFound
 from anges.store.results import COMMAND_DEFAULTS, FileEdit, ShellRun
@@ -17,7 +17,7 @@ from anges.util.clipping import one_line
 
 RETURN_TO_PARENT_EVENT_TYPES = ["task_interrupted", "task_completion", "agent_requested_help", "agent_text_response"]
 REQUEST_EVENT_TYPES = ("new_request", "follow_up_request", "new_request_from_parent", "follow_up_request_from_parent")
-SETTINGS_KEYS = ("cmd_init_dir", "model", "prefix_cmd", "agent_type", "notes", "mcp_config")
+SETTINGS_KEYS: tuple[str, ...] = ("cmd_init_dir", "model", "prefix_cmd", "agent_type", "notes", "mcp_config")
 SETTINGS_KEYS += ("batch_id", "batch_task")  # a run started by `anges batch`: its batch and task ids
 
 _ID_ALPHABET = string.ascii_letters + string.digits
@@ -30,7 +30,7 @@ def new_id(length: int = 12) -> str:
     return "".join(secrets.choice(_ID_ALPHABET) for _ in range(length))
 
 
-def is_valid_id(uid: object) -> bool:
+def is_valid_id(uid: object) -> TypeGuard[str]:
     """True when `uid` may name a stream: 1-64 letters, digits, '-' or '_'."""
     return isinstance(uid, str) and _ID_PATTERN.fullmatch(uid) is not None
 
@@ -57,9 +57,9 @@ def _parse_time(value: Any) -> datetime:
 class Event:
     """One step of an agent's history: a request, an action and its result, or an exit."""
 
-    def __init__(self, type, reasoning="", content="", title=None, message="", analysis="",
-                 est_input_token=0, est_output_token=0, data: dict | None = None,
-                 created_at: datetime | None = None):
+    def __init__(self, type: str, reasoning: str = "", content: str = "", title: str | None = None,
+                 message: str = "", analysis: str = "", est_input_token: int = 0, est_output_token: int = 0,
+                 data: dict | None = None, created_at: datetime | None = None):
         self.type = type
         self.reasoning = reasoning
         self.content = content
@@ -125,8 +125,8 @@ class Event:
 class EventSummary:
     """A summary standing in for events `start_event_idx`..`end_event_idx` (1-based, inclusive)."""
 
-    def __init__(self, type, start_event_idx, end_event_idx, summary, created_at: datetime | None = None,
-                 data: dict | None = None):
+    def __init__(self, type: str, start_event_idx: int, end_event_idx: int, summary: str,
+                 created_at: datetime | None = None, data: dict | None = None):
         self.type = type
         self.data: dict[str, Any] = dict(data or {})
         self.start_event_idx = start_event_idx
@@ -143,6 +143,7 @@ class EventSummary:
         return f"EventSummary({self.type!r}, {self.start_event_idx}-{self.end_event_idx})"
 
     def to_dict(self) -> dict:
+        """The anges 0.1.x summary fields, plus `data` when it has any."""
         return {
             "type": self.type,
             "start_event_idx": self.start_event_idx,
@@ -154,6 +155,7 @@ class EventSummary:
 
     @classmethod
     def from_dict(cls, d: dict) -> EventSummary:
+        """Build a summary from `to_dict` output."""
         return cls(d["type"], d["start_event_idx"], d["end_event_idx"], d.get("summary") or "",
                    created_at=_parse_time(d.get("created_at")), data=d.get("data") or {})
 
@@ -161,12 +163,14 @@ class EventSummary:
 class EventStream:
     """The ordered events and summaries of one agent conversation."""
 
-    def __init__(self, title=None, uid=None, parent_event_stream_uids=None, agent_type=""):
+    def __init__(self, title: str | None = None, uid: str | None = None,
+                 parent_event_stream_uids: Iterable[str] | None = None, agent_type: str = ""):
         self.events_list: list[Event] = []
         self.event_summaries_list: list[EventSummary] = []
         self.created_at = datetime.now()
         self.uid = uid or new_id()
-        self.title = title or self.uid
+        self.title: str | None = title or self.uid
+        """None only in a stream read from a file that has no title (anges 0.1.x could write one)."""
         self.parent_event_stream_uids: list[str] = list(parent_event_stream_uids or [])
         self.agent_type = agent_type
         self.agent_settings: dict[str, Any] = {}
@@ -342,11 +346,12 @@ def group_of(event: Event) -> str:
     other: what views show an event as."""
     if event.type == "action":
         data = event.data
-        return "shell" if "command" in data else "tool" if "server" in data and "tool" in data else "other"
+        shell = isinstance(data.get("command"), str)  # as `ShellRun.of` reads a command's result
+        return "shell" if shell else "tool" if "server" in data and "tool" in data else "other"
     return kind_of(event.type).group
 
 
-def interrupted_event(reason: str, why: str, **facts) -> Event:
+def interrupted_event(reason: str, why: str, **facts: Any) -> Event:
     """A `task_interrupted` event: the run stopped for `reason` (interrupt, timeout, event_limit, ...), `why` says
     it in words."""
     content = f"{STOPPED}{why.rstrip('.')}."
@@ -452,8 +457,8 @@ class StepUsage:
         usage, cost = data.get("usage"), data.get("cost")
         if not isinstance(usage, dict) or not usage:
             return None
-        return cls(*(int(usage.get(key) or 0) for key in ("input_tokens", "output_tokens", "cached_tokens",
-                                                            "model_calls")),
+        count = lambda key: int(usage.get(key) or 0)
+        return cls(count("input_tokens"), count("output_tokens"), count("cached_tokens"), count("model_calls"),
                    bool(usage.get("estimated")), str(data.get("model") or ""),
                    float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None)
 

@@ -48,7 +48,7 @@ MIGRATES_ON_WRITE = (1, 2)
 """Versions whose files are written whole, in FORMAT, the next time their stream is written."""
 SUMMARY_KEYS = ("type", "start_event_idx", "end_event_idx")
 _TEXT = (str, type(None))
-_FIELD_TYPES = {
+_FIELD_TYPES: dict[str, dict[str, type | tuple[type, ...]]] = {
     "event": {"reasoning": _TEXT, "content": _TEXT, "title": _TEXT, "message": _TEXT, "analysis": _TEXT,
               "est_input_token": (int, float, type(None)), "est_output_token": (int, float, type(None)),
               "data": (dict, type(None)), "created_at": _TEXT},
@@ -302,7 +302,7 @@ def build(lines: Iterable[tuple[int, dict]], uid: str, source: str) -> Parsed:
     index of the next event written stays unique.
     """
     lines = iter(lines)
-    first = next(lines, (0, None))[1]
+    first = next(lines, (0, {}))[1]
     version = check_header(first, source)
     stream = EventStream(uid=uid, parent_event_stream_uids=first.get("parent_event_stream_uids") or [],
                          agent_type=first.get("agent_type") or "")

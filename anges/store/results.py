@@ -75,11 +75,12 @@ class ShellRun:
         if event.type != "action" or not isinstance(data.get("command"), str):
             return None
         printed = [data.get(key) for key in ("stdout_bytes", "stderr_bytes", "stdout_lines", "stderr_lines")]
-        known = all(isinstance(value, int) for value in printed)
+        counts = [value for value in printed if isinstance(value, int)]
+        known = len(counts) == len(printed)
         return cls(data["command"], data.get("exit_code"), data.get("stdout") or "", data.get("stderr") or "",
                    data.get("duration") or 0.0, bool(data.get("timed_out")), bool(data.get("interrupted")),
                    data.get("pid"), data.get("log_path"), data.get("blocked") or "",
-                   printed[0] + printed[1] if known else None, printed[2] + printed[3] if known else None,
+                   counts[0] + counts[1] if known else None, counts[2] + counts[3] if known else None,
                    (data.get("stdout_omitted") or 0) + (data.get("stderr_omitted") or 0), data.get("output_path"),
                    bool(data.get("yielded")), data.get("result_format") or 1,
                    data.get("can_escalate", True) is not False, data.get("output_dropped") or 0,

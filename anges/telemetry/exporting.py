@@ -41,7 +41,7 @@ def from_config(config: TelemetryConfig) -> Telemetry:
     # which process and machine sent a span: a batch's runs come from its workers, on Ray from other nodes
     resource = Resource.create({"service.version": __version__, "process.pid": os.getpid(),
                                 "host.name": socket.gethostname()})
-    if resource.attributes.get("service.name", "").startswith("unknown_service"):  # no OTEL_SERVICE_NAME
+    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):  # no OTEL_SERVICE_NAME
         resource = resource.merge(Resource({"service.name": "anges"}))
     spans = _reporting(OTLPSpanExporter)(endpoint=_endpoint(config.endpoint, "traces"))
     tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)

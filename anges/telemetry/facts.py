@@ -90,7 +90,8 @@ def action_attributes(event: Event, run: ShellRun | None = None) -> dict[str, An
             facts["anges.command.duration"] = run.duration
     if isinstance(data.get("sandbox"), str):
         facts["anges.sandbox"] = data["sandbox"]
-    approval = data.get("approval") if isinstance(data.get("approval"), dict) else {}
+    approval = data.get("approval")
+    approval = approval if isinstance(approval, dict) else {}
     escalated = data.get("escalated", approval.get("escalated"))
     if escalated is not None:
         facts["anges.escalated"] = bool(escalated)

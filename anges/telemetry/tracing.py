@@ -127,7 +127,7 @@ class Telemetry:
         elif facts.tool_name(event):
             self._action(agent, state, event, now)
         if kind_of(event.type).status in ENDED and state.run is not None:
-            self._end_run(agent, state, event, now)
+            self._end_run(agent, state, state.run, event, now)
         state.mark = now
 
     def _begin_run(self, agent: _Agent, state: _Open, event: Event, now: int, ambient: Any) -> None:
@@ -146,10 +146,9 @@ class Telemetry:
                                            kind=SpanKind.INTERNAL, start_time=now, attributes=attributes)
         state.context = trace.set_span_in_context(state.run)
 
-    def _end_run(self, agent: _Agent, state: _Open, event: Event, now: int) -> None:
-        status = kind_of(event.type).status
+    def _end_run(self, agent: _Agent, state: _Open, span: Span, event: Event, now: int) -> None:
+        status = kind_of(event.type).status or ""
         reason = str(event.data.get("reason") or "") if status == "interrupted" else ""
-        span = state.run
         span.set_attributes({"anges.run.status": status, "gen_ai.usage.input_tokens": state.tokens[0],
                              "gen_ai.usage.output_tokens": state.tokens[1]})
         if reason:
@@ -262,7 +261,7 @@ class Telemetry:
         was current where the run started (a batch task's, the caller's), else the TRACEPARENT variable's."""
         if agent.parent_ids:
             parent = self._open.get(agent.parent_ids[-1])
-            span = parent and (parent.delegations.get(agent.uid) or parent.run)
+            span = (parent.delegations.get(agent.uid) or parent.run) if parent is not None else None
             if span is not None:
                 return trace.set_span_in_context(span)
         if not trace.get_current_span(ambient).get_span_context().is_valid and os.environ.get("TRACEPARENT"):

@@ -118,7 +118,7 @@ def apply_edit(
     with _opened(target, resolved), _locked(target):
         if operation == "NEW_FILE":
             return _new_file(target, content)
-        if operation == "REPLACE_TEXT":
+        if match is None:  # REPLACE_TEXT, the other directive without line numbers
             return _replace_text(target, content, old_text)
         if operation == "INSERT_LINES":
             return _insert_lines(target, int(match["n"]), content)
@@ -324,10 +324,9 @@ def _split_lines(text: str) -> list[str]:
 
 def _write(target: _Target, operation: str, old: str | None, new: str) -> EditResult:
     if old != new:
-        if target.dir_fd is None:
-            _make_parents(target)
+        dir_fd = target.dir_fd if target.dir_fd is not None else _make_parents(target)
         try:
-            replace_contents(target.dir_fd, target.name, new.encode("utf-8"))
+            replace_contents(dir_fd, target.name, new.encode("utf-8"))
         except OSError as error:
             if error.errno == errno.ELOOP:
                 raise _moved(target, error) from error
@@ -336,9 +335,10 @@ def _write(target: _Target, operation: str, old: str | None, new: str) -> EditRe
                       size=len(new.encode("utf-8")))
 
 
-def _make_parents(target: _Target) -> None:
+def _make_parents(target: _Target) -> int:
     """Create the missing directories above the file, refusing those a path inside the working directory would
-    reach outside it through a symlink (a dangling link must not plant directories elsewhere)."""
+    reach outside it through a symlink (a dangling link must not plant directories elsewhere); the file's
+    directory, opened (also kept in `target.dir_fd`)."""
     directory = os.path.dirname(target.real)
     real_base = os.path.realpath(target.base)
     written_inside = os.path.commonpath([target.base, target.path]) == target.base
@@ -350,6 +350,7 @@ def _make_parents(target: _Target) -> None:
     except OSError as error:
         raise _moved(target, error) if _symlink_on_the_way(target.real) else EditError(
             f"Cannot write {target.shown}: {error.strerror or error}") from error
+    return target.dir_fd
 
 
 def replace_contents(dir_fd: int, name: str, data: bytes) -> None:

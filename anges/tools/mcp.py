@@ -17,7 +17,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TextIO, cast
 
 from anges.exceptions import AngesError, ConfigError
 from anges.tools.mcp_config import ServerSpec, load_mcp_servers, specs_from_config
@@ -25,6 +25,8 @@ from anges.util.masking import mask_secrets
 from anges.util.waiting import future_done, wait_for
 
 if TYPE_CHECKING:
+    from mcp import ClientSession
+
     from anges.config.types import MCPConfig
 
 __all__ = ["MCPCallError", "MCPManager", "ServerSpec", "ToolInfo", "ToolResult", "load_mcp_servers", "manager_for",
@@ -81,13 +83,20 @@ class _Server:
 
     def __init__(self, spec: ServerSpec):
         self.spec = spec
-        self.session = None
+        self.session: ClientSession | None = None
         self.tools: list[ToolInfo] = []
-        self.ready: asyncio.Future | None = None
-        self.stopping: asyncio.Event | None = None
+        self._ready: asyncio.Future | None = None
+        self.stopping = asyncio.Event()
         self.task: asyncio.Task | None = None
-        self.errlog = None
+        self.errlog: IO[bytes] | None = None
         self.failed = ""
+
+    @property
+    def ready(self) -> asyncio.Future:
+        """Resolved once the server is up or has failed (made on first use, on the event loop's thread)."""
+        if self._ready is None:
+            self._ready = asyncio.get_running_loop().create_future()
+        return self._ready
 
 
 class MCPManager:
@@ -153,19 +162,20 @@ class MCPManager:
         with self._lock:
             if self._state == "closed":
                 return
-            was_running, self._state = self._state == "running" and self._loop is not None, "closed"
+            was_running, self._state = self._state == "running", "closed"
+            loop, thread = self._loop, self._thread
         atexit.unregister(self.close)
-        if not was_running:
+        if not was_running or loop is None or thread is None:
             return
         try:
-            asyncio.run_coroutine_threadsafe(self._stop_all(), self._loop).result(timeout=30)
+            asyncio.run_coroutine_threadsafe(self._stop_all(), loop).result(timeout=30)
         except concurrent.futures.TimeoutError:
             logger.warning("MCP servers did not shut down within 30 s")
         finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=5)
-            if not self._thread.is_alive():
-                self._loop.close()
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=5)
+            if not thread.is_alive():
+                loop.close()
             for server in self._servers.values():
                 if server.errlog is not None:
                     server.errlog.close()
@@ -206,13 +216,13 @@ class MCPManager:
         """Call one tool and wait for its result; raises MCPCallError when there is no result to show."""
         self.find_tool(server, tool)
         live = self._servers[server]
-        session = live.session
-        if session is None:  # it stopped since
+        session, loop = live.session, self._loop
+        if session is None or loop is None:  # it stopped since
             raise MCPCallError(f"MCP server '{server}' is not available: {live.failed or 'it is not connected'}",
                                "unavailable")
         timeout = timeout or self.tool_timeout
         future = asyncio.run_coroutine_threadsafe(
-            session.call_tool(tool, args or {}, read_timeout_seconds=timeout), self._loop)
+            session.call_tool(tool, args or {}, read_timeout_seconds=timeout), loop)
         ended = wait_for(future_done(future), interrupt_check or (lambda: False), timeout + WAIT_MARGIN)
         if ended != "done":
             future.cancel()
@@ -231,8 +241,6 @@ class MCPManager:
 
     async def _start_all(self) -> None:
         for server in self._servers.values():
-            server.ready = asyncio.get_running_loop().create_future()
-            server.stopping = asyncio.Event()
             server.task = asyncio.create_task(self._serve(server), name=f"mcp:{server.spec.name}")
         readies = [s.ready for s in self._servers.values()]
         await asyncio.wait(readies, timeout=self.startup_timeout)
@@ -244,8 +252,7 @@ class MCPManager:
 
     async def _stop_all(self) -> None:
         for server in self._servers.values():
-            if server.stopping is not None:
-                server.stopping.set()
+            server.stopping.set()
         tasks = [s.task for s in self._servers.values() if s.task is not None]
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -306,7 +313,8 @@ class MCPManager:
         server.errlog = tempfile.TemporaryFile(mode="a+b", prefix="anges-mcp-")  # noqa: SIM115 - closed in close()
         params = StdioServerParameters(command=spec.command, args=list(spec.args), env=dict(spec.env) or None,
                                        cwd=spec.cwd or None)
-        return stdio_client(params, errlog=server.errlog)
+        # The SDK makes it the process's stderr: any file with a descriptor does, a binary one included.
+        return stdio_client(params, errlog=cast(TextIO, server.errlog))
 
     # -- internals (caller thread) --------------------------------------------------------------------------
 
@@ -390,8 +398,8 @@ def _content_text(block) -> str:
 
 def _describe_exception(exc: BaseException, starting: bool = False) -> str:
     """The innermost meaningful message of an exception (or exception group)."""
-    while isinstance(getattr(exc, "exceptions", None), tuple) and exc.exceptions:  # an exception group
-        exc = next((e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)), exc.exceptions[0])
+    while isinstance(inner := getattr(exc, "exceptions", None), tuple) and inner:  # an exception group
+        exc = next((e for e in inner if not isinstance(e, asyncio.CancelledError)), inner[0])
     if isinstance(exc, FileNotFoundError):
         return f"command not found: {exc.filename or exc}"
     if starting and getattr(exc, "code", None) == -32000:  # CONNECTION_CLOSED

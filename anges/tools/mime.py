@@ -85,7 +85,7 @@ def local_path(source: str, cwd: str | os.PathLike) -> str:
     return resolve(os.path.join(cwd, os.path.expanduser(source.strip())))
 
 
-def load_inputs(sources: list, cwd: str | os.PathLike, max_file_bytes: int,
+def load_inputs(sources: object, cwd: str | os.PathLike, max_file_bytes: int,
                 checked: tuple[str, ...] | None = None) -> list[MimeInput]:
     """Read local files (relative to `cwd`) and accept URLs; MimeError names the first input that cannot be used.
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def omission(count: int, unit: str = "characters") -> str:
@@ -65,7 +68,7 @@ def clip(text: str, limit: int = 0, lines: int = 0) -> str:
     return clipped(text, limit, lines)[0]
 
 
-def clip_lines(lines: list[str], limit: int, mark: Callable[[int], str]) -> list[str]:
+def clip_lines(lines: list[T], limit: int, mark: Callable[[int], T]) -> list[T]:
     """The first and last of `lines` when there are more than `limit` (+1: the marker takes a line anyway),
     with `mark(number cut)` between them (a terminal view's own marker)."""
     if len(lines) <= limit + 1:
