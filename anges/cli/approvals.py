@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 TYPING_GAP = 0.4
 """A question that appears within this many seconds of typing into the input box is not answered by the keys that
 follow one another faster than this (the typing going on), only by one after a pause."""
+WAITING = "waiting for your answer"
+"""What the status line says while a request is asked."""
 KEYS_ALL = [("y", "yes"), ("n", "no"), ("a", "always"), ("t", "no, and tell the agent why")]
 KEYS_PART = [("v", "view it all"), ("n", "no"), ("t", "no, and tell the agent why")]
 
@@ -119,6 +121,8 @@ class ApprovalPane(Pane):
             if request.cancelled.is_set() or self.screen is None:
                 return _decision("cancelled", by="interrupt")
             asking, screen = Asking(request), self.screen
+            doing = screen.status.activity
+            screen.status.doing(WAITING)  # not "running ...": nothing runs before the answer
             screen.in_loop(lambda: self._show(asking))
             try:
                 while not asking.answered.wait(0.05):
@@ -126,6 +130,7 @@ class ApprovalPane(Pane):
                         return _decision("cancelled", by="interrupt")
                 return asking.decision or _decision("cancelled", by="interrupt")  # set before `answered` is
             finally:
+                screen.status.doing(doing)
                 screen.in_loop(self._hide)
 
     # -- the screen's thread ---------------------------------------------------------------------------------
