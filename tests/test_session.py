@@ -325,6 +325,16 @@ def test_jobs_lists_the_background_jobs_and_kills_one(tmp_path, sessions):
     term.wait_for("jobs done")
 
 
+def test_a_job_the_run_ended_is_said_once(tmp_path, sessions):
+    token = sleep_token()
+    model = scripted(tmp_path, shell(f"sleep {token}", run_in_background=True), complete("serving"))
+    term = sessions("--model", model, cwd=tmp_path, columns=160)
+    term.send("serve it\r")
+    finished(term)
+    assert term.text().count(f"(sleep {token})") == 1, "under the answer, not again in the footer"
+    assert not pids_running(token)
+
+
 def test_new_sandbox_approval_and_export(tmp_path, sessions):
     model = scripted(tmp_path, complete("first stream"), complete("second stream"))
     term = sessions("--model", model, cwd=tmp_path)
