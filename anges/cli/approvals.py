@@ -21,7 +21,7 @@ from prompt_toolkit.widgets import TextArea
 
 from anges.cli.screen import Pane
 from anges.safety.approval_text import escalation
-from anges.util.clipping import clip_lines, one_line
+from anges.util.clipping import one_line
 from anges.util.printable import visible
 
 if TYPE_CHECKING:
@@ -49,12 +49,11 @@ def approval_block(request: ApprovalRequest, rows: int, width: int, child: bool 
     lines = [("approval.head", f"? {request.action_type} needs your approval{who} — {visible(request.reason)} "
                                f"[{request.rule}]")]
     room, inner = max(rows - 8, 3), max(width - 5, 10)
-    detail = shown.lines
-    fits = sum(1 + get_cwidth(line) // inner for line in detail) <= room
-    if not fits:
-        detail = clip_lines(detail, room - 1, lambda cut: f"… {cut} lines not shown …")
+    fits = sum(1 + get_cwidth(line) // inner for line in shown.lines) <= room
     complete = shown.complete and fits
-    lines += [("", f"  │ {line}") for line in detail]
+    if not fits:  # the head and tail of the detail itself, so that the marker counts its lines
+        shown = request.shown(min(room, len(shown.lines)))
+    lines += [("", f"  │ {line}") for line in shown.lines]
     if viewed:
         lines.append(("hint", f"  ({shown.size}; the whole of it is printed above)"))
     else:
