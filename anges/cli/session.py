@@ -140,24 +140,11 @@ def read_lines(prompt: str, history: Path | None) -> Iterator[str]:
             text = line.strip()
             if text.lower().removeprefix("/") in EXIT_WORDS:
                 return
-            if _session_command(text):
-                sys.stderr.write(f"anges: {text.split()[0]} is a command of the full session (on a terminal that "
-                                 "can draw it); here each line is a request, and exit, quit or Ctrl-D leaves\n")
-            elif text:
+            if text:
                 yield text
     finally:
         if terminal and history is not None:
             _save_history(readline, history)
-
-
-def _session_command(text: str) -> bool:
-    """`/help`, `/model NAME`...: a slash command of the session, not a request (`/etc/hosts is wrong` is one)."""
-    if not text.startswith("/"):
-        return False
-    from anges.cli.commands import ALIASES, COMMANDS
-
-    name = text.split()[0][1:].lower()
-    return ALIASES.get(name, name) in COMMANDS
 
 
 def _load_history(readline, path: Path) -> None:
