@@ -100,6 +100,9 @@ def test_a_long_command_needs_viewing_in_full_before_yes(tmp_path):
         assert "HIDDEN-PART" not in shown and "lines not shown" in shown
         size = f"{command.count(chr(10)) + 1} lines, {len(command):,} characters"
         assert f"({size}; only part of it is shown: v shows it all, above)" in shown
+        detail = [line for line in shown.splitlines() if line.startswith("  │ ")]
+        cut = next(int(line.split()[2]) for line in detail if "lines not shown" in line)
+        assert len(detail) - 1 + cut == command.count("\n") + 1, "the marker counts every line not on the screen"
         term.send("y")
         term.wait_for("view it all with v before you approve it", on_screen=True)
         assert not (tmp_path / "hidden.txt").exists()

@@ -74,9 +74,11 @@ def test_a_dumb_terminal_gets_one_request_a_line(tmp_path):
     term = Terminal(["--model", model], cwd=tmp_path, env={**os.environ, "TERM": "dumb"})
     try:
         term.wait_for("anges>")
+        term.send("/help\r")  # the session's commands are not requests here
+        term.wait_for("/help is a command of the full session")
         term.send("one\r")
         term.wait_for("one done")
-        term.send("exit\r")
+        term.send("/exit\r")
         assert term.wait() == 0
     finally:
         term.close()
@@ -86,12 +88,13 @@ def test_a_dumb_terminal_gets_one_request_a_line(tmp_path):
 
 def test_interactive_reads_requests_from_a_pipe(tmp_path):
     model = scripted(tmp_path, complete("one done"), complete("two done"))
-    out = subprocess.run([*ANGES, "--interactive", "--model", model], cwd=tmp_path, input="one\n\ntwo\nexit\nthree\n",
+    out = subprocess.run([*ANGES, "--interactive", "--model", model], cwd=tmp_path, input="one\n/new\n\n/etc/hosts: two\n/quit\nthree\n",
                          capture_output=True, text=True, env=os.environ.copy(), timeout=30, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout == "one done\ntwo done\n"
     assert "anges>" not in out.stdout + out.stderr and "\x1b" not in out.stdout + out.stderr
-    assert [e.content for e in only_stream().events_list] == ["one", "one done", "two", "two done"]
+    assert "/new is a command of the full session" in out.stderr
+    assert [e.content for e in only_stream().events_list] == ["one", "one done", "/etc/hosts: two", "two done"]
 
 
 def test_interactive_jsonl_reports_each_request(tmp_path):

@@ -138,6 +138,7 @@ def test_an_approval_is_one_block_answered_by_one_key(tmp_path, sessions):
     term.send("task\r")
     block = "\n".join(term.wait_for("RUN_SHELL_CMD needs your approval", on_screen=True))
     assert "│ echo ask-yes > y.txt" in block and "y yes · n no · a always · t no, and tell the agent why" in block
+    assert "waiting for your answer" in block and "running echo" not in block, "nothing runs before the answer"
     term.send("y")  # one key, no Enter
     term.wait_for("✓ approved by you: RUN_SHELL_CMD echo ask-yes > y.txt")
     term.wait_for("│ echo ask-no > n.txt", on_screen=True)
@@ -324,6 +325,16 @@ def test_jobs_lists_the_background_jobs_and_kills_one(tmp_path, sessions):
     term.wait_for("jobs done")
 
 
+def test_a_job_the_run_ended_is_said_once(tmp_path, sessions):
+    token = sleep_token()
+    model = scripted(tmp_path, shell(f"sleep {token}", run_in_background=True), complete("serving"))
+    term = sessions("--model", model, cwd=tmp_path, columns=160)
+    term.send("serve it\r")
+    finished(term)
+    assert term.text().count(f"(sleep {token})") == 1, "under the answer, not again in the footer"
+    assert not pids_running(token)
+
+
 def test_new_sandbox_approval_and_export(tmp_path, sessions):
     model = scripted(tmp_path, complete("first stream"), complete("second stream"))
     term = sessions("--model", model, cwd=tmp_path)
@@ -365,3 +376,52 @@ def test_the_history_file_is_private_bounded_and_reads_an_older_one(tmp_path):
     assert path.stat().st_size <= MAX_HISTORY_BYTES + 300
     loaded = list(History(str(path)).load_history_strings())
     assert len(loaded) == MAX_HISTORY and loaded[0] == f"task 2999 {entry}"
+
+
+def test_a_stop_while_the_model_thinks_takes_its_notice_away_once_stopped(openai_server, tmp_path, sessions):
+    text = json.dumps(complete("never shown"))
+    openai_server.enqueue_text(text, chunks=[text[:40], text[40:]], stall=60)  # the stream never ends
+    term = sessions("--model", "openai:gpt-test", cwd=tmp_path, env={**os.environ, **openai_server.env})
+    term.send("think\r")
+    term.wait_for("finish", on_screen=True)
+    term.send(ESC)
+    term.wait_for("stopping the run", on_screen=True)
+    term.wait_for("■ interrupted")
+
+    def idle(screen):
+        rule = next((i for i, line in enumerate(screen) if line.startswith("────")), 0)
+        return screen[rule - 1].startswith("session: ") and "stopping the run" not in "\n".join(screen)
+    term.wait_until(lambda: idle(term.display()), timeout=5, what="the session's status line, no notice of a stop")
+
+
+def test_a_dropped_model_call_that_ends_later_leaves_the_status_line_alone():
+    from anges.cli.status import Status, WatchedModel
+
+    status = Status()
+
+    def model_call():
+        started, release = threading.Event(), threading.Event()
+
+        def model(prompt, temperature=0.0):
+            started.set()
+            release.wait()
+            return json.dumps(shell("make"))
+
+        thread = threading.Thread(target=WatchedModel(model, status), args=("prompt",))
+        thread.start()
+        started.wait()
+        return release, thread
+
+    status.begin()
+    release, call = model_call()
+    status.end()  # the request was stopped; its model call ends later
+    release.set()
+    call.join()
+    assert not status.working, status.line()
+    status.begin()
+    release, call = model_call()
+    status.end()
+    status.begin()  # the next request thinks when the call of the one before ends
+    release.set()
+    call.join()
+    assert status.activity == "thinking"

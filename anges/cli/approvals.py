@@ -21,7 +21,7 @@ from prompt_toolkit.widgets import TextArea
 
 from anges.cli.screen import Pane
 from anges.safety.approval_text import escalation
-from anges.util.clipping import clip_lines, one_line
+from anges.util.clipping import one_line
 from anges.util.printable import visible
 
 if TYPE_CHECKING:
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 TYPING_GAP = 0.4
 """A question that appears within this many seconds of typing into the input box is not answered by the keys that
 follow one another faster than this (the typing going on), only by one after a pause."""
+WAITING = "waiting for your answer"
+"""What the status line says while a request is asked."""
 KEYS_ALL = [("y", "yes"), ("n", "no"), ("a", "always"), ("t", "no, and tell the agent why")]
 KEYS_PART = [("v", "view it all"), ("n", "no"), ("t", "no, and tell the agent why")]
 
@@ -47,12 +49,11 @@ def approval_block(request: ApprovalRequest, rows: int, width: int, child: bool 
     lines = [("approval.head", f"? {request.action_type} needs your approval{who} — {visible(request.reason)} "
                                f"[{request.rule}]")]
     room, inner = max(rows - 8, 3), max(width - 5, 10)
-    detail = shown.lines
-    fits = sum(1 + get_cwidth(line) // inner for line in detail) <= room
-    if not fits:
-        detail = clip_lines(detail, room - 1, lambda cut: f"… {cut} lines not shown …")
+    fits = sum(1 + get_cwidth(line) // inner for line in shown.lines) <= room
     complete = shown.complete and fits
-    lines += [("", f"  │ {line}") for line in detail]
+    if not fits:  # the head and tail of the detail itself, so that the marker counts its lines
+        shown = request.shown(min(room, len(shown.lines)))
+    lines += [("", f"  │ {line}") for line in shown.lines]
     if viewed:
         lines.append(("hint", f"  ({shown.size}; the whole of it is printed above)"))
     else:
@@ -119,6 +120,8 @@ class ApprovalPane(Pane):
             if request.cancelled.is_set() or self.screen is None:
                 return _decision("cancelled", by="interrupt")
             asking, screen = Asking(request), self.screen
+            doing = screen.status.activity
+            screen.status.doing(WAITING)  # not "running ...": nothing runs before the answer
             screen.in_loop(lambda: self._show(asking))
             try:
                 while not asking.answered.wait(0.05):
@@ -126,6 +129,7 @@ class ApprovalPane(Pane):
                         return _decision("cancelled", by="interrupt")
                 return asking.decision or _decision("cancelled", by="interrupt")  # set before `answered` is
             finally:
+                screen.status.doing(doing)
                 screen.in_loop(self._hide)
 
     # -- the screen's thread ---------------------------------------------------------------------------------

@@ -102,6 +102,12 @@ def run_command(session: Interactive, line: str) -> None:
         found.run(session, argument.strip())
 
 
+def is_command(text: str) -> bool:
+    """`/help`, `/model NAME`...: a slash command, not a request (`/etc/hosts is wrong` is one)."""
+    name = text.split()[0][1:].lower() if text.startswith("/") else ""
+    return bool(name) and ALIASES.get(name, name) in COMMANDS
+
+
 def completions(session: Interactive, before: str) -> list[tuple[str, str]]:
     """(completion, meaning) pairs for the text before the cursor, a line starting with `/`."""
     name, space, argument = before.lstrip("/").partition(" ")

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 LEAVE_AGAIN = 3.0
 """Seconds in which a second Ctrl-C at an empty input box leaves."""
+STOPPING = "stopping the run (its command ends within a second)"
 WELCOME = "Enter sends · Alt-Enter: new line · /help · @file · Esc stops · Ctrl-D leaves"
 
 
@@ -278,6 +279,8 @@ class Interactive:
 
     def _finished(self) -> None:
         self.running = False
+        if self.screen.notice == STOPPING:
+            self.screen.say("")
         if self.leaving or (self._session is not None and self._session.ended_by):
             self.screen.close()
         elif self.queue:
@@ -291,7 +294,7 @@ class Interactive:
         if self.queue:
             self.composer.text = "\n".join([*self.queue, self.composer.text]).strip("\n")
             self.queue.clear()
-        self.screen.say("stopping the run (its command ends within a second)")
+        self.screen.say(STOPPING)
 
     def fail(self, exc: BaseException, unexpected: bool = False) -> None:
         """Say what went wrong, in one line (the traceback with -v)."""

@@ -244,6 +244,13 @@ def _interact(session, first: str | None, quiet: bool) -> int:
         print(f"anges {__version__}: type a task; exit, quit or Ctrl-D leaves; Ctrl-C stops the running task.",
               file=sys.stderr)
     for line in read_lines("anges> ", anges_home() / "history"):
+        if line.startswith("/"):
+            from anges.cli.commands import is_command
+
+            if is_command(line):
+                print(f"anges: {line.split()[0]} is a command of the full session (on a terminal that can draw it); "
+                      "here each line is a request, and exit, quit or Ctrl-D leaves", file=sys.stderr)
+                continue
         try:
             run(line)
         except KeyboardInterrupt:

@@ -138,7 +138,7 @@ def read_lines(prompt: str, history: Path | None) -> Iterator[str]:
                 sys.stderr.write("\n" if terminal else "")
                 continue
             text = line.strip()
-            if text.lower() in EXIT_WORDS:
+            if text.lower().removeprefix("/") in EXIT_WORDS:
                 return
             if text:
                 yield text

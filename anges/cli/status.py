@@ -73,6 +73,8 @@ class Status:
     activity: str = ""
     """thinking, running `ls`, stopping...; empty when no request runs."""
     started: float = 0.0
+    runs: int = 0
+    """Requests begun so far: what a model call of an earlier one says is not this one's."""
     run: Usage = field(default_factory=Usage)
     session: Usage = field(default_factory=Usage)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -91,6 +93,7 @@ class Status:
         """A request starts."""
         with self.lock:
             self.run, self.started, self.activity = Usage(), time.monotonic(), "thinking"
+            self.runs += 1
 
     def end(self) -> None:
         """The request ended."""
@@ -103,9 +106,11 @@ class Status:
             self.run.add(event)
             self.session.add(event)
 
-    def doing(self, activity: str) -> None:
+    def doing(self, activity: str, run: int | None = None) -> None:
+        """What the request does now; unless it is stopping or over, or `run` (a number of `runs`) is an earlier
+        one's (a dropped model call can end after its request)."""
         with self.lock:
-            if self.activity != "stopping":
+            if self.activity not in ("", "stopping") and run in (None, self.runs):
                 self.activity = activity
 
     @property
@@ -149,13 +154,14 @@ class WatchedModel:
         self.name = getattr(model, "name", "")
 
     def __call__(self, prompt: str, temperature: float = 0.0):
-        self.status.doing("thinking")
+        run = self.status.runs
+        self.status.doing("thinking", run)
         reply = None
         try:
             reply = self.model(prompt, temperature=temperature)
             return reply
         finally:
-            self.status.doing(printable(activity(reply)))
+            self.status.doing(printable(activity(reply)), run)
 
     def __getattr__(self, name: str):
         return getattr(self.model, name)

@@ -116,15 +116,16 @@ class TextOutput:
             self.answers.write([renderer.answer(printable(outcome.answer))])
         elif self.transcript.quiet and outcome.final is not None:  # quiet, yet the user must learn why it stopped
             sys.stderr.write(f"anges: stopped: {stop_text(printable_event(outcome.final))}\n")
-        self.transcript.note(status_line(outcome))
+        self.transcript.note(status_line(outcome, jobs=outcome.answer is not None))  # the answer is not drawn above
 
     def close(self) -> None:
         """Nothing is left open."""
 
 
-def status_line(outcome, hint: bool = True) -> str:
+def status_line(outcome, hint: bool = True, jobs: bool = False) -> str:
     """`completed in 4.2s · 3 model calls · 1,234 tokens · 62% of input cached · stream ID (resume: ...)`; the
-    command that continues the run only with `hint`."""
+    command that continues the run only with `hint`; the jobs the run ended (which its last event, when drawn,
+    says) only with `jobs`."""
     usage = outcome.usage()
     word = SHOWN_STATUS.get(outcome.status, (outcome.status, ""))[0]
     parts = [f"{word} in {seconds(outcome.duration)}"]
@@ -137,7 +138,7 @@ def status_line(outcome, hint: bool = True) -> str:
         parts.append(f"{usage['cache_hit_ratio']:.0%} of input cached")
     if "cost" in usage:
         parts.append(f"${usage['cost']:.4f}")
-    if outcome.final is not None and ended_jobs(outcome.final):
+    if jobs and outcome.final is not None and ended_jobs(outcome.final):
         parts.append(ended_jobs(outcome.final))
     uid = outcome.stream.uid
     how = "reply with" if outcome.status == "help_needed" else "resume"

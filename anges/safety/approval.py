@@ -92,10 +92,10 @@ class ApprovalRequest:
     cancelled: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
     """Set when the run stops before an answer: a channel should stop waiting and return."""
 
-    def shown(self) -> Shown:
+    def shown(self, max_lines: int = approval_text.MAX_SHOWN_LINES) -> Shown:
         """Its detail as a surface shows it first: marked, its size, head and tail when too long for the screen
         (then `complete` is False and approval waits until the person has opened all of it)."""
-        return approval_text.shown(self.detail)
+        return approval_text.shown(self.detail, max_lines)
 
     @property
     def refusal(self) -> str:

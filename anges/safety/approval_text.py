@@ -39,12 +39,12 @@ class Shown:
         return "\n".join(self.lines)
 
 
-def shown(detail: str) -> Shown:
-    """How a surface shows `detail` at first (see `Shown`)."""
+def shown(detail: str, max_lines: int = MAX_SHOWN_LINES) -> Shown:
+    """How a surface shows `detail` at first (see `Shown`), in `max_lines` of its lines (fewer: a small screen)."""
     lines = visible(detail).split("\n")
-    complete = len(lines) <= MAX_SHOWN_LINES and all(len(line) <= MAX_SHOWN_LINE for line in lines)
+    complete = len(lines) <= max_lines and all(len(line) <= MAX_SHOWN_LINE for line in lines)
     first: list[str] = []
-    for line in clip_lines(lines, MAX_SHOWN_LINES - 1, lambda cut: f"… {cut} lines not shown …"):
+    for line in clip_lines(lines, max_lines - 1, lambda cut: f"… {cut} lines not shown …"):
         first += clip(line, MAX_SHOWN_LINE).split("\n")
     return Shown(first, complete, size(detail))
 
