@@ -348,6 +348,16 @@ def test_new_sandbox_approval_and_export(tmp_path, sessions):
     term.send("/export notes.md\r")
     term.wait_for(f"wrote {tmp_path / 'notes.md'}")
     assert (tmp_path / "notes.md").read_text().startswith("# one")
+    (tmp_path / "notes.md").write_text("my own notes\n")
+    term.send("/export notes.md\r")
+    term.wait_for("notes.md exists: replace it?", on_screen=True)
+    term.send("\x1b[B\r")  # down to "no, keep it"
+    term.wait_for(f"not written: {tmp_path / 'notes.md'} is as it was")
+    assert (tmp_path / "notes.md").read_text() == "my own notes\n", "an existing file is replaced only on a yes"
+    term.send("/export notes.md\r")
+    term.wait_for("yes, replace notes.md", on_screen=True)
+    term.send("\r")
+    term.wait_until(lambda: (tmp_path / "notes.md").read_text().startswith("# one"), what="the report replaces it")
     term.send("/new\r")
     term.wait_for("a new stream: the next request starts afresh")
     term.send("two\r")

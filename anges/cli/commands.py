@@ -339,12 +339,27 @@ def export(session: Interactive, argument: str) -> None:
 
     stream = session.stream
     path = os.path.join(session.cwd(), os.path.expanduser(argument or f"anges-{stream.uid}.md"))
-    try:
-        with open(path, "w", encoding="utf-8") as file:
-            file.write(to_markdown(stream, session.setup.store))
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
-    session.say(f"wrote {path}", "dim")
+
+    def write() -> None:
+        try:
+            with open(path, "w", encoding="utf-8") as file:
+                file.write(to_markdown(stream, session.setup.store))
+        except OSError as exc:
+            raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+        session.say(f"wrote {path}", "dim")
+
+    if not argument or not os.path.lexists(path):  # the default name is this stream's own report
+        write()
+        return
+
+    def chosen(answer: str | None) -> None:
+        if answer != "yes":
+            session.say(f"not written: {path} is as it was", "dim")
+            return
+        session.run_in_background(write)
+
+    choices = [("yes", f"yes, replace {argument}"), ("no", "no, keep it")]
+    session.screen.in_loop(lambda: session.picker.offer(f"{argument} exists: replace it?", choices, chosen))
 
 
 @command("/exit", "leave the session (/quit too)")
