@@ -121,12 +121,14 @@ def page(browser, live):  # noqa: F811
 
 
 @pytest.mark.browser
+@pytest.mark.xdist_group("browser")  # one Chromium at a time
 def test_restore_to_before_a_step_from_the_page(page, live, tmp_path):
     (tmp_path / "notes.md").write_text("keep me\n")
     live.app.extensions["anges"].runs.model_factory(None, None, "default").enqueue(shell("echo changed > notes.md && echo extra > extra.txt"), complete("Changed the notes."))
     log_in(page, live)
     send(page, "change the notes")
     expect(page.locator(".step-answer")).to_contain_text("Changed the notes.")
+    expect(page.locator("#stop")).to_be_hidden()  # the run is over (while it runs, the page says to stop it first)
     shell_step = steps(page).filter(has=page.locator(".card.shell"))
     assert page.locator(".step-answer .step-restore").count() == 0  # an answer changes no file
     shell_step.locator(".step-restore").click()
