@@ -35,6 +35,10 @@ START_TIMEOUT = 10.0
 REPLY_TIMEOUT = 10.0
 RUNNER_SCRIPT = str(Path(__file__).with_name("runner.py"))
 SCRATCH_PREFIX = "anges-run-"
+START_ATTEMPTS = 5
+VANISHED_PATH_MARKS = ("Can't mkdir parents for ", "Can't create file at ", "Can't find source path ",
+                       "Can't bind mount ")
+"""bwrap's words when a path it was to mount over, or from, is gone: the machine changed while it started."""
 
 
 class RemoteProcess:
@@ -255,7 +259,7 @@ class CommandRunner:
                 self._restart(self.process)
             if self.control is None:
                 scratch = self.scratch
-                self.control, self.process = self._launch(scratch)
+                self.control, self.process = self._launch_retrying(scratch)
                 self._finalizer.detach()
                 self._finalizer = weakref.finalize(self, _cleanup, scratch, self.control, self.process)
             return self.control
@@ -274,6 +278,19 @@ class CommandRunner:
         cgroup, self._cgroup = self._cgroup, None
         if cgroup is not None:
             cgroup.remove()
+
+    def _launch_retrying(self, scratch: str) -> tuple[socket.socket, subprocess.Popen]:
+        """`_launch`, again when a path the sandbox covers vanished while bwrap set it up (a socket, a folder's
+        entry): the next try reads the machine afresh."""
+        attempt = 1
+        while True:
+            try:
+                return self._launch(scratch)
+            except SandboxError as exc:
+                if attempt == START_ATTEMPTS or not any(mark in str(exc) for mark in VANISHED_PATH_MARKS):
+                    raise
+                log.info("anges: %s; trying again", exc)
+                attempt += 1
 
     def _launch(self, scratch: str) -> tuple[socket.socket, subprocess.Popen]:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
