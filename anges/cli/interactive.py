@@ -24,7 +24,7 @@ from anges.cli.approvals import ApprovalPane
 from anges.cli.composer import Completions, Composer, History
 from anges.cli.picker import Picker
 from anges.cli.screen import Pane, Screen
-from anges.cli.session import Session, exit_code, interrupt_on_signals
+from anges.cli.session import Session, TranscriptOutput, exit_code, interrupt_on_signals
 from anges.cli.status import Status
 from anges.cli.terminal import Display
 from anges.exceptions import AngesError, UsageError
@@ -47,20 +47,11 @@ def run_session(args: argparse.Namespace, first: str | None) -> int:
     return Interactive(args).run(first)
 
 
-class SessionOutput:
+class SessionOutput(TranscriptOutput):
     """Where the session's requests report: all of it into the transcript, the answer too."""
 
     def __init__(self, transcript: Transcript):
         self.transcript = transcript
-
-    def watch(self, model):
-        return self.transcript.watch(model)
-
-    def on_message(self, message) -> None:
-        self.transcript.on_message(message)
-
-    def on_delta(self, delta) -> None:
-        self.transcript.on_delta(delta)
 
     def started(self, agent, request: str) -> None:
         self.transcript.renderer.cwd = agent.cmd_init_dir
@@ -74,9 +65,6 @@ class SessionOutput:
         if outcome.answer is not None:
             self.transcript.print(self.transcript.renderer.event(outcome.final))
         self.transcript.note(status_line(outcome, hint=False))
-
-    def close(self) -> None:
-        """Nothing is left open."""
 
 
 class QueuePane(Pane):

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from anges.agents import BaseAgent
@@ -37,6 +37,24 @@ class Output(Protocol):
     def interrupting(self, signal_name: str) -> None: ...
     def finished(self, outcome: Outcome, exit_code: int) -> None: ...
     def close(self) -> None: ...
+
+
+class TranscriptOutput:
+    """An output whose messages, streamed pieces and model calls all go into its `transcript`."""
+
+    transcript: Any
+
+    def watch(self, model):
+        return self.transcript.watch(model)
+
+    def on_message(self, message) -> None:
+        self.transcript.on_message(message)
+
+    def on_delta(self, delta) -> None:
+        self.transcript.on_delta(delta)
+
+    def close(self) -> None:
+        """Nothing is left open."""
 
 
 class Session:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 
 from anges.cli.render import SHOWN_STATUS, Renderer, ended_jobs, stop_text
+from anges.cli.session import TranscriptOutput
 from anges.cli.status import Status, WatchedModel
 from anges.cli.terminal import Display, seconds
 from anges.store.export import printable_event
@@ -74,7 +75,7 @@ class Transcript:
             self.display.write(renderables)
 
 
-class TextOutput:
+class TextOutput(TranscriptOutput):
     """The default output of a task: the transcript on stderr, the final answer on stdout, the stream id on stderr."""
 
     def __init__(self, verbose: bool = False, quiet: bool = False):
@@ -86,15 +87,6 @@ class TextOutput:
     def live(self) -> bool:
         """Whether the live screen is drawn (the transcript goes to a terminal, and is not --quiet)."""
         return self.transcript.display.styled and not self.transcript.quiet
-
-    def watch(self, model):
-        return self.transcript.watch(model)
-
-    def on_message(self, message) -> None:
-        self.transcript.on_message(message)
-
-    def on_delta(self, delta) -> None:
-        self.transcript.on_delta(delta)
 
     def started(self, agent, request: str) -> None:
         self.transcript.renderer.cwd = agent.cmd_init_dir
@@ -117,9 +109,6 @@ class TextOutput:
         elif self.transcript.quiet and outcome.final is not None:  # quiet, yet the user must learn why it stopped
             sys.stderr.write(f"anges: stopped: {stop_text(printable_event(outcome.final))}\n")
         self.transcript.note(status_line(outcome, jobs=outcome.answer is not None))  # the answer is not drawn above
-
-    def close(self) -> None:
-        """Nothing is left open."""
 
 
 def status_line(outcome, hint: bool = True, jobs: bool = False) -> str:
