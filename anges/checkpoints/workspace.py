@@ -3,6 +3,7 @@ taking them back (`plan_undo`, `undo`), which the stream records as a `workspace
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,11 +159,19 @@ class Checkpoints:
         if not steps:
             raise CheckpointError(f"stream {self.stream.uid} has no checkpoints: nothing to undo")
         entries = self.timeline.entries()
-        target = self.step(to) if to is not None else self._last_change(steps, entries)
+        taken: dict[str, Snapshot] = {}
+
+        def now_of(roots) -> dict[str, Snapshot]:  # each folder snapshotted at most once per plan
+            missing = [root for root in roots if root not in taken]
+            if missing:
+                taken.update(self._now(missing))
+            return {root: taken[root] for root in roots if root in taken}
+
+        target = self.step(to) if to is not None else self._last_change(steps, entries, now_of)
         if target is None:
             raise CheckpointError("every step was undone already; name one with --to to restore to before it")
         later = [entry for entry in entries if entry.id > target.entry.id]
-        now = self._now(target.entry.roots)
+        now = now_of(target.entry.roots)
         restores = [plan_restore(self.files.git(root), target.entry, later, now[root]) for root in now]
         taken_back = [step for step in steps if step.entry.id >= target.entry.id and not step.undone]
         plan = UndoPlan(target, taken_back, plan_diff(restores, self.cwd), token=plan_token(restores),
@@ -173,14 +182,15 @@ class Checkpoints:
             plan.left_alone += [Conflict(shown(name), why) for name, why in restore.left_alone]
         return plan
 
-    def _last_change(self, steps: list[Step], entries: list[Entry]) -> Step | None:
+    def _last_change(self, steps: list[Step], entries: list[Entry],
+                     now_of: Callable[[Iterable[str]], dict[str, Snapshot]]) -> Step | None:
         """The last step still in effect that changed files (a trailing `make test` changed none), else the last
         still in effect; None when every step was undone."""
         in_effect = [step for step in reversed(steps) if not step.undone and step.entry.kind == "step"]
         for step in in_effect:
             after = next((entry.roots for entry in entries if entry.id > step.entry.id), None)
             if after is None:
-                after = {root: snapshot.commit for root, snapshot in self._now(step.entry.roots).items()}
+                after = {root: snapshot.commit for root, snapshot in now_of(step.entry.roots).items()}
             if any(after.get(root, commit) != commit for root, commit in step.entry.roots.items()):
                 return step
         return in_effect[0] if in_effect else None
