@@ -43,6 +43,17 @@ def wait_until_running(token: str, timeout: float = 15) -> list[int]:
     return found
 
 
+def running_soon(token: str, timeout: float = 10) -> bool:
+    """Whether a process with `token` in its command line is live within `timeout` seconds (a backgrounded
+    `sleep` may not have been exec'd yet when the command that started it returns)."""
+    deadline = time.monotonic() + timeout
+    while not pids_running(token):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def pids_running(token: str) -> list[int]:
     """Live (not zombie) processes whose command line contains `token`."""
     found = []

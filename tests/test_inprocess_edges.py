@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import pids_running, sleep_token
+from helpers import pids_running, running_soon, sleep_token, wait_until_running
 from test_mime import PDF_BYTES
 from test_sandbox import complete, reply, shell
 
@@ -101,7 +101,7 @@ def test_arguments_no_system_call_takes_get_an_error_and_nothing_else_stops(tmp_
     seen = {}
 
     def after_the_bad_ones(prompt):
-        seen["alive"] = bool(pids_running(token))
+        seen["alive"] = running_soon(token)
         return reply(shell("echo still working"))
 
     steps = [reply(shell(f"sleep {token}", run_in_background=True))]
@@ -181,10 +181,11 @@ def test_a_request_no_command_can_start_from_never_ends_the_runner(work, sandbox
     read_end, write_end = os.pipe()
     try:
         run_command(f"sleep {token}", cwd=work, runner=runner, background=True)
+        started = wait_until_running(token)
         for argv in (["/bin/sh", "-c", "echo a\x00b"], ["/bin/sh", "-c", "echo \ud800"]):
             with pytest.raises(OSError, match="ValueError|UnicodeEncodeError"):  # as the runner reports it
                 runner.spawn(argv, str(work), {}, write_end, write_end)
-        alive = bool(pids_running(token))
+        alive = set(started) <= set(pids_running(token))
         after = run_command("echo still working", cwd=work, runner=runner)
     finally:
         runner.close()

@@ -5,7 +5,7 @@ import threading
 import time
 
 import pytest
-from helpers import pids_running, sleep_token, wait_for_pid
+from helpers import pids_running, running_soon, sleep_token, wait_for_pid
 
 from anges.agents import Orchestrator
 from anges.config.loading import load_config
@@ -272,7 +272,7 @@ def test_the_parent_gets_a_turn_when_a_child_fails_while_another_still_runs(tmp_
     seen = {}
 
     def react(prompt):  # the orchestrator's turn after the failing child returned
-        seen["slow_running"] = bool(pids_running(token))
+        seen["slow_running"] = running_soon(token)
         seen["prompt"] = prompt
         return reply({"action_type": "HELP_NEEDED", "content": "the database child is blocked; stopping"})
 

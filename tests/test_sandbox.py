@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import SANDBOX_PYTHON, pids_running, sleep_token, wait_until_running
+from helpers import SANDBOX_PYTHON, pids_running, running_soon, sleep_token, wait_until_running
 
 from anges.agents import DefaultAgent
 from anges.config.loading import load_config
@@ -177,7 +177,7 @@ def test_background_children_end_with_the_run(work, sandbox):
     seen = {}
 
     def check_running(prompt):
-        seen["during"] = {token: bool(pids_running(token)) for token in (plain, nohup, detached, job)}
+        seen["during"] = {token: running_soon(token) for token in (plain, nohup, detached, job)}
         return complete()
 
     command = (f"sleep {plain} & nohup sleep {nohup} >/dev/null 2>&1 & setsid sleep {detached} & "
@@ -606,7 +606,7 @@ def test_without_the_sandbox_no_process_outlives_the_run_even_if_it_kills_the_ru
     seen = {}
 
     def kill_the_runner(prompt):
-        seen["during"] = bool(pids_running(detached)) and bool(pids_running(hopper))
+        seen["during"] = running_soon(detached) and running_soon(hopper)
         return reply(shell("kill -9 $PPID"))
 
     steps = [reply(shell(f"setsid sleep {detached} & {PYTHON} {hop} {hopper}; sleep 0.3")), kill_the_runner,
