@@ -97,9 +97,9 @@ def main(argv):
     from werkzeug.serving import make_server
 
     from anges.config.loading import load_config
-    from anges.store.events import Event, EventStream
     from anges.models.scripted import ScriptedModel
     from anges.store.event_store import EventStore
+    from anges.store.events import Event, EventStream
 
     store = EventStore()
     _history(store, Event, EventStream)

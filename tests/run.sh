@@ -43,7 +43,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 say "ruff"
-.venv/bin/python -m ruff check anges web tests benchmarks examples setup.py
+.venv/bin/python -m ruff check anges web tests benchmarks examples docs setup.py
 
 say "mypy (tests/mypy.ini; its cache is .venv/mypy_cache)"
 started=$SECONDS

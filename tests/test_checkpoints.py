@@ -89,6 +89,29 @@ def test_undo_after_an_edit_restores_the_file_and_the_resumed_prompt_says_so(tmp
     assert prompt.index("TYPE: WORKSPACE_RESTORED") < prompt.index("TYPE: FOLLOW_UP_REQUEST")
 
 
+def test_the_checkpoint_commits_are_ones_git_itself_accepts(tmp_path):
+    (tmp_path / "app.py").write_text("one\n")
+    agent = run(tmp_path, shell("echo two > app.py"), shell("echo three > app.py"), complete())
+    git = agent.checkpoints.files.git(str(tmp_path))
+    commits = git.run("rev-list", "checkpoints").decode().split()
+    assert len(commits) == 3  # before each command, and at the end
+    checked = subprocess.run([git.git, "fsck", "--strict", "--no-dangling"], env=git.env, capture_output=True)
+    assert (checked.returncode, checked.stderr) == (0, b"")
+    shown = [git.run("show", f"{commit}:app.py").decode() for commit in commits]
+    assert shown == ["three\n", "two\n", "one\n"]
+    assert git.run("log", "-1", "--format=%an <%ae>|%s", commits[0]).decode().strip() == "anges <anges@localhost>|checkpoint"
+
+
+def test_a_first_checkpoint_whose_file_list_overflows_a_pipe_is_taken_whole(tmp_path):
+    names = [f"module_with_a_rather_long_descriptive_name_{n:05d}.py" for n in range(2000)]  # 100 KB of paths
+    for name in names:
+        (tmp_path / name).write_text(name)
+    agent = run(tmp_path, shell("rm module_with_a_rather_long_descriptive_name_00000.py"), complete())
+    assert agent.checkpoints.diff().files[0].status == "deleted"
+    git = agent.checkpoints.files.git(str(tmp_path))
+    assert git.run("ls-tree", "--name-only", "-z", "checkpoints~1").decode().split("\0")[:-1] == names
+
+
 def test_undo_after_a_command_that_created_deleted_renamed_and_chmodded_files(tmp_path):
     (tmp_path / "keep.txt").write_text("keep\n")
     (tmp_path / "gone.txt").write_text("soon deleted\n")

@@ -13,7 +13,10 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import tempfile
 import threading
+import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -150,6 +153,25 @@ class PrivateGit:
             talk.join()
             raise
         return result[0]
+
+    def commit(self, tree: str, parent: str) -> str:
+        """Write a checkpoint commit of `tree` after `parent` ("" for none) and return its id (written here, not by
+        `git commit-tree`: one process less per checkpoint)."""
+        stamp = f"{IDENTITY['GIT_AUTHOR_NAME']} <{IDENTITY['GIT_AUTHOR_EMAIL']}> {int(time.time())} +0000"
+        parents = f"parent {parent}\n" if parent else ""
+        body = f"tree {tree}\n{parents}author {stamp}\ncommitter {stamp}\n\ncheckpoint\n".encode()
+        data = b"commit %d\0" % len(body) + body
+        name = hashlib.sha1(data).hexdigest()
+        folder = self.store / "objects" / name[:2]
+        path = folder / name[2:]
+        if not path.exists():
+            folder.mkdir(mode=0o700, exist_ok=True)
+            handle, temp = tempfile.mkstemp(prefix="tmp_obj_", dir=folder)
+            with os.fdopen(handle, "wb") as file:
+                file.write(zlib.compress(data))
+            os.chmod(temp, 0o444)
+            os.replace(temp, path)
+        return name
 
     def head(self) -> str:
         """The folder's latest checkpoint commit, or "" before the first."""

@@ -82,8 +82,7 @@ def take(git: PrivateGit, max_file_bytes: int, max_new_files: int, excludes: lis
         git.run(*bulk, "update-index", "--add", "--remove", "--replace", "-z", "--stdin", stdin=_paths(changes.add))
     if changes.add or changes.drop or changes.staged or not head:
         tree = git.run("write-tree", "--missing-ok").decode().strip()  # every blob was just written: no need to look
-        parents = ("-p", head) if head else ()
-        head = git.run("commit-tree", tree, *parents, "-m", "checkpoint").decode().strip()
+        head = git.commit(tree, head)
         git.set_head(head)
     return Snapshot(git.root, head, left_out)
 
