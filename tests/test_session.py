@@ -106,6 +106,23 @@ def test_requests_typed_while_it_works_are_queued_and_sent_when_it_finishes(tmp_
     assert [e.content for e in only_stream().events_list if "request" in e.type] == ["first", "second"]
 
 
+def test_a_running_commands_output_shows_live_and_gives_way_to_its_step(tmp_path, sessions):
+    # what it prints is computed, so that the command's own text (drawn when it starts) holds none of it
+    command = ("printf '\\033[32mstage %s\\033[0m\\n' $((6*7)); for p in 1 6; do printf ' %s0 pct\\r' $p; done; "
+               "printf ' %s pct\\n' $((25*4)); while [ ! -e go ]; do sleep 0.05; done; echo linked-$((6*7))")
+    model = scripted(tmp_path, shell(command), complete("built"))
+    term = sessions("--model", model, cwd=tmp_path)
+    term.send("build it\r")
+    screen = "\n".join(term.wait_for("100 pct", on_screen=True))  # while the command still waits
+    assert "stage 42" in screen and "60 pct" not in screen and "[32m" not in screen
+    assert "running printf" in screen, "the status line says what runs"
+    assert not (tmp_path / "go").exists()
+    (tmp_path / "go").write_text("")
+    finished(term)
+    text = term.text()
+    assert "linked-42" in text and text.count("stage 42") == 1, "the step's output replaces the live one"
+
+
 def test_esc_stops_the_running_step_within_a_second_and_the_queue_comes_back(tmp_path, sessions):
     token = sleep_token()
     model = scripted(tmp_path, shell(f"sleep {token}"), complete("after the stop"))
@@ -401,7 +418,7 @@ def test_a_stop_while_the_model_thinks_takes_its_notice_away_once_stopped(openai
     def idle(screen):
         rule = next((i for i, line in enumerate(screen) if line.startswith("────")), 0)
         return screen[rule - 1].startswith("session: ") and "stopping the run" not in "\n".join(screen)
-    term.wait_until(lambda: idle(term.display()), timeout=5, what="the session's status line, no notice of a stop")
+    term.wait_until(lambda: idle(term.display()), timeout=15, what="the session's status line, no notice of a stop")
 
 
 def test_a_dropped_model_call_that_ends_later_leaves_the_status_line_alone():

@@ -65,7 +65,10 @@ def test_deltas_reach_the_handlers_in_order_and_the_stream_records_only_the_fini
         assert getattr(delta, delta.field).endswith(delta.text)
         assert delta.agent_id == stream.uid and delta.depth == 0 and delta.agent_type == "default"
     analysis_done = max(i for i, d in enumerate(deltas) if d.call == first and d.field == "analysis")
-    assert all(d.field == "reasoning" for d in deltas[analysis_done + 1:] if d.call == first)
+    after = [d.field for d in deltas[analysis_done + 1:] if d.call == first]
+    assert set(after[:-1]) == {"reasoning"} and after[-1] == "output", "then the command it asked for prints"
+    outputs = [(d.call, d.command, d.text, d.output) for d in deltas if d.field == "output"]
+    assert outputs == [(first, "echo one", "one\n", "one\n")]
 
     plain = DefaultAgent(inference_func=ScriptedModel(script), cmd_init_dir=tmp_path, config=load_config())
     alone = plain.run_with_new_request("go")
@@ -316,6 +319,8 @@ def test_jsonl_has_delta_lines_before_each_replys_events(tmp_path):
     assert "".join(r["text"] for r in deltas if r["call"] == second and r["field"] == "answer") == "finished"
     answered = next(i for i, r in enumerate(records) if r["type"] == "delta" and r["field"] == "answer")
     assert first_event < answered < kinds.index("event", first_event + 1), "it streams before its event"
+    printed = [i for i, r in enumerate(records) if r["type"] == "delta" and r["field"] == "output"]
+    assert [records[i]["text"] for i in printed] == ["one\n"] and printed[0] < first_event, "so does the output"
     stored = [json.loads(line) for line in (EventStore().root / f"{uid}.jsonl").read_text().splitlines()]
     assert {r["kind"] for r in stored} <= {"header", "settings", "title", "event"}, "no delta is stored"
 
@@ -346,6 +351,39 @@ def test_a_partial_reply_is_read_as_far_as_it_goes():
     assert partial_reply('<think>done</think>\n```json\n{"reasoning": "r", "act') == {"reasoning": "r"}
     assert partial_reply('Sure! {"analysis": "prose first"}') == {}, "a reply that does not start with JSON waits"
     assert partial_reply('{"analysis": "tab\\tand \\u00e9\\u00') == {"analysis": "tab\tand é"}
+
+
+def test_a_commands_output_reaches_the_handlers_while_it_runs_with_secrets_masked(tmp_path, monkeypatch):
+    secret = "s3cret-value-0123456789"
+    monkeypatch.setenv("DEMO_API_KEY", secret)
+    # the command waits until the handler saw its first lines: without live output it would time out
+    command = (f"echo first line; printf 'key {secret[:9]}'; sleep 0.3; printf '{secret[9:]} end\\n'; "
+               "while [ ! -e seen ]; do sleep 0.05; done; echo after")
+    seen = []
+
+    def handler(delta):
+        if delta.field == "output":
+            seen.append(delta)
+            if "end" in delta.output:
+                (tmp_path / "seen").touch()
+
+    config = load_config(overrides={"agents": {"default": {"shell_cmd_timeout": 20}}})
+    agent = DefaultAgent(inference_func=ScriptedModel([shell(command), complete()]), cmd_init_dir=tmp_path,
+                         config=config)
+    agent.delta_handlers.append(handler)
+    ran = agent.run_with_new_request("go").events_list[1]
+
+    assert ran.data["exit_code"] == 0 and ran.data["stdout"].endswith("end\nafter\n"), ran.data
+    assert len(seen) >= 2 and seen[-1].output == "first line\nkey [REDACTED] end\nafter\n"
+    assert all(secret[:9] not in d.output for d in seen), "a secret cut between two pieces waits for the rest"
+    assert "".join(d.text for d in seen) == seen[-1].output and seen[0].command == command
+    assert not any(d.field == "output" for d in seen if d.call != seen[0].call)
+
+
+def test_a_commands_live_output_is_drawn_as_a_terminal_would_leave_it():
+    from anges.util.printable import as_drawn
+
+    assert as_drawn("\x1b[31mred\x1b[0m ok\r\n 10%\r 50%\r100%\n\x1b]0;title\x07done\x1b(B") == "red ok\n100%\ndone"
 
 
 def test_live_lines_are_the_last_lines_wrapped_to_the_width():

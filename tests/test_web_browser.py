@@ -784,6 +784,31 @@ def test_a_streaming_reply_grows_live_as_text_before_its_step_arrives(browser, o
         server.close()
 
 
+def test_a_running_commands_output_shows_live_as_text_until_its_step_arrives(browser, tmp_path):
+    # computed output, so the page cannot find it in the command; markup in it must stay text
+    command = ("printf '\\033[1m<b>stage</b> %s\\033[0m\\n' $((6*7)); printf ' 10 pct\\r %s pct\\n' $((25*4)); "
+               "while [ ! -e go ]; do sleep 0.05; done; echo linked-$((6*7))")
+    server = LiveServer(ScriptedModel([shell(command), complete("Built.")]), tmp_path)
+    context = browser.new_context(viewport={"width": 1280, "height": 820})
+    context.set_default_timeout(WAIT)
+    page = context.new_page()
+    page.add_init_script(TRAP)
+    page.dialogs = []
+    try:
+        log_in(page, server)
+        send(page, "build it")
+        output = page.locator("#steps > li.step-live .live-output")
+        expect(output).to_have_text("<b>stage</b> 42\n 100 pct\n")  # as a terminal leaves it, and as text
+        assert page.locator("#steps b").count() == 0 and page.locator(".step-shell").count() == 0
+        (tmp_path / "go").write_text("")
+        expect(page.locator(".step-shell .output")).to_contain_text("linked-42")
+        expect(page.locator("#steps > li.step-live")).to_have_count(0)
+        assert_safe(page)
+    finally:
+        context.close()
+        server.close()
+
+
 def test_the_answer_grows_as_it_streams_and_its_step_takes_its_place(browser, openai_server, tmp_path, monkeypatch):
     from wire_servers import TEST_KEY
 

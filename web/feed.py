@@ -3,12 +3,13 @@ no run is active on it.
 
 Messages: `steps` {block, steps} (block "" is the chat, "7" the child run started at the chat's step 7,
 "7/3" the one that child started at its step 3); `child` {block, uid, title, status} when a child's title
-or status changes; `live` {block, call, analysis, reasoning, answer, answer_type} while a reply streams in the
-chat or a child (the texts so far, the last LIVE_CHARS of the first two and LIVE_ANSWER_CHARS of the answer;
-the block's next `steps` replaces it); `status` (the chat's state and totals) on change; `gone` when the chat
-is deleted; and `end` {reason}: "finished" (no run is active: the page opens a new feed when one starts),
-"lifetime" (open a new one now) or "login" (the session ended). A chat resumes with `from` (its next step
-index) and `blocks` ("7:12,7/3:4": the next step index of each child block still open on the page).
+or status changes; `live` {block, call, analysis, reasoning, answer, answer_type, output} while a reply streams
+in the chat or a child, and while the command it asked for runs (the texts so far: the last LIVE_CHARS of the
+first two and of the command's output, LIVE_ANSWER_CHARS of the answer; the block's next `steps` replaces it);
+`status` (the chat's state and totals) on change; `gone` when the chat is deleted; and `end` {reason}:
+"finished" (no run is active: the page opens a new feed when one starts), "lifetime" (open a new one now) or
+"login" (the session ended). A chat resumes with `from` (its next step index) and `blocks` ("7:12,7/3:4": the
+next step index of each child block still open on the page).
 
 `feed` follows one chat (`/api/chats/ID/events`); `shared_feed` follows several in one connection
 (`/api/feed`, what the pages of a browser share): its messages name their `sub`scription.
@@ -26,6 +27,7 @@ from typing import Any
 from anges.exceptions import StreamNotFound
 from anges.store.events import RETURN_TO_PARENT_EVENT_TYPES, Event, child_reference, status_of
 from anges.store.turns import reasoning_after, turn_reasoning
+from anges.util.printable import as_drawn
 
 from .render import Totals, step_view
 
@@ -211,7 +213,8 @@ def _live(replies: dict[str, dict], readers: list[Reader]) -> Iterator[Message]:
         reader.live = reply
         texts = {name: reply[name][-LIVE_CHARS:] for name in ("analysis", "reasoning")}
         yield "live", {"block": reader.block, "call": reply["call"], **texts,
-                       "answer": reply["answer"][-LIVE_ANSWER_CHARS:], "answer_type": reply["answer_type"]}, None
+                       "answer": reply["answer"][-LIVE_ANSWER_CHARS:], "answer_type": reply["answer_type"],
+                       "output": as_drawn(reply.get("output", ""))[-LIVE_CHARS:]}, None
 
 
 def _follow_child(store, reader: Reader, children: list[Reader], open_blocks: dict[str, int]) -> Iterator[Message]:

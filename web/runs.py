@@ -94,10 +94,15 @@ class Run:
     approvals: WebApproval | None = None
     live: dict[str, dict] = field(default_factory=dict)
     """The reply streaming now in each agent of the run, by stream id: its call, and its analysis, reasoning and
-    answer so far (until the agent records its next event)."""
+    answer so far, then the latest output of the command it runs (until the agent records its next event)."""
 
     def on_delta(self, delta) -> None:
-        """Delta handler: keep the reply's texts so far for the feed."""
+        """Delta handler: keep the reply's texts so far for the feed, and the output of the command it runs."""
+        if delta.field == "output":
+            shown = self.live.get(delta.agent_id) or {"call": delta.call, "analysis": "", "reasoning": "",
+                                                      "answer": "", "answer_type": ""}
+            self.live[delta.agent_id] = {**shown, "output": delta.output}
+            return
         self.live[delta.agent_id] = {"call": delta.call, "analysis": delta.analysis, "reasoning": delta.reasoning,
                                      "answer": delta.answer, "answer_type": delta.answer_type}
 

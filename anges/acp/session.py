@@ -20,6 +20,7 @@ from acp.schema import PermissionOption, StopReason
 from anges.acp import facts
 from anges.acp.updates import Speaker, UpdateMapper
 from anges.acp.wire import Wire
+from anges.agents.live import SHOWN_FIELDS
 from anges.exceptions import ModelReplyError, StreamBusy
 from anges.safety.approval import Decision
 from anges.store.events import walk
@@ -103,7 +104,7 @@ class Session:
         """Delta handler: a piece of a reply's analysis or reasoning, sent as a thought chunk as it streams (the
         answer goes out as the agent's message when it is recorded)."""
         turn = self.turn
-        if turn is not None and not turn.cancelled.is_set() and delta.field != "answer":
+        if turn is not None and not turn.cancelled.is_set() and delta.field in SHOWN_FIELDS:
             parent = delta.parent_ids[-1] if delta.parent_ids else ""
             turn.mapper.thought(Speaker(delta.agent_id, delta.agent_type, parent, delta.depth), delta)
 

@@ -36,6 +36,16 @@ class Delegator(Protocol):
         """A child agent of that type on that stream, sharing this agent's model, limits and safety."""
 
 
+class OutputSink(Protocol):
+    """Where a command in the foreground sends its output as it runs."""
+
+    def __call__(self, chunk: bytes) -> None:
+        """A piece of output (no bytes: nothing new, a chance to send what waits)."""
+
+    def flush(self) -> None:
+        """The command ended: send what waits."""
+
+
 def _no_charge(usage: Usage | None, model_name: str) -> float | None:
     return None
 
@@ -80,6 +90,9 @@ class ActionContext:
     output_dir: str | None = None
     """Where a command's full output and log go when not in `runner`'s scratch directory (an escalated command's go
     to the sandbox's, which sandboxed commands can read)."""
+    output_sink: Callable[[str], OutputSink | None] | None = None
+    """`output_sink(command)`: where a command in the foreground sends its output as it runs (the delta handlers');
+    None, or a None sink, when no one watches."""
 
 
 class Action:

@@ -32,6 +32,7 @@ class RunShellCommand(Action):
         yield_after = args.get("background_after")
         yield_after = ctx.config.shell_background_after if yield_after is None else max(yield_after, 0)
         output_dir = ctx.output_dir or (ctx.runner.scratch if ctx.runner is not None else None)
+        sink = ctx.output_sink(command) if ctx.output_sink is not None else None
         result = run_command(
             command,
             cwd=ctx.cwd,
@@ -46,7 +47,10 @@ class RunShellCommand(Action):
             log_cap=ctx.app_config.safety.background_log_cap,
             yield_after=yield_after,
             output_dir=output_dir,
+            watch=sink,
         )
+        if sink is not None:
+            sink.flush()
         blocked = explain_block(result, ctx.sandbox) if ctx.sandbox is not None else ""
         facts = {**result.to_data(), "action_type": self.type, "stdout": result.stdout, "stderr": result.stderr,
                  "sandbox": ctx.sandbox.mode if ctx.sandbox is not None else "none", "escalated": ctx.escalated,

@@ -290,7 +290,8 @@ class BaseAgent(Delegation):
             config=self._calls.sizing.actions, app_config=self.config, cwd=self.cmd_init_dir,
             prefix_cmd=self.prefix_cmd, interrupt_check=self.stop_requested, reply=ParsedReply("", "", [], ""),
             record=self._record, agent_id=self.uid, agent_type=self.agent_type, secrets=self.secrets, env=env,
-            charge=ledger.charge, render_guide=self._prompter.guide, delegator=self)
+            charge=ledger.charge, render_guide=self._prompter.guide, delegator=self,
+            output_sink=self._calls.output_sink)
         history = History(stream, self.store, self._calls.sizing.prompt, self._calls.reply, self._record, self.logger)
         return RunState(self.agent_config, budget, ledger, context, history, ending_jobs=self._share.ending_jobs)
 

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from anges.agents.live import LiveReply, ReplyDelta
+from anges.agents.live import LiveOutput, LiveReply, ReplyDelta
 from anges.agents.run import of_run
 from anges.agents.sizing import Sizing
 from anges.exceptions import ContextExceeded, FormatError, ModelError, ModelReplyError, ModelSetupError, RunStopped
@@ -202,10 +202,18 @@ class ModelCalls:
         return pending.result()
 
     def _sink(self, token: CancelToken) -> LiveReply:
+        return LiveReply(self.delta_handlers, self._tag(), self.agent.secrets, token)
+
+    def output_sink(self, command: str) -> LiveOutput | None:
+        """Where a command the last reply asked for sends its output as it runs; None when no one listens."""
+        if not self.delta_handlers:
+            return None
+        return LiveOutput(self.delta_handlers, self._tag(), self.agent.secrets, command)
+
+    def _tag(self) -> dict:
         agent = self.agent
-        tag = {"agent_id": agent.uid, "agent_type": agent.agent_type, "parent_ids": tuple(agent.parent_ids),
-               "call": self.count}
-        return LiveReply(self.delta_handlers, tag, agent.secrets, token)
+        return {"agent_id": agent.uid, "agent_type": agent.agent_type, "parent_ids": tuple(agent.parent_ids),
+                "call": self.count}
 
 
 def _problem(feedback: str, reply) -> str:

@@ -1,15 +1,21 @@
-"""The reply as it streams: its analysis, reasoning and answer so far, told to the agent's delta handlers.
+"""The reply as it streams (its analysis, reasoning and answer so far), and then the output of the command it
+runs, told to the agent's delta handlers.
 
-Deltas are a side channel: nothing of them is stored, and the finished reply is recorded as it always is.
+Deltas are a side channel: nothing of them is stored, and the finished reply (and the command's result) is
+recorded as it always is.
 """
 
 from __future__ import annotations
 
+import codecs
+import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from anges.models.cancel import CancelToken
 from anges.prompt.parsing import partial_reply
+from anges.safety.capture import SecretFilter
 from anges.util.masking import mask_secrets, settled_length
 
 SHOWN_FIELDS = ("analysis", "reasoning")
@@ -17,6 +23,10 @@ ANSWER_ACTIONS = ("TASK_COMPLETE", "AGENT_TEXT_RESPONSE", "HELP_NEEDED")
 """The actions whose `content` is the reply's answer: it streams too, as the field "answer"."""
 MAX_READ_CHARS = 400_000
 """Past this much reply text no more is read for deltas."""
+OUTPUT_KEPT_CHARS = 4000
+"""How much of a running command's latest output an "output" delta carries."""
+OUTPUT_EVERY = 0.1
+"""Seconds between two "output" deltas of one command (what arrives meanwhile goes in the next)."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +51,11 @@ class ReplyDelta:
     """The `content` of the reply's answer action so far (one of ANSWER_ACTIONS: the only action of its reply)."""
     answer_type: str = ""
     """That action's type, e.g. "TASK_COMPLETE"; "" until the answer streams."""
+    output: str = ""
+    """For the field "output" (a command the reply asked for is running): its latest output, both streams as they
+    came (the last OUTPUT_KEPT_CHARS characters, secrets masked, raw: control characters and all)."""
+    command: str = ""
+    """For the field "output": the command."""
 
     @property
     def depth(self) -> int:
@@ -119,3 +134,46 @@ class LiveReply:
         self._restart = False
         for handler in self.handlers:
             handler(delta)
+
+
+class LiveOutput:
+    """The sink of one command in the foreground: its output as it arrives, told to the handlers as the field
+    "output" at most every OUTPUT_EVERY seconds (called with no bytes, it sends what waits once that time is up)."""
+
+    def __init__(self, handlers: Sequence[Callable[[ReplyDelta], None]], tag: dict, secrets: Sequence[str],
+                 command: str):
+        self.handlers = handlers
+        self.tag = tag
+        self.command = command
+        self._filter = SecretFilter(secrets)
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._kept = self._new = ""
+        self._next = 0.0
+
+    def __call__(self, chunk: bytes) -> None:
+        if chunk:
+            self._add(self._decoder.decode(self._filter.feed(chunk)))
+        if self._new and time.monotonic() >= self._next:
+            self._send()
+
+    def flush(self) -> None:
+        """The command ended: send what waits (an end held back in case it began a secret, too)."""
+        self._add(self._decoder.decode(self._filter.flush(), final=True))
+        if self._new:
+            self._send()
+
+    def _add(self, text: str) -> None:
+        self._kept = (self._kept + text)[-OUTPUT_KEPT_CHARS:]
+        self._new = (self._new + text)[-OUTPUT_KEPT_CHARS:]
+
+    def _send(self) -> None:
+        self._next = time.monotonic() + OUTPUT_EVERY
+        delta = ReplyDelta(**self.tag, field="output", text=self._new, analysis="", reasoning="", output=self._kept,
+                           command=self.command)
+        self._new = ""
+        try:
+            for handler in self.handlers:
+                handler(delta)
+        except Exception:  # a view that fails must not fail the command it watches
+            logging.getLogger("anges.agent").warning("a delta handler failed on a command's output", exc_info=True)
+            self.handlers = ()

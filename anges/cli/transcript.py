@@ -16,7 +16,7 @@ from anges.cli.session import TranscriptOutput
 from anges.cli.status import Status, WatchedModel
 from anges.cli.terminal import Display, seconds
 from anges.store.export import printable_event
-from anges.util.printable import printable
+from anges.util.printable import as_drawn, printable
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -56,9 +56,12 @@ class Transcript:
         without one; the step's event, drawn when it is recorded, takes their place)."""
         if self.quiet or self.screen is None:
             return
-        fields = (delta.analysis, delta.reasoning, getattr(delta, "answer", ""))
-        text = "\n".join(part.strip() for part in fields if part and part.strip())
         tag = f"[{delta.agent_type} {delta.agent_id}] " if delta.depth else ""
+        if delta.field == "output":
+            self.screen.show_live(tag + as_drawn(delta.output))
+            return
+        fields = (delta.analysis, delta.reasoning, delta.answer)
+        text = "\n".join(part.strip() for part in fields if part and part.strip())
         self.screen.show_live(tag + text)
 
     def note(self, text: str, style: str = "dim") -> None:

@@ -118,6 +118,7 @@ def run_command(
     log_cap: int = BACKGROUND_LOG_CAP,
     yield_after: float = 0,
     output_dir: str | None = None,
+    watch: Callable[[bytes], None] | None = None,
 ) -> CommandResult:
     """Run `command` with bash in `cwd`; `prefix_cmd` is a shell fragment put before it; env defaults to scrubbed.
 
@@ -125,7 +126,8 @@ def run_command(
     sandbox when it has one) and owns it; without, this process does. The result keeps `output_cap` bytes of
     the output (stdout and stderr together, head and tail, cut at line ends); past that, the whole output also
     goes to a file in `output_dir` (if given), capped at `log_cap` bytes (the oldest part dropped), `secrets`
-    masked as in the result. A command
+    masked as in the result; `watch` (in the foreground) is given each piece of output as it arrives, and no bytes
+    at least every POLL_INTERVAL seconds while none do. A command
     still running after `yield_after` seconds (0 = never; it runs until `timeout`) goes on in the background
     with its output in that file; a background command's output goes to such a file in `log_dir` (default:
     `output_dir`, then the runner's scratch directory). Raises OSError when `cwd` does not exist or the shell
@@ -141,7 +143,7 @@ def run_command(
         return _start_background(command, argv, cwd, env, log_dir, runner, log_cap, list(secrets))
     limits = _Limits(timeout, yield_after if 0 < yield_after < timeout else None, output_cap, log_cap)
     return _run_foreground(command, argv, cwd, env, limits, interrupt_check, list(secrets), runner, output_dir,
-                           log_dir)
+                           log_dir, watch)
 
 
 @dataclass(frozen=True)
@@ -281,7 +283,7 @@ def _copy_to_log(streams: list, log: CappedLog | None) -> None:
 
 
 def _run_foreground(command, argv, cwd, env, limits: _Limits, interrupt_check, secrets, runner, output_dir,
-                    log_dir) -> CommandResult:
+                    log_dir, watch) -> CommandResult:
     started = time.monotonic()
     out_read, out_write = os.pipe()
     err_read, err_write = os.pipe()
@@ -300,7 +302,7 @@ def _run_foreground(command, argv, cwd, env, limits: _Limits, interrupt_check, s
     yield_at = None if limits.yield_after is None else started + limits.yield_after
     stop = None
     try:
-        stop = _pump(proc, streams, started + limits.timeout, yield_at, interrupt_check)
+        stop = _pump(proc, streams, started + limits.timeout, yield_at, interrupt_check, watch)
         if stop == "yield":
             return _yielded(command, proc, streams, capture, log_dir, runner, secrets, started)
     except BaseException:
@@ -347,7 +349,7 @@ def _result(command: str, rendered, started: float, **facts) -> CommandResult:
                          output_dropped=rendered.output_dropped, **facts)
 
 
-def _pump(proc, streams: dict, deadline: float, yield_at: float | None, interrupt_check) -> str | None:
+def _pump(proc, streams: dict, deadline: float, yield_at: float | None, interrupt_check, watch=None) -> str | None:
     """Read output until the command ends; "timeout" or "interrupt" if it must be stopped, "yield" if it is still
     running at `yield_at`, or LISTEN_GRACE after it starts listening on a port (before `yield_at`)."""
     selector = selectors.DefaultSelector()
@@ -376,7 +378,9 @@ def _pump(proc, streams: dict, deadline: float, yield_at: float | None, interrup
                 if proc.listening():
                     yield_at = min(yield_at, now + LISTEN_GRACE)
             wait = min(POLL_INTERVAL, deadline - now)
-            watched = _read_ready(selector, wait) if selector.get_map() else proc.wait(wait)
+            watched = _read_ready(selector, wait, watch) if selector.get_map() else proc.wait(wait)
+            if watch is not None:
+                watch(b"")
             # The exit watch fires on the shell's end; a runner's also on its other news (a port it listens on).
             if exited_at is None and (watched or exit_fd is None) and proc.poll() is not None:
                 exited_at = time.monotonic()
@@ -386,8 +390,8 @@ def _pump(proc, streams: dict, deadline: float, yield_at: float | None, interrup
         selector.close()
 
 
-def _read_ready(selector: selectors.BaseSelector, timeout: float) -> bool:
-    """Read every ready pipe once; True if the exit watch fired."""
+def _read_ready(selector: selectors.BaseSelector, timeout: float, watch=None) -> bool:
+    """Read every ready pipe once (showing each piece to `watch`); True if the exit watch fired."""
     fired = False
     for key, _ in selector.select(max(timeout, 0)):
         if key.data is None:
@@ -396,6 +400,8 @@ def _read_ready(selector: selectors.BaseSelector, timeout: float) -> bool:
         chunk = os.read(key.fd, READ_SIZE)
         if chunk:
             key.data.add(chunk)
+            if watch is not None:
+                watch(chunk)
         else:
             selector.unregister(key.fileobj)
             _close(key)

@@ -507,6 +507,7 @@
     }
     item.firstChild.textContent = [live.analysis, live.reasoning].filter((text) => text && text.trim()).join("\n\n");
     if (live.answer) showLiveAnswer(item, live.answer_type, live.answer);
+    if (live.output) showLiveOutput(item, live.output);
     (block ? block.list : main).appendChild(item);
   }
 
@@ -520,6 +521,17 @@
       item.appendChild(card);
     }
     card.lastChild.textContent = text;
+  }
+
+  // The latest output of the command the reply runs, as plain text, scrolled to its end.
+  function showLiveOutput(item, text) {
+    let box = item.querySelector(".live-output");
+    if (!box) {
+      box = el("pre", "live-output");
+      item.appendChild(box);
+    }
+    box.textContent = text;
+    box.scrollTop = box.scrollHeight;
   }
 
   function dropLive(key) {
