@@ -3,6 +3,7 @@
 import json
 import os
 import pty
+import re
 import select
 import subprocess
 import sys
@@ -111,3 +112,19 @@ def test_show_list_and_export_neutralise_what_the_run_recorded(hostile_run, tmp_
                              check=True).stdout
     assert "\x9b" not in as_json and "\u202e" not in as_json
     assert "\x1b]52;" in json.loads(as_json)["title"]  # the record itself is kept as it was
+
+
+def test_a_commands_output_is_shown_as_a_terminal_would_have_left_it(tmp_path):
+    command = r"printf '\033[32mgreen\033[0m ok\n 10%%\r 60%%\r100%%\n\033]0;title\007done\r\n'"
+    replies = [{"reasoning": "run", "actions": [{"action_type": "RUN_SHELL_CMD", "command": command}]},
+               {"reasoning": "done", "actions": [{"action_type": "TASK_COMPLETE", "content": "ok"}]}]
+    (tmp_path / "replies.json").write_text(json.dumps(replies))
+    subprocess.run([*ANGES, "-q", "go", "--model", f"scripted:{tmp_path / 'replies.json'}"], cwd=tmp_path,
+                   capture_output=True, check=True, timeout=60)
+    [info] = EventStore().list()
+    shown = on_a_terminal(["show", info.uid], tmp_path)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", shown)  # anges' own colours
+    framed = [line.split("│ ", 1)[1] for line in text.split("\r\n") if "│ " in line]
+    assert framed == ["green ok", "100%", "done"], "no colour codes, a progress bar at its latest, no title change"
+    stored = EventStore().load(info.uid).events_list[1].data["stdout"]
+    assert stored.startswith("\x1b[32mgreen"), "the record keeps what the command printed"

@@ -636,7 +636,8 @@ def test_the_page_says_when_the_server_is_gone_and_recovers(browser, model, tmp_
         expect(page.locator("#offline")).to_contain_text("Disconnected from the server")
         live.start(port)
         release.set()
-        expect(page.locator(".answer-task_completion")).to_contain_text("Finished after the restart.")
+        # the page retries with a growing delay (up to 10 s): it may be waiting out one when the server is back
+        expect(page.locator(".answer-task_completion")).to_contain_text("Finished after the restart.", timeout=25_000)
         expect(page.locator("#offline")).to_be_hidden()
     finally:
         context.close()

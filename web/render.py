@@ -20,7 +20,7 @@ from anges.store.events import (
     shown_path,
     stop_explanation,
 )
-from anges.util.printable import printable_texts
+from anges.util.printable import as_drawn, printable_texts
 
 # No <img>: a picture in model output would be fetched from wherever it points (a tracking pixel); Markdown
 # images become links instead (see _image_as_link).
@@ -113,7 +113,7 @@ def step_view(event: Event, index: int, cwd: str = "", reasoning: str | None = N
         view.update(command=shell.command, exit_code=shell.exit_code, sandbox=data.get("sandbox"),
                     escalated=bool(data.get("escalated")), duration=data.get("duration"),
                     timed_out=shell.state == "timed_out", interrupted=shell.state == "interrupted",
-                    background=shell.state == "background", yielded=shell.yielded, output=shell.output())
+                    background=shell.state == "background", yielded=shell.yielded, output=as_drawn(shell.output()))
         view["long"] = view["output"].count("\n") >= LONG_OUTPUT_LINES
     elif kind == "edit" and (edit := FileEdit.of(event)) is not None:
         view.update(path=shown_path(edit.path, cwd), operation=edit.operation, directive=edit.directive,

@@ -7,6 +7,7 @@ colour, and the Markdown of an answer is left as written.
 
 from __future__ import annotations
 
+import copy
 import json
 from functools import lru_cache
 from typing import TYPE_CHECKING, TypedDict
@@ -30,7 +31,7 @@ from anges.store.export import printable_event
 from anges.store.results import ActionResult
 from anges.store.turns import reasoning_after, turn_reasoning
 from anges.util.clipping import clip_lines, shorten
-from anges.util.printable import printable, visible
+from anges.util.printable import as_drawn, printable, visible
 
 if TYPE_CHECKING:
     from rich.console import OverflowMethod, RenderableType
@@ -76,7 +77,7 @@ class Renderer:
     def event(self, event: Event, depth: int = 0, agent: str = "", live: bool = False) -> list[RenderableType]:
         """What one event shows; `live` leaves out the top-level request and answer (the user has or gets those)
         and approval requests (the live screen asks them itself)."""
-        event, agent = printable_event(event), printable(agent)
+        event, agent = printable_event(drawn_output(event)), printable(agent)
         previous = self._turns.get(agent, "")
         self._turns[agent] = reasoning_after(event, previous)
         group = group_of(event)
@@ -369,3 +370,14 @@ def first_line(text: str) -> str:
 def one_line(text: str, limit: int = 200) -> str:
     """`text` on one line (its lines joined by ⏎), cut to `limit` characters."""
     return shorten(" ⏎ ".join(part for part in text.strip().splitlines() if part.strip()), limit)
+
+
+def drawn_output(event: Event) -> Event:
+    """A command's result with its output as a terminal would have left it (`as_drawn`): no colour codes, a
+    progress bar at its latest."""
+    outputs = {key: event.data[key] for key in ("stdout", "stderr") if isinstance(event.data.get(key), str)}
+    if not any("\x1b" in text or "\r" in text for text in outputs.values()):
+        return event
+    drawn = copy.copy(event)
+    drawn.data = {**event.data, **{key: as_drawn(text) for key, text in outputs.items()}}
+    return drawn

@@ -14,6 +14,7 @@ from typing import Any, TypeGuard
 from anges.exceptions import InvalidStreamId, StreamNotFound
 from anges.store.results import COMMAND_DEFAULTS, FileEdit, ShellRun
 from anges.util.clipping import one_line
+from anges.util.printable import strip_escapes
 
 RETURN_TO_PARENT_EVENT_TYPES = ["task_interrupted", "task_completion", "agent_requested_help", "agent_text_response"]
 REQUEST_EVENT_TYPES = ("new_request", "follow_up_request", "new_request_from_parent", "follow_up_request_from_parent")
@@ -22,9 +23,6 @@ SETTINGS_KEYS += ("batch_id", "batch_task")  # a run started by `anges batch`: i
 
 _ID_ALPHABET = string.ascii_letters + string.digits
 _ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_ANSI_ESCAPE = re.compile(r"\x1B(?:[@-Z\\-_]|\[[0-?]*[ -/]*[@-~])")
-
-
 def new_id(length: int = 12) -> str:
     """A random URL-safe id."""
     return "".join(secrets.choice(_ID_ALPHABET) for _ in range(length))
@@ -38,11 +36,6 @@ def is_valid_id(uid: object) -> TypeGuard[str]:
 def title_from(text: str, limit: int = 80) -> str:
     """A one-line title made from a request, cut at a word boundary."""
     return one_line(text, limit)
-
-
-def strip_ansi(text: str) -> str:
-    """Remove terminal escape sequences."""
-    return _ANSI_ESCAPE.sub("", text)
 
 
 def _parse_time(value: Any) -> datetime:
@@ -64,7 +57,7 @@ class Event:
         self.reasoning = reasoning
         self.content = content
         self.title = title
-        self.message = strip_ansi(message or "")
+        self.message = strip_escapes(message or "")
         self.analysis = analysis
         self.est_input_token = est_input_token
         self.est_output_token = est_output_token

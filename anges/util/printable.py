@@ -103,8 +103,13 @@ _ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)
 """CSI sequences (colours, cursor moves), OSC sequences (titles, links) and the other escapes."""
 
 
+def strip_escapes(text: str) -> str:
+    """`text` without terminal escape sequences."""
+    return _ESCAPE.sub("", text)
+
+
 def as_drawn(output: str) -> str:
     """A command's output as a terminal would leave its lines: colours and other escape sequences dropped, and of
     a line rewritten after a carriage return (a progress bar) only its last version."""
-    lines = _ESCAPE.sub("", output).split("\n")
+    lines = strip_escapes(output).split("\n")
     return "\n".join(line.rstrip("\r").rsplit("\r", 1)[-1] for line in lines)
