@@ -126,5 +126,8 @@ def test_a_commands_output_is_shown_as_a_terminal_would_have_left_it(tmp_path):
     text = re.sub(r"\x1b\[[0-9;]*m", "", shown)  # anges' own colours
     framed = [line.split("│ ", 1)[1] for line in text.split("\r\n") if "│ " in line]
     assert framed == ["green ok", "100%", "done"], "no colour codes, a progress bar at its latest, no title change"
+    exported = subprocess.run([*ANGES, "export", info.uid, "--format", "md"], cwd=tmp_path, capture_output=True,
+                              text=True, check=True).stdout
+    assert "```text\ngreen ok\n100%\ndone\n```" in exported
     stored = EventStore().load(info.uid).events_list[1].data["stdout"]
     assert stored.startswith("\x1b[32mgreen"), "the record keeps what the command printed"

@@ -7,7 +7,6 @@ colour, and the Markdown of an answer is left as written.
 
 from __future__ import annotations
 
-import copy
 import json
 from functools import lru_cache
 from typing import TYPE_CHECKING, TypedDict
@@ -27,11 +26,11 @@ from anges.store.events import (
     status_of,
     stop_explanation,
 )
-from anges.store.export import printable_event
+from anges.store.export import drawn_output, printable_event
 from anges.store.results import ActionResult
 from anges.store.turns import reasoning_after, turn_reasoning
 from anges.util.clipping import clip_lines, shorten
-from anges.util.printable import as_drawn, printable, visible
+from anges.util.printable import printable, visible
 
 if TYPE_CHECKING:
     from rich.console import OverflowMethod, RenderableType
@@ -371,13 +370,3 @@ def one_line(text: str, limit: int = 200) -> str:
     """`text` on one line (its lines joined by ⏎), cut to `limit` characters."""
     return shorten(" ⏎ ".join(part for part in text.strip().splitlines() if part.strip()), limit)
 
-
-def drawn_output(event: Event) -> Event:
-    """A command's result with its output as a terminal would have left it (`as_drawn`): no colour codes, a
-    progress bar at its latest."""
-    outputs = {key: event.data[key] for key in ("stdout", "stderr") if isinstance(event.data.get(key), str)}
-    if not any("\x1b" in text or "\r" in text for text in outputs.values()):
-        return event
-    drawn = copy.copy(event)
-    drawn.data = {**event.data, **{key: as_drawn(text) for key, text in outputs.items()}}
-    return drawn

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from typing import TYPE_CHECKING
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING
 from anges.store.events import ChildReturn, Event, StepUsage, kind_of, stream_status, walk
 from anges.store.results import FileEdit, ShellRun
 from anges.store.turns import reasoning_after, turn_reasoning
-from anges.util.printable import printable, printable_texts
+from anges.util.printable import as_drawn, printable, printable_texts
 
 if TYPE_CHECKING:
     from anges.store.event_store import EventStore
@@ -42,7 +43,8 @@ def to_markdown(stream: EventStream, store: EventStore) -> str:
         if not kind_of(event.type).in_report:
             continue
         counters[owner.uid] = counters.get(owner.uid, 0) + 1
-        lines += ["", *_section(printable_event(event), depth, owner if depth else None, counters[owner.uid],
+        shown = printable_event(drawn_output(event))
+        lines += ["", *_section(shown, depth, owner if depth else None, counters[owner.uid],
                                 printable(turn_reasoning(event, previous)))]
     return "\n".join(lines).rstrip() + "\n"
 
@@ -119,3 +121,14 @@ def printable_event(event: Event) -> Event:
                                                                          "analysis", "data")}
     return Event(event.type, est_input_token=event.est_input_token, est_output_token=event.est_output_token,
                  created_at=event.created_at, **texts)
+
+
+def drawn_output(event: Event) -> Event:
+    """A command's result with its output as a terminal would have left it (`as_drawn`): no colour codes, a
+    progress bar at its latest."""
+    outputs = {key: event.data[key] for key in ("stdout", "stderr") if isinstance(event.data.get(key), str)}
+    if not any("\x1b" in text or "\r" in text for text in outputs.values()):
+        return event
+    drawn = copy.copy(event)
+    drawn.data = {**event.data, **{key: as_drawn(text) for key, text in outputs.items()}}
+    return drawn
