@@ -84,6 +84,7 @@ def test_a_prompt_runs_a_command_and_edits_a_file_and_the_updates_arrive_in_orde
     assert (work / "app.py").read_text() == "a\nB\nc\n"
 
     assert editor.kinds() == ["agent_thought_chunk", "tool_call", "tool_call_update", "tool_call_update",
+                              "tool_call_update",  # the command's output as it ran
                               "agent_thought_chunk", "tool_call", "tool_call_update", "tool_call_update",
                               "agent_thought_chunk", "agent_message_chunk"]
     assert editor.thoughts() == ["look around", "now change line 2", "finish"]
@@ -259,6 +260,28 @@ def test_cancelling_the_session_while_permission_is_pending_declines_and_ends_ca
 
 
 # --- stopping ----------------------------------------------------------------------------------------------------
+
+
+def test_a_running_commands_output_shows_in_its_call_until_its_result_replaces_it(tmp_path, work):
+    command = "printf '\\033[1m%s ready\\033[0m\\n' $((6*7)); while [ ! -e go ]; do sleep 0.05; done; echo linked"
+    model = scripted(tmp_path, shell(command), complete("built"))
+    editor = Editor()
+
+    async def main():
+        async with anges_acp(editor, "--model", model, "--approval", "auto", cwd=work) as agent:
+            await agent.start()
+            session = await new_session(agent, work)
+            turn = asyncio.ensure_future(prompt(agent, session, "build it"))
+            await editor.wait_until(lambda: any("42 ready" in content_text(c) for c in editor.calls().values()))
+            [live] = editor.calls().values()
+            (work / "go").write_text("")
+            await asyncio.wait_for(turn, 20)
+            return live
+
+    live = run(main())
+    assert live["status"] == "in_progress" and "```\n42 ready\n```" in content_text(live)  # as drawn: no escapes
+    [call] = editor.calls().values()
+    assert call["status"] == "completed" and "linked" in content_text(call) and "Running" not in content_text(call)
 
 
 def test_cancel_mid_command_kills_the_command_and_ends_the_turn_cancelled(tmp_path, work):

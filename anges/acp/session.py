@@ -102,11 +102,17 @@ class Session:
 
     def on_delta(self, delta) -> None:
         """Delta handler: a piece of a reply's analysis or reasoning, sent as a thought chunk as it streams (the
-        answer goes out as the agent's message when it is recorded)."""
+        answer goes out as the agent's message when it is recorded); a running command's output, as its call's
+        content."""
         turn = self.turn
-        if turn is not None and not turn.cancelled.is_set() and delta.field in SHOWN_FIELDS:
-            parent = delta.parent_ids[-1] if delta.parent_ids else ""
-            turn.mapper.thought(Speaker(delta.agent_id, delta.agent_type, parent, delta.depth), delta)
+        if turn is None or turn.cancelled.is_set():
+            return
+        speaker = Speaker(delta.agent_id, delta.agent_type, delta.parent_ids[-1] if delta.parent_ids else "",
+                          delta.depth)
+        if delta.field == "output":
+            turn.mapper.output(speaker, delta)
+        elif delta.field in SHOWN_FIELDS:
+            turn.mapper.thought(speaker, delta)
 
     def cancelled(self) -> bool:
         """The agent's interrupt check: the client cancelled the running turn."""

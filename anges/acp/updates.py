@@ -44,7 +44,7 @@ from anges.exceptions import FormatError
 from anges.prompt.parsing import parse_reply
 from anges.safety import approval_text
 from anges.store.events import REQUEST_EVENT_TYPES, RETURN_TO_PARENT_EVENT_TYPES, Event, action_input
-from anges.util.printable import visible
+from anges.util.printable import as_drawn, visible
 
 Content = ContentToolCallContent | FileEditToolCallContent | TerminalToolCallContent
 """What a tool call can show."""
@@ -160,6 +160,15 @@ class UpdateMapper:
             self._streaming[speaker.id] = (delta.call, delta.field)
             self._thought[speaker.id] = delta.reasoning.strip() or delta.analysis.strip()
             self.send(update_agent_thought_text(lead + delta.text))
+
+    def output(self, speaker: Speaker, delta) -> None:
+        """What the agent's running command printed so far (`delta`: an anges ReplyDelta of the field "output"): the
+        content of its call, until its result replaces it."""
+        with self._lock:
+            call = self._waiting(speaker.id, "RUN_SHELL_CMD", started=True)
+            if call is not None and call.status == "in_progress":
+                text = _fenced(as_drawn(delta.output)) + "\n\nRunning…"
+                self.send(update_tool_call(call.id, content=[tool_content(text_block(text))]))
 
     def event(self, event: Event, speaker: Speaker, step: Event | None = None) -> None:
         """An event was recorded (or is replayed; `step` is then the event that ended the step an approval request
