@@ -369,4 +369,3 @@ def first_line(text: str) -> str:
 def one_line(text: str, limit: int = 200) -> str:
     """`text` on one line (its lines joined by ⏎), cut to `limit` characters."""
     return shorten(" ⏎ ".join(part for part in text.strip().splitlines() if part.strip()), limit)
-
