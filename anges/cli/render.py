@@ -27,7 +27,7 @@ from anges.store.events import (
     stop_explanation,
 )
 from anges.store.export import drawn_output, printable_event
-from anges.store.results import ActionResult
+from anges.store.results import ActionResult, ports_text
 from anges.store.turns import reasoning_after, turn_reasoning
 from anges.util.clipping import clip_lines, shorten
 from anges.util.printable import printable, visible
@@ -108,7 +108,8 @@ class Renderer:
         if group == "request":
             label = "request" if kind.startswith("new") else "follow-up"
             return self._block(Text.assemble(("▶", "bold blue"), " ", (label + ":", "bold")), event.content, 6)
-        ended = [Text("  " + ended_jobs(event), "dim")] if ended_jobs(event) else []
+        jobs = ended_jobs(event)
+        ended = [Text("  " + jobs, "dim")] if jobs else []
         if group == "answer":
             word, colour = SHOWN_STATUS[status_of(kind) or "answered"]  # every answer type sets a status
             head = Text.assemble(("✓" if colour == "green" else "?", f"bold {colour}"), " ", (word, f"bold {colour}"))
@@ -245,7 +246,7 @@ def _shell_status(shell: ShellRun) -> Text:
     if shell.state == "interrupted":
         return Text("killed: interrupted", "yellow")
     if shell.yielded:
-        why = f"listening on port {', '.join(map(str, shell.listening))}" if shell.listening else \
+        why = f"listening on {ports_text(shell.listening)}" if shell.listening else \
             f"still running after {seconds(shell.duration)}"
         return Text(f"{why}: went on in the background as pid {shell.pid}, output in {shell.log_path}", "cyan")
     if shell.state == "background":

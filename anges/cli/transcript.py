@@ -130,8 +130,9 @@ def status_line(outcome, hint: bool = True, jobs: bool = False) -> str:
         parts.append(f"{usage['cache_hit_ratio']:.0%} of input cached")
     if "cost" in usage:
         parts.append(f"${usage['cost']:.4f}")
-    if jobs and outcome.final is not None and ended_jobs(outcome.final):
-        parts.append(ended_jobs(outcome.final))
+    ended = ended_jobs(outcome.final) if jobs and outcome.final is not None else ""
+    if ended:
+        parts.append(ended)
     uid = outcome.stream.uid
     how = "reply with" if outcome.status == "help_needed" else "resume"
     parts.append(f"stream {uid} ({how}: anges --resume {uid} -q ...)" if hint else f"stream {uid}")

@@ -14,7 +14,7 @@ from anges.prompt.agents_md import project_directories
 from anges.safety.approval import MODES, Asker, Decision, Gate, Permit
 from anges.safety.command_runner import CommandRunner, Job
 from anges.safety.policy import Policy, Verdict
-from anges.safety.sandbox import SandboxSettings, availability
+from anges.safety.sandbox import SandboxSettings, availability, working_bwrap
 from anges.store.events import action_input
 from anges.util.clipping import shorten
 
@@ -70,12 +70,13 @@ class Runners:
                                                          writable=self.settings.writable)
             return self._runners[sandboxed]
 
-    def read_only(self, bwrap: str) -> CommandRunner:
-        """The runner whose commands see everything read-only but a private /tmp (`bwrap` must work)."""
+    def read_only(self, find_bwrap: Callable[[], str]) -> CommandRunner:
+        """The runner whose commands see everything read-only but a private /tmp (`find_bwrap()`, asked once, gives
+        a bwrap that works)."""
         with self._lock:
             if "read-only" not in self._runners:
                 settings = replace(self.settings, mode="read-only", writable=(), protected=())
-                self._runners["read-only"] = CommandRunner(self.cwd, settings, bwrap, self.log_cap,
+                self._runners["read-only"] = CommandRunner(self.cwd, settings, find_bwrap(), self.log_cap,
                                                            writable=self.settings.writable)
             return self._runners["read-only"]
 
@@ -125,8 +126,7 @@ class RunSafety:
         (or the sandbox did not: then it cannot either)."""
         if not self.config.contain_unsandboxed or self.settings.enabled:
             return ""
-        found = availability(self.config.bwrap, self.settings.writable, quiet=True)
-        return found.bwrap if found.ok else ""
+        return working_bwrap(self.config.bwrap, self.settings.writable)
 
     def permit(self, ctx: Asker, action_type: str, args: dict, remaining: int = 0,
                readonly_shell: bool = False) -> Permit | None:
@@ -149,10 +149,6 @@ class RunSafety:
             ctx.record(event)
         return permit if permit.allowed else None
 
-    def _read_only_bwrap(self) -> str:
-        found = availability(self.config.bwrap, self.settings.writable, quiet=True)
-        return found.bwrap if found.ok else ""
-
     def _read_only_permit(self, action_type: str, args: dict) -> Permit:
         verdict = self.policy.decide(action_type, {key: value for key, value in args.items() if key != "escalate"})
         if verdict.decision == "deny":
@@ -164,7 +160,7 @@ class RunSafety:
         one if it escalated (the read-only sandbox's for a read-only shell's command), and the paths the policy
         judged."""
         if isinstance(permit, ReadOnlyPermit):
-            reader = self.runners.read_only(self._read_only_bwrap())
+            reader = self.runners.read_only(lambda: working_bwrap(self.config.bwrap, self.settings.writable))
             return {"runner": reader, "sandbox": reader.settings, "escalated": False, "checked_paths": None,
                     "output_dir": None, "can_escalate": False}
         runner = self.runners.get(sandboxed=self.sandboxed and not permit.escalate)
@@ -229,10 +225,7 @@ class RunSafety:
 def read_only_bwrap(safety: SafetyConfig, cwd: str) -> str:
     """The bwrap that can run a read-only shell's commands in a run in `cwd` ("" where none works, or off Linux; never
     one the run's other commands could have written)."""
-    if not sys.platform.startswith("linux"):
-        return ""
-    found = availability(safety.bwrap, SandboxSettings.for_run(safety, cwd).writable, quiet=True)
-    return found.bwrap if found.ok else ""
+    return working_bwrap(safety.bwrap, SandboxSettings.for_run(safety, cwd).writable)
 
 
 class SafetyShare:

@@ -318,6 +318,12 @@ def availability(bwrap: str, writable: tuple[str, ...], quiet: bool = False) -> 
     return found if quiet else _say_once(found)
 
 
+def working_bwrap(bwrap: str, writable: tuple[str, ...]) -> str:
+    """The path of the bwrap `availability` finds working ("" when none does), without a warning."""
+    found = availability(bwrap, writable, quiet=True)
+    return found.bwrap if found.ok else ""
+
+
 def bwrap_problem(path: str, writable: tuple[str, ...]) -> str:
     """Why the bwrap at `path` must not be run ("" when it may): it lies in a directory the commands may write (the
     run's `writable` ones; for a user other than root, any it may write itself), so a command could have put

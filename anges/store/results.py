@@ -102,7 +102,7 @@ class ShellRun:
             return "killed: the run was interrupted"
         if self.state == "background":
             how = "still running at its yield point, it went on" if self.yielded else "started"
-            how = f"listening on {_ports(self.listening)}, it went on" if self.listening else how
+            how = f"listening on {ports_text(self.listening)}, it went on" if self.listening else how
             return f"{how} in the background: pid {self.pid}, output in {self.log_path}"
         return f"exit code {self.exit_code} after {self.duration:.1f} s"
 
@@ -179,7 +179,8 @@ def shell_text(run: ShellRun) -> str:
     if run.state == "background" and not run.yielded:
         return f"{parts[0]}\nStarted in the background: pid {run.pid}, output in {run.log_path}"
     if run.yielded:
-        why = f"LISTENING on {_ports(run.listening)}" if run.listening else f"STILL RUNNING after {run.duration:.0f} s"
+        why = f"LISTENING on {ports_text(run.listening)}" if run.listening else \
+            f"STILL RUNNING after {run.duration:.0f} s"
         parts.append(f"{why}, so it went on in the background: pid {run.pid}, "
                      f"its output continuing in {run.log_path} (`kill {run.pid}` stops it). What it printed so far:")
     else:
@@ -197,7 +198,7 @@ def shell_text(run: ShellRun) -> str:
     return "\n".join(parts + _sandbox_note(run))
 
 
-def _ports(numbers) -> str:
+def ports_text(numbers) -> str:
     """`port 8000`, `ports 8000, 8443`."""
     return f"port{'s' if len(numbers) != 1 else ''} {', '.join(str(number) for number in numbers)}"
 
