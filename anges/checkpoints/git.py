@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-import tempfile
 import threading
 import time
 import zlib
@@ -21,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from anges.exceptions import CheckpointError
+from anges.util.paths import make_dirs, write_file
 from anges.util.waiting import wait_for
 
 TRUSTED_GIT_DIRS = ("/usr/bin", "/bin", "/usr/local/bin", "/opt/homebrew/bin", "/run/current-system/sw/bin",
@@ -110,7 +110,7 @@ class PrivateGit:
         to the folder; None: those given before) are left out of its checkpoints."""
         for directory in (self.store / "empty", self.store / "objects" / "pack", self.gitdir / "refs" / "heads",
                           self.gitdir / "info"):
-            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            make_dirs(str(directory))
         _write_if_changed(self.gitdir / "HEAD", "ref: refs/heads/checkpoints\n")
         _write_if_changed(self.gitdir / "config", "[core]\n\trepositoryformatversion = 0\n\tbare = false\n")
         _write_if_changed(self.gitdir / "info" / "attributes", ATTRIBUTES)
@@ -164,13 +164,9 @@ class PrivateGit:
         name = hashlib.sha1(data).hexdigest()
         folder = self.store / "objects" / name[:2]
         path = folder / name[2:]
-        if not path.exists():
-            folder.mkdir(mode=0o700, exist_ok=True)
-            handle, temp = tempfile.mkstemp(prefix="tmp_obj_", dir=folder)
-            with os.fdopen(handle, "wb") as file:
-                file.write(zlib.compress(data))
-            os.chmod(temp, 0o444)
-            os.replace(temp, path)
+        if not os.path.lexists(path):
+            make_dirs(str(folder))
+            write_file(str(path), zlib.compress(data), 0o444)
         return name
 
     def head(self) -> str:
@@ -182,10 +178,7 @@ class PrivateGit:
 
     def set_head(self, commit: str) -> None:
         """Make `commit` the folder's latest checkpoint: it keeps every earlier one reachable."""
-        ref = self.gitdir / "refs" / "heads" / "checkpoints"
-        temp = ref.with_name(".checkpoints.tmp")
-        temp.write_text(commit + "\n")
-        os.replace(temp, ref)
+        write_file(str(self.gitdir / "refs" / "heads" / "checkpoints"), f"{commit}\n".encode())
 
 
 def _pattern(path: str) -> str:
@@ -200,6 +193,4 @@ def _write_if_changed(path: Path, text: str) -> None:
             return
     except FileNotFoundError:
         pass
-    temp = path.with_name(f".{path.name}.tmp")
-    temp.write_bytes(data)
-    os.replace(temp, path)
+    write_file(str(path), data)

@@ -22,7 +22,7 @@ from anges.checkpoints.timeline import Entry, Timeline
 from anges.config.loading import anges_home
 from anges.exceptions import CheckpointError, InvalidStreamId
 from anges.store.events import is_valid_id
-from anges.util.paths import inside, link_in
+from anges.util.paths import inside, link_in, open_file
 
 if TYPE_CHECKING:
     from anges.config.types import CheckpointsConfig
@@ -70,8 +70,7 @@ class CheckpointStore:
     @contextmanager
     def lock(self) -> Iterator[None]:
         """Hold the store's lock: one snapshot or undo at a time, across processes."""
-        self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(self.path / "lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        fd = open_file(str(self.path / "lock"), os.O_RDWR | os.O_CREAT, parents=True)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield

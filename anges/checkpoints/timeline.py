@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 from anges.checkpoints.snapshot import LeftOut, Snapshot
+from anges.util.paths import open_file
 
 MAX_TAILS = 256
 
@@ -81,9 +82,8 @@ class Timeline:
                       roots={root: snap.commit for root, snap in snapshots.items()},
                       left_out={root: value for root, value in left_out.items() if value != previous.get(root, {})},
                       time=datetime.now().isoformat(timespec="seconds"), **facts)
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         line = json.dumps({k: v for k, v in asdict(entry).items() if v or k in ("id", "kind", "roots")}) + "\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        fd = open_file(str(self.path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, parents=True)
         try:
             os.write(fd, line.encode())
             size = os.fstat(fd).st_size

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from anges.checkpoints.diffs import Diff, FileChange, changes, diff_text
 from anges.checkpoints.git import PrivateGit
+from anges.checkpoints.restore import write_back
 from anges.checkpoints.snapshot import LeftOut, Snapshot
 from anges.checkpoints.timeline import Entry
 
@@ -59,9 +60,9 @@ def plan_restore(git: PrivateGit, to: Entry, later: list[Entry], now: Snapshot) 
     return restore
 
 
-def apply_restore(restore: Restore) -> None:
-    """Write the folder's files as the plan says (git's checkout: it never writes through a link)."""
-    restore.git.run("read-tree", "--reset", "-u", restore.target)
+def apply_restore(restore: Restore) -> list[str]:
+    """Write the folder's files as the plan says, never through a link (`restore.write_back`); what failed."""
+    return write_back(restore.git, restore.changes)
 
 
 def plan_token(restores: list[Restore]) -> str:

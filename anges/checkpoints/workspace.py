@@ -145,9 +145,8 @@ class Checkpoints:
             entry = self.timeline.append("undo", {r.git.root: r.now for r in plan.restores}, event=number,
                                          action="UNDO", subject=f"undo to before step {plan.to.number}",
                                          to=plan.to.entry.id)
-            event = self._event(plan, entry, by, overwrite)
-            for restore in plan.restores:
-                apply_restore(restore)
+            failed = [f"{restore.git.root}/{line}" for restore in plan.restores for line in apply_restore(restore)]
+            event = self._event(plan, entry, by, overwrite, failed)
             after, errors = self.files.snapshots([r.git.root for r in plan.restores])
             self.timeline.append("end", after, error="; ".join(errors))
             self.stream.add_event(event)
@@ -199,7 +198,7 @@ class Checkpoints:
         taken, _ = self.files.snapshots(list(roots))
         return taken
 
-    def _event(self, plan: UndoPlan, entry: Entry, by: str, overwrite: bool) -> Event:
+    def _event(self, plan: UndoPlan, entry: Entry, by: str, overwrite: bool, failed: list[str]) -> Event:
         """The undo as an event for the stream: the model reads what was taken back."""
         from anges.prompt.templates import render_template
 
@@ -215,10 +214,12 @@ class Checkpoints:
         count = len(plan.diff.files)
         message = f"Undone: the files are back as they were before step {plan.to.number} ({count} " \
                   f"file{'s' if count != 1 else ''} changed back)"
+        if failed:
+            message += f"; {len(failed)} could not be written back: {'; '.join(failed[:5])}"
         overwrote = [item.path for item in plan.conflicts] if overwrite else []
         return Event("workspace_restored", content=content, message=message, data={
             **facts, "checkpoint": {"id": entry.id}, "overwrote": overwrote[:LISTED], "by": by,
-            "stat": plan.diff.stat_line})
+            "stat": plan.diff.stat_line, **({"failed": failed[:LISTED]} if failed else {})})
 
     def _event_numbers(self) -> dict[int, int]:
         """Checkpoint id -> the number of the event that recorded its step."""
