@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from test_checkpoints import complete as step_complete
-from test_checkpoints import run, shell as step_shell
+from test_checkpoints import run
+from test_checkpoints import shell as step_shell
 from test_cli import anges, complete, only_stream, scripted, shell
 from test_session import finished, sessions  # noqa: F401  (a fixture)
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from anges.actions import ActionContext, is_builtin_style
-from anges.checkpoints.git import Interrupted
+from anges.checkpoints.git import CheckpointsOff, Interrupted
 from anges.checkpoints.store import CheckpointStore
 from anges.config.loading import anges_home
 from anges.exceptions import CheckpointError, RunStopped
@@ -68,9 +68,13 @@ class StepCheckpoints:
                                    subject=_subject(args), outside=_outside(action, ctx, run.roots))
         except Interrupted:
             raise RunStopped("interrupt", "the run was interrupted") from None
-        except CheckpointError as exc:
+        except CheckpointsOff as exc:
             log.warning("no checkpoint before %s: %s", action.type, exc)
             self._pending, self._run = {"error": f"no checkpoint: {exc}; checkpoints are off for this run"}, None
+            return
+        except CheckpointError as exc:  # this step goes without one; the next tries again
+            log.warning("no checkpoint before %s: %s", action.type, exc)
+            self._pending = {"error": f"no checkpoint: {exc}"}
             return
         run.taken = True
         self._pending = {"id": entry.id, **_left_out(entry), **({"error": entry.error} if entry.error else {})}
@@ -119,7 +123,7 @@ def _left_out(entry: Entry) -> dict:
         left = entry.left_out_of(root)
         prefix = "" if root == next(iter(entry.roots)) else root.rstrip("/") + "/"
         for kind, paths in (("ignored", left.ignored), ("too_big", [path for path, _ in left.too_big]),
-                            ("repos", left.repos)):
+                            ("repos", left.repos), ("unreadable", left.unreadable), ("special", left.special)):
             shown.setdefault(kind, []).extend(prefix + path for path in paths)
         shown["more"] = shown.get("more", 0) + left.more
     if not any(shown.values()):

@@ -64,6 +64,10 @@ class Interrupted(CheckpointError):
     """The run was interrupted while git worked: the command was killed."""
 
 
+class CheckpointsOff(CheckpointError):
+    """No checkpoint can be taken in this run (no git, or a folder with too many files)."""
+
+
 IDENTITY = {"GIT_AUTHOR_NAME": "anges", "GIT_AUTHOR_EMAIL": "anges@localhost", "GIT_COMMITTER_NAME": "anges",
             "GIT_COMMITTER_EMAIL": "anges@localhost"}
 
@@ -72,13 +76,13 @@ def find_git(configured: str = "") -> str:
     """The git to run: `configured` (an absolute path), else the first in TRUSTED_GIT_DIRS."""
     if configured:
         if not os.path.isabs(configured) or not os.access(configured, os.X_OK):
-            raise CheckpointError(f"checkpoints.git {configured!r} is not an executable absolute path")
+            raise CheckpointsOff(f"checkpoints.git {configured!r} is not an executable absolute path")
         return configured
     for directory in TRUSTED_GIT_DIRS:
         candidate = os.path.join(directory, "git")
         if os.access(candidate, os.X_OK):
             return candidate
-    raise CheckpointError(f"git was not found in {', '.join(TRUSTED_GIT_DIRS[:3])} (install git, or name it with "
+    raise CheckpointsOff(f"git was not found in {', '.join(TRUSTED_GIT_DIRS[:3])} (install git, or name it with "
                           "checkpoints.git)")
 
 
@@ -121,6 +125,11 @@ class PrivateGit:
     def run(self, *args: str, stdin: bytes | None = None, check: bool = True, index: Path | None = None) -> bytes:
         """The output of `git ARGS` in the folder (with another `index` file, if given); CheckpointError when it
         fails (or the run is interrupted)."""
+        return self.run_with_warnings(*args, stdin=stdin, check=check, index=index)[0]
+
+    def run_with_warnings(self, *args: str, stdin: bytes | None = None, check: bool = True,
+                          index: Path | None = None) -> tuple[bytes, bytes]:
+        """`run`, and what git said on its standard error."""
         env = self.env if index is None else {**self.env, "GIT_INDEX_FILE": str(index)}
         try:
             process = subprocess.Popen([self.git, *self.options, *args], cwd=self.root, env=env,
@@ -132,7 +141,7 @@ class PrivateGit:
         if check and process.returncode != 0:
             message = err.decode(errors="replace").strip().splitlines()
             raise CheckpointError(f"git {args[0]} failed: {message[-1] if message else process.returncode}")
-        return out
+        return out, err
 
     def _communicate(self, process: subprocess.Popen, stdin: bytes | None) -> tuple[bytes, bytes]:
         """Wait for `process` (fed `stdin` on a thread: communicate() cannot go on feeding after a timeout), and

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from anges.checkpoints import snapshot
-from anges.checkpoints.git import Interrupted, PrivateGit, find_git
+from anges.checkpoints.git import CheckpointsOff, Interrupted, PrivateGit, find_git
 from anges.checkpoints.timeline import Entry, Timeline
 from anges.config.loading import anges_home
 from anges.exceptions import CheckpointError, InvalidStreamId
@@ -81,7 +81,7 @@ class CheckpointStore:
                   ) -> tuple[dict[str, snapshot.Snapshot], list[str]]:
         """A snapshot of each folder now (the caller holds the lock), and why some could not be taken;
         CheckpointError when none could."""
-        taken, errors = {}, []
+        taken, errors, off = {}, [], True
         for root in roots:
             inside = None if excludes is None else _inside(excludes, root)
             try:
@@ -90,8 +90,9 @@ class CheckpointStore:
                 raise
             except CheckpointError as exc:
                 errors.append(str(exc))
+                off = off and isinstance(exc, CheckpointsOff)
         if not taken:
-            raise CheckpointError("; ".join(errors) or "no folder to checkpoint")
+            raise (CheckpointsOff if off else CheckpointError)("; ".join(errors) or "no folder to checkpoint")
         return taken, errors
 
     def take(self, uid: str, kind: str, roots: Iterable[str], excludes: Iterable[str] | None = None,

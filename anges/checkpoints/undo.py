@@ -87,6 +87,8 @@ def _not_covered(then: LeftOut, now: LeftOut, conflicts: set[str]) -> list[tuple
               for path, size in now.too_big if path not in conflicts]
     found += [(path, "a repository of its own: checkpoints do not cover it") for path in now.repos
               if path not in then.repos]
+    found += [(path, "anges may not read it: checkpoints do not cover it") for path in now.unreadable]
+    found += [(path, "a FIFO, socket or device: checkpoints do not cover it") for path in now.special]
     return found
 
 
@@ -96,6 +98,8 @@ def _kept(name: str, left_out: LeftOut, same_rules: bool) -> str:
         return "it was over the size limit at the checkpoint"
     if _under(name, left_out.repos):
         return "it was inside a repository of its own at the checkpoint"
+    if _under(name, left_out.unreadable):
+        return "anges could not read it at the checkpoint"
     if not same_rules and _under(name, left_out.ignored):
         return "it was ignored (.gitignore) at the checkpoint"
     if left_out.more and not same_rules:
@@ -114,6 +118,8 @@ def _unsaved(root: str, name: str, left_out: LeftOut) -> str:
         return "it is inside a repository of its own now"
     if _under(name, left_out.ignored):
         return "it is ignored (.gitignore) now, so what it holds now is not saved"
+    if _under(name, left_out.unreadable):
+        return "anges may not read it now, so what it holds now is not saved"
     return ""
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from anges.checkpoints.diffs import Diff, FileChange, changes, diff_text
-from anges.checkpoints.snapshot import Snapshot
+from anges.checkpoints.snapshot import Snapshot, not_covered
 from anges.checkpoints.store import CheckpointStore
 from anges.checkpoints.timeline import Entry
 from anges.checkpoints.undo import Conflict, Restore, apply_restore, plan_diff, plan_restore, plan_token
@@ -114,6 +114,10 @@ class Checkpoints:
                 git = self.files.git(root)
                 result.files += changes(git, before, end)
                 result.text += diff_text(git, before, end, self.cwd)
+                after = now[root].left_out if last is None else last.left_out_of(root)
+                shown = self._shown(root)
+                result.not_covered += [(shown(path), why) for path, why in not_covered(first.left_out_of(root),
+                                                                                         after)]
         return result
 
     # -- undo ------------------------------------------------------------------------------------------------

@@ -236,15 +236,18 @@ def cost(session: Interactive, argument: str) -> None:
 
 @command("/diff [STEP]", "what this stream's steps changed in the files (or one step: its number)")
 def diff(session: Interactive, argument: str) -> None:
+    from anges.cli.checkpoints import not_covered_lines
     from anges.cli.render import files_diff
 
     found = _checkpoints(session).diff(_step(argument, "/diff STEP"))
     if not found.files:
         session.say("no changes", "dim")
-        return
-    uid = session.stream.uid
-    session.transcript.print([*files_diff(found.text, session.display.styled),
-                              Text(f"(all of it, for git apply: anges diff {uid})", "dim")])
+    else:
+        uid = session.stream.uid
+        session.transcript.print([*files_diff(found.text, session.display.styled),
+                                  Text(f"(all of it, for git apply: anges diff {uid})", "dim")])
+    for line in not_covered_lines(found):
+        session.say(line, "dim")
 
 
 @command("/steps", "the steps that could change files, by number (what /diff STEP and /undo STEP take)")
