@@ -87,8 +87,8 @@ UNREADABLE = textwrap.dedent("""
     work = sys.argv[1]
     def shell(command):
         return {"reasoning": "r", "actions": [{"action_type": "RUN_SHELL_CMD", "command": command}]}
-    steps = [shell("chmod 000 a.txt d && echo 2 > b.txt && echo c > c.txt && chmod 000 c.txt"),
-             shell("echo 3 > b.txt"), shell("echo 4 > b.txt"),
+    steps = [shell("echo 1 > b.txt"), shell("echo 2 > b.txt"), shell("chmod 000 a.txt && echo 3 > b.txt"),
+             shell("chmod 000 d && echo c > c.txt && chmod 000 c.txt"), shell("echo 5 > b.txt"),
              {"reasoning": "r", "actions": [{"action_type": "TASK_COMPLETE", "content": "done"}]}]
     config = load_config(overrides={"safety": {"sandbox": "off", "approval": "auto"}})
     agent = DefaultAgent(inference_func=ScriptedModel(steps), cmd_init_dir=work, config=config)
@@ -115,7 +115,8 @@ def test_for_an_ordinary_user_unreadable_files_and_folders_are_left_out_and_name
     assert out.returncode == 0, out.stderr[-2000:]
     found = json.loads(out.stdout.strip().splitlines()[-1])
     assert all("error" not in record for record in found["records"]), found["records"]
-    assert set(found["records"][1]["left_out"]["unreadable"]) == {"a.txt", "c.txt", "d/"}
+    assert found["records"][3]["left_out"] == {"unreadable": ["a.txt"]}, "on the fast path (no git asked)"
+    assert set(found["records"][4]["left_out"]["unreadable"]) == {"a.txt", "c.txt", "d/"}
     assert {("a.txt", "anges may not read it"), ("d/", "anges may not read it")} <= \
         {tuple(item) for item in found["not_covered"]}
     assert found["b"] == "b\n", "the rest is still checkpointed and undone"

@@ -64,7 +64,8 @@ class StepCheckpoints:
         if run is None or read_only or not action.may_change_files(args):  # a read-only sandbox's command writes none
             return
         try:
-            entry = run.store.take(run.uid, "step", run.roots, run.excludes, event=number, action=action.type,
+            entry = run.store.take(run.uid, "step", run.roots, run.excludes, watch=True, event=number,
+                                   action=action.type,
                                    subject=_subject(args), outside=_outside(action, ctx, run.roots))
         except Interrupted:
             raise RunStopped("interrupt", "the run was interrupted") from None

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from anges.exceptions import CheckpointError
-from anges.util.paths import make_dirs, write_file
+from anges.util.paths import make_dirs, open_directory, open_folder_in, resolve, write_file, write_file_in
 from anges.util.waiting import wait_for
 
 TRUSTED_GIT_DIRS = ("/usr/bin", "/bin", "/usr/local/bin", "/opt/homebrew/bin", "/run/current-system/sw/bin",
@@ -108,6 +108,19 @@ class PrivateGit:
                     "GIT_NO_REPLACE_OBJECTS": "1", "GIT_NO_LAZY_FETCH": "1", **IDENTITY}
         settings = {**SETTINGS, "core.hooksPath": empty}
         self.options = [part for key, value in settings.items() for part in ("-c", f"{key}={value}")]
+        self._folders: dict[str, int] = {}
+        """Descriptors of the store's folders this object writes into, kept open (see `_folder`)."""
+
+    def __del__(self) -> None:
+        for fd in getattr(self, "_folders", {}).values():
+            os.close(fd)
+
+    def _folder(self, path: Path) -> int:
+        """A descriptor of a folder of the store, opened (and made) once without following a link."""
+        fd = self._folders.get(str(path))
+        if fd is None:
+            fd = self._folders[str(path)] = open_directory(resolve(str(path)), create=True, mode=0o700)
+        return fd
 
     def ensure(self, excludes: list[str] | None = None) -> None:
         """Create the store's shared parts and this folder's git directory if missing; `excludes` (paths relative
@@ -169,13 +182,20 @@ class PrivateGit:
         stamp = f"{IDENTITY['GIT_AUTHOR_NAME']} <{IDENTITY['GIT_AUTHOR_EMAIL']}> {int(time.time())} +0000"
         parents = f"parent {parent}\n" if parent else ""
         body = f"tree {tree}\n{parents}author {stamp}\ncommitter {stamp}\n\ncheckpoint\n".encode()
-        data = b"commit %d\0" % len(body) + body
+        return self.write_object("commit", body)
+
+    def write_object(self, kind: str, body: bytes, level: int = 1) -> str:
+        """Store a git object (a loose one, as git writes them: `git fsck` reads it) unless it is there; its id."""
+        data = b"%s %d\0" % (kind.encode(), len(body)) + body
         name = hashlib.sha1(data).hexdigest()
-        folder = self.store / "objects" / name[:2]
-        path = folder / name[2:]
-        if not os.path.lexists(path):
-            make_dirs(str(folder))
-            write_file(str(path), zlib.compress(data), 0o444)
+        folder = open_folder_in(self._folder(self.store / "objects"), name[:2])
+        try:
+            try:
+                os.stat(name[2:], dir_fd=folder, follow_symlinks=False)
+            except FileNotFoundError:
+                write_file_in(folder, name[2:], zlib.compress(data, level), 0o444)
+        finally:
+            os.close(folder)
         return name
 
     def head(self) -> str:
@@ -187,7 +207,21 @@ class PrivateGit:
 
     def set_head(self, commit: str) -> None:
         """Make `commit` the folder's latest checkpoint: it keeps every earlier one reachable."""
-        write_file(str(self.gitdir / "refs" / "heads" / "checkpoints"), f"{commit}\n".encode())
+        # Written in place (41 bytes, one write): replacing the file by a rename makes ext4 flush it to disk first,
+        # which costs milliseconds a step on a busy disk. A ref longer than that (none anges writes) is replaced.
+        folder = self._folder(self.gitdir / "refs" / "heads")
+        try:
+            fd = os.open("checkpoints", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder)
+        except OSError:  # a link (or anything but a file) there: replaced, never written through
+            write_file_in(folder, "checkpoints", f"{commit}\n".encode())
+            return
+        try:
+            data = f"{commit}\n".encode()
+            if os.fstat(fd).st_size > len(data):
+                os.ftruncate(fd, len(data))
+            os.pwrite(fd, data, 0)
+        finally:
+            os.close(fd)
 
 
 def _pattern(path: str) -> str:

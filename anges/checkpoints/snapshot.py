@@ -58,6 +58,9 @@ class Snapshot:
     root: str
     commit: str
     left_out: LeftOut
+    skipped: frozenset[str] = frozenset()
+    """Every path git passed over as ignored or a repository of its own, and the folders it could not open (not
+    capped as `left_out`'s lists are): what the fast path leaves alone too."""
 
 
 @dataclass
@@ -79,8 +82,9 @@ def take(git: PrivateGit, max_file_bytes: int, max_new_files: int, excludes: lis
     status, warnings = git.run_with_warnings(*STATUS)
     for folder in _unopened(warnings):
         left_out.add("unreadable", folder)
-    changes = _changes(status, git.root, max_file_bytes, left_out)
-    for path in walk(git.root, {*left_out.ignored, *left_out.repos, *left_out.unreadable}).special:
+    skipped: set[str] = set(_unopened(warnings))
+    changes = _changes(status, git.root, max_file_bytes, left_out, skipped)
+    for path in walk(git.root, skipped).special:
         if path not in left_out.special:
             left_out.add("special", path)  # git passes over them without a word
     if len(changes.add) > max_new_files and not head:
@@ -95,10 +99,10 @@ def take(git: PrivateGit, max_file_bytes: int, max_new_files: int, excludes: lis
         tree = git.run("write-tree", "--missing-ok").decode().strip()  # every blob was just written: no need to look
         head = git.commit(tree, head)
         git.set_head(head)
-    return Snapshot(git.root, head, left_out)
+    return Snapshot(git.root, head, left_out, frozenset(skipped))
 
 
-def _changes(status: bytes, root: str, max_file_bytes: int, left_out: LeftOut) -> _Changes:
+def _changes(status: bytes, root: str, max_file_bytes: int, left_out: LeftOut, skipped: set[str]) -> _Changes:
     """What `git status` says changed, sorted into what to add (or remove) and what to leave out."""
     changes = _Changes()
     for entry in status.split(b"\0"):
@@ -107,8 +111,10 @@ def _changes(status: bytes, root: str, max_file_bytes: int, left_out: LeftOut) -
         code, path = entry[:2].decode(), os.fsdecode(entry[3:])
         if code == "!!":
             left_out.add("ignored", path)
+            skipped.add(path)
         elif path.endswith("/"):  # a folder git does not enter: a repository of its own
             left_out.add("repos", path)
+            skipped.add(path)
         elif code[1] == "D" or code == "??" or code[1] in "MT":
             _sort(path, code, root, max_file_bytes, changes, left_out)
         else:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from anges.checkpoints import snapshot
+from anges.checkpoints import fast, snapshot
 from anges.checkpoints.git import CheckpointsOff, Interrupted, PrivateGit, find_git
 from anges.checkpoints.timeline import Entry, Timeline
 from anges.config.loading import anges_home
@@ -48,9 +49,22 @@ class CheckpointStore:
         self.config = config
         self.interrupt = interrupt
         self._git_path = ""
+        self._gits: dict[str, PrivateGit] = {}
+        self._timelines: dict[str, Timeline] = {}
+        self._lock_fd = -1
+        self._mutex = threading.RLock()
+
+    def __del__(self) -> None:
+        if getattr(self, "_lock_fd", -1) >= 0:
+            os.close(self._lock_fd)
 
     def git(self, root: str) -> PrivateGit:
-        """The private git of one folder."""
+        """The private git of one folder (the git it runs checked once: a resolved path outside the folder)."""
+        if root not in self._gits:
+            self._gits[root] = self._checked_git(root)
+        return self._gits[root]
+
+    def _checked_git(self, root: str) -> PrivateGit:
         if not self._git_path:
             self._git_path = find_git(self.config.git)
         real = os.path.realpath(self._git_path)
@@ -62,30 +76,36 @@ class CheckpointStore:
     def timeline(self, uid: str) -> Timeline:
         if not is_valid_id(uid):
             raise InvalidStreamId(f"invalid stream id {repr(uid)[:80]}")
-        return Timeline(self.path / "logs" / f"{uid}.jsonl")
+        if uid not in self._timelines:
+            self._timelines[uid] = Timeline(self.path / "logs" / f"{uid}.jsonl")
+        return self._timelines[uid]
 
     def exists(self) -> bool:
         return self.path.is_dir()
 
     @contextmanager
     def lock(self) -> Iterator[None]:
-        """Hold the store's lock: one snapshot or undo at a time, across processes."""
-        fd = open_file(str(self.path / "lock"), os.O_RDWR | os.O_CREAT, parents=True)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
+        """Hold the store's lock: one snapshot or undo at a time, across processes (and threads: each holds it on
+        a descriptor of its own, so the one kept open between checkpoints is for one thread at a time)."""
+        with self._mutex:
+            if self._lock_fd < 0:
+                self._lock_fd = open_file(str(self.path / "lock"), os.O_RDWR | os.O_CREAT, parents=True)
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
-    def snapshots(self, roots: Iterable[str], excludes: Iterable[str] | None = None
+    def snapshots(self, roots: Iterable[str], excludes: Iterable[str] | None = None, watch: bool = False
                   ) -> tuple[dict[str, snapshot.Snapshot], list[str]]:
         """A snapshot of each folder now (the caller holds the lock), and why some could not be taken;
-        CheckpointError when none could."""
+        CheckpointError when none could. With `watch`, from the kernel's events where they can tell
+        (`fast.take`), else from git; without, from git, and the folders are no longer watched."""
         taken, errors, off = {}, [], True
         for root in roots:
             inside = None if excludes is None else _inside(excludes, root)
             try:
-                taken[root] = snapshot.take(self.git(root), self.config.max_file_bytes, self.config.max_files, inside)
+                taken[root] = self._snapshot(self.git(root), inside, watch)
             except Interrupted:
                 raise
             except CheckpointError as exc:
@@ -95,12 +115,22 @@ class CheckpointStore:
             raise (CheckpointsOff if off else CheckpointError)("; ".join(errors) or "no folder to checkpoint")
         return taken, errors
 
+    def _snapshot(self, git: PrivateGit, excludes: list[str] | None, watch: bool) -> snapshot.Snapshot:
+        found = fast.take(git, self.config.max_file_bytes) if watch else None
+        if found is None:
+            if not watch:
+                fast.forget(git)
+            found = snapshot.take(git, self.config.max_file_bytes, self.config.max_files, excludes)
+            if watch:
+                fast.remember(git, found)
+        return found
+
     def take(self, uid: str, kind: str, roots: Iterable[str], excludes: Iterable[str] | None = None,
-             **facts) -> Entry:
-        """Snapshot `roots` and record the snapshot as the next entry of stream `uid`'s timeline; when a run
-        ends, pack the objects its steps left (a few per step) if there are many."""
+             watch: bool = False, **facts) -> Entry:
+        """Snapshot `roots` and record the snapshot as the next entry of stream `uid`'s timeline (`watch`: see
+        `snapshots`); when a run ends, pack the objects its steps left (a few per step) if there are many."""
         with self.lock():
-            taken, errors = self.snapshots(roots, excludes)
+            taken, errors = self.snapshots(roots, excludes, watch)
             entry = self.timeline(uid).append(kind, taken, error="; ".join(errors), **facts)
             if kind == "end":
                 self.pack(list(taken))

@@ -119,25 +119,43 @@ def write_file(path: str, data: bytes, mode: int = 0o600, durable: bool = False,
     other hard links is replaced too: they keep what they held."""
     directory, name = _parent(path, parents)
     try:
-        temp = f".{name[:200]}.{secrets.token_hex(4)}.tmp"
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
-                     dir_fd=directory)
-        try:
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                if durable:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(temp, name, src_dir_fd=directory, dst_dir_fd=directory)
-        except BaseException:
-            with suppress(OSError):
-                os.unlink(temp, dir_fd=directory)
-            raise
+        write_file_in(directory, name, data, mode, durable)
     finally:
         os.close(directory)
+
+
+def write_file_in(directory: int, name: str, data: bytes, mode: int = 0o600, durable: bool = False) -> None:
+    """`write_file` into the folder open as `directory` (a descriptor), for a caller that keeps one open."""
+    temp = f".{name[:200]}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=directory)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, name, src_dir_fd=directory, dst_dir_fd=directory)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(temp, dir_fd=directory)
+        raise
+
+
+def open_folder_in(directory: int, name: str, create: bool = True) -> int:
+    """A descriptor of the folder `name` inside the one open as `directory`, never through a link (made if
+    missing, with `create`)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(name, flags, dir_fd=directory)
+    except FileNotFoundError:
+        if not create:
+            raise
+    with suppress(FileExistsError):
+        os.mkdir(name, 0o700, dir_fd=directory)
+    return os.open(name, flags, dir_fd=directory)
 
 
 def _parent(path: str, create: bool) -> tuple[int, str]:
