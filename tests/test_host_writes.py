@@ -158,10 +158,12 @@ WRITING_CALLS = {"os.replace", "os.rename", "os.link", "os.symlink", "os.mkdir",
 WRITING_METHODS = {"write_text", "write_bytes", "mkdir", "touch", "rename", "symlink_to", "hardlink_to", "chmod"}
 HELPERS = "anges/util/paths.py"
 ALLOWED = {
-    ("anges/checkpoints/restore.py", "os.mkdir"): "an undo's writes: each relative to a folder descriptor, no link",
-    ("anges/checkpoints/restore.py", "os.open"): "followed (O_NOFOLLOW, O_EXCL), into a name of its own",
+    ("anges/checkpoints/restore.py", "os.mkdir"): "an undo's folders and links: each relative to a folder "
+                                                  "descriptor, a new name renamed into place",
     ("anges/checkpoints/restore.py", "os.symlink"): "",
     ("anges/checkpoints/restore.py", "os.rename"): "",
+    ("anges/checkpoints/git.py", "os.open"): "the checkpoint ref, written in place through the store's folder "
+                                             "descriptor (O_NOFOLLOW: a link there is replaced instead)",
     ("anges/tools/fileedit.py", "os.open"): "the model's own edits, judged by the policy: folder descriptors, "
                                             "O_NOFOLLOW, O_EXCL",
     ("anges/tools/fileedit.py", "os.replace"): "",

@@ -72,6 +72,7 @@ class StepCheckpoints:
         except CheckpointsOff as exc:
             log.warning("no checkpoint before %s: %s", action.type, exc)
             self._pending, self._run = {"error": f"no checkpoint: {exc}; checkpoints are off for this run"}, None
+            run.store.stop_watching(run.roots)
             return
         except CheckpointError as exc:  # this step goes without one; the next tries again
             log.warning("no checkpoint before %s: %s", action.type, exc)
@@ -89,12 +90,15 @@ class StepCheckpoints:
     def end(self) -> None:
         """The run ended: snapshot what its steps left, so later changes read as someone else's."""
         run, self._run = self._run, None
-        if run is None or not run.taken:
+        if run is None:
             return
         try:
-            run.store.take(run.uid, "end", run.roots, run.excludes)
+            if run.taken:
+                run.store.take(run.uid, "end", run.roots, run.excludes)
         except CheckpointError as exc:
             log.warning("no checkpoint at the end of the run: %s", exc)
+        finally:
+            run.store.stop_watching(run.roots)
 
 
 def _outside(action: Action, ctx: ActionContext, roots: list[str]) -> bool:

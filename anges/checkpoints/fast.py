@@ -45,7 +45,7 @@ def take(git: PrivateGit, max_file_bytes: int) -> Snapshot | None:
     seen = known.watcher.seen()
     if seen.everything:
         return None
-    changed = _changed(known, seen.paths)
+    changed = _changed(known, seen.paths, max_file_bytes)
     if changed is None:
         return None
     if not changed:
@@ -94,7 +94,7 @@ def forget(git: PrivateGit) -> None:
         known.watcher.close()
 
 
-def _changed(known: _Folder, paths: set[str]) -> list[str] | None:
+def _changed(known: _Folder, paths: set[str], max_file_bytes: int) -> list[str] | None:
     """The covered (or left out) files among `paths`; None when one is new, or a .gitignore: then git must judge."""
     found = []
     left_out = known.snapshot.left_out
@@ -103,9 +103,14 @@ def _changed(known: _Folder, paths: set[str]) -> list[str] | None:
             continue
         if path.split("/")[-1] == ".gitignore":
             return None
-        if _entry(known, path) is not None or any(path in _names(getattr(left_out, k)) for k in LEFT_OUT_FILES):
+        full = os.path.join(known.git.root, path)
+        if _entry(known, path) is not None:
             found.append(path)
-        elif os.path.lexists(os.path.join(known.git.root, path)):
+        elif any(path in _names(getattr(left_out, kind)) for kind in LEFT_OUT_FILES):
+            if left_out_because(full, max_file_bytes) in ("", "gone"):
+                return None  # no longer a FIFO (or unreadable, or too big): whether it is ignored is git's to say
+            found.append(path)
+        elif os.path.lexists(full):
             return None  # a new name: whether it is ignored is git's to say
     return sorted(found)
 

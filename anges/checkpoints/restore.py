@@ -12,7 +12,7 @@ from contextlib import suppress
 
 from anges.checkpoints.diffs import FileChange
 from anges.checkpoints.git import PrivateGit
-from anges.util.paths import open_directory
+from anges.util.paths import open_directory, write_file_in
 
 _FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NOT_A_FOLDER = (errno.ELOOP, errno.ENOTDIR)
@@ -72,24 +72,18 @@ def _write(root: int, name: str, content: bytes, mode: str) -> None:
     *parts, base = name.split("/")
     folder = _folder(root, parts, make=True)
     assert folder is not None
-    temp = f".{base[:200]}.{secrets.token_hex(4)}.anges-restore"
     try:
-        if mode == LINK:
-            os.symlink(os.fsdecode(content), temp, dir_fd=folder)
-        else:
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         0o777 if mode == EXECUTABLE else 0o666, dir_fd=folder)
-            try:
-                view = memoryview(content)
-                while view:
-                    view = view[os.write(fd, view):]
-            finally:
-                os.close(fd)
-        os.rename(temp, base, src_dir_fd=folder, dst_dir_fd=folder)  # a link there is replaced, not followed
-    except BaseException:
-        with suppress(OSError):
-            os.unlink(temp, dir_fd=folder)
-        raise
+        if mode != LINK:
+            write_file_in(folder, base, content, 0o777 if mode == EXECUTABLE else 0o666)
+            return
+        temp = f".{base[:200]}.{secrets.token_hex(4)}.tmp"
+        os.symlink(os.fsdecode(content), temp, dir_fd=folder)
+        try:
+            os.rename(temp, base, src_dir_fd=folder, dst_dir_fd=folder)  # a link there is replaced, not followed
+        except BaseException:
+            with suppress(OSError):
+                os.unlink(temp, dir_fd=folder)
+            raise
     finally:
         os.close(folder)
 

@@ -53,6 +53,7 @@ class CheckpointStore:
         self._timelines: dict[str, Timeline] = {}
         self._lock_fd = -1
         self._mutex = threading.RLock()
+        self._depth = 0
 
     def __del__(self) -> None:
         if getattr(self, "_lock_fd", -1) >= 0:
@@ -85,16 +86,20 @@ class CheckpointStore:
 
     @contextmanager
     def lock(self) -> Iterator[None]:
-        """Hold the store's lock: one snapshot or undo at a time, across processes (and threads: each holds it on
-        a descriptor of its own, so the one kept open between checkpoints is for one thread at a time)."""
+        """Hold the store's lock: one snapshot or undo at a time, across processes (an flock on the lock file,
+        kept open), and across this object's threads (a mutex: an flock is the descriptor's, not the thread's)."""
         with self._mutex:
             if self._lock_fd < 0:
                 self._lock_fd = open_file(str(self.path / "lock"), os.O_RDWR | os.O_CREAT, parents=True)
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            self._depth += 1
+            if self._depth == 1:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
             try:
                 yield
             finally:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+                self._depth -= 1
+                if self._depth == 0:
+                    fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     def snapshots(self, roots: Iterable[str], excludes: Iterable[str] | None = None, watch: bool = False
                   ) -> tuple[dict[str, snapshot.Snapshot], list[str]]:
@@ -124,6 +129,11 @@ class CheckpointStore:
             if watch:
                 fast.remember(git, found)
         return found
+
+    def stop_watching(self, roots: Iterable[str]) -> None:
+        """The folders' next checkpoints ask git (a run ended): their watches are closed."""
+        for root in roots:
+            fast.forget(PrivateGit("", self.path, root))
 
     def take(self, uid: str, kind: str, roots: Iterable[str], excludes: Iterable[str] | None = None,
              watch: bool = False, **facts) -> Entry:
