@@ -106,6 +106,17 @@ def test_the_terminal_export_names_where_a_link_points_and_replaces_the_link_onl
     assert (work / "summary.md").read_text().startswith("# go") and untouched(outside)
 
 
+def test_batch_results_are_never_written_through_a_link_a_task_planted(planted):
+    from test_batch import batch, script, task_file
+
+    work, outside = planted
+    plant = script(work, "plant.json", shell(f"ln -s {outside / '.bash_profile'} results.jsonl"), complete())
+    tasks = task_file(work, {"id": "plant", "task": "plant a link", "path": "."})
+    out = batch(str(tasks), "--model", plant, "-o", "results.jsonl", cwd=work)
+    assert out.returncode != 0 and f"results.jsonl is a link to {outside / '.bash_profile'}" in out.stderr
+    assert untouched(outside)
+
+
 def test_the_request_history_is_never_written_through_a_link(planted):
     work, outside = planted
     (work / "history").symlink_to(outside / ".bash_profile")

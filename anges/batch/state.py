@@ -25,7 +25,7 @@ from anges.config.loading import anges_home
 from anges.exceptions import BatchError
 from anges.store.events import is_valid_id
 from anges.store.fileops import make_private_dirs
-from anges.util.paths import open_file, write_file
+from anges.util.paths import links_on_the_way, links_text, open_file, resolve, write_file
 
 MAX_ERROR_CHARS = 2000
 
@@ -133,6 +133,10 @@ def write_results(rows: list[dict], target: str | None) -> None:
             sys.stdout.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
         sys.stdout.flush()
     elif target:
+        links = links_on_the_way(target, [resolve(os.getcwd())])  # a task working in "." could have made one
+        if links:
+            raise BatchError(f"not written: {links_text(links)}, and anges never writes through a link (a task's "
+                             "command may have made it): remove it, or name another file")
         try:
             write_jsonl(Path(target).expanduser(), rows)
         except OSError as exc:
