@@ -10,6 +10,7 @@ import secrets
 from contextlib import suppress
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_PASSAGE = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 RESOLVE_ATTEMPTS = 20
 
 
@@ -49,17 +50,19 @@ def open_directory(real_dir: str, create: bool = False, mode: int = 0o777) -> in
     """A descriptor of the directory at `real_dir` (absolute and resolved), reached from / without following any
     symlink; with `create`, missing directories are made (with `mode`). OSError (ELOOP, ENOTDIR) where a symlink
     now stands."""
-    fd = os.open("/", _DIRECTORY)
+    parts = [p for p in real_dir.split(os.sep) if p]
+    fd = os.open("/", _DIRECTORY if not parts else _PASSAGE)
     try:
-        for part in (p for p in real_dir.split(os.sep) if p):
+        for count, part in enumerate(parts, 1):
+            flags = _DIRECTORY if count == len(parts) else _PASSAGE  # a folder on the way need not be readable
             try:
-                inner = os.open(part, _DIRECTORY, dir_fd=fd)
+                inner = os.open(part, flags, dir_fd=fd)
             except FileNotFoundError:
                 if not create:
                     raise
                 with suppress(FileExistsError):
                     os.mkdir(part, mode, dir_fd=fd)
-                inner = os.open(part, _DIRECTORY, dir_fd=fd)
+                inner = os.open(part, flags, dir_fd=fd)
             os.close(fd)
             fd = inner
     except BaseException:
