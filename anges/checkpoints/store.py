@@ -121,13 +121,23 @@ class CheckpointStore:
         return taken, errors
 
     def _snapshot(self, git: PrivateGit, excludes: list[str] | None, watch: bool) -> snapshot.Snapshot:
-        found = fast.take(git, self.config.max_file_bytes) if watch else None
+        broken = False
+        try:
+            found = fast.take(git, self.config.max_file_bytes) if watch else None
+        except OSError:  # the store could not be written (a full disk): git looks
+            found, broken = None, True
         if found is None:
-            if not watch:
-                fast.forget(git)
-            found = snapshot.take(git, self.config.max_file_bytes, self.config.max_files, excludes)
+            if broken or not watch:
+                fast.forget(git)  # what it knew may be half updated; `remember` starts it afresh
+            try:
+                found = snapshot.take(git, self.config.max_file_bytes, self.config.max_files, excludes)
+            except OSError as exc:
+                raise CheckpointError(f"cannot write the checkpoint store: {exc.strerror or exc}") from None
             if watch:
-                fast.remember(git, found)
+                try:
+                    fast.remember(git, found)
+                except (OSError, CheckpointError):
+                    fast.forget(git)  # the next checkpoint asks git again
         return found
 
     def stop_watching(self, roots: Iterable[str]) -> None:
