@@ -6,7 +6,6 @@ import hashlib
 import hmac
 import ipaddress
 import math
-import os
 import secrets
 import threading
 import time
@@ -16,6 +15,8 @@ from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
 from flask import Flask, abort, g, jsonify, redirect, request, session, url_for
+
+from anges.util.paths import write_file
 
 from .sessions import SessionRegistry
 
@@ -35,15 +36,8 @@ def load_secret(home: Path) -> bytes:
             return secret
     except FileNotFoundError:
         pass
-    home.mkdir(mode=0o700, parents=True, exist_ok=True)
     secret = secrets.token_hex(32).encode()
-    temp = path.with_name(f".{SECRET_FILE}.{os.getpid()}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, secret + b"\n")
-    finally:
-        os.close(fd)
-    os.replace(temp, path)
+    write_file(str(path), secret + b"\n", 0o600, parents=True)
     return secret
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from anges.actions import ActionContext, is_builtin_style
-from anges.checkpoints.git import Interrupted
+from anges.checkpoints.git import CheckpointsOff, Interrupted
 from anges.checkpoints.store import CheckpointStore
 from anges.config.loading import anges_home
 from anges.exceptions import CheckpointError, RunStopped
@@ -64,13 +64,19 @@ class StepCheckpoints:
         if run is None or read_only or not action.may_change_files(args):  # a read-only sandbox's command writes none
             return
         try:
-            entry = run.store.take(run.uid, "step", run.roots, run.excludes, event=number, action=action.type,
+            entry = run.store.take(run.uid, "step", run.roots, run.excludes, watch=True, event=number,
+                                   action=action.type,
                                    subject=_subject(args), outside=_outside(action, ctx, run.roots))
         except Interrupted:
             raise RunStopped("interrupt", "the run was interrupted") from None
-        except CheckpointError as exc:
+        except CheckpointsOff as exc:
             log.warning("no checkpoint before %s: %s", action.type, exc)
             self._pending, self._run = {"error": f"no checkpoint: {exc}; checkpoints are off for this run"}, None
+            run.store.stop_watching(run.roots)
+            return
+        except CheckpointError as exc:  # this step goes without one; the next tries again
+            log.warning("no checkpoint before %s: %s", action.type, exc)
+            self._pending = {"error": f"no checkpoint: {exc}"}
             return
         run.taken = True
         self._pending = {"id": entry.id, **_left_out(entry), **({"error": entry.error} if entry.error else {})}
@@ -84,12 +90,15 @@ class StepCheckpoints:
     def end(self) -> None:
         """The run ended: snapshot what its steps left, so later changes read as someone else's."""
         run, self._run = self._run, None
-        if run is None or not run.taken:
+        if run is None:
             return
         try:
-            run.store.take(run.uid, "end", run.roots, run.excludes)
+            if run.taken:
+                run.store.take(run.uid, "end", run.roots, run.excludes)
         except CheckpointError as exc:
             log.warning("no checkpoint at the end of the run: %s", exc)
+        finally:
+            run.store.stop_watching(run.roots)
 
 
 def _outside(action: Action, ctx: ActionContext, roots: list[str]) -> bool:
@@ -119,7 +128,7 @@ def _left_out(entry: Entry) -> dict:
         left = entry.left_out_of(root)
         prefix = "" if root == next(iter(entry.roots)) else root.rstrip("/") + "/"
         for kind, paths in (("ignored", left.ignored), ("too_big", [path for path, _ in left.too_big]),
-                            ("repos", left.repos)):
+                            ("repos", left.repos), ("unreadable", left.unreadable), ("special", left.special)):
             shown.setdefault(kind, []).extend(prefix + path for path in paths)
         shown["more"] = shown.get("more", 0) + left.more
     if not any(shown.values()):

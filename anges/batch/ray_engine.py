@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from anges.batch.worker import Job, progress_item, result, run_task
 from anges.exceptions import BatchError, StreamBusy
+from anges.util.paths import write_file
 
 if TYPE_CHECKING:
     from anges.config.types import Config
@@ -214,7 +215,7 @@ def _import_records(store: EventStore, records: list, scratch: Path) -> dict:
         if not lines or lines[0].get("kind") != "header":
             continue
         file = scratch / f"import-{uid}.jsonl"
-        file.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+        write_file(str(file), "".join(json.dumps(line) + "\n" for line in lines).encode())
         store.import_file(file)
         offsets[uid] = store.read_records(uid)[1]
         file.unlink()

@@ -40,8 +40,10 @@ def diff_command(args: argparse.Namespace) -> int:
     diff = checkpoints.diff(args.step)
     if not diff.files:
         print("no changes", file=sys.stderr)
-        return 0
-    write_diff(diff, sys.stdout)
+    else:
+        write_diff(diff, sys.stdout)
+    for line in not_covered_lines(diff):
+        print(line, file=sys.stderr)
     return 0
 
 
@@ -86,6 +88,21 @@ def write_diff(diff: Diff, out) -> None:
         out.flush()
         out.buffer.write(diff.text.encode(errors="surrogateescape"))
         out.buffer.flush()
+
+
+SHOWN_NOT_COVERED = 20
+
+
+def not_covered_lines(diff: Diff) -> list[str]:
+    """What the diff cannot show: the files the checkpoints left out (ignored, repositories of their own, unreadable,
+    FIFOs, over the size limit), a few of each reason."""
+    if not diff.not_covered:
+        return []
+    lines = ["not covered by the checkpoints (changes there are not in this diff, nor taken back by an undo):"]
+    lines += [printable(f"  {path} ({why})") for path, why in diff.not_covered[:SHOWN_NOT_COVERED]]
+    if len(diff.not_covered) > SHOWN_NOT_COVERED:
+        lines.append(f"  and {len(diff.not_covered) - SHOWN_NOT_COVERED} more")
+    return lines
 
 
 def step_lines(steps: list[Step]) -> list[str]:

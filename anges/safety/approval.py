@@ -338,7 +338,7 @@ def preview_edit(args: dict, cwd: str, max_bytes: int = 5_000_000, resolved: str
     import tempfile
 
     from anges.tools.fileedit import EditError, apply_edit, edit_target
-    from anges.util.paths import open_nofollow
+    from anges.util.paths import open_nofollow, write_file
 
     directive = str(args.get("directive_line", "")).strip()
     try:
@@ -357,8 +357,7 @@ def preview_edit(args: dict, cwd: str, max_bytes: int = 5_000_000, resolved: str
                         return f"{directive}\n(the edit would fail: not a regular file)"
                     if info.st_size > max_bytes:
                         return f"{directive}\n(the file is too large to preview)"
-                    with open(copy, "wb") as target:
-                        target.write(source.read(max_bytes + 1))
+                    write_file(copy, source.read(max_bytes + 1))
             result = apply_edit(f"{operation} {copy} {arguments}".strip(), str(args.get("content") or ""),
                                 base_dir=scratch, old_text=args.get("old_text"))
     except (EditError, OSError) as exc:

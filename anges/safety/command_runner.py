@@ -28,6 +28,7 @@ from anges.safety.limits import PidsCgroup, process_limit
 from anges.safety.runner import KILL_GRACE, Channel, end_marked, select_read, send_fds
 from anges.safety.sandbox import SandboxSettings, availability, warn_once
 from anges.safety.seccomp import filter_fd
+from anges.util.paths import open_file
 
 log = logging.getLogger("anges.safety.sandbox")
 
@@ -340,7 +341,8 @@ class CommandRunner:
         return self._cgroup.enter_argv(argv) if self._cgroup is not None else argv
 
     def _start_runner(self, argv: list[str], passed: list[int], scratch: str) -> subprocess.Popen:
-        with open(os.path.join(scratch, "runner.log"), "wb") as errors:
+        with os.fdopen(open_file(os.path.join(scratch, "runner.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+                       "wb") as errors:
             try:
                 return _spawn_from_keeper(argv, pass_fds=tuple(passed), env={"PATH": os.defpath},
                                           stdin=subprocess.DEVNULL, stdout=errors, stderr=errors,
