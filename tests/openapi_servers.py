@@ -37,6 +37,8 @@ class Recorder:
     seen: list[Seen] = field(default_factory=list)
     flaky_left: int = 0
     flaky_status: int = 503
+    document: dict | None = None
+    """What `/doc.json` of `other_server` serves."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def paths(self, method: str | None = None) -> list[str]:
@@ -174,6 +176,10 @@ def other_server():
 
     recorder = Recorder()
     app = FastAPI()
+
+    @app.get("/doc.json")
+    def document():
+        return recorder.document
 
     @app.get("/collect")
     def collect(request: Request):

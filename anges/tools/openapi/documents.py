@@ -7,6 +7,7 @@ the run's commands can write, and none reaches into a place hidden from them.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from typing import Any, Protocol, cast
@@ -19,6 +20,10 @@ MAX_DOCUMENT_BYTES = 20_000_000
 FETCH_SECONDS = 30.0
 MAX_ERRORS_SHOWN = 3
 VERSIONS = {"3.0": "OpenAPIV30SpecValidator", "3.1": "OpenAPIV31SpecValidator"}
+_VALID: set[str] = set()
+"""The documents found valid (their contents' hashes): checking a large one takes seconds."""
+RESOLVED_CACHE = 1024
+"""`$ref`s the validator keeps resolved (its default, 128, makes a large document's check several times slower)."""
 
 
 class Place(Protocol):
@@ -58,16 +63,24 @@ class Document:
         return self._read[uri]
 
     def validate(self) -> None:
-        """ConfigError naming the first problems when the document does not follow the OpenAPI specification."""
+        """ConfigError naming the first problems when the document does not follow the OpenAPI specification (a
+        document already found valid in this process, the same to the byte, is not checked again)."""
+        key = hashlib.sha256(json.dumps(self.contents, sort_keys=True).encode()).hexdigest()
+        if key not in _VALID:
+            self._check()
+            _VALID.add(key)
+
+    def _check(self) -> None:
         import openapi_spec_validator
         from jsonschema_path import SchemaPath
         from referencing.exceptions import Unresolvable
 
         handlers = {scheme: self.read for scheme in ("file", "http", "https")}
         validator = getattr(openapi_spec_validator, VERSIONS[self.version])
+        path = SchemaPath.from_dict(self.contents, base_uri=self.uri, handlers=handlers,
+                                    resolved_cache_maxsize=RESOLVED_CACHE)
         try:
-            errors = list(_first(validator(SchemaPath.from_dict(self.contents, base_uri=self.uri,
-                                                                handlers=handlers)).iter_errors()))
+            errors = _first(validator(path).iter_errors())
         except Unresolvable as exc:
             raise ConfigError(f"{self.spec}: a $ref cannot be resolved: {_cause(exc)}") from None
         if errors:
@@ -179,7 +192,7 @@ def _first(errors) -> list:
 
 def _problem(error) -> str:
     where = "/".join(str(part) for part in getattr(error, "absolute_path", ()) or ())
-    message = " ".join(str(getattr(error, "message", error)).split())
+    message = " ".join(str(getattr(error, "message", error)).strip().split("\n\n")[0].split())
     return f"{message[:300]}" + (f" (at {where})" if where else "")
 
 

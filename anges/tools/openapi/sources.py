@@ -4,6 +4,7 @@ its credential; finding an operation, preparing a call, what the policy judges o
 from __future__ import annotations
 
 import base64
+import difflib
 import os
 import re
 from collections.abc import Callable, Iterable
@@ -91,7 +92,7 @@ class Source:
         for op in self.operations.values():
             if name == op.id or (path and method.upper() == op.method and path == op.path):
                 return op
-        near = [op.id for op in self.search(name.split()[-1] if name else "")][:8]
+        near = difflib.get_close_matches(name, [n for op in self.operations.values() for n in op.names], 5, 0.6)
         hint = f" Similar: {', '.join(near)}." if near else ""
         raise CallError(f"API {self.name} has no operation {name!r}.{hint} The index in your instructions lists "
                         "them; DESCRIBE_API_OPERATION with a word of its path finds one.", "unknown_operation")
