@@ -98,6 +98,8 @@ class Document:
     def _file(self, path: str) -> bytes:
         named = os.path.abspath(path)
         real = resolve(named)
+        if not os.path.isfile(real):
+            raise ConfigError(f"{named}: cannot read the OpenAPI document: no such file")
         if self.place.can_write(real):
             raise ConfigError(f"{named}: lies where the agent's commands can write, so the agent could have written "
                               "it; an API description decides where calls go and which ask first: keep it outside "
