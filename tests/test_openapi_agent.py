@@ -245,3 +245,22 @@ def test_a_bad_source_stops_the_agent_before_it_starts(work, tmp_path):
     config = load_config(overrides={"tools": {"openapi": [{"spec": str(tmp_path / "none.json")}]}})
     with pytest.raises(ConfigError, match="none.json: cannot read the OpenAPI document"):
         DefaultAgent(inference_func=ScriptedModel([]), cmd_init_dir=work, config=config)
+
+
+def test_a_batch_task_calls_the_apis_of_the_config_and_of_the_flag(tmp_path, pet_server):
+    from test_batch import batch, batch_streams, script, task_file
+
+    items = write_items_documents(tmp_path / "specs", pet_server.url)
+    config = tmp_path / "config.yaml"
+    config.write_text(json.dumps({"tools": {"openapi": [
+        {"name": "pets", "spec": f"{pet_server.url}/openapi.json", "auth": {"env": "PETS_TOKEN"}}]}}))
+    model = script(tmp_path, "r.json", reply(call("listPets", api="pets"),
+                                             call("getItem", api="stock", parameters={"item_id": "a", "X-Trace-Id": "b"})),
+                   complete())
+    tasks = task_file(tmp_path, {"id": "one", "task": "count the pets"})
+    done = batch(str(tasks), "--model", model, "--config", str(config), "--openapi", f"stock={items}", cwd=tmp_path,
+                 env=os.environ.copy())
+    assert done.returncode == 0, done.stderr
+    (stream,) = batch_streams(next(iter({info.batch_id for info in EventStore().list()}))).values()
+    assert [(c.api, c.status) for c in calls_of(stream)] == [("pets", 200), ("stock", 200)]
+    assert TOKEN not in "".join(path.read_text() for path in EventStore().root.glob(f"**/{stream.uid}*"))
