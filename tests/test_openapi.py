@@ -278,3 +278,24 @@ def test_a_stop_ends_a_call_in_flight_and_a_timeout_ends_a_slow_one(work, pet_se
     quick = load(work, {"spec": f"{pet_server.url}/openapi.json", "timeout": 0.5})
     slow = quick.send(quick.prepare({"operation": "slow"}), lambda: False)
     assert slow.error == "timeout" and slow.message == "no answer within 0.5 s" and slow.attempts == 1
+
+
+def test_two_hundred_operations_leave_a_32k_window_room_to_work(tmp_path, work):
+    from anges.agents import DefaultAgent
+    from anges.models.scripted import ScriptedModel
+    from anges.models.window import DEFAULT_CHARS_PER_TOKEN
+
+    spec = tmp_path / "big.json"
+    spec.write_text(json.dumps(many_operations(200)))
+    model = ScriptedModel([{"analysis": "", "reasoning": "", "actions": [
+        {"action_type": "CALL_API", "operation": "repos_get_item0", "parameters": {"owner": "me"}}]},
+                           {"analysis": "", "reasoning": "", "actions": [{"action_type": "TASK_COMPLETE", "content": "ok"}]}],
+                          context_window=32_768)
+    stream = DefaultAgent(inference_func=model, cmd_init_dir=work, config=config_for({"spec": str(spec)})
+                          ).run_with_new_request("read one")
+    assert stream.events_list[-1].type == "task_completion"  # the prompt fit (the server was not there: a failed call)
+    first, second = model.prompts
+    assert first.count("\n- ") >= 200 and "per_page: int" in first  # every operation, with its parameters
+    room = 32_768 - 8_192
+    assert len(first) / DEFAULT_CHARS_PER_TOKEN < 0.6 * room
+    assert second.startswith(first.split("\n# History\n")[0])  # the index sits in the stable part
