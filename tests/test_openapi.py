@@ -299,3 +299,16 @@ def test_two_hundred_operations_leave_a_32k_window_room_to_work(tmp_path, work):
     room = 32_768 - 8_192
     assert len(first) / DEFAULT_CHARS_PER_TOKEN < 0.6 * room
     assert second.startswith(first.split("\n# History\n")[0])  # the index sits in the stable part
+
+
+def test_a_key_in_the_query_reaches_the_server_and_no_log(work, pet_server, caplog, monkeypatch):
+    monkeypatch.setenv("PETS_KEY", "query-key-0123456789")
+    apis = load(work, {"spec": f"{pet_server.url}/openapi.json",
+                       "auth": {"type": "api_key", "in": "query", "name": "key", "env": "PETS_KEY"}})
+    prepared = apis.prepare({"operation": "echo"})
+    assert prepared.url == f"{pet_server.url}/echo" and "query-key" not in apis.judge({"operation": "echo"}).detail
+    with caplog.at_level("DEBUG"):
+        received = apis.send(prepared, lambda: False)
+    assert json.loads(received.body) == {"authorization": None, "query": "key=query-key-0123456789"}
+    assert received.url == f"{pet_server.url}/echo"
+    assert "HTTP Request: GET" in caplog.text and "query-key-0123456789" not in caplog.text

@@ -83,6 +83,11 @@ def test_a_get_runs_unasked_a_post_asks_and_a_declined_one_is_never_sent(work, p
                             "Authorization: Bearer (the secret from $PETS_TOKEN)\n\n"
                             '{\n  "name": "Bo",\n  "tag": "dog"\n}')
     assert "POST http" in first.text() and TOKEN not in first.text()
+    # an editor's permission request shows the same request (the terminal and the web card show `detail` too)
+    asked_in_editor = UpdateMapper(lambda update: None, str(work), iter(range(9))).permission_call(first)
+    shown = json.dumps(asked_in_editor.model_dump(mode="json"))
+    assert asked_in_editor.kind == "fetch" and f"POST {pet_server.url}/pets" in shown
+    assert "Authorization: Bearer (the secret from $PETS_TOKEN)" in shown and '\\"name\\": \\"Bo\\"' in shown
     declined = [e for e in stream.events_list if e.type == "approval_decided" and e.data["decision"] == "deny"]
     assert len(declined) == 1 and declined[0].data["subject"] == "pets.createPet"
     # the server saw the token on every call

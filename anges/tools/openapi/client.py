@@ -4,6 +4,7 @@ under a time limit and cut short by a stop within a second."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -60,6 +61,32 @@ class Received:
     duration: float = 0.0
     error: str = ""
     message: str = ""
+
+
+class _Masked(logging.Filter):
+    """Masks the credentials in what the HTTP library logs (`-v` prints each request's URL: a key in the query)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.secrets: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from anges.util.masking import mask_secrets
+
+        if self.secrets:
+            record.msg, record.args = mask_secrets(record.getMessage(), self.secrets), None
+        return True
+
+
+_MASKED = _Masked()
+
+
+def mask_logs(secrets: list[str]) -> None:
+    """Mask these secrets in what the HTTP library logs, from now on in this process."""
+    logger = logging.getLogger("httpx2")
+    if _MASKED not in logger.filters:
+        logger.addFilter(_MASKED)
+    _MASKED.secrets.update(secrets)
 
 
 def send(prepared: Prepared, sending: Sending, stop: Callable[[], bool]) -> Received:

@@ -14,7 +14,7 @@ from urllib.parse import urljoin, urlsplit
 
 from anges.exceptions import ConfigError
 from anges.tools.openapi.calls import CallError, Prepared, prepare, shown_request
-from anges.tools.openapi.client import Received, Sending, send
+from anges.tools.openapi.client import Received, Sending, mask_logs, send
 from anges.tools.openapi.documents import Document, Place
 from anges.tools.openapi.operations import Operation, chosen, describe, index_line, read_operations
 
@@ -132,6 +132,7 @@ class APIs:
                 raise ConfigError(f"{source.where}: another API is named {source.name!r} too: give one a `name`")
             self.sources[source.name] = source
         self.index_chars = index_chars
+        mask_logs(self.secrets)
 
     @classmethod
     def load(cls, config: ToolsConfig, cwd: str, place: Place, max_body: int) -> APIs | None:
