@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from anges.web.render import step_view
 from openapi_servers import TOKEN, write_items_documents
 from test_orchestrator import RoutedModel, child
 from test_telemetry import Collected
@@ -22,7 +23,6 @@ from anges.store.event_store import EventStore
 from anges.store.events import APICall, group_of
 from anges.store.export import to_markdown
 from anges.telemetry import facts as telemetry_facts
-from anges.web.render import step_view
 
 ANGES = [sys.executable, "-m", "anges"]
 
