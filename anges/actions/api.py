@@ -141,12 +141,10 @@ def _body_facts(received: Received, secrets: list[str], cap: int, directory: str
 
     if not received.body:
         return {"body_bytes": 0}
-    content_type = received.headers.get("content-type", "").lower()
-    text = _as_text(received.body, content_type)
-    facts: dict[str, Any] = {"body_bytes": received.size, "truncated": received.truncated}
+    text, kind = _as_text(received.body, received.headers.get("content-type", "").lower())
     data = received.body if text is None else text.encode()
-    facts["body_path"] = _save(data, directory, secrets, ".json" if content_type.endswith("json") or (
-        text is not None and text.startswith(("{", "["))) else ".txt" if text is not None else ".bin")
+    facts: dict[str, Any] = {"body_bytes": received.size, "truncated": received.truncated,
+                             "body_path": _save(data, directory, secrets, kind)}
     if text is None:
         return {**facts, "binary": True}
     view = StreamView(max(cap, 1))
@@ -155,20 +153,20 @@ def _body_facts(received: Received, secrets: list[str], cap: int, directory: str
     return {**facts, "body": shown, "body_cut": cut, "body_lines": view.lines}
 
 
-def _as_text(body: bytes, content_type: str) -> str | None:
-    """A JSON body indented, a text body decoded; None for one that is not text."""
+def _as_text(body: bytes, content_type: str) -> tuple[str | None, str]:
+    """A JSON body indented, a text body decoded (None for one that is not text), and the suffix of its file."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         if not content_type.startswith(TEXT_TYPES):
-            return None
+            return None, ".bin"
         text = body.decode("latin-1")
     if "json" in content_type or text.lstrip().startswith(("{", "[")):
         try:
-            return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+            return json.dumps(json.loads(text), indent=2, ensure_ascii=False), ".json"
         except ValueError:
             pass
-    return text if "\x00" not in text else None
+    return (text, ".txt") if "\x00" not in text else (None, ".bin")
 
 
 def _save(data: bytes, directory: str | None, secrets: list[str], suffix: str) -> str | None:
