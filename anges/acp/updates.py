@@ -53,7 +53,7 @@ RETURNING_ACTIONS = ("TASK_COMPLETE", "HELP_NEEDED", "AGENT_TEXT_RESPONSE")
 NOT_TOOL_CALLS = (*RETURNING_ACTIONS, "WAIT_FOR_CHILDREN")
 """Actions that are no tool call: the turn's answer, or an orchestrator waiting for its children."""
 KINDS: dict[str, ToolKind] = {"RUN_SHELL_CMD": "execute", "EDIT_FILE": "edit", "READ_MIME_FILES": "read",
-                              "CALL_CHILD_AGENT": "think"}
+                              "CALL_CHILD_AGENT": "think", "CALL_API": "fetch", "DESCRIBE_API_OPERATION": "read"}
 TITLE_CHARS = 160
 DECIDERS = {"editor": "you", "approval=deny": "--approval deny", "no_one": "no one (no one can approve here)",
             "limit": "anges (too long to be shown whole)"}
@@ -300,6 +300,8 @@ class UpdateMapper:
             if parts:
                 return [tool_diff_content(path, new, old) for old, new in parts]
             return [tool_content(text_block(diff or "(no change)"))]
+        if action_type == "CALL_API":
+            return [tool_content(text_block(_fenced(event.content)))]
         return [tool_content(text_block(event.content))]
 
     # -- thoughts and plan ----------------------------------------------------------------------------------------
@@ -399,6 +401,9 @@ class UpdateMapper:
         elif action_type == "USE_MCP_TOOL":
             server, tool = args.get("mcp_server_name") or args.get("server"), args.get("tool_name") or args.get("tool")
             title = f"{server}.{tool}" if server and tool else subject or "an MCP tool"
+        elif action_type in ("CALL_API", "DESCRIBE_API_OPERATION"):
+            name = ".".join(str(args[key]) for key in ("api", "operation") if args.get(key))
+            title = f"{args['method']} {args['url']}" if args.get("url") else name or subject or "a web API"
         elif action_type == "READ_MIME_FILES":
             inputs = args.get("inputs") or []
             names = [str(i.get("source", i) if isinstance(i, dict) else i) for i in inputs] if isinstance(

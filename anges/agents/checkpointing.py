@@ -103,7 +103,7 @@ class StepCheckpoints:
 
 def _outside(action: Action, ctx: ActionContext, roots: list[str]) -> bool:
     """Whether the step could write beyond the covered folders: a command run outside the sandbox, an edit of a
-    path outside them, an MCP tool or a plug-in's action (which run with your rights)."""
+    path outside them, an MCP tool, a web API call or a plug-in's action (which run with your rights)."""
     if action.type not in PROCESS_BUILTINS or not is_builtin_style(action):
         return True
     if action.type in ("EDIT_FILE", "READ_MIME_FILES") and ctx.checked_paths is not None:
@@ -115,6 +115,8 @@ def _outside(action: Action, ctx: ActionContext, roots: list[str]) -> bool:
 def _subject(args: dict) -> str:
     if args.get("mcp_server_name"):
         return f"{args['mcp_server_name']}.{args.get('tool_name', '')}"
+    if args.get("action_type") == "CALL_API":
+        return one_line(f"{args.get('api') or ''} {args.get('operation') or ''}".strip(), 200)
     for name in SUBJECT_PARAMS:
         if isinstance(args.get(name), str) and args[name].strip():
             return one_line(args[name], 200)

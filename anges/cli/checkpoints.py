@@ -121,7 +121,7 @@ def plan_lines(plan: UndoPlan) -> list[str]:
     if plan.outside:
         shown = ", ".join(str(step.number) for step in plan.outside)
         lines.append(f"  step {shown} could change files outside the folders checkpoints cover (run outside the "
-                     "sandbox, or an MCP tool or plug-in): those changes stay")
+                     "sandbox, an MCP tool, a web API call or a plug-in): those changes stay")
     lines += [f"  CONFLICT {item.path}: {item.why}" for item in plan.conflicts]
     return [printable(line) for line in lines]
 

@@ -304,13 +304,16 @@ def _decided_text(facts: dict) -> str:
 
 
 def _detail(action_type: str, args: dict, cwd: str, verdict: Verdict | None = None) -> str:
-    """What a person needs to see to decide: the command, the diff an edit would make, the tool's arguments.
+    """What a person needs to see to decide: the command, the diff an edit would make, the request a web API call
+    makes (the policy's `detail`), the tool's arguments.
 
     Of a hidden file (a credential) nothing is read: the detail is what the model wrote, so a declined request
     leaves none of the file in the record.
     """
     import json
 
+    if verdict is not None and verdict.detail:
+        return verdict.detail
     if action_type == "RUN_SHELL_CMD":
         return str(args.get("command", ""))
     if action_type == "EDIT_FILE":

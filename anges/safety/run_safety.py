@@ -20,6 +20,7 @@ from anges.util.clipping import shorten
 
 if TYPE_CHECKING:
     from anges.config.types import SafetyConfig
+    from anges.tools.openapi import APIs
 
 
 def approval_mode(configured: str, approval: Callable | str | None) -> tuple[str, Callable | None]:
@@ -105,7 +106,7 @@ class RunSafety:
     """The sandbox, policy and approval gate of one run (its child agents use the same)."""
 
     def __init__(self, safety: SafetyConfig, cwd: str, approval: Callable | str | None = None,
-                 runners: Runners | None = None):
+                 runners: Runners | None = None, apis: APIs | None = None):
         self.config = safety
         self.settings = SandboxSettings.for_run(safety, cwd)
         found = availability(safety.bwrap, self.settings.writable) if self.settings.enabled else None
@@ -114,7 +115,7 @@ class RunSafety:
             self.unsandboxed_reason = "the sandbox is off (safety.sandbox: off)"
         else:
             self.unsandboxed_reason = "" if found.ok else f"the sandbox is not available: {found.reason}"
-        self.policy = Policy(safety, self.settings, cwd, self.sandboxed, self.unsandboxed_reason)
+        self.policy = Policy(safety, self.settings, cwd, self.sandboxed, self.unsandboxed_reason, apis)
         mode, channel = approval_mode(safety.approval, approval)
         self.gate = Gate(self.policy, mode, channel, auto_escalate=safety.auto_escalate)
         bwrap = found.bwrap if found is not None and found.ok else self._containing_bwrap()
@@ -232,16 +233,17 @@ class SafetyShare:
     """An agent's part in run safety: a `RunSafety` of its own for each run (background jobs it keeps carry over
     to the next run), or, for a child agent, its parent's."""
 
-    def __init__(self, config: SafetyConfig, parent: RunSafety | None = None):
+    def __init__(self, config: SafetyConfig, parent: RunSafety | None = None, apis: APIs | None = None):
         self.config = config
         self.parent = parent
+        self.apis = apis
         self.run: RunSafety | None = None
         """The current run's (the last begun)."""
         self._kept: Runners | None = None
 
     def begin(self, cwd: str, approval: Callable | str | None) -> RunSafety:
         """The safety of the run about to start."""
-        self.run = self.parent or RunSafety(self.config, cwd, approval, runners=self._kept)
+        self.run = self.parent or RunSafety(self.config, cwd, approval, runners=self._kept, apis=self.apis)
         return self.run
 
     def ending_jobs(self) -> list[dict]:
@@ -290,15 +292,19 @@ def sandbox_works(safety: SafetyConfig, cwd: str) -> bool:
     return availability(safety.bwrap, SandboxSettings.for_run(safety, cwd).writable, quiet=True).ok
 
 
-def run_secrets(config, pass_env: Iterable[str] = (), mcp=None) -> tuple[list[str], dict[str, str]]:
+def run_secrets(config, pass_env: Iterable[str] = (), mcp=None, apis: APIs | None = None
+                ) -> tuple[list[str], dict[str, str]]:
     """The secret values a run masks, and the environment its commands get: without any secret variable (see
     masking.is_secret_name), nor those the configuration names (each model's `api_key_env`, the variables given
-    to MCP servers), unless `pass_env` lists them."""
+    to MCP servers, those web APIs' credentials come from), unless `pass_env` lists them."""
     from anges.safety.shell import scrubbed_environment
     from anges.util.masking import secret_values
 
     names = [preset.api_key_env for preset in config.models.values() if preset.api_key_env]
     if mcp is not None:
         names += [name for spec in mcp.specs.values() for name in spec.env]
+    if apis is not None:
+        names += apis.env_names
     secrets = secret_values(secret_names=names) + (mcp.secrets if mcp is not None else [])
+    secrets += apis.secrets if apis is not None else []
     return secrets, scrubbed_environment(pass_env, names)

@@ -8,7 +8,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from anges.store.events import Event, kind_of
-from anges.store.results import ShellRun
+from anges.store.results import APICall, ShellRun
 from anges.util.clipping import clip
 from anges.util.masking import mask_secrets
 
@@ -16,7 +16,8 @@ PROVIDERS = {"openai": "openai", "anthropic": "anthropic", "gemini": "gcp.gemini
 """anges's provider names as `gen_ai.provider.name` has them (a Gemini preset on Vertex AI is `gcp.vertex_ai`)."""
 OPERATIONS = {"gemini": "generate_content"}
 """The `gen_ai.operation.name` of a model call by provider; every other is `chat`."""
-ARGUMENT_KEYS = ("command", "directive", "path", "server", "tool", "arguments", "agent_id", "agent_type")
+ARGUMENT_KEYS = ("command", "directive", "path", "server", "tool", "arguments", "agent_id", "agent_type", "api",
+                 "operation", "method", "url")
 """The facts of an action's event that say what it was asked to do (its arguments, when content is captured)."""
 
 
@@ -103,6 +104,21 @@ def action_attributes(event: Event, run: ShellRun | None = None) -> dict[str, An
     for key in ("agent_id", "agent_type", "exit_type"):
         if isinstance(data.get(key), str):
             facts[f"anges.child.{key}"] = data[key]
+    call = APICall.of(event)
+    return {**facts, **_api_attributes(call)} if call is not None else facts
+
+
+def _api_attributes(call: APICall) -> dict[str, Any]:
+    """A web API call as OpenTelemetry's HTTP client conventions name it (the URL never holds the credential)."""
+    facts: dict[str, Any] = {"anges.api.name": call.api, "anges.api.operation": call.operation}
+    if call.sent:
+        url = urlparse(call.url)
+        facts.update({"http.request.method": call.method, "url.full": call.url, "server.address": url.hostname or "",
+                      "anges.api.duration": call.duration, "http.request.resend_count": call.attempts - 1})
+        if url.port:
+            facts["server.port"] = url.port
+    if call.status is not None:
+        facts["http.response.status_code"] = call.status
     return facts
 
 
@@ -112,6 +128,9 @@ def action_failure(event: Event, run: ShellRun | None = None) -> tuple[str, str]
     data = event.data
     if data.get("error"):
         return "action_error", str(data["error"])
+    call = APICall.of(event)
+    if call is not None and call.status is not None and call.status >= 400:
+        return str(call.status), call.outcome()
     if run is not None and run.state in ("timed_out", "interrupted"):
         return run.state, run.ending()
     if run is not None and run.exit_code not in (None, 0):

@@ -667,8 +667,9 @@
       details.appendChild(body);
       item.appendChild(details);
     }
-    const render = { shell: renderShell, edit: renderEdit, answer: renderAnswer, interrupted: renderInterrupted,
-      child_start: renderChildNote, child_exit: renderChildNote }[step.kind] || renderOther;
+    const render = { shell: renderShell, api: renderApi, edit: renderEdit, answer: renderAnswer,
+      interrupted: renderInterrupted, child_start: renderChildNote, child_exit: renderChildNote }[step.kind]
+      || renderOther;
     item.appendChild(render(step));
     if (step.restorable && !key) item.appendChild(restoreButton(step));
     return item;
@@ -703,7 +704,7 @@
     for (const item of plan.left_alone) notes.appendChild(el("li", null, `Left as it is: ${item.path} (${item.why})`));
     if (plan.outside.length) {
       notes.appendChild(el("li", null, `Step ${plan.outside.join(", ")} could change files outside the working ` +
-        "directory (outside the sandbox, an MCP tool or a plug-in): those changes stay."));
+        "directory (outside the sandbox, an MCP tool, a web API call or a plug-in): those changes stay."));
     }
     for (const item of plan.conflicts) notes.appendChild(el("li", "conflict", `${item.path}: ${item.why}`));
     const diff = $("restore-diff");
@@ -788,6 +789,27 @@
     } else {
       card.appendChild(el("div", "no-output muted small", "(no output)"));
     }
+    return card;
+  }
+
+  // A web API call anges made (CALL_API): the method and URL, how it went, the body as the model read it.
+  function renderApi(step) {
+    const card = el("div", "card api");
+    const head = cardHead();
+    head.appendChild(el("span", "prompt", "\u21c4"));
+    const name = step.api ? `${step.api}.${step.operation}` : step.operation;
+    head.appendChild(el("code", "command", step.sent ? `${step.method} ${step.url}` : name));
+    const badges = el("span", "badges");
+    badges.appendChild(el("span", `badge ${step.ok ? "ok" : "bad"}`, step.outcome));
+    if (typeof step.duration === "number") badges.appendChild(el("span", "badge", `${step.duration.toFixed(2)} s`));
+    addApprovedBadge(badges, step);
+    head.appendChild(badges);
+    card.appendChild(head);
+    if (step.message) card.appendChild(el("div", "small muted", step.message));
+    const text = (step.output || "").replace(/\n+$/, "");
+    if (text) card.appendChild(outputBlock(text, step.long, `Body (${text.split("\n").length} lines)`));
+    else card.appendChild(el("div", "no-output muted small", "(no body)"));
+    if (step.body_path) card.appendChild(el("div", "small muted", `Whole body: ${step.body_path}`));
     return card;
   }
 
