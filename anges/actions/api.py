@@ -177,8 +177,7 @@ def _save(data: bytes, directory: str | None, secrets: list[str], suffix: str) -
         return None
     try:
         fd, path = tempfile.mkstemp(prefix="anges-api-", suffix=suffix, dir=directory)
-        os.close(fd)
-        with CappedLog(path, 2 * len(data) + 1024, secrets) as log:
+        with CappedLog(fd, 2 * len(data) + 1024, secrets) as log:  # by its descriptor: never reopened by name
             log.write(data)
     except OSError:
         return None
