@@ -289,11 +289,15 @@ class RayEngine:
         options: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
         if self.address is None:
             options["include_dashboard"] = False
-        try:
-            ray.init(address=self.address, **options)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            where = self.address or "a local Ray"
-            raise BatchError(f"cannot start or reach {where}: {exc}") from None
+        # Without a working_dir of its own, Ray puts this process's current directory first on every worker's import
+        # path, and starts the workers in it: a task with `path: "."` could plant a module there that the next
+        # worker imports outside the sandbox. An empty one, uploaded once, is where workers start and look instead.
+        with tempfile.TemporaryDirectory(prefix="anges-ray-") as empty:
+            try:
+                ray.init(address=self.address, runtime_env={"working_dir": empty}, **options)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                where = self.address or "a local Ray"
+                raise BatchError(f"cannot start or reach {where}: {exc}") from None
 
     def worker_env(self) -> dict[str, str]:
         """The variables workers get through `runtime_env`: model keys and endpoints set here, --env names, and with

@@ -220,14 +220,16 @@ def batch_safety(safety: SafetyConfig) -> SafetyConfig:
     return safety.model_copy(update={"default_rules": rules})
 
 
-def missing_sandbox(safety: SafetyConfig, where: str, workdir: str) -> str | None:
-    """Why a batch cannot run its commands in the sandbox it asks for `where` (None when it can), for a task
-    working in `workdir`."""
-    from anges.safety.sandbox import SandboxSettings, availability
+def missing_sandbox(safety: SafetyConfig, where: str, *workdirs: str) -> str | None:
+    """Why a batch cannot run its commands in the sandbox it asks for `where` (None when it can), for tasks working
+    in `workdirs` (a bwrap any of them could have written is never run)."""
+    from anges.safety.places import model_places
+    from anges.safety.sandbox import availability
 
+    places = model_places(safety, *workdirs)  # remembered: no process of the batch imports or runs from there
     if safety.sandbox == "off":
         return None
-    found = availability(safety.bwrap, SandboxSettings.for_run(safety, workdir).writable)
+    found = availability(safety.bwrap, places)
     if found.ok:
         return None
     return (f"the sandbox is not available {where}: {found.reason}. Nobody can approve commands run without it "

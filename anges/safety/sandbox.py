@@ -12,8 +12,10 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
+from anges.safety.places import model_places, own_place_of, own_places
 from anges.safety.runner import prctl
 from anges.util.paths import inside, link_in, resolve
+from anges.util.trust import model_writable
 
 log = logging.getLogger("anges.safety.sandbox")
 
@@ -31,8 +33,8 @@ CREDENTIAL_PATHS = (
     "~/.colima", "~/.lima", "~/.rd", "/var/lib/lxd/unix.socket", "/var/snap/lxd/common/lxd/unix.socket",
     "/var/lib/incus/unix.socket",
 )
-"""Hidden inside the sandbox, with ANGES_HOME, the config files anges read, the ssh-agent socket, every Unix
-socket of the host, and `safety.hidden_paths`."""
+"""Hidden inside the sandbox, with anges' own places (`places.own_places`), the ssh-agent socket, every Unix socket
+of the host, and `safety.hidden_paths`."""
 CREDENTIAL_VARIABLES = (
     "GOOGLE_APPLICATION_CREDENTIALS", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_WEB_IDENTITY_TOKEN_FILE",
     "KUBECONFIG", "DOCKER_CONFIG", "CLOUDSDK_CONFIG", "AZURE_CONFIG_DIR", "GNUPGHOME", "PASSWORD_STORE_DIR",
@@ -103,6 +105,9 @@ class SandboxSettings:
     """Commands may make user namespaces of their own (rootless containers, Chromium's own sandbox)."""
     unix_sockets: bool = False
     """Commands may make Unix sockets (then a host daemon's socket is reachable by any name not covered)."""
+    model_places: tuple[str, ...] = ()
+    """Where commands of a run in this folder may write in any mode (`places.model_places`): no program anges runs,
+    code it imports or file it reads as configuration outside the sandbox may lie there (`model_writable`)."""
 
     @classmethod
     def for_run(cls, safety, cwd: str) -> SandboxSettings:
@@ -112,16 +117,23 @@ class SandboxSettings:
             extra = [_expand(p, cwd) for p in safety.writable_paths]
             extra = [p for p in extra if _exists_or_warn(p)]
             roots = [resolve(p) for p in [cwd, *extra]]
-            writable = _unique(resolve(p) for p in [cwd, *(p for p in extra if not _linked_from(p, roots))])
+            wanted = (resolve(p) for p in [cwd, *(p for p in extra if not _linked_from(p, roots))])
+            writable = _unique(p for p in wanted if not _owned(p))
         _warn_wide(writable)
         return cls(mode=safety.sandbox, network=safety.network, writable=writable, hidden=hidden_paths(safety),
                    workdir=resolve(cwd), protected=protected_paths(writable), tmp_size=safety.tmp_size,
                    max_processes=safety.max_processes, user_namespaces=safety.user_namespaces,
-                   unix_sockets=safety.unix_sockets)
+                   unix_sockets=safety.unix_sockets, model_places=model_places(safety, cwd))
 
     @property
     def enabled(self) -> bool:
         return self.mode != "off"
+
+    @property
+    def untrusted(self) -> tuple[str, ...]:
+        """Where commands may write, however these settings were made: `model_places`, the writable directories and
+        the working directory."""
+        return _unique([*self.model_places, *self.writable, *([self.workdir] if self.workdir else [])])
 
     def can_write(self, path: str) -> bool:
         """True when `path` (resolved, symlinks included) lies in a writable directory, outside the protected, and is
@@ -220,15 +232,13 @@ def private_dirs() -> list[str]:
 
 
 def hidden_paths(safety) -> tuple[str, ...]:
-    """Credential places, ANGES_HOME and the config files anges read (resolved), plus `hidden_paths`, that exist."""
-    from anges.config.loading import anges_home
-    from anges.util.masking import secret_files
-
-    candidates = [*CREDENTIAL_PATHS, str(anges_home()), *secret_files(), *safety.hidden_paths]
+    """Credential places, anges' own places (`own_places`: its home, the config files it read), plus
+    `hidden_paths`, that exist (resolved)."""
+    candidates = [*CREDENTIAL_PATHS, *own_places(), *safety.hidden_paths]
     xdg_config = os.environ.get("XDG_CONFIG_HOME")
     if xdg_config:
         candidates += [os.path.join(xdg_config, name) for name in XDG_CREDENTIAL_PATHS]
-    for name in ("ANGES_CONFIG", "SSH_AUTH_SOCK", *CREDENTIAL_VARIABLES):
+    for name in ("SSH_AUTH_SOCK", *CREDENTIAL_VARIABLES):
         named = os.path.expanduser(os.environ.get(name, ""))
         candidates += [path for path in named.split(os.pathsep) if os.path.isabs(path) and path != os.sep]
     found = (resolve(os.path.expanduser(p)) for p in candidates)
@@ -237,8 +247,8 @@ def hidden_paths(safety) -> tuple[str, ...]:
 
 def protected_paths(writable: tuple[str, ...]) -> tuple[str, ...]:
     """What stays read-only inside the writable directories: each one's `.git` (`.hg`) and the code this process
-    runs (the interpreter's prefixes, the anges package, `sys.path`) where they exist, and the startup places
-    whether they exist or not."""
+    runs (the interpreter's prefixes, the anges package, `sys.path`) where they exist, and the startup places and
+    anges' own places (hidden where they exist) whether they exist or not."""
     code = code_paths()
     found = []
     for path in [os.path.join(root, name) for root in writable for name in VCS_DIRS] + code:
@@ -249,7 +259,7 @@ def protected_paths(writable: tuple[str, ...]) -> tuple[str, ...]:
                            "run in anges' own process; run anges from another directory")
         elif _inside_any(real, writable) and os.path.lexists(real):
             found.append(real)
-    for path in [*startup_places(), *path_dirs(writable)]:
+    for path in [*startup_places(), *path_dirs(writable), *(p for p in own_places() if not os.path.lexists(p))]:
         real = resolve(path)
         if real not in writable and _inside_any(real, writable):
             found.append(real)
@@ -302,10 +312,11 @@ def code_paths() -> list[str]:
     return list(dict.fromkeys(paths))
 
 
-def availability(bwrap: str, writable: tuple[str, ...], quiet: bool = False) -> Availability:
+def availability(bwrap: str, places: tuple[str, ...], quiet: bool = False) -> Availability:
     """Whether `bwrap` works on this machine (probed once per process and `bwrap` location). `bwrap` is the
     configured `safety.bwrap`; without it, bwrap is looked for in the system's directories only. One that the
-    commands of a run in `writable` could replace is refused before it is ever run (`bwrap_problem`)."""
+    commands of a run could replace (it lies in `places`, the run's `model_places`, or those of another run of this
+    process) is refused before it is ever run (`bwrap_problem`)."""
     if not sys.platform.startswith("linux"):
         found = Availability(False, f"the sandbox needs Linux and bubblewrap; this is {sys.platform}")
     else:
@@ -313,27 +324,25 @@ def availability(bwrap: str, writable: tuple[str, ...], quiet: bool = False) -> 
         if isinstance(path, Availability):
             found = path
         else:
-            problem = bwrap_problem(path, writable)
+            problem = bwrap_problem(path, places)
             found = Availability(False, problem) if problem else _probe(resolve(path))  # what was checked is what runs
     return found if quiet else _say_once(found)
 
 
-def working_bwrap(bwrap: str, writable: tuple[str, ...]) -> str:
+def working_bwrap(bwrap: str, places: tuple[str, ...]) -> str:
     """The path of the bwrap `availability` finds working ("" when none does), without a warning."""
-    found = availability(bwrap, writable, quiet=True)
+    found = availability(bwrap, places, quiet=True)
     return found.bwrap if found.ok else ""
 
 
-def bwrap_problem(path: str, writable: tuple[str, ...]) -> str:
-    """Why the bwrap at `path` must not be run ("" when it may): it lies in a directory the commands may write (the
-    run's `writable` ones; for a user other than root, any it may write itself), so a command could have put
-    its own program there. Every start of bwrap checks this first."""
+def bwrap_problem(path: str, places: tuple[str, ...]) -> str:
+    """Why the bwrap at `path` must not be run ("" when it may): it lies where commands may write (`places`, see
+    `model_writable`; for a user other than root, anywhere that user may write), so a command could have put its
+    own program there. Every start of bwrap checks this first."""
+    why = model_writable(path, places)
+    if why:
+        return f"bwrap at {path} is not run: {why}"
     real = resolve(path)
-    if _inside_any(real, writable):
-        return f"bwrap at {path} lies in a directory commands may write"
-    link = link_in(path, writable)
-    if link:
-        return f"bwrap at {path} is reached through a link in a directory commands may write ({link})"
     for place in dict.fromkeys((real, os.path.dirname(os.path.abspath(path)))):  # the file, and a link to it
         while os.geteuid() != 0:  # root may write anywhere: only the run's writable directories tell
             if os.access(place, os.W_OK):
@@ -445,6 +454,16 @@ def _linked_from(path: str, roots: list[str]) -> bool:
         warn_once(f"safety.writable_paths: {path} is reached through the link {link}, which commands may have made (it "
                   "lies in a directory they may write); left out")
     return bool(link)
+
+
+def _owned(root: str) -> bool:
+    """True (with a warning) when `root` lies in one of anges' own places, which commands may never change: its
+    configuration and records (a batch task's folder in anges' home is made for commands and may)."""
+    place = own_place_of(root)
+    if place:
+        warn_once(f"{root} lies in {place}, one of anges' own places (its configuration and records): commands may "
+                  "not write there; work in another folder")
+    return bool(place)
 
 
 def _warn_wide(writable: tuple[str, ...]) -> None:
