@@ -356,7 +356,7 @@ def bwrap_problem(path: str, places: tuple[str, ...]) -> str:
 def find_bwrap(configured: str = "") -> str | Availability:
     """The bwrap to use: `configured` (an absolute path), else the first in TRUSTED_BWRAP_DIRS; or why not."""
     if configured:
-        if not os.path.isabs(configured):
+        if not os.path.isabs(configured) or "\0" in configured:
             return Availability(False, f"safety.bwrap must be an absolute path, not {configured!r}")
         if not os.access(configured, os.X_OK) or os.path.isdir(configured):
             return Availability(False, f"bwrap was not found at {configured} (safety.bwrap)")
