@@ -159,8 +159,9 @@ class SandboxSettings:
             directory = os.path.dirname(path)
             while not os.path.lexists(directory) and directory != os.path.dirname(directory):
                 directory = os.path.dirname(directory)
+            kept = any(_inside(directory, place) for place in self.protected if os.path.lexists(place))
             if os.path.isdir(directory) and not os.path.islink(directory) and directory != "/" \
-                    and _inside_any(directory, self.writable):
+                    and _inside_any(directory, self.writable) and not kept:  # one read-only already takes none
                 found.append(directory)
         return list(_unique(found))
 
@@ -247,8 +248,8 @@ def hidden_paths(safety) -> tuple[str, ...]:
 
 def protected_paths(writable: tuple[str, ...]) -> tuple[str, ...]:
     """What stays read-only inside the writable directories: each one's `.git` (`.hg`) and the code this process
-    runs (the interpreter's prefixes, the anges package, `sys.path`) where they exist, and the startup places and
-    anges' own places (hidden where they exist) whether they exist or not."""
+    runs (the interpreter's prefixes, the anges package, `sys.path`) where they exist, and the startup places,
+    anges' own places (hidden where they exist) and the `sys.path` entries whether they exist or not."""
     code = code_paths()
     found = []
     for path in [os.path.join(root, name) for root in writable for name in VCS_DIRS] + code:
@@ -259,7 +260,8 @@ def protected_paths(writable: tuple[str, ...]) -> tuple[str, ...]:
                            "run in anges' own process; run anges from another directory")
         elif _inside_any(real, writable) and os.path.lexists(real):
             found.append(real)
-    for path in [*startup_places(), *path_dirs(writable), *(p for p in own_places() if not os.path.lexists(p))]:
+    missing = [p for p in [*own_places(), *(e for e in sys.path if os.path.isabs(e))] if not os.path.lexists(p)]
+    for path in [*startup_places(), *path_dirs(writable), *missing]:  # an import path made later is code too
         real = resolve(path)
         if real not in writable and _inside_any(real, writable):
             found.append(real)
