@@ -295,16 +295,6 @@ def test_the_config_files_a_run_read_cannot_be_changed_by_its_commands(work, mon
 
 
 @pytest.mark.sandbox
-def test_an_import_path_that_does_not_exist_yet_cannot_be_made_by_commands(work, monkeypatch):
-    """`PYTHONPATH=src` before `src` exists: a module a command put there would be imported by anges' own process."""
-    monkeypatch.setattr(sys, "path", [*sys.path, str(work / "src")])
-    plant = "mkdir -p src && echo 'import os' > src/yaml.py && echo planted"
-    stream, _ = run_agent(work, [reply(shell(plant)), complete()])
-
-    assert "planted" not in actions(stream)[0].data["stdout"] and not (work / "src").exists()
-
-
-@pytest.mark.sandbox
 def test_the_web_chats_password_file_is_hidden_from_commands(work):
     from web.passwords import password_from_file
 

@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
+from anges.safety.credentials import credential_places, in_homes
 from anges.safety.places import model_places, own_place_of, own_places
 from anges.safety.runner import prctl
 from anges.util.paths import inside, link_in, resolve
@@ -19,32 +20,6 @@ from anges.util.trust import model_writable
 
 log = logging.getLogger("anges.safety.sandbox")
 
-CREDENTIAL_PATHS = (
-    "~/.ssh", "~/.aws", "~/.config/gcloud", "~/.azure", "~/.netrc", "~/.docker", "~/.kube", "~/.gnupg",
-    "~/.git-credentials", "~/.config/git/credentials", "~/.config/gh", "~/.config/hub", "~/.pypirc", "~/.npmrc",
-    "~/.yarnrc.yml", "~/.cargo/credentials", "~/.cargo/credentials.toml", "~/.gem/credentials", "~/.m2/settings.xml",
-    "~/.gradle/gradle.properties", "~/.composer/auth.json", "~/.config/composer/auth.json", "~/.pgpass",
-    "~/.my.cnf", "~/.vault-token", "~/.terraform.d", "~/.terraformrc", "~/.cache/huggingface/token",
-    "~/.huggingface/token", "~/.config/rclone", "~/.config/op", "~/.config/containers/auth.json",
-    "~/.config/sops", "~/.s3cfg", "~/.boto", "~/.oci", "~/.config/doctl", "~/.local/share/keyrings",
-    "~/.password-store", "~/.bash_history", "~/.zsh_history", "~/.python_history", "~/.psql_history",
-    "~/.mysql_history", "~/.node_repl_history", "~/.local/share/fish/fish_history", "~/.mozilla",
-    "~/.config/google-chrome", "~/.config/chromium", "~/.config/BraveSoftware", "~/.config/microsoft-edge",
-    "~/.colima", "~/.lima", "~/.rd", "/var/lib/lxd/unix.socket", "/var/snap/lxd/common/lxd/unix.socket",
-    "/var/lib/incus/unix.socket",
-)
-"""Hidden inside the sandbox, with anges' own places (`places.own_places`), the ssh-agent socket, every Unix socket
-of the host, and `safety.hidden_paths`."""
-CREDENTIAL_VARIABLES = (
-    "GOOGLE_APPLICATION_CREDENTIALS", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_WEB_IDENTITY_TOKEN_FILE",
-    "KUBECONFIG", "DOCKER_CONFIG", "CLOUDSDK_CONFIG", "AZURE_CONFIG_DIR", "GNUPGHOME", "PASSWORD_STORE_DIR",
-    "GH_CONFIG_DIR", "NETRC", "PGPASSFILE", "BOTO_CONFIG", "RCLONE_CONFIG", "OCI_CLI_CONFIG_FILE", "TF_CLI_CONFIG_FILE",
-    "NPM_CONFIG_USERCONFIG", "HF_TOKEN_PATH",
-)
-"""Variables that name a credential file or folder (each of a `KUBECONFIG` list): what they name is hidden too
-(google-genai reads a service account's key from GOOGLE_APPLICATION_CREDENTIALS)."""
-XDG_CREDENTIAL_PATHS = ("gcloud", "gh", "hub", "git/credentials", "rclone", "op", "containers/auth.json", "sops")
-"""The same places under $XDG_CONFIG_HOME, when it is set."""
 RUNTIME_DIRS = ("/run", "/var/run")
 """Where daemons keep their sockets (D-Bus, systemd, Docker, containerd...): an empty private directory in the
 sandbox, as is $XDG_RUNTIME_DIR."""
@@ -105,6 +80,8 @@ class SandboxSettings:
     """Commands may make user namespaces of their own (rootless containers, Chromium's own sandbox)."""
     unix_sockets: bool = False
     """Commands may make Unix sockets (then a host daemon's socket is reachable by any name not covered)."""
+    awaited: tuple[str, ...] = ()
+    """Credential places in a home that did not exist when these settings were made (`awaited_credentials`)."""
     model_places: tuple[str, ...] = ()
     """Where commands of a run in this folder may write in any mode (`places.model_places`): no program anges runs,
     code it imports or file it reads as configuration outside the sandbox may lie there (`model_writable`)."""
@@ -123,7 +100,8 @@ class SandboxSettings:
         return cls(mode=safety.sandbox, network=safety.network, writable=writable, hidden=hidden_paths(safety),
                    workdir=resolve(cwd), protected=protected_paths(writable), tmp_size=safety.tmp_size,
                    max_processes=safety.max_processes, user_namespaces=safety.user_namespaces,
-                   unix_sockets=safety.unix_sockets, model_places=model_places(safety, cwd))
+                   unix_sockets=safety.unix_sockets, awaited=awaited_credentials(),
+                   model_places=model_places(safety, cwd))
 
     @property
     def enabled(self) -> bool:
@@ -148,21 +126,26 @@ class SandboxSettings:
         return any(_inside(real, kept) for kept in self.protected)
 
     def sealed(self) -> list[str]:
-        """The directories where a protected place that does not exist yet would be made: the deepest existing one
-        on its way, inside the writable directories. Sealed, they keep what they hold but take no new entry, and no
-        mount point of the sandbox is left on the host (an empty ~/.bash_profile would stop login shells from
-        reading ~/.profile)."""
+        """The directories where a protected place that does not exist yet would be made (the deepest existing one
+        on its way, inside the writable directories), or a credential place that does not exist yet would appear (in
+        a home, outside them). Sealed, they keep what they hold but take no new entry, and show none made on the
+        host after the sandbox started; no mount point of the sandbox is left on the host (an empty ~/.bash_profile
+        would stop login shells from reading ~/.profile)."""
         found = []
-        for path in self.protected:
+        kept = [place for place in (*self.protected, *self.hidden) if os.path.lexists(place)]
+        for path in (*self.protected, *self.awaited):
             if os.path.lexists(path):
                 continue
             directory = os.path.dirname(path)
             while not os.path.lexists(directory) and directory != os.path.dirname(directory):
                 directory = os.path.dirname(directory)
-            kept = any(_inside(directory, place) for place in self.protected if os.path.lexists(place))
-            if os.path.isdir(directory) and not os.path.islink(directory) and directory != "/" \
-                    and _inside_any(directory, self.writable) and not kept:  # one read-only already takes none
+            if not os.path.isdir(directory) or os.path.islink(directory) or directory == "/" \
+                    or _inside_any(directory, kept):  # read-only or hidden already: it takes and shows nothing new
+                continue
+            if path in self.protected and _inside_any(directory, self.writable):
                 found.append(directory)
+            elif path in self.awaited and not _inside_any(directory, [*self.writable, *private_dirs()]):
+                found.append(directory)  # where commands work they may make folders (a private one shows nothing)
         return list(_unique(found))
 
     def is_sealed(self, path: str) -> bool:
@@ -233,23 +216,25 @@ def private_dirs() -> list[str]:
 
 
 def hidden_paths(safety) -> tuple[str, ...]:
-    """Credential places, anges' own places (`own_places`: its home, the config files it read), plus
-    `hidden_paths`, that exist (resolved)."""
-    candidates = [*CREDENTIAL_PATHS, *own_places(), *safety.hidden_paths]
-    xdg_config = os.environ.get("XDG_CONFIG_HOME")
-    if xdg_config:
-        candidates += [os.path.join(xdg_config, name) for name in XDG_CREDENTIAL_PATHS]
-    for name in ("SSH_AUTH_SOCK", *CREDENTIAL_VARIABLES):
-        named = os.path.expanduser(os.environ.get(name, ""))
-        candidates += [path for path in named.split(os.pathsep) if os.path.isabs(path) and path != os.sep]
+    """Credential places (`credentials.credential_places`), anges' own places (`own_places`: its home, the config
+    files it read), plus `hidden_paths`, that exist (resolved)."""
+    candidates = [*credential_places(), *own_places(), *safety.hidden_paths]
     found = (resolve(os.path.expanduser(p)) for p in candidates)
     return _unique(p for p in found if os.path.lexists(p))
 
 
+def awaited_credentials() -> tuple[str, ...]:
+    """The credential places in a home that do not exist (yet): one made while the sandbox runs must not show in it,
+    so the folder it would appear in is sealed (`SandboxSettings.sealed`)."""
+    homes = [resolve(home) for home in in_homes(["~"])]
+    found = (resolve(path) for path in credential_places())
+    return _unique(p for p in found if not os.path.lexists(p) and _inside_any(p, homes) and p not in homes)
+
+
 def protected_paths(writable: tuple[str, ...]) -> tuple[str, ...]:
     """What stays read-only inside the writable directories: each one's `.git` (`.hg`) and the code this process
-    runs (the interpreter's prefixes, the anges package, `sys.path`) where they exist, and the startup places,
-    anges' own places (hidden where they exist) and the `sys.path` entries whether they exist or not."""
+    runs (the interpreter's prefixes, the anges package, `sys.path`) where they exist, and the startup places and
+    anges' own places (hidden where they exist) whether they exist or not."""
     code = code_paths()
     found = []
     for path in [os.path.join(root, name) for root in writable for name in VCS_DIRS] + code:
@@ -260,8 +245,11 @@ def protected_paths(writable: tuple[str, ...]) -> tuple[str, ...]:
                            "run in anges' own process; run anges from another directory")
         elif _inside_any(real, writable) and os.path.lexists(real):
             found.append(real)
-    missing = [p for p in [*own_places(), *(e for e in sys.path if os.path.isabs(e))] if not os.path.lexists(p)]
-    for path in [*startup_places(), *path_dirs(writable), *missing]:  # an import path made later is code too
+    for entry in (e for e in sys.path if os.path.isabs(e) and not os.path.lexists(e)):
+        if _inside_any(resolve(entry), writable):
+            warn_once(f"{entry} is on Python's import path but does not exist, in a directory commands may write: a "
+                      "module made there would run in the next anges process; remove it from PYTHONPATH")
+    for path in [*startup_places(), *path_dirs(writable), *(p for p in own_places() if not os.path.lexists(p))]:
         real = resolve(path)
         if real not in writable and _inside_any(real, writable):
             found.append(real)
@@ -278,9 +266,10 @@ def path_dirs(writable: tuple[str, ...]) -> list[str]:
 
 
 def startup_places() -> list[str]:
-    """The absolute paths of STARTUP_PLACES, with their forms under $XDG_CONFIG_HOME, $XDG_DATA_HOME, $ZDOTDIR
-    (zsh's files) and $PYTHONUSERBASE (Python's user site-packages and scripts)."""
-    places = [os.path.expanduser(place) for place in STARTUP_PLACES]
+    """The absolute paths of STARTUP_PLACES in every home (`credentials.homes`), with their forms under
+    $XDG_CONFIG_HOME, $XDG_DATA_HOME, $ZDOTDIR (zsh's files) and $PYTHONUSERBASE (Python's user site-packages and
+    scripts)."""
+    places = in_homes(STARTUP_PLACES)
     for variable, prefix in (("XDG_CONFIG_HOME", "~/.config/"), ("XDG_DATA_HOME", "~/.local/share/")):
         root = os.environ.get(variable, "")
         if os.path.isabs(root):
