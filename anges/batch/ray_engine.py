@@ -277,6 +277,12 @@ class RayEngine:
         owns = not ray.is_initialized()
         if owns:
             self._connect(ray)
+        elif not ray.get_runtime_context().runtime_env.get("working_dir"):
+            from anges.safety.sandbox import warn_once
+
+            warn_once(f"Ray was started without a runtime_env working_dir, so its workers import from {os.getcwd()} "
+                      "first: a module a task planted there would run outside the sandbox (start Ray with "
+                      "runtime_env={'working_dir': EMPTY_FOLDER}, or let anges start it)")
         try:
             _Driver(self, ray, jobs, sink, flags).loop()
         finally:

@@ -1,6 +1,6 @@
 """One task of a batch: its work directory, its setup command, and the agent on its stream.
 
-The same `run_task` runs in a local worker process (`python -m anges.batch.worker`: a job as JSON on stdin,
+The same `run_task` runs in a local worker process (`local.worker_argv`: a job as JSON on stdin,
 JSON lines on stdout) and inside a Ray task (`anges.batch.ray_engine`); the agent does not know which.
 """
 
@@ -267,7 +267,7 @@ def _describe(exc: BaseException) -> str:
 
 
 def main() -> int:
-    """`python -m anges.batch.worker`: one job from stdin; progress and the result as JSON lines on stdout."""
+    """A local worker (`local.worker_argv`): one job from stdin; progress and the result as JSON lines on stdout."""
     from anges.config.loading import load_config
     from anges.store.event_store import EventStore
 
