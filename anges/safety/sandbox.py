@@ -125,27 +125,17 @@ class SandboxSettings:
         real = resolve(path)
         return any(_inside(real, kept) for kept in self.protected)
 
-    def sealed(self) -> list[str]:
+    def sealed(self, awaited: bool = True) -> list[str]:
         """The directories where a protected place that does not exist yet would be made (the deepest existing one
-        on its way, inside the writable directories), or a credential place that does not exist yet would appear (in
-        a home, outside them). Sealed, they keep what they hold but take no new entry, and show none made on the
-        host after the sandbox started; no mount point of the sandbox is left on the host (an empty ~/.bash_profile
-        would stop login shells from reading ~/.profile)."""
-        found = []
+        on its way, inside the writable directories), or, with `awaited`, a credential place that does not exist yet
+        would appear (in a home, outside them). Sealed, they keep what they hold but take no new entry, and show none
+        made on the host after the sandbox started; no mount point of the sandbox is left on the host (an empty
+        ~/.bash_profile would stop login shells from reading ~/.profile)."""
         kept = [place for place in (*self.protected, *self.hidden) if os.path.lexists(place)]
-        for path in (*self.protected, *self.awaited):
-            if os.path.lexists(path):
-                continue
-            directory = os.path.dirname(path)
-            while not os.path.lexists(directory) and directory != os.path.dirname(directory):
-                directory = os.path.dirname(directory)
-            if not os.path.isdir(directory) or os.path.islink(directory) or directory == "/" \
-                    or _inside_any(directory, kept):  # read-only or hidden already: it takes and shows nothing new
-                continue
-            if path in self.protected and _inside_any(directory, self.writable):
-                found.append(directory)
-            elif path in self.awaited and not _inside_any(directory, [*self.writable, *private_dirs()]):
-                found.append(directory)  # where commands work they may make folders (a private one shows nothing)
+        shown = [*self.writable, *private_dirs()] if awaited else []  # a private one shows nothing of the host
+        found = [directory for directory in _folders_of(self.protected, kept) if _inside_any(directory, self.writable)]
+        if awaited:
+            found += [directory for directory in _folders_of(self.awaited, kept) if not _inside_any(directory, shown)]
         return list(_unique(found))
 
     def is_sealed(self, path: str) -> bool:
@@ -155,8 +145,8 @@ class SandboxSettings:
         existing = real
         while not os.path.lexists(existing) and existing != os.path.dirname(existing):
             existing = os.path.dirname(existing)
-        return any((existing == directory and existing != real)
-                   or (_inside(real, directory) and sealed_names(directory) is None) for directory in self.sealed())
+        return any((existing == directory and existing != real) or (_inside(real, directory) and sealed_names(
+            directory) is None) for directory in self.sealed(awaited=False))  # the others lie outside the work
 
     def is_private(self, path: str) -> bool:
         """True when `path` (resolved) lies in a directory the sandbox replaces with a private one of its own (/tmp,
@@ -445,6 +435,22 @@ def _linked_from(path: str, roots: list[str]) -> bool:
         warn_once(f"safety.writable_paths: {path} is reached through the link {link}, which commands may have made (it "
                   "lies in a directory they may write); left out")
     return bool(link)
+
+
+def _folders_of(missing: tuple[str, ...], kept: list[str]) -> list[str]:
+    """The deepest existing directory on the way to each path of `missing` that does not exist, but "/", a link, and
+    those in `kept` (read-only or hidden already: they take and show nothing new)."""
+    found = []
+    for path in missing:
+        if os.path.lexists(path):
+            continue
+        directory = os.path.dirname(path)
+        while not os.path.lexists(directory) and directory != os.path.dirname(directory):
+            directory = os.path.dirname(directory)
+        if os.path.isdir(directory) and not os.path.islink(directory) and directory != "/" \
+                and not _inside_any(directory, kept):
+            found.append(directory)
+    return found
 
 
 def _owned(root: str) -> bool:
