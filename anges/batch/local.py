@@ -18,9 +18,11 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from anges.batch.worker import Job, result
 from anges.config.loading import anges_home
+from anges.store.fileops import make_private_dirs
 from anges.util.paths import resolve
 from anges.util.trust import noted_model_places
 
@@ -75,6 +77,7 @@ class LocalEngine:
             return
         with tempfile.TemporaryFile() as errors:
             home = resolve(str(anges_home()))  # one of anges' own places: no command writes there
+            make_private_dirs(Path(home))
             proc = subprocess.Popen(worker_argv(self.python), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=errors, start_new_session=True, text=True, encoding="utf-8",
                                     errors="replace", cwd=home, env={**os.environ, "ANGES_HOME": home})
