@@ -150,7 +150,8 @@ def test_the_token_reaches_no_prompt_record_view_or_span(tmp_path, work, pet_ser
     assert TOKEN not in all_text(collected.finished())
     spans = [s for s in collected.finished() if s.name == "execute_tool CALL_API"]
     assert spans[0].attributes["http.response.status_code"] == 200
-    assert spans[0].attributes["url.full"] == f"{pet_server.url}/echo"
+    assert spans[0].attributes["server.port"] == int(pet_server.url.rsplit(":", 1)[1])
+    assert "url.full" not in spans[0].attributes  # the URL holds parameters' values: content, not captured here
     shown = anges("show", stream.uid, cwd=tmp_path)
     assert shown.returncode == 0 and TOKEN not in shown.stdout + shown.stderr
     assert f"⇄ pets.echo GET {pet_server.url}/echo" in shown.stdout and "200 OK" in shown.stdout

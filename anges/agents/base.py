@@ -96,7 +96,7 @@ class BaseAgent(Delegation):
         """Who answers an `ask`: a channel `f(ApprovalRequest) -> Decision`, or a mode: ask, auto, deny."""
         self.run_safety: RunSafety | None = None
         """The sandbox, policy and approval gate of the current run (its child agents share them)."""
-        self._share = SafetyShare(self.config.safety, parent=parent_safety, apis=self.apis)
+        self._share = SafetyShare(self.config, parent=parent_safety, apis=self.apis)
         self._calls = ModelCalls(self)
         self._prompter = Prompter(self, self._calls.sizing)
         self.delta_handlers = self._calls.delta_handlers

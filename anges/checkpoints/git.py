@@ -75,7 +75,7 @@ IDENTITY = {"GIT_AUTHOR_NAME": "anges", "GIT_AUTHOR_EMAIL": "anges@localhost", "
 def find_git(configured: str = "") -> str:
     """The git to run: `configured` (an absolute path), else the first in TRUSTED_GIT_DIRS."""
     if configured:
-        if not os.path.isabs(configured) or not os.access(configured, os.X_OK):
+        if not os.path.isabs(configured) or "\0" in configured or not os.access(configured, os.X_OK):
             raise CheckpointsOff(f"checkpoints.git {configured!r} is not an executable absolute path")
         return configured
     for directory in TRUSTED_GIT_DIRS:

@@ -24,6 +24,7 @@ from anges.config.loading import anges_home
 from anges.exceptions import CheckpointError, InvalidStreamId
 from anges.store.events import is_valid_id
 from anges.util.paths import inside, link_in, open_file
+from anges.util.trust import model_writable
 
 if TYPE_CHECKING:
     from anges.config.types import CheckpointsConfig
@@ -69,9 +70,10 @@ class CheckpointStore:
         if not self._git_path:
             self._git_path = find_git(self.config.git)
         real = os.path.realpath(self._git_path)
-        if inside(real, root) or link_in(self._git_path, [root]):
-            raise CheckpointError(f"git at {self._git_path} lies in a directory commands may write ({root}): a "
-                                  "command could replace it; name another with checkpoints.git")
+        why = model_writable(self._git_path, [root])  # any folder a run of this process works in counts too
+        if why:
+            raise CheckpointError(f"git at {self._git_path} is not run: {why}, so a command could have replaced it; "
+                                  "name another with checkpoints.git")
         return PrivateGit(real, self.path, root, self.interrupt)  # what was checked is what runs
 
     def timeline(self, uid: str) -> Timeline:

@@ -120,7 +120,7 @@ class Provider:
             completion = call_with_retry(lambda: self._complete(prompt, temperature), self._classify, self.retry,
                                          label=self.name, sleep=self.sleep, clock=self.clock, cancel=cancel,
                                          on_retry=lambda failure, wait: retries.append(
-                                             Retry(time.time(), failure.reason, wait)))
+                                             Retry(time.time(), failure.reason, wait, failure.status)))
         completion.latency = time.monotonic() - start
         completion.retries = tuple(retries)
         return completion

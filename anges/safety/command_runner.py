@@ -132,13 +132,12 @@ class CommandRunner:
     """The run's runner process: starts every command of the run and ends them all when the run ends."""
 
     def __init__(self, cwd: str, settings: SandboxSettings | None = None, bwrap: str = "",
-                 log_cap: int = 10_000_000, contain: bool = False, writable: tuple[str, ...] = ()):
+                 log_cap: int = 10_000_000, contain: bool = False, places: tuple[str, ...] = ()):
         self.cwd = cwd
         self.settings = settings if settings is not None and settings.enabled else None
         self.bwrap = bwrap
-        self.writable = writable or (self.settings.writable if self.settings is not None else ())
-        """The directories the run's commands may write (any runner's: a read-only one's too): a bwrap there is never
-        run."""
+        self.places = places or (self.settings.untrusted if self.settings is not None else ())
+        """Where the run's commands may write in any mode (a read-only runner's too): a bwrap there is never run."""
         self.contain = contain and bool(bwrap)
         """Without the sandbox, still run in a PID namespace of its own (through bwrap)."""
         self._cgroup: PidsCgroup | None = None
@@ -300,7 +299,7 @@ class CommandRunner:
         what = "the sandbox" if self.settings is not None else "the command runner"
         try:
             if self.settings is not None or self.contain:
-                found = availability(self.bwrap, self.writable, quiet=True)  # every start of bwrap checks it
+                found = availability(self.bwrap, self.places, quiet=True)  # every start of bwrap checks it
                 if not found.ok:
                     raise SandboxError(f"{what} did not start: {found.reason}")
             if self.settings is not None:

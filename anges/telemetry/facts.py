@@ -4,6 +4,7 @@ here: plain dicts, named after the GenAI semantic conventions where they have a 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 from urllib.parse import urlparse
 
@@ -19,6 +20,8 @@ OPERATIONS = {"gemini": "generate_content"}
 ARGUMENT_KEYS = ("command", "directive", "path", "server", "tool", "arguments", "agent_id", "agent_type", "api",
                  "operation", "method", "url")
 """The facts of an action's event that say what it was asked to do (its arguments, when content is captured)."""
+_KIND = re.compile(r"[A-Za-z_][A-Za-z0-9_.\[\]-]{0,99}")
+"""What a kind looks like (`event_limit`, `nonzero_exit`, `RateLimitError`, `safety.rules[3]`): no free text."""
 
 
 def describe_model(model: Any) -> dict[str, Any]:
@@ -68,8 +71,18 @@ def reply_attributes(reply: Any, cost: float | None) -> dict[str, Any]:
 
 
 def error_type(error: BaseException) -> str:
-    """A low-cardinality name of what went wrong: a stop's reason, a refused reply's kind, else the class name."""
-    return str(getattr(error, "reason", "") or getattr(error, "kind", "") or type(error).__name__)
+    """A low-cardinality name of what went wrong: a stop's reason, a refused reply's kind, else the class name (a
+    `reason` that is a sentence, as some libraries' errors have, is not a kind)."""
+    for given in (getattr(error, "reason", ""), getattr(error, "kind", "")):
+        if isinstance(given, str) and _KIND.fullmatch(given):
+            return given
+    return type(error).__name__
+
+
+def kind(value: Any, default: str = "other") -> str:
+    """`value` where it is a kind (a word, an identifier, a rule's name), else `default`: what telemetry exports of a
+    value that could hold free text (a path, a command, a quoted request) when content is not captured."""
+    return value if isinstance(value, str) and _KIND.fullmatch(value) else default
 
 
 def tool_name(event: Event) -> str:
@@ -97,23 +110,26 @@ def action_attributes(event: Event, run: ShellRun | None = None) -> dict[str, An
     if escalated is not None:
         facts["anges.escalated"] = bool(escalated)
     if approval.get("by"):
-        facts["anges.approval.by"] = str(approval["by"])
-    for key in ("operation", "lines_added", "lines_removed"):
-        if isinstance(data.get(key), (str, int)) and not isinstance(data.get(key), bool):
+        facts["anges.approval.by"] = kind(approval["by"])
+    if isinstance(data.get("operation"), str):
+        facts["anges.edit.operation"] = kind(data["operation"])
+    for key in ("lines_added", "lines_removed"):
+        if isinstance(data.get(key), int) and not isinstance(data.get(key), bool):
             facts[f"anges.edit.{key}"] = data[key]
     for key in ("agent_id", "agent_type", "exit_type"):
         if isinstance(data.get(key), str):
-            facts[f"anges.child.{key}"] = data[key]
+            facts[f"anges.child.{key}"] = kind(data[key])
     call = APICall.of(event)
     return {**facts, **_api_attributes(call)} if call is not None else facts
 
 
 def _api_attributes(call: APICall) -> dict[str, Any]:
-    """A web API call as OpenTelemetry's HTTP client conventions name it (the URL never holds the credential)."""
-    facts: dict[str, Any] = {"anges.api.name": call.api, "anges.api.operation": call.operation}
+    """A web API call as OpenTelemetry's HTTP client conventions name it; the URL (it can hold the values of path
+    and query parameters) only among the arguments, when content is captured."""
+    facts: dict[str, Any] = {"anges.api.name": kind(call.api), "anges.api.operation": kind(call.operation)}
     if call.sent:
         url = urlparse(call.url)
-        facts.update({"http.request.method": call.method, "url.full": call.url, "server.address": url.hostname or "",
+        facts.update({"http.request.method": kind(call.method), "server.address": url.hostname or "",
                       "anges.api.duration": call.duration, "http.request.resend_count": call.attempts - 1})
         if url.port:
             facts["server.port"] = url.port
@@ -143,7 +159,8 @@ def approval_attributes(data: dict) -> dict[str, Any]:
     names = {"action_type": "gen_ai.tool.name", "rule": "anges.approval.rule", "channel": "anges.approval.channel",
              "escalate": "anges.approval.escalate", "decision": "anges.approval.decision", "by": "anges.approval.by",
              "always": "anges.approval.always"}
-    return {name: data[key] for key, name in names.items() if isinstance(data.get(key), (str, bool))}
+    return {name: kind(data[key]) if isinstance(data[key], str) else data[key] for key, name in names.items()
+            if isinstance(data.get(key), (str, bool))}
 
 
 def messages(role: str, text: str, secrets: list[str], limit: int, finish_reason: str = "") -> str:
