@@ -4,7 +4,6 @@ itself (the model never sees the credential), checked against their schema befor
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any

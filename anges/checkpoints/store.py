@@ -23,7 +23,7 @@ from anges.checkpoints.timeline import Entry, Timeline
 from anges.config.loading import anges_home
 from anges.exceptions import CheckpointError, InvalidStreamId
 from anges.store.events import is_valid_id
-from anges.util.paths import inside, link_in, open_file
+from anges.util.paths import open_file
 from anges.util.trust import model_writable
 
 if TYPE_CHECKING:

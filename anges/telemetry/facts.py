@@ -8,7 +8,7 @@ import re
 from typing import Any
 from urllib.parse import urlparse
 
-from anges.store.events import Event, kind_of
+from anges.store.events import Event, is_valid_id, kind_of
 from anges.store.results import APICall, ShellRun
 from anges.util.clipping import clip
 from anges.util.masking import mask_secrets
@@ -116,7 +116,9 @@ def action_attributes(event: Event, run: ShellRun | None = None) -> dict[str, An
     for key in ("lines_added", "lines_removed"):
         if isinstance(data.get(key), int) and not isinstance(data.get(key), bool):
             facts[f"anges.edit.{key}"] = data[key]
-    for key in ("agent_id", "agent_type", "exit_type"):
+    if is_valid_id(data.get("agent_id")):
+        facts["anges.child.agent_id"] = data["agent_id"]
+    for key in ("agent_type", "exit_type"):
         if isinstance(data.get(key), str):
             facts[f"anges.child.{key}"] = kind(data[key])
     call = APICall.of(event)
