@@ -70,8 +70,11 @@ class Screen:
         """The analysis and reasoning of the reply streaming now (printable), with the agent's tag."""
         self.notice = ""
         """A short message under the status line (Ctrl-C again to leave, ...), until `say` changes it."""
-        self.last_key = self.previous_key = 0.0
-        """When the last two keys were pressed (monotonic seconds)."""
+        self.key_at = 0.0
+        """When the key being handled was pressed (monotonic seconds)."""
+        self.typed_at = 0.0
+        """When the last key was pressed that answered no question: typing, a paste, a key for the input box."""
+        self._taken = False
         self._pending: deque[str] = deque()
         self._lock = threading.Lock()
         self._running = False
@@ -194,9 +197,17 @@ class Screen:
             if self.status.working:
                 self.app.invalidate()
 
+    def take_key(self) -> None:
+        """The key being handled answered a question: it does not count as typing."""
+        self._taken = True
+
     def _key_pressed(self, _processor) -> None:
-        self.previous_key, self.last_key = self.last_key, time.monotonic()
+        self.key_at, self._taken = time.monotonic(), False
         self.notice = ""  # a notice lasts until the next key (whose handler may say another)
+
+    def _key_handled(self, _processor) -> None:
+        if not self._taken:
+            self.typed_at = self.key_at
 
     def _write(self, text: str) -> None:
         try:
@@ -231,6 +242,7 @@ class Screen:
             color_depth=None if self.display.colour else ColorDepth.DEPTH_1_BIT, erase_when_done=True,
             mouse_support=False)
         app.key_processor.before_key_press += self._key_pressed
+        app.key_processor.after_key_press += self._key_handled
         app.ttimeoutlen = 0.05  # Esc alone stops a run at once; Alt-Enter arrives as one read anyway
         app.timeoutlen = 0.5
         return app

@@ -13,6 +13,7 @@ import os
 import select
 import sys
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from contextlib import nullcontext
@@ -107,7 +108,7 @@ class ApprovalRequest:
         """The whole request as a person should read it (for a channel of your own): what asks and why, its size,
         the whole detail with every unseen character marked, leaving the sandbox, what "always" approves."""
         lines = [f"{self.action_type} needs your approval — {visible(self.reason)} [{self.rule}]",
-                 f"({approval_text.size(self.detail)})", visible(self.detail)]
+                 f"({approval_text.size(self.detail)})", *approval_text.marked(self.detail)]
         if self.escalate:
             lines.append(approval_text.escalation(self.justification))
         lines.append(f"always = for the rest of this run: {visible(self.scope)}")
@@ -294,13 +295,13 @@ class Gate:
 
 def _request_text(request: ApprovalRequest) -> str:
     where = " (if approved, outside the sandbox)" if request.escalate else ""
-    return (f"waiting for approval: {request.action_type} {one_line(visible(request.subject), 120)}{where} — "
+    return (f"waiting for approval: {approval_text.title(request.action_type, request.subject)}{where} — "
             f"{visible(request.reason)} [{request.rule}]")
 
 
 def _decided_text(facts: dict) -> str:
     verb = {"allow": "approved", "deny": "declined", "cancelled": "approval cancelled"}[facts["decision"]]
-    return f"{verb} ({facts['by']}): {facts['action_type']} {one_line(facts['subject'], 120)}"
+    return f"{verb} ({facts['by']}): {approval_text.title(facts['action_type'], facts['subject'])}"
 
 
 def _detail(action_type: str, args: dict, cwd: str, verdict: Verdict | None = None) -> str:
@@ -393,13 +394,16 @@ class TerminalPrompt:
                 return Decision("cancelled", by="interrupt")
             self._discard_typed_ahead()
             seen = self._show(request)
+            shown_at = time.monotonic()
             while True:
                 answer = self._read(ASK_ALL if seen else ASK_PART, request)
                 if answer is None:
                     return self._no_answer(request)
                 answer = answer.strip().lower()
-                if answer in ("v", "view"):
-                    self._write(_framed(visible(request.detail).split("\n")))
+                if time.monotonic() - shown_at < approval_text.READ_SECONDS:  # typed before it could be read
+                    self._write("  that came before the question could be read: answer again\n")
+                elif answer in ("v", "view"):
+                    self._write(_framed(approval_text.marked(request.detail)))
                     seen = True
                 elif answer in ("y", "yes", "a", "always") and not seen:
                     self._write("  part of it is not on the screen: view it all with v before you approve it\n")
