@@ -215,8 +215,8 @@ class ApprovalPane(Pane):
             return fragments + [("class:approval.keys", "  Enter"), ("class:hint", " approves it for the rest of this "
                                 "run · any other key: not always")]
         if not self.ready(time.monotonic()):
-            return fragments + [("class:hint", "  (read it: the keys answer once it has been on the screen a moment "
-                                               "and you have stopped typing)")]
+            return fragments + [("class:hint", "  (read it: its keys work once it has been up a moment and you have "
+                                               "stopped typing)")]
         for number, (key, meaning) in enumerate(KEYS_ALL if complete else KEYS_PART):
             fragments += [("", "  " if number == 0 else " · "), ("class:approval.keys", key),
                           ("class:hint", f" {meaning}")]
@@ -232,7 +232,8 @@ class ApprovalPane(Pane):
 
     def _keys(self) -> KeyBindings:
         keys = KeyBindings()
-        choosing = Condition(lambda: self.asking is not None and not self.asking.telling and not self.asking.always)
+        choosing = Condition(lambda: self.asking is not None and not self.asking.answered.is_set()
+                             and not self.asking.telling and not self.asking.always)
         answers = choosing & Condition(lambda: self.screen is not None and self.ready(self.screen.key_at))
         always = Condition(lambda: self.asking is not None and self.asking.always)
         telling = Condition(lambda: self._telling)
@@ -273,9 +274,8 @@ class ApprovalPane(Pane):
             @keys.add(letter, filter=choosing & ~answers)
             def _(event) -> None:
                 event.current_buffer.insert_text(event.data)
-                self._on()[0].say("a question is waiting: its keys answer once it has been on the screen a moment and "
-                                  "you have stopped typing" + (" (that key went into the input box)"
-                                                               if self.give_back else ""))
+                self._on()[0].say("the question's keys work once you stop typing"
+                                  + ("; that key went into the input box" if self.give_back else ""))
 
         @keys.add("<any>", filter=always)
         def _(event) -> None:  # not Enter: the `a` was typing, and so is this key

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from prompt_toolkit.application import Application
 from prompt_toolkit.data_structures import Size
 from prompt_toolkit.filters import Condition
-from prompt_toolkit.key_binding import merge_key_bindings
+from prompt_toolkit.key_binding import KeyBindings, merge_key_bindings
 from prompt_toolkit.layout import ConditionalContainer, HSplit, Layout, Window
 from prompt_toolkit.layout.controls import FormattedTextControl
 from prompt_toolkit.output.color_depth import ColorDepth
@@ -235,7 +235,7 @@ class Screen:
         parts = [ConditionalContainer(live, Condition(lambda: bool(self.live))),
                  *(pane.container for pane in above), status, notice, *(pane.container for pane in below)]
         # of two bindings for the same key the later wins: a question's keys over the input box's, over the rest
-        keys = [bindings, *(pane.bindings for pane in (*below, *above))]
+        keys = [_stray_paste_end(), bindings, *(pane.bindings for pane in (*below, *above))]
         app: Application = Application(
             layout=Layout(HSplit(parts)), key_bindings=merge_key_bindings([k for k in keys if k]), full_screen=False,
             output=self._output(), input=keys_in, style=STYLE,
@@ -267,6 +267,15 @@ class Screen:
     def _status_text(self):
         line = self.status.line(self.width() - 1)
         return [("class:status" if self.status.working else "class:status.idle", line)]
+
+
+def _stray_paste_end() -> KeyBindings:
+    """The end of a paste that was not in one: a pasted text that holds `ESC[201~` ends the paste early, and the
+    terminal's own end follows the rest. Ignored, so that its Esc does not stop the run (what came between is typed
+    text, and answers no question: see approvals.py)."""
+    keys = KeyBindings()
+    keys.add("escape", "[", "2", "0", "1", "~")(lambda event: None)
+    return keys
 
 
 def last_lines(text: str, width: int, count: int = LIVE_LINES) -> list[str]:

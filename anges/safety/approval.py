@@ -13,7 +13,6 @@ import os
 import select
 import sys
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from contextlib import nullcontext
@@ -394,15 +393,16 @@ class TerminalPrompt:
                 return Decision("cancelled", by="interrupt")
             self._discard_typed_ahead()
             seen = self._show(request)
-            shown_at = time.monotonic()
+            if request.cancelled.wait(approval_text.READ_SECONDS):  # the answer is asked for once it can be read
+                return Decision("cancelled", by="interrupt")
+            if self._discard_typed_ahead():
+                self._write("  (what was typed before it could be read does not answer it)\n")
             while True:
                 answer = self._read(ASK_ALL if seen else ASK_PART, request)
                 if answer is None:
                     return self._no_answer(request)
                 answer = answer.strip().lower()
-                if time.monotonic() - shown_at < approval_text.READ_SECONDS:  # typed before it could be read
-                    self._write("  that came before the question could be read: answer again\n")
-                elif answer in ("v", "view"):
+                if answer in ("v", "view"):
                     self._write(_framed(approval_text.marked(request.detail)))
                     seen = True
                 elif answer in ("y", "yes", "a", "always") and not seen:
@@ -453,13 +453,23 @@ class TerminalPrompt:
         line, self._pending = self._pending.split(b"\n", 1)
         return line.decode("utf-8", errors="replace")
 
-    def _discard_typed_ahead(self) -> None:
-        """Drop what was typed before the question, so a stray `y` cannot answer it."""
-        self._pending = b""
-        if os.isatty(self.input_fd):
+    def _discard_typed_ahead(self) -> bool:
+        """Drop what was typed before the question could be read, so a stray `y` cannot answer it; whether there
+        was any."""
+        dropped, self._pending = bool(self._pending), b""
+        for _ in range(64):  # what is there now, not what keeps coming
+            try:
+                readable, _, _ = select.select([self.input_fd], [], [], 0)
+            except InterruptedError:
+                continue
+            if not readable or not os.read(self.input_fd, 4096):
+                break
+            dropped = True
+        if os.isatty(self.input_fd):  # and a line begun but not ended
             import termios
 
             termios.tcflush(self.input_fd, termios.TCIFLUSH)
+        return dropped
 
     def _no_answer(self, request: ApprovalRequest) -> Decision:
         if request.cancelled.is_set():
