@@ -149,5 +149,6 @@ def view(data: dict) -> dict:
         detail = data.get("detail") or ""
         first = shown(detail)
         facts.update(detail="\n".join(marked(detail)), shown=first.text, size=first.size,
-                     complete=first.complete and not data.get("detail_cut"), escalation_note=ESCALATION_NOTE)
+                     complete=first.complete and not data.get("detail_cut"), escalation_note=ESCALATION_NOTE,
+                     read_seconds=READ_SECONDS)
     return facts
