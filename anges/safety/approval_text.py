@@ -57,7 +57,7 @@ def marked(detail: str) -> list[str]:
     lines: list[str] = []
     blank = 0
     for line in [*visible(detail).split("\n"), None]:
-        if line is not None and not line.strip(" \t"):
+        if line is not None and not line.strip(" \t\r"):
             blank += 1
             continue
         lines += [""] * blank if blank <= MAX_BLANK_LINES else [f"… {blank} blank lines …"]

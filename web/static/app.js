@@ -1108,7 +1108,7 @@
     const head = cardHead();
     const label = facts.decision === "allow" ? "Approved" : facts.decision === "cancelled" ? "Not answered" : "Declined";
     head.appendChild(el("span", "approval-label", label));
-    head.appendChild(el("code", "path", `${facts.action_type || ""} ${facts.subject || ""}`.trim()));
+    head.appendChild(el("code", "path", facts.title || facts.action_type || ""));
     card.appendChild(head);
     card.appendChild(el("p", "approval-outcome", step.message || ""));
     if (facts.reason) card.appendChild(el("p", "approval-reason muted small", `${facts.reason} [${facts.rule}]`));
