@@ -75,6 +75,10 @@ setup(
             "ray>=2.9",
             "agent-client-protocol>=0.12",
             "pyte>=0.8",  # a terminal emulator: what the CLI draws, as a person sees it
+            # the sources anges/util/unicode_data.py is generated from (tests/unicode_tables.py); pinned, so that a
+            # new Unicode version is a deliberate change
+            "regex==2026.11.19",
+            "confusable-homoglyphs==3.3.1",
             "opentelemetry-sdk>=1.27",
             "opentelemetry-exporter-otlp-proto-http>=1.27",
             "opentelemetry-proto>=1.27",  # the tests' OTLP receiver decodes what the exporter sends

@@ -21,7 +21,7 @@ from anges.store.events import (
     shown_path,
     stop_explanation,
 )
-from anges.util.printable import as_drawn, printable_texts
+from anges.util.printable import as_drawn
 
 # No <img>: a picture in model output would be fetched from wherever it points (a tracking pixel); Markdown
 # images become links instead (see _image_as_link).
@@ -132,7 +132,7 @@ def step_view(event: Event, index: int, cwd: str = "", reasoning: str | None = N
         facts = {key: data.get(key) for key in APPROVAL_FACTS[event.type]}
         # Shown as every approval surface shows it (safety/approval_text.py): nothing unseen, its size, and whether
         # the card must be opened whole before it offers Approve.
-        view["approval"] = approval_view(facts) if event.type == "approval_requested" else printable_texts(facts)
+        view["approval"] = approval_view(facts)
         view["message"] = event.message
     elif kind == "interrupted":
         view["reason"] = data.get("reason", "")

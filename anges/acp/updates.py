@@ -232,7 +232,7 @@ class UpdateMapper:
                 parts = diffs.hunk_texts(visible(request.detail))
                 content += [tool_diff_content(request.subject, new, old) for old, new in parts]
             elif request.action_type != "RUN_SHELL_CMD":
-                content.append(tool_content(text_block(_fenced(visible(request.detail)))))
+                content.append(tool_content(text_block(_fenced("\n".join(approval_text.marked(request.detail))))))
             return ToolCallUpdate(tool_call_id=call.id, title=call.title, kind=call.kind, status=call.status,
                                   content=content, locations=call.locations)
 
@@ -431,7 +431,7 @@ def _request_text(request) -> str:
     (`approval_text`): its size, the command whole with every unseen character marked, leaving the sandbox."""
     lines = [f"{visible(request.reason)} [{request.rule}]", f"({approval_text.size(request.detail)})"]
     if request.action_type == "RUN_SHELL_CMD":
-        lines.append(_fenced(visible(request.detail)))
+        lines.append(_fenced("\n".join(approval_text.marked(request.detail))))
     if request.escalate:
         lines.append(f"**{approval_text.ESCALATION_NOTE}** The agent says why: {visible(request.justification or '-')}")
     lines.append(f"“Always allow” approves {visible(request.scope)} until this prompt is done.")
@@ -478,7 +478,8 @@ def _shown(path: str, cwd: str) -> str:
 
 
 def _one_line(text: str, limit: int = TITLE_CHARS) -> str:
-    line = " ".join(text.split())
+    """A tool call's title: one line, every character a person could not see marked, as on every approval surface."""
+    line = " ".join(visible(text).split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 

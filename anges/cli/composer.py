@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime
 import os
 import re
-import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -130,18 +129,12 @@ class Composer(Pane):
                             complete_while_typing=True, wrap_lines=True, search_field=self.search,
                             get_line_prefix=lambda line, wrapped: "" if line == 0 and not wrapped else "  ",
                             dont_extend_height=True)
-        self.typed_at = 0.0
-        """When text was last typed or pasted into the box (monotonic seconds)."""
-        self.box.buffer.on_text_insert += self._typed
         self.enabled = True
         visible = Condition(lambda: self.enabled)
         rule = Window(height=1, char="─", style="class:rule")
         self.container = ConditionalContainer(
             HSplit([rule, self.box, self.search, CompletionsMenu(max_height=8, scroll_offset=1)]), visible)
         self.bindings = self._keys(has_focus(self.box) & visible)
-
-    def _typed(self, _buffer) -> None:
-        self.typed_at = time.monotonic()
 
     @property
     def text(self) -> str:
@@ -167,7 +160,6 @@ class Composer(Pane):
                 return
             buffer.append_to_history()
             buffer.reset()
-            self.typed_at = 0.0  # sent: the typing is over
             self.send(text)
 
         @keys.add("escape", "enter", filter=typing)

@@ -341,6 +341,7 @@
   function resetTranscript() {
     closeFeed("idle");
     state.blocks.clear();
+    for (const card of state.approvals.values()) card.guard.stop();
     state.approvals.clear();
     state.live.clear();
     updateWorking();
@@ -972,7 +973,10 @@
     node.dataset.requestId = facts.request_id || "";
     const head = cardHead();
     head.appendChild(el("span", "approval-label", "Needs approval"));
-    head.appendChild(el("code", "path", `${facts.action_type || ""} ${facts.subject || ""}`.trim()));
+    // One line, marked by the server (safety/approval_text.py: title): the whole of it is in the body below.
+    const title = el("code", "path", facts.title || facts.action_type || "");
+    title.title = title.textContent;
+    head.appendChild(title);
     if (facts.escalate) {
       const badges = el("span", "badges");
       badges.appendChild(el("span", "badge warn", "outside the sandbox"));
@@ -1009,6 +1013,7 @@
           size.textContent = facts.size || "";
           openAll.remove();
           card.seen = true;
+          card.guard.restart(); // Approve appears now: it waits its own read time
           setCardState(card, card.state);
         });
         body.appendChild(openAll);
@@ -1035,7 +1040,7 @@
       b.type = "button";
       b.dataset.decision = decision;
       if (title) b.title = title;
-      b.addEventListener("click", () => answerApproval(card, decision));
+      b.addEventListener("click", (event) => { if (card.guard.takes(b, event)) answerApproval(card, decision); });
       buttons.appendChild(b);
       return b;
     };
@@ -1046,6 +1051,10 @@
     card.approving.push(button("Always", "", "always", `Run it, and for the rest of this run: ${facts.scope || ""}`));
     card.buttons.push(...card.approving);
     card.buttons.push(button("Deny", "btn-danger", "deny", "Do not run it; the agent gets what you typed above"));
+    // Only a deliberate act answers (deliberate.js): the buttons work once the card has been read.
+    card.guard = new window.AngesDeliberate.Guard(buttons, card.buttons, (facts.read_seconds ?? 1) * 1000,
+      () => setCardState(card, card.state),
+      (why) => setCardState(card, card.state, `Not taken: ${why}. Read the card, then press the button again.`));
     controls.appendChild(buttons);
     node.appendChild(controls);
     card.outcome.setAttribute("role", "status");
@@ -1066,11 +1075,14 @@
     card.node.dataset.state = name;
     const running = Boolean(state.status && state.status.running);
     const open = (name === "pending" || name === "error") && running && card.channel === "web";
-    for (const b of card.buttons) b.disabled = !open;
+    if (!["pending", "sending", "sent", "error"].includes(name)) card.guard.stop();
+    const ready = open && card.guard.armed;
+    for (const b of card.buttons) b.disabled = !ready;
     for (const b of card.approving) {
       b.hidden = !card.seen; // offered only once all of it has been on the page
-      b.disabled = !open || !card.seen;
+      b.disabled = !ready || !card.seen;
     }
+    card.node.dataset.ready = String(ready);
     card.feedback.disabled = !open;
     if (message !== undefined) card.outcome.textContent = message;
     updateWorking();
@@ -1118,7 +1130,7 @@
     const head = cardHead();
     const label = facts.decision === "allow" ? "Approved" : facts.decision === "cancelled" ? "Not answered" : "Declined";
     head.appendChild(el("span", "approval-label", label));
-    head.appendChild(el("code", "path", `${facts.action_type || ""} ${facts.subject || ""}`.trim()));
+    head.appendChild(el("code", "path", facts.title || facts.action_type || ""));
     card.appendChild(head);
     card.appendChild(el("p", "approval-outcome", step.message || ""));
     if (facts.reason) card.appendChild(el("p", "approval-reason muted small", `${facts.reason} [${facts.rule}]`));
