@@ -59,7 +59,7 @@ def test_a_listing_with_context_length_is_read(openai_server):
 def test_ollamas_openai_compatible_api_serves_its_default_window(clean_model_env, caplog):
     with OllamaWireServer() as server:
         model = OpenAIModel(ModelPreset("openai", "qwen2.5-coder", f"{server.url}/v1", ""), ModelSettings())
-        assert model.window() == Window(4096, "server")
+        assert model.window() == Window(4096, "assumed")
     assert "provider: ollama" in caplog.text
 
 
