@@ -253,7 +253,6 @@ def test_anges_models_lists_the_presets_with_their_windows(tmp_path):
     out = subprocess.run([*ANGES, "models", "--config", str(config)], capture_output=True, text=True, timeout=60,
                          check=True)
     lines = {line.split()[0]: line for line in out.stdout.splitlines() if line.strip()}
-    assert lines["claude"].endswith("claude-sonnet-5   200,000 (known)")
-    assert lines["local"].endswith("4,096 (preset)")
-    assert lines["ollama"].endswith("asked of Ollama, else 8,192 (assumed)")
-    assert lines["deepseek"].endswith("asked of the server, else 128,000 (known)")
+    assert lines["claude"].endswith("claude-sonnet-5   200,000 tokens (known)")
+    assert lines["local"].endswith("4,096 tokens (preset)"), "the server at port 9 does not answer"
+    assert lines["deepseek"].endswith("128,000 tokens (known); the server was not asked: no DEEPSEEK_API_KEY")

@@ -5,6 +5,9 @@ over the window, and the replies that show a prompt did not fit (a cut, a contex
 """
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from local_servers import LLAMA_CPP_PYTHON, LLAMA_SERVER, TEMPLATE_TOKENS, VLLM, LocalServer, toy_tokens
@@ -222,3 +225,36 @@ def run_once_for_the_instructions(server):
     stream = run(server, 0)
     assert stream.events_list[-1].type == "task_completion"
     return prompt_of(server.requests[0]).split("\n# History\n")[0]
+
+
+def test_anges_models_asks_each_server_for_its_window_and_tokenizer(local, tmp_path):
+    servers = {kind: local(kind, n_ctx=n_ctx) for kind, n_ctx in ((LLAMA_SERVER, 4096), (VLLM, 32_768),
+                                                                  (LLAMA_CPP_PYTHON, 2048))}
+    with OllamaWireServer(context_length=131_072) as ollama:
+        config = tmp_path / "config.yaml"
+        config.write_text("models:\n" + "".join(
+            f"  {kind}: {{provider: openai, model: smollm2, base_url: '{server.url}/v1'{extra}}}\n"
+            for (kind, server), extra in zip(servers.items(), ("", "", ", context_window: 2048"))) +
+            f"  ollama: {{provider: ollama, model: qwen2.5-coder, base_url: '{ollama.url}'}}\n")
+        out = subprocess.run([sys.executable, "-m", "anges", "models", "--config", str(config)], capture_output=True,
+                             text=True, timeout=120, env=os.environ, check=True)
+
+    lines = {line.split()[0]: line for line in out.stdout.splitlines() if line.strip()}
+    assert lines[LLAMA_SERVER].endswith("4,096 tokens (server: llama-server /props), counted by the server")
+    assert lines[VLLM].endswith("32,768 tokens (server: vLLM /v1/models), counted by the server")
+    assert lines[LLAMA_CPP_PYTHON].endswith("2,048 tokens (preset), counted by the server"), "it cannot tell"
+    assert lines["ollama"].endswith("131,072 tokens (server: Ollama /api/show)")
+
+
+def test_the_status_line_shows_the_window_and_where_it_came_from(local):
+    from anges.cli.status import Status
+
+    stream = run(local(LLAMA_SERVER, n_ctx=4096), 1)
+    status = Status(model="local:smollm2", sandbox="workspace", approval="ask")
+    for event in stream.events_list:
+        status.recorded(event)
+
+    assert "local:smollm2 · 4,096-token window (server) · sandbox workspace" in status.line()
+    assert status.window["context_window_detail"] == "llama-server /props" and status.window["token_count"] == "server"
+    status.begin()
+    assert "4,096-token window (server)" in status.line(width=200), "and while a request runs"

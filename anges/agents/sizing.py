@@ -168,6 +168,8 @@ class Sizing:
             raise RunStopped("context_window", f"the prompt does not fit the context window of {name}, even with the "
                              f"history folded: {error}{sized}. {advice} (see docs/models.md)", **facts)
         self._learn(error, name)
+        if self.window is not None:  # the event says the window the run uses from now on
+            facts.update(self.window.facts(), sized_to=window.tokens if window else None)
         under = f", with prompts kept under {self.room():,} tokens of a {self.window.tokens:,}-token window" if (
             self.window) else ""
         counted = ("; prompts are counted with its tokenizer" if self.counted_by() == "server" else

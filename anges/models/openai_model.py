@@ -67,6 +67,7 @@ class OpenAIModel(Provider):
         """The optional parameters this server refused: never sent again."""
         self.server = COMPATIBLE
         """Which server it is (`anges.models.servers`), known once its window was asked."""
+        self._tokenizing: Any = None
         return client
 
     def _api_key(self) -> str | None:
@@ -214,10 +215,12 @@ class OpenAIModel(Provider):
         return lambda text: self._count_tokens(found, text)
 
     def _count_tokens(self, tokenizer: Tokenizer, text: str) -> int:
-        import httpx2
+        if self._tokenizing is None:  # one client, its connection kept: a count takes a millisecond, not a handshake
+            import httpx2
 
-        response = httpx2.post(f"{self._root()}{tokenizer.path}", json=tokenizer.body(self.preset.model, text),
-                               headers=self._auth(), timeout=TOKENIZE_TIMEOUT)
+            self._tokenizing = httpx2.Client(base_url=self._root(), headers=self._auth(), timeout=TOKENIZE_TIMEOUT,
+                                             event_hooks=self.connections.event_hooks)
+        response = self._tokenizing.post(tokenizer.path, json=tokenizer.body(self.preset.model, text))
         response.raise_for_status()
         return tokenizer.count(response.json())
 
