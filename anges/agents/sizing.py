@@ -169,7 +169,7 @@ class Sizing:
                              f"history folded: {error}{sized}. {advice} (see docs/models.md)", **facts)
         self._learn(error, name)
         if self.window is not None:  # the event says the window the run uses from now on
-            facts.update(self.window.facts(), sized_to=window.tokens if window else None)
+            facts.update(self.window.facts(), sized_to=window.tokens if window else 0)
         under = f", with prompts kept under {self.room():,} tokens of a {self.window.tokens:,}-token window" if (
             self.window) else ""
         counted = ("; prompts are counted with its tokenizer" if self.counted_by() == "server" else

@@ -42,8 +42,10 @@ def _model(name: str, preset, settings):
     asks = getattr(cls, "asks_server", None)
     if asks is None or not asks(preset):
         return ""
-    if not cls.has_credentials(preset):
-        return f"the server was not asked: no {cls.credential_hint(preset)}"
+    from anges.models.provider import credential_hint, has_credentials
+
+    if not has_credentials(preset):
+        return f"the server was not asked: no {credential_hint(preset)}"
     try:
         return cls(preset, settings, name=name)
     except ModelError as exc:

@@ -13,8 +13,8 @@ from anges.exceptions import ModelSetupError
 from anges.models.base import Completion, Usage, estimate_tokens
 from anges.models.provider import LOOKUP_TIMEOUT, Provider
 from anges.models.retry import Failure
-from anges.models.streaming import CUT_SHORT, StreamEnded, current_sink
 from anges.models.servers import COMPATIBLE, LLAMA_SERVER, OLLAMA, TOKENIZERS, Tokenizer, identify
+from anges.models.streaming import CUT_SHORT, StreamEnded, current_sink
 from anges.models.window import OLLAMA_OPENAI_WINDOW, Window, window_in_listing
 
 NO_KEY = "no-key"
