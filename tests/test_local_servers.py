@@ -1,7 +1,7 @@
 """Runs on the local servers people use, through the real OpenAI SDK against loopback fakes faithful to each
-server's wire behaviour (`local_servers.py` says what each does and where that was read; `test_llamacpp_real.py`
-runs the llama.cpp ones for real): the window each tells, the tokens its tokenizer counts, its refusal of a prompt
-over the window, and the replies that show a prompt did not fit (a cut, a context shift, a full window).
+server's wire behaviour (`local_servers.py` says what each does, where that was read and what was checked against
+a real server): the window each tells, the tokens its tokenizer counts, its refusal of a prompt over the window,
+and the replies that show a prompt did not fit (a cut, a context shift, a full window).
 """
 
 import json

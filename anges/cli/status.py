@@ -133,8 +133,8 @@ class Status:
         while a request runs, the settings and the session's totals between requests; what fits in `width` (the
         activity is shortened to make room, then the last parts go)."""
         now = time.monotonic() if now is None else now
-        window = self.window_text()
         with self.lock:
+            window = self.window_text()
             model = shorten(self.model or "no model", 40)
             settings = [model, *([window] if window else []), f"sandbox {self.sandbox}", f"approval {self.approval}"]
             if not self.activity:
