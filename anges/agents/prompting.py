@@ -80,10 +80,10 @@ class Prompter:
             text = self._render(history, jobs, older_jobs, after_edit, feedback)
         return self._cacheable(text, history)
 
-    def fixed_size(self) -> int:
-        """The characters of the prompt's fixed part: everything before the `# History` heading."""
+    def fixed_text(self) -> str:
+        """The prompt's fixed part: everything before the `# History` heading."""
         text = self._render("", [], 0, False, "")
-        return text.find(HISTORY_HEADING) + 1 or len(text)
+        return text[:text.find(HISTORY_HEADING) + 1 or len(text)]
 
     def _render(self, history: str, jobs: list, older_jobs: int, after_edit: bool, feedback: str) -> str:
         agent, config = self.agent, self.sizing.prompt
