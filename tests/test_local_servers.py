@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 from local_servers import LLAMA_CPP_PYTHON, LLAMA_SERVER, TEMPLATE_TOKENS, VLLM, LocalServer, toy_tokens
@@ -258,3 +259,39 @@ def test_the_status_line_shows_the_window_and_where_it_came_from(local):
     assert status.window["context_window_detail"] == "llama-server /props" and status.window["token_count"] == "server"
     status.begin()
     assert "4,096-token window (server)" in status.line(width=200), "and while a request runs"
+
+
+class HangingTokenizer(LocalServer):
+    """llama-server whose tokenizer answers nothing until `release` is set (a server busy with another slot)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.release, self.asked = threading.Event(), threading.Event()
+
+    def answer_lookup(self, request):
+        if request.path == "/tokenize":
+            self.asked.set()
+            self.release.wait(60)
+        return super().answer_lookup(request)
+
+
+def test_a_stop_while_the_servers_tokenizer_is_counting_ends_the_run_at_once(clean_model_env, tmp_path):
+    server = HangingTokenizer(LLAMA_SERVER, n_ctx=4096).start()
+    try:
+        server.replier = Steps(3)
+        config = unlimited()
+        model = OpenAIModel(ModelPreset("openai", "smollm2", f"{server.url}/v1", ""), config.model_settings,
+                            name="local:smollm2")
+        agent = DefaultAgent(inference_func=model, cmd_init_dir=tmp_path, config=config)
+        runner = threading.Thread(target=agent.run_with_new_request, args=("go",), daemon=True)
+        runner.start()
+        assert server.asked.wait(60), "the prompt is being counted"
+        agent.interrupt("SIGINT")
+        runner.join(5)  # not the tokenizer's timeout (10 s): the count is given up at the stop
+        assert not runner.is_alive(), "the run ended while its tokenizer still had not answered"
+        assert not server.release.is_set()
+        assert agent.event_stream.events_list[-1].type == "task_interrupted"
+        assert not any(request.path.endswith("/chat/completions") for request in server.requests), "nothing sent"
+    finally:
+        server.release.set()
+        server.close()

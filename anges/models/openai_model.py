@@ -22,8 +22,9 @@ NO_KEY = "no-key"
 OPTIONAL_PARAMS = ("stream_options", "response_format")
 """What a compatible server may refuse and anges does without: usage is then estimated, JSON mode left to the
 prompt."""
-TOKENIZE_TIMEOUT = 2.0
-"""Seconds a server may take to count the tokens of one piece of a prompt (then the estimate takes over)."""
+TOKENIZE_TIMEOUT = 10.0
+"""Seconds a server may take to count the tokens of one piece of a prompt, busy with another request (then the
+estimate takes over for the run). A stop does not wait for it: the count is given up at once."""
 logger = logging.getLogger(__name__)
 
 

@@ -17,6 +17,8 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Callable
 
+from anges.util.waiting import wait_for
+
 logger = logging.getLogger(__name__)
 
 KINDS = ("words", "symbols", "digits", "wide")
@@ -193,7 +195,7 @@ class PieceCounter:
             if tokens is None:
                 if self.failed or stop():
                     return None
-                tokens = self._ask(piece)
+                tokens = self._ask(piece, stop)
                 if tokens is None:
                     return None
             total += tokens
@@ -206,10 +208,24 @@ class PieceCounter:
                 self._cache.move_to_end(piece)
             return tokens
 
-    def _ask(self, piece: str) -> int | None:
-        try:
-            tokens = self._count(piece)
-        except Exception as exc:  # any failure of the tokenizer: estimates take over, and it is said once
+    def _ask(self, piece: str, stop: Callable[[], bool]) -> int | None:
+        answer: dict[str, int | BaseException] = {}
+        done = threading.Event()
+
+        def ask() -> None:  # on a thread of its own: a stop does not wait for the server (its timeout is seconds)
+            try:
+                answer["tokens"] = self._count(piece)
+            except Exception as exc:  # noqa: BLE001  (handed to the waiting thread)
+                answer["error"] = exc
+            finally:
+                done.set()
+
+        threading.Thread(target=ask, name="anges-tokens", daemon=True).start()
+        if wait_for(done.wait, stop) != "done":
+            return None  # stopped: this prompt is not sent; the tokenizer has not failed
+        tokens = answer.get("tokens")
+        if not isinstance(tokens, int):  # any failure of the tokenizer: estimates take over, and it is said once
+            exc = answer.get("error")
             self.failed = f"{type(exc).__name__}: {exc}"
             logger.warning("%s stopped counting tokens (%s): prompts are sized by the estimate", self.name,
                            self.failed)
