@@ -25,14 +25,15 @@ AgentTextResponseAction = AgentTextResponse
 
 def offered_actions(names: Iterable[str], mcp: MCPManager | None = None, given: Iterable[Action] = ()) -> list[Action]:
     """The `given` actions, one of each action named (a registered name or module:Class; the first of a type
-    wins), and USE_MCP_TOOL when `mcp` has a server with tools."""
+    wins), and USE_MCP_TOOL when `mcp` has a server with tools (or one that awaits the user's trust: the servers
+    then start once the run has asked)."""
     from anges.registry import actions
 
     offered: dict[str, Action] = {action.type.upper(): action for action in given}
     for name in names:
         action = actions.get(name)()
         offered.setdefault(action.type.upper(), action)
-    if mcp is not None and any(mcp.tools().values()):
+    if mcp is not None and (mcp.awaiting_trust() or any(mcp.tools().values())):
         from anges.actions.mcp import UseMCPTool
 
         offered.setdefault(UseMCPTool.type, UseMCPTool(mcp))

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, TypedDict
 from rich.padding import Padding
 from rich.text import Text
 
+from anges.cli.hook_view import hook_lines
 from anges.cli.terminal import seconds
 from anges.store.events import (
     ChildReturn,
@@ -43,14 +44,16 @@ SHOWN_STATUS = {"completed": ("completed", "green"), "answered": ("answered", "g
 """How each stream status (anges.store.events.status_of) reads and is coloured."""
 APPROVERS = {"auto": "automatically (--approval auto)", "approval=deny": "(--approval deny)",
              "no_one": "(no one can approve here)", "always": "(approved earlier for the whole run)",
-             "terminal": "by you", "interrupt": "", "limit": "(too long to be shown whole)"}
+             "terminal": "by you", "interrupt": "", "limit": "(too long to be shown whole)",
+             "unreadable": "(it cannot be read as it is)", "declined": "by you"}
 """How `approval_decided` says who decided (the `by` fact); a channel's own name reads "by NAME"."""
 STOP_REASONS = {"interrupt": "interrupted", "timeout": "out of time", "event_limit": "out of steps",
                 "model_call_limit": "out of model calls", "repetition": "stuck repeating itself",
                 "invalid_replies": "the model's replies were invalid", "model_error": "the model failed",
                 "reply_cut_off": "the model's replies were cut off at max_output_tokens",
                 "model_setup": "the model is not usable", "abandoned": "its process ended without finishing",
-                "budget": "over budget", "context_window": "the prompt does not fit the model's context window"}
+                "budget": "over budget", "context_window": "the prompt does not fit the model's context window",
+                "hook": "stopped by a hook"}
 class Cut(TypedDict):
     no_wrap: bool
     overflow: OverflowMethod
@@ -121,6 +124,8 @@ class Renderer:
         if group in ("shell", "tool", "edit", "approval"):
             draw = {"shell": self._command, "tool": self._tool_call, "edit": self._edit}.get(group, self._approval)
             return draw(event)
+        if group == "hook":
+            return list(hook_lines(event, self.verbose))
         if group == "child_start":
             verb = "starts" if kind == "new_child_agent" else "resumes"
             head = Text.assemble(("⇢", "bold magenta"), f" {verb} ", (data.get("agent_type", "child"), "bold"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from anges.exceptions import ConfigError
 from anges.registry import agent_types
@@ -258,6 +258,57 @@ class TelemetryConfig(Section):
     """Export metrics too (model-call duration and tokens, action durations, runs by outcome)."""
 
 
+HOOK_EVENTS = ("run_start", "request", "before_action", "after_action", "before_complete", "run_end",
+               "approval_needed")
+"""The points of a run a hook acts at (docs/hooks.md)."""
+BLOCKING_EVENTS = ("request", "before_action", "before_complete")
+"""The events whose hooks can stop what comes next (and may fail closed)."""
+
+
+class HookMatch(Section):
+    """Which occurrences of its event a hook runs for."""
+
+    action: str = "*"
+    """An action type (RUN_SHELL_CMD, EDIT_FILE, TASK_COMPLETE, ...), several joined by `|`, or * for any."""
+    pattern: str = ""
+    """A regular expression searched in the subject: the command, the file path, server.tool, the request, the
+    answer; empty matches all."""
+
+    @field_validator("pattern")
+    @classmethod
+    def _pattern_compiles(cls, pattern: str) -> str:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from None
+        return pattern
+
+
+class HookConfig(Section):
+    """One command hook: a shell command run outside the sandbox, with your rights, at an event of a run."""
+
+    event: Literal["run_start", "request", "before_action", "after_action", "before_complete", "run_end",
+                   "approval_needed"]
+    command: str
+    """Run by your shell ($SHELL, else /bin/sh) in the working directory, the event as JSON on its stdin."""
+    match: HookMatch = Field(default_factory=HookMatch)
+    timeout: float = Field(default=60, gt=0, le=3600)
+    """Seconds it may take; then it is ended, with its children, and the run goes on."""
+    fail_closed: bool = False
+    """A request, before_action or before_complete hook that fails (an error, a timeout, an answer anges cannot
+    read) blocks; by default a failure is recorded and the run goes on."""
+    name: str = ""
+    """What views call it (default: its command)."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> HookConfig:
+        if not self.command.strip():
+            raise ValueError("a hook's command must not be empty")
+        if self.fail_closed and self.event not in BLOCKING_EVENTS:
+            raise ValueError(f"fail_closed applies to {', '.join(BLOCKING_EVENTS)} hooks, not {self.event}")
+        return self
+
+
 class SafetyRule(Section):
     """One policy rule; the first rule that matches an action decides it."""
 
@@ -376,6 +427,10 @@ class Config(Section):
     safety: SafetyConfig = Field(default_factory=SafetyConfig)
     checkpoints: CheckpointsConfig = Field(default_factory=CheckpointsConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    hooks: list[HookConfig] = Field(default_factory=list)
+    """Command hooks (docs/hooks.md); a project's trusted `.anges/config.yaml` adds its own after these."""
+    plugin_hooks: list[str] = Field(default_factory=list)
+    """Installed plug-ins (entry-point names) whose Python hooks run, or `*` for all; extensions always run."""
     _common: AgentConfig = PrivateAttr(default_factory=AgentConfig)
     """The merged `agents.common` block: the settings of an agent type without a section of its own."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,6 +14,7 @@ from anges.exceptions import ConfigError
 from anges.util.masking import MIN_SECRET_LENGTH, REDACTED
 
 if TYPE_CHECKING:
+    from anges.config.trust import Subject
     from anges.config.types import MCPConfig
 
 HTTP_TYPES = ("http", "streamable-http", "streamable_http", "streamablehttp")
@@ -104,6 +105,23 @@ def specs_from_config(config: MCPConfig, extra: str | os.PathLike | Mapping | No
         if source:
             specs.update(load_mcp_servers(source))
     return specs
+
+
+def untrusted_servers(specs: Mapping[str, ServerSpec], writable: Callable[[str], bool]) -> dict[str, Subject]:
+    """The stdio servers whose program or script lies where commands may write (`writable`) and whose exact content
+    the user has not trusted, with what to trust."""
+    from anges.config.trust import TrustStore, command_subject
+
+    store, found = TrustStore(), {}
+    for name, spec in specs.items():
+        if spec.url:
+            continue
+        cwd = os.path.abspath(os.path.expanduser(spec.cwd or "."))
+        subject = command_subject("mcp_server", f"{name} in {cwd}", f"MCP server `{name}`",
+                                  [spec.command, *spec.args], cwd, writable)
+        if subject is not None and not store.trusts(subject):
+            found[name] = subject
+    return found
 
 
 def _read_json(path: Path) -> Any:

@@ -1,0 +1,309 @@
+"""Trusted content: what anges runs outside the sandbox although the model could have written it, once the user has
+trusted those exact bytes (a project's `.anges/` folder: its hooks, its commands; an MCP server whose program or
+script lies where commands may write).
+
+As direnv does: trusting keeps a digest of the content in ANGES_HOME/trust; content that changed is not trusted
+until the user agrees again. Nothing here asks anyone: the run asks through its approval channel
+(`anges.safety.trusting`), `anges trust` on the terminal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import stat
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from anges.exceptions import ConfigError
+from anges.util.paths import open_directory, open_nofollow, resolve
+
+if TYPE_CHECKING:
+    from anges.config.types import HookConfig
+
+PROJECT_DIR = ".anges"
+"""A project's own folder: its `config.yaml` (hooks) and `commands/*.md`."""
+MAX_FILE_BYTES = 1_000_000
+"""A file larger than this is trusted by its digest alone: it is not shown."""
+MAX_FILES = 200
+"""A project folder with more files than this is not loaded."""
+SHOWN_FILE_CHARS = 16_000
+"""A text file longer than this is shown by its size and digest (read it yourself, or use `anges trust`)."""
+
+Writable = Callable[[str], bool]
+"""Whether commands of the run may write a path (resolved): `SandboxSettings.can_write`."""
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One file trusted content covers: where, and its exact bytes (None when it could not be read)."""
+
+    path: str
+    data: bytes | None
+    problem: str = ""
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.data).hexdigest() if self.data is not None else ""
+
+    def shown(self, limit: int = SHOWN_FILE_CHARS) -> str:
+        """The file as a person reads it before trusting it: its text, or its size and digest."""
+        if self.data is None:
+            return f"--- {self.path}: {self.problem}"
+        head = f"--- {self.path} ({len(self.data)} bytes, sha256 {self.digest[:16]})"
+        try:
+            text = self.data.decode("utf-8")
+        except UnicodeDecodeError:
+            return f"{head}: not text, not shown"
+        if "\0" in text or len(text) > limit:
+            return f"{head}: {'not text' if chr(0) in text else 'too long to show here'}, not shown"
+        return f"{head}\n{text.rstrip(chr(10))}"
+
+
+@dataclass(frozen=True)
+class Subject:
+    """Something to trust: what it is, the text a person reads before trusting it, and the files it covers."""
+
+    kind: str
+    """project (a project's `.anges/` folder) or mcp_server."""
+    key: str
+    """Where: the project's folder, or the server's name and the command it runs."""
+    title: str
+    """One line: `the hooks and commands of /work/app/.anges`."""
+    definition: str
+    """What runs, as configured (the hooks, the server's command line)."""
+    pieces: tuple[Piece, ...] = ()
+    folder: str = "."
+    """The working directory it is for (what `anges trust` takes)."""
+
+    @property
+    def digest(self) -> str:
+        """The digest of its exact content: the definition and every file, by path."""
+        parts = [self.kind, self.key, self.definition, *(f"{p.path}\0{p.digest}\0{p.problem}" for p in self.pieces)]
+        return hashlib.sha256("\0\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
+
+    @property
+    def problem(self) -> str:
+        """Why it cannot be trusted ("" when it can): a file that cannot be read as it is."""
+        return next((f"{piece.path}: {piece.problem}" for piece in self.pieces if piece.problem), "")
+
+    def text(self) -> str:
+        """All of it as a person reads it before trusting it."""
+        return "\n".join([self.definition.rstrip("\n"), *(piece.shown() for piece in self.pieces)])
+
+    def unchanged(self) -> bool:
+        """True when every file it covers still holds the bytes it was made from (read again now)."""
+        return all(read_piece(piece.path).data == piece.data for piece in self.pieces)
+
+
+@dataclass(frozen=True)
+class Project:
+    """A project's `.anges/` folder as read once: the hooks of its `config.yaml`, its commands, and the subject a
+    user trusts (all of its files, and the files in writable places its hooks name)."""
+
+    root: str
+    """The folder that holds `.anges/`."""
+    subject: Subject
+    hooks: tuple[HookConfig, ...] = ()
+    commands: dict[str, str] = field(default_factory=dict)
+    """`commands/NAME.md` by NAME: the text of each."""
+
+
+class TrustStore:
+    """The digests of the content the user trusted: one small file each in ANGES_HOME/trust."""
+
+    def __init__(self, root: str | os.PathLike | None = None):
+        if root is None:
+            from anges.config.loading import anges_home
+
+            root = anges_home() / "trust"
+        self.root = Path(root)
+
+    def trusts(self, subject: Subject) -> bool:
+        """True when the user trusted exactly this content."""
+        if subject.problem:
+            return False
+        entry = self._read(self._name(subject))
+        return entry is not None and entry.get("digest") == subject.digest and entry.get("key") == subject.key
+
+    def trust(self, subject: Subject) -> None:
+        """Remember that the user trusts exactly this content."""
+        if subject.problem:
+            raise ConfigError(f"{subject.title} cannot be trusted: {subject.problem}")
+        entry = {"kind": subject.kind, "key": subject.key, "title": subject.title, "digest": subject.digest,
+                 "trusted_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        directory = open_directory(self._real_root(), create=True)
+        try:
+            name = self._name(subject)
+            temporary = f".{name}.{os.getpid()}.tmp"
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                         dir_fd=directory)
+            with os.fdopen(fd, "w", encoding="utf-8") as file:
+                json.dump(entry, file)
+            os.rename(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
+        finally:
+            os.close(directory)
+
+    def entries(self) -> list[dict]:
+        """Everything trusted, oldest first."""
+        try:
+            names = sorted(os.listdir(self.root))
+        except OSError:
+            return []
+        found = [entry for name in names if name.endswith(".json") and (entry := self._read(name)) is not None]
+        return sorted(found, key=lambda entry: str(entry.get("trusted_at", "")))
+
+    def forget(self, key: str) -> int:
+        """Stop trusting every content kept for `key` (a project folder, a server); how many were forgotten."""
+        forgotten = 0
+        for name in os.listdir(self.root) if self.root.is_dir() else []:
+            entry = self._read(name)
+            if entry is not None and entry.get("key") == key:
+                os.unlink(self.root / name)
+                forgotten += 1
+        return forgotten
+
+    def _name(self, subject: Subject) -> str:
+        return hashlib.sha256(f"{subject.kind}\0{subject.key}".encode("utf-8", "surrogateescape")).hexdigest()[:40] \
+            + ".json"
+
+    def _real_root(self) -> str:
+        return os.path.join(resolve(str(self.root.parent)), self.root.name)
+
+    def _read(self, name: str) -> dict | None:
+        try:
+            fd = open_nofollow(os.path.join(self._real_root(), name))
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as file:
+            raw = file.read(64_000)
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            return None
+        return entry if isinstance(entry, dict) else None
+
+
+def read_piece(path: str) -> Piece:
+    """A file's exact bytes, read without following a symlink (a link is not content: it is refused)."""
+    try:
+        fd = open_nofollow(resolve(os.path.dirname(path)) + os.sep + os.path.basename(path),
+                           os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        why = "a symbolic link (not followed)" if os.path.islink(path) else (exc.strerror or str(exc)).lower()
+        return Piece(path, None, why)
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            return Piece(path, None, "not a regular file")
+        if info.st_size > MAX_FILE_BYTES:
+            return Piece(path, None, f"over {MAX_FILE_BYTES} bytes")
+        return Piece(path, file.read(MAX_FILE_BYTES + 1))
+
+
+def named_files(argv: Iterable[str], cwd: str, writable: Writable) -> list[str]:
+    """The files a command names that commands of the run may write (resolved): its program (a path, or found on
+    PATH), every argument that is an existing file (`--opt=FILE` too), and the module of `-m NAME`."""
+    argv = [arg for arg in argv if arg and "\0" not in arg]
+    candidates = []
+    if argv and os.sep not in argv[0]:
+        candidates.append(shutil.which(argv[0]) or "")
+    for index, arg in enumerate(argv):
+        candidates += [arg, arg.partition("=")[2]]
+        if index and argv[index - 1] == "-m":
+            module = os.path.join(*arg.split("."))
+            candidates += [f"{module}.py", os.path.join(module, "__init__.py"), os.path.join(module, "__main__.py")]
+    found = []
+    for candidate in candidates:
+        if not candidate:
+            continue
+        path = os.path.join(cwd, os.path.expanduser(candidate))
+        try:
+            real = resolve(path)
+        except OSError:
+            continue
+        if os.path.isfile(real) and writable(real) and real not in found:
+            found.append(real)
+    return found
+
+
+def command_words(command: str) -> list[str]:
+    """The words of a shell command as the shell would split them, best effort (a quote left open: by spaces)."""
+    try:
+        return shlex.split(command, comments=True)
+    except ValueError:
+        return command.split()
+
+
+def command_subject(kind: str, key: str, title: str, argv: list[str], cwd: str, writable: Writable) -> Subject | None:
+    """The subject to trust before running `argv` in `cwd`, when it names a file commands may write; else None."""
+    files = named_files(argv, cwd, writable)
+    if not files:
+        return None
+    definition = f"In {cwd}, this runs outside the sandbox, with your rights:\n{shlex.join(argv)}"
+    return Subject(kind, key, title, definition, tuple(read_piece(path) for path in files), cwd)
+
+
+def project_root(cwd: str) -> str | None:
+    """The folder whose `.anges/` a run in `cwd` uses: the nearest from `cwd` up to the top of its repository (or
+    `cwd` alone, outside one) that holds it; None when none does, or it is ANGES_HOME itself (the user's own)."""
+    from anges.config.loading import anges_home
+
+    start = resolve(cwd)
+    chain = [start]
+    while not os.path.exists(os.path.join(chain[-1], ".git")) and os.path.dirname(chain[-1]) != chain[-1]:
+        chain.append(os.path.dirname(chain[-1]))
+    if not os.path.exists(os.path.join(chain[-1], ".git")):
+        chain = [start]
+    home = resolve(str(anges_home()))
+    for folder in chain:
+        candidate = os.path.join(folder, PROJECT_DIR)
+        if os.path.lexists(candidate):
+            return folder if resolve(candidate) != home else None
+    return None
+
+
+def load_project(cwd: str, writable: Writable) -> Project | None:
+    """The project's `.anges/` folder for a run in `cwd` (None when there is none), read once: nothing in it is
+    used before the user trusts its subject. ConfigError when its config.yaml is not valid."""
+    root = project_root(cwd)
+    if root is None:
+        return None
+    folder = os.path.join(root, PROJECT_DIR)
+    pieces = _folder_pieces(folder)
+    config = next((piece for piece in pieces if piece.path == os.path.join(folder, "config.yaml")), None)
+    hooks: tuple[HookConfig, ...] = ()
+    if config is not None and config.data is not None:
+        from anges.config.loading import project_hooks
+
+        hooks = tuple(project_hooks(config.data, config.path))
+    named = [path for hook in hooks for path in named_files(command_words(hook.command), root, writable)
+             if not path.startswith(folder + os.sep)]
+    pieces += [read_piece(path) for path in dict.fromkeys(named)]
+    definition = "\n".join(f"{hook.event}: {hook.command}" for hook in hooks) or "(no hooks)"
+    subject = Subject("project", folder, f"the hooks and commands of {folder}",
+                      f"In {root}, these run outside the sandbox, with your rights:\n{definition}", tuple(pieces), root)
+    commands = {Path(piece.path).stem: piece.data.decode("utf-8", "replace") for piece in pieces
+                if piece.data is not None and os.path.dirname(piece.path) == os.path.join(folder, "commands")
+                and piece.path.endswith(".md")}
+    return Project(root, subject, hooks, commands)
+
+
+def _folder_pieces(folder: str) -> list[Piece]:
+    """Every file under `folder`, sorted; a link (a file or a folder) is a piece that cannot be trusted."""
+    if os.path.islink(folder):
+        return [Piece(folder, None, "a symbolic link (not followed)")]
+    pieces: list[Piece] = []
+    for top, dirs, files in os.walk(folder):
+        dirs.sort()
+        for name in sorted(files) + [d for d in dirs if os.path.islink(os.path.join(top, d))]:
+            if len(pieces) >= MAX_FILES:
+                return [*pieces, Piece(folder, None, f"more than {MAX_FILES} files")]
+            pieces.append(read_piece(os.path.join(top, name)))
+    return pieces

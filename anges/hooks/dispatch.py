@@ -1,0 +1,344 @@
+"""The loop's hook points (`Hooks`): which hooks an event runs, in order, and what their answers become.
+
+One `HookSet` serves a run and its child agents: the command hooks of the configuration, then those of the project's
+`.anges/config.yaml` once the user trusts that exact content, then the plug-ins' Python hooks. With none, every point
+returns at once: no process is started, nothing is imported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from anges.hooks.answers import Outcome
+from anges.hooks.record import HookRun, hook_event
+from anges.store.events import RETURN_TO_PARENT_EVENT_TYPES, Event, action_input, interrupted_event
+
+if TYPE_CHECKING:
+    from anges.config.trust import Project
+    from anges.config.types import Config, HookConfig
+    from anges.hooks.python import PythonHook, RunView, Spending
+    from anges.safety.approval import Asker
+    from anges.safety.run_safety import RunSafety
+    from anges.store.events import EventStream
+    from anges.tools.mcp import MCPManager
+
+BLOCKING = ("request", "before_action", "before_complete")
+"""The events whose hooks can stop what comes next (as `anges.config.types.BLOCKING_EVENTS`)."""
+TAKES_CONTEXT = ("run_start", "request", "after_action")
+"""The events whose hooks' text (plain output, or `context`) the model reads."""
+ENV_CHARS = 65_536
+"""The most of a command or path an `ANGES_HOOK_*` variable holds (the whole is on stdin)."""
+
+
+class RunParts(Protocol):
+    """The parts of the current run the hooks use: its action context (who asks, how to record) and budget."""
+
+    @property
+    def context(self) -> Asker: ...
+    @property
+    def budget(self) -> Spending: ...
+
+
+class Hooked(Protocol):
+    """What the hooks know of the agent whose run they act in."""
+
+    uid: str
+    agent_type: str
+    parent_ids: list[str]
+    cmd_init_dir: str
+    config: Config
+
+    @property
+    def event_stream(self) -> EventStream | None: ...
+    @property
+    def run_state(self) -> RunParts | None: ...
+    @property
+    def run_safety(self) -> RunSafety | None: ...
+    @property
+    def mcp(self) -> MCPManager | None: ...
+
+    def stop_requested(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class CommandHook:
+    """A command hook and where it came from: the configuration, or a trusted project (checked again before each
+    run: content changed since it was trusted does not run)."""
+
+    config: HookConfig
+    source: str
+    project: Project | None = None
+
+
+@dataclass
+class HookSet:
+    """The hooks of a run and its child agents."""
+
+    commands: list[CommandHook]
+    python: dict[str, list[PythonHook]] | None = None
+    """The plug-ins' Python hooks, by event."""
+
+    def __bool__(self) -> bool:
+        return bool(self.commands or self.python)
+
+
+_sets: weakref.WeakKeyDictionary[Any, HookSet] = weakref.WeakKeyDictionary()
+"""The hook set of each run (by its `RunSafety`, which a child agent shares with its parent)."""
+
+
+class Hooks:
+    """An agent's hook points; the loop calls them, and they record what the hooks did as events."""
+
+    def __init__(self, agent: Hooked, interrupted: Callable[[], bool]):
+        self.agent = agent
+        self.interrupted = interrupted
+        """True once the run was interrupted (Ctrl-C, Stop): ends run_end hooks, which run after a time limit too."""
+        self.hooks = HookSet([])
+        self.sent_back = 0
+        """How many times before_complete hooks sent the model back in this run (hooks read it as `sent_back`)."""
+        self._trusting: Any = None
+        self._running = False
+
+    # -- the points -----------------------------------------------------------------------------------------------
+
+    def begin(self, request: str, follow_up: bool) -> bool:
+        """The run starts: trust questions (a top-level run), then run_start and request hooks. True when a hook
+        refused the request: the run has ended (its stop is recorded)."""
+        self.sent_back = 0
+        self._choose_hooks()
+        if not self._running:
+            return False
+        data = {"request": request, "follow_up": follow_up, "from_parent": bool(self.agent.parent_ids)}
+        self._run("run_start", data, subject=request)
+        refused = self._run("request", data, subject=request)
+        if refused is not None:
+            run, outcome = refused
+            why = outcome.reason if outcome.status == "blocked" else f"it failed ({outcome.reason})"
+            self._record(interrupted_event("hook", f"a hook refused the request: {why}", hook=run.label))
+            return True
+        return False
+
+    def blocks(self, action_type: str, args: dict, returning: bool, remaining: int = 0) -> bool:
+        """Before an action: before_action hooks, then (for an action that ends the run) before_complete hooks. True
+        when one blocked it: the model reads why, and the rest of its reply is not run."""
+        if not self._running:
+            return False
+        data = {"action": {"action_type": action_type, **action_input(args)}}
+        subject = self._subject(action_type, args, returning)
+        if self._run("before_action", data, action_type, subject, remaining) is not None:
+            return True
+        if returning and self._run("before_complete", {**data, "sent_back": self.sent_back}, action_type, subject,
+                                   remaining) is not None:
+            self.sent_back += 1
+            return True
+        return False
+
+    def after(self, action_type: str, args: dict, event: Event) -> None:
+        """After an action's event is recorded: after_action hooks (their context is read with the result)."""
+        if not self._running:
+            return
+        result = {"type": event.type, "content": event.content, "message": event.message, "data": event.data}
+        data = {"action": {"action_type": action_type, **action_input(args)}, "result": result}
+        self._run("after_action", data, action_type, self._subject(action_type, args, False))
+
+    def recorded(self, event: Event) -> None:
+        """An event was recorded: an approval waiting for a person runs the approval_needed hooks."""
+        if self._running and event.type == "approval_requested":
+            facts = event.data
+            self._run("approval_needed", {"approval": facts}, str(facts.get("action_type", "")),
+                      str(facts.get("subject", "")))
+
+    def ending(self, event: Event) -> None:
+        """The run is about to record the event that ends it (an answer, a stop): run_end hooks, told how it ends, so
+        that event stays the stream's last. None after an interrupt: a stop takes effect at once."""
+        if not self._running or event.type not in RETURN_TO_PARENT_EVENT_TYPES:
+            return
+        self._running = False
+        if event.type == "task_interrupted" and event.data.get("reason") == "interrupt":
+            return
+        ended_by = str(event.data.get("action_type") or "") if event.type != "task_interrupted" else ""
+        outcome = {"event_type": event.type, "content": event.content, "reason": event.data.get("reason", "")}
+        self._run("run_end", {"outcome": outcome}, ended_by, event.type, stop=self.interrupted)
+
+    # -- running the hooks of one event ---------------------------------------------------------------------------
+
+    def _run(self, event: str, data: dict, action_type: str = "", subject: str = "", remaining: int = 0,
+             stop: Callable[[], bool] | None = None) -> tuple[HookRun, Outcome] | None:
+        """Run the hooks of `event` that match, in order, recording each; the first that blocks a blocking event
+        ends the rest (it is returned)."""
+        stop = stop or self.agent.stop_requested
+        payload = {"event": event, **self._who(), **data}
+        for run, call, fail_closed in self._matching(event, action_type, subject):
+            outcome = call({**payload, "subject": subject}, stop)
+            effect = _effect(event, outcome, fail_closed)
+            self._record(hook_event(run, outcome, effect, self.agent.config.prompt.template_dir,
+                                    remaining if effect == "blocked" else 0))
+            if effect == "blocked":
+                return run, outcome
+            if outcome.status == "stopped":
+                break
+        return None
+
+    def _matching(self, event: str, action_type: str, subject: str):
+        """(who runs, how to call it, whether it fails closed) for each hook of `event` that matches."""
+        for hook in self.hooks.commands:
+            config = hook.config
+            if config.event == event and _matches(config, action_type, subject):
+                label = config.name or " ".join(config.command.split())
+                yield (HookRun(label, hook.source, event, action_type, subject),
+                       lambda payload, stop, hook=hook: self._command(hook, payload, stop), config.fail_closed)
+        for python in self.hooks.python.get(event, []) if self.hooks.python else []:
+            yield (HookRun(f"plugin {python.plugin}", "plugin", event, action_type, subject),
+                   lambda payload, stop, python=python: python.run(self._view(), payload, stop), False)
+
+    def _command(self, hook: CommandHook, payload: dict, stop: Callable[[], bool]) -> Outcome:
+        from anges.hooks.command import run_hook_command
+
+        if hook.project is not None and not self._still_trusted(hook.project):
+            return Outcome("failed", reason="the project's .anges/ changed since you trusted it: its hooks run again "
+                                            "once you trust the new content")
+        env = {**os.environ, **_variables(payload)}
+        stdin = json.dumps(payload, ensure_ascii=False, default=str).encode("utf-8", "replace")
+        return run_hook_command(hook.config.command, stdin, self.agent.cmd_init_dir, env, hook.config.timeout, stop)
+
+    # -- the hooks of a run ---------------------------------------------------------------------------------------
+
+    def _choose_hooks(self) -> None:
+        """The run's hooks: a child's are its parent's; a top-level run asks first what must be trusted (the
+        configuration's hooks already hear of those questions: approval_needed)."""
+        safety, config = self.agent.run_safety, self.agent.config
+        if self.agent.parent_ids and safety is not None and safety in _sets:
+            self.hooks = _sets[safety]
+            self._running = bool(self.hooks)
+            return
+        from anges.hooks.python import python_hooks
+
+        self.hooks = HookSet([CommandHook(hook, "config") for hook in config.hooks], python_hooks(config))
+        self._running = bool(self.hooks)
+        project = self._trusted_project()
+        if project is not None:
+            self.hooks.commands += [CommandHook(hook, "project", project) for hook in project.hooks]
+        self._admit_mcp_servers()
+        self._running = bool(self.hooks)
+        if safety is not None:
+            _sets[safety] = self.hooks
+
+    def _trusted_project(self) -> Project | None:
+        """The project's `.anges/` content when the user trusts it (asked now if a person can be); else None."""
+        from anges.config.trust import project_root
+
+        if project_root(self.agent.cmd_init_dir) is None:
+            return None
+        from anges.config.trust import load_project
+
+        project = load_project(self.agent.cmd_init_dir, self._writable())
+        if project is None or not project.hooks:
+            return None
+        return project if self._trust(project.subject) else None
+
+    def _admit_mcp_servers(self) -> None:
+        """Ask about each MCP server whose program lies where commands may write; start the trusted ones."""
+        mcp = self.agent.mcp
+        if mcp is None:
+            return
+        for name, subject in mcp.awaiting_trust().items():
+            if self._trust(subject):
+                mcp.admit(name)
+            else:
+                mcp.refuse(name, f"not started: {subject.title} is not trusted (anges trust {subject.folder})")
+
+    def _trust(self, subject) -> bool:
+        from anges.safety.trusting import Trusting
+
+        state, safety = self.agent.run_state, self.agent.run_safety
+        if state is None or safety is None:
+            return False
+        if self._trusting is None:
+            from anges.config.trust import TrustStore
+
+            self._trusting = Trusting(TrustStore())
+        return self._trusting.trusted(subject, safety.gate, state.context)
+
+    def _still_trusted(self, project: Project) -> bool:
+        from anges.config.trust import load_project
+
+        try:
+            now = load_project(self.agent.cmd_init_dir, self._writable())
+        except Exception:  # noqa: BLE001  (a config made invalid since: not what was trusted)
+            return False
+        return now is not None and now.subject.digest == project.subject.digest
+
+    def _writable(self) -> Callable[[str], bool]:
+        safety = self.agent.run_safety
+        return safety.settings.can_write if safety is not None else (lambda path: True)
+
+    # -- what the hooks are told ----------------------------------------------------------------------------------
+
+    def _who(self) -> dict:
+        stream = self.agent.event_stream
+        return {"run_id": stream.uid if stream is not None else self.agent.uid, "agent_id": self.agent.uid,
+                "agent_type": self.agent.agent_type, "parent_ids": list(self.agent.parent_ids),
+                "cwd": os.path.abspath(self.agent.cmd_init_dir)}
+
+    def _subject(self, action_type: str, args: dict, returning: bool) -> str:
+        """What a hook's pattern searches: the command, the resolved path, server.tool, the answer, ..."""
+        if returning:
+            return str(args.get("content", ""))
+        safety = self.agent.run_safety
+        if safety is None:
+            return ""
+        try:
+            subjects = safety.policy.subjects(action_type, args)
+        except OSError:  # a path that keeps changing: the policy declines the action anyway
+            return ""
+        return subjects[0] if subjects else ""
+
+    def _view(self) -> RunView:
+        from anges.hooks.python import RunView
+
+        stream, state = self.agent.event_stream, self.agent.run_state
+        assert stream is not None
+        return RunView(stream.uid, self.agent.uid, self.agent.agent_type, tuple(self.agent.parent_ids),
+                       self.agent.cmd_init_dir, self.agent.config, stream,
+                       state.budget if state is not None else None)
+
+    def _record(self, event: Event) -> None:
+        state = self.agent.run_state
+        if state is not None:
+            state.context.record(event)
+
+
+def _matches(config: HookConfig, action_type: str, subject: str) -> bool:
+    """True when a hook's `match` takes this occurrence: its action (events without one ignore it) and pattern."""
+    named = {part.strip().upper() for part in config.match.action.split("|")} - {""}
+    if action_type and named and "*" not in named and action_type.upper() not in named:
+        return False
+    return not config.match.pattern or re.search(config.match.pattern, subject) is not None
+
+
+def _effect(event: str, outcome: Outcome, fail_closed: bool) -> str:
+    """What an outcome does to the run: blocked, context (the model reads it), or "" (recorded only). A block where
+    nothing can be stopped is a context (after_action: the action ran) or recorded only."""
+    if event in BLOCKING and (outcome.status == "blocked" or (outcome.failed and fail_closed)):
+        return "blocked"
+    if outcome.status == "blocked":
+        outcome.status, outcome.context, outcome.reason = "ok", outcome.context or outcome.reason, ""
+    return "context" if event in TAKES_CONTEXT and outcome.context.strip() else ""
+
+
+def _variables(payload: dict) -> dict[str, str]:
+    """The `ANGES_HOOK_*` variables of a command hook's environment."""
+    action = payload.get("action") or {}
+    kind = str(action.get("action_type", ""))
+    found = {"ANGES_HOOK_EVENT": payload["event"], "ANGES_HOOK_ACTION": kind, "ANGES_RUN_ID": payload["run_id"]}
+    if kind == "RUN_SHELL_CMD":
+        found["ANGES_HOOK_COMMAND"] = str(action.get("command", ""))
+    if kind == "EDIT_FILE" and payload["subject"]:
+        found["ANGES_HOOK_PATH"] = payload["subject"]  # resolved, as the policy judged it
+    return {name: value.replace("\0", "")[:ENV_CHARS] for name, value in found.items()}
