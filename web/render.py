@@ -44,6 +44,8 @@ APPROVAL_FACTS = {
                          "feedback", "escalate", "skipped"),
 }
 LONG_OUTPUT_LINES = 20
+HOOK_FACTS = ("hook", "source", "hook_event", "on_action", "subject", "outcome", "effect", "exit_code", "duration",
+              "output", "reason", "context")
 
 
 @lru_cache(maxsize=1)
@@ -126,6 +128,9 @@ def step_view(event: Event, index: int, cwd: str = "", reasoning: str | None = N
         # Shown as every approval surface shows it (safety/approval_text.py): nothing unseen, its size, and whether
         # the card must be opened whole before it offers Approve.
         view["approval"] = approval_view(facts) if event.type == "approval_requested" else printable_texts(facts)
+        view["message"] = event.message
+    elif kind == "hook":
+        view["hook"] = printable_texts({key: data.get(key) for key in HOOK_FACTS})
         view["message"] = event.message
     elif kind == "interrupted":
         view["reason"] = data.get("reason", "")

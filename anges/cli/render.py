@@ -220,6 +220,8 @@ class Renderer:
         decision, by = str(data.get("decision")), data.get("by", "")
         mark, colour, verb = {"allow": ("✓", "green", "approved"), "deny": ("✗", "red", "declined")}.get(
             decision, ("■", "yellow", "not decided (interrupted)"))
+        if data.get("rule") == "trust":  # content to trust (a project's hooks, an MCP server): its own words
+            return [Text.assemble((mark, f"bold {colour}"), " ", one_line(visible(event.message), 400))]
         who = APPROVERS.get(by, f"by {by}")
         if by == "rule":
             who = f"by rule {data.get('rule', '')} ({data.get('reason', '')})"

@@ -137,7 +137,7 @@ class TrustStore:
         if subject.problem:
             raise ConfigError(f"{subject.title} cannot be trusted: {subject.problem}")
         entry = {"kind": subject.kind, "key": subject.key, "title": subject.title, "digest": subject.digest,
-                 "trusted_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+                 "folder": subject.folder, "trusted_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
         directory = open_directory(self._real_root(), create=True)
         try:
             name = self._name(subject)
@@ -159,14 +159,14 @@ class TrustStore:
         found = [entry for name in names if name.endswith(".json") and (entry := self._read(name)) is not None]
         return sorted(found, key=lambda entry: str(entry.get("trusted_at", "")))
 
-    def forget(self, key: str) -> int:
-        """Stop trusting every content kept for `key` (a project folder, a server); how many were forgotten."""
-        forgotten = 0
-        for name in os.listdir(self.root) if self.root.is_dir() else []:
+    def forget(self, folder: str) -> list[dict]:
+        """Stop trusting what was trusted for runs in `folder` (its project's `.anges/`, MCP servers); what was."""
+        forgotten = []
+        for name in sorted(os.listdir(self.root)) if self.root.is_dir() else []:
             entry = self._read(name)
-            if entry is not None and entry.get("key") == key:
+            if entry is not None and entry.get("folder") == folder:
                 os.unlink(self.root / name)
-                forgotten += 1
+                forgotten.append(entry)
         return forgotten
 
     def _name(self, subject: Subject) -> str:

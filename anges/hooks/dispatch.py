@@ -236,8 +236,15 @@ class Hooks:
         if project_root(self.agent.cmd_init_dir) is None:
             return None
         from anges.config.trust import load_project
+        from anges.exceptions import ConfigError
 
-        project = load_project(self.agent.cmd_init_dir, self._writable())
+        try:
+            project = load_project(self.agent.cmd_init_dir, self._writable())
+        except ConfigError as exc:  # the run goes on without them, and says why
+            self._record(hook_event(HookRun(".anges/config.yaml", "project", "run_start"),
+                                    Outcome("failed", reason=f"the project's hooks are not loaded: {exc}"), "",
+                                    self.agent.config.prompt.template_dir))
+            return None
         if project is None or not project.hooks:
             return None
         return project if self._trust(project.subject) else None

@@ -107,18 +107,20 @@ def specs_from_config(config: MCPConfig, extra: str | os.PathLike | Mapping | No
     return specs
 
 
-def untrusted_servers(specs: Mapping[str, ServerSpec], writable: Callable[[str], bool]) -> dict[str, Subject]:
+def untrusted_servers(specs: Mapping[str, ServerSpec], writable: Callable[[str], bool],
+                      cwd: str | None = None) -> dict[str, Subject]:
     """The stdio servers whose program or script lies where commands may write (`writable`) and whose exact content
-    the user has not trusted, with what to trust."""
+    the user has not trusted, with what to trust. A server without a `cwd` of its own starts in `cwd` (default:
+    this process's)."""
     from anges.config.trust import TrustStore, command_subject
 
     store, found = TrustStore(), {}
     for name, spec in specs.items():
         if spec.url:
             continue
-        cwd = os.path.abspath(os.path.expanduser(spec.cwd or "."))
-        subject = command_subject("mcp_server", f"{name} in {cwd}", f"MCP server `{name}`",
-                                  [spec.command, *spec.args], cwd, writable)
+        start = os.path.abspath(os.path.expanduser(spec.cwd or cwd or "."))
+        subject = command_subject("mcp_server", f"{name} in {start}", f"MCP server `{name}`",
+                                  [spec.command, *spec.args], start, writable)
         if subject is not None and not store.trusts(subject):
             found[name] = subject
     return found
