@@ -137,13 +137,25 @@ class Plugins:
                 self.sources[entry.name] = "installed"
             except Exception as exc:  # noqa: BLE001  (a broken plug-in must not break anges)
                 self._fail(entry.name, f"{type(exc).__name__}: {exc}")
-        for path in extension_files():
-            name = f"extension:{os.path.splitext(os.path.basename(path))[0]}"
-            try:
-                self._add(_import_file(path, name), name)
-                self.sources[name] = "extension"
-            except Exception as exc:  # noqa: BLE001
-                self._fail(name, f"{type(exc).__name__}: {exc}")
+        self.load_extensions()
+
+    def load_extensions(self) -> list[str]:
+        """Load the files of ANGES_HOME/extensions not loaded yet (a changed one is not loaded again: restart); the
+        names of the extensions there now (`extension:FILE-NAME`)."""
+        names = []
+        with self._lock:
+            for path in extension_files():
+                name = f"extension:{path}"
+                names.append(name)
+                if name in self.sources or name in self.failures:
+                    continue
+                try:
+                    self._add(_import_file(path, name), name)
+                    self.sources[name] = "extension"
+                    self.generation += 1
+                except Exception as exc:  # noqa: BLE001  (a broken extension must not break anges)
+                    self._fail(name, f"{type(exc).__name__}: {exc}")
+        return names
 
     def _add(self, plugin: object, name: str | None) -> None:
         manager = self.manager()
@@ -178,10 +190,12 @@ def extension_files() -> list[str]:
 
 def _import_file(path: str, name: str) -> Any:
     """The module in a file that is not on the import path (an extension), imported once under its own name."""
+    import hashlib
     import importlib.util
     import sys
 
-    module_name = "anges_extensions." + name.partition(":")[2].replace(".", "_")
+    stem = os.path.splitext(os.path.basename(path))[0]
+    module_name = f"anges_extensions.{stem}_{hashlib.sha256(path.encode()).hexdigest()[:8]}"
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"{path} cannot be imported")

@@ -24,10 +24,15 @@ KILL_GRACE = 0.3
 POLL = 0.05
 
 
+POSIX_SHELLS = ("sh", "bash", "zsh", "dash", "ksh", "mksh", "ash")
+"""The shells $SHELL may name for hooks: a command written for one runs the same in the others."""
+
+
 def shell() -> str:
-    """Your shell ($SHELL when it is an absolute path to a program), else /bin/sh."""
+    """Your shell ($SHELL, when it is one of POSIX_SHELLS), else /bin/sh."""
     chosen = os.environ.get("SHELL", "")
-    return chosen if os.path.isabs(chosen) and os.access(chosen, os.X_OK) and not os.path.isdir(chosen) else "/bin/sh"
+    usable = os.path.isabs(chosen) and os.access(chosen, os.X_OK) and not os.path.isdir(chosen)
+    return chosen if usable and os.path.basename(chosen) in POSIX_SHELLS else "/bin/sh"
 
 
 def run_hook_command(command: str, stdin: bytes, cwd: str, env: dict[str, str], timeout: float,

@@ -15,9 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from anges.exceptions import RunStopped
 from anges.hooks.answers import Outcome
 from anges.hooks.record import HookRun, hook_event
-from anges.store.events import RETURN_TO_PARENT_EVENT_TYPES, Event, action_input, interrupted_event
+from anges.store.events import RETURN_TO_PARENT_EVENT_TYPES, Event, action_input, interrupted_event, kind_of
 
 if TYPE_CHECKING:
     from anges.config.trust import Project
@@ -162,7 +163,7 @@ class Hooks:
         self._running = False
         if event.type == "task_interrupted" and event.data.get("reason") == "interrupt":
             return
-        ended_by = str(event.data.get("action_type") or "") if event.type != "task_interrupted" else ""
+        ended_by = kind_of(event.type).action  # TASK_COMPLETE, HELP_NEEDED, AGENT_TEXT_RESPONSE; "" for a stop
         outcome = {"event_type": event.type, "content": event.content, "reason": event.data.get("reason", "")}
         self._run("run_end", {"outcome": outcome}, ended_by, event.type, stop=self.interrupted)
 
@@ -175,14 +176,16 @@ class Hooks:
         stop = stop or self.agent.stop_requested
         payload = {"event": event, **self._who(), **data}
         for run, call, fail_closed in self._matching(event, action_type, subject):
-            outcome = call({**payload, "subject": subject}, stop)
+            outcome = call(run, {**payload, "subject": subject}, stop)
             effect = _effect(event, outcome, fail_closed)
             self._record(hook_event(run, outcome, effect, self.agent.config.prompt.template_dir,
                                     remaining if effect == "blocked" else 0))
             if effect == "blocked":
                 return run, outcome
             if outcome.status == "stopped":
-                break
+                if event in ("run_end", "approval_needed"):  # the run is ending, or a person is about to be asked
+                    break
+                raise RunStopped("interrupt", "the run was interrupted")  # the loop records which stop it was
         return None
 
     def _matching(self, event: str, action_type: str, subject: str):
@@ -192,18 +195,21 @@ class Hooks:
             if config.event == event and _matches(config, action_type, subject):
                 label = config.name or " ".join(config.command.split())
                 yield (HookRun(label, hook.source, event, action_type, subject),
-                       lambda payload, stop, hook=hook: self._command(hook, payload, stop), config.fail_closed)
+                       lambda run, payload, stop, hook=hook: self._command(hook, run, payload, stop),
+                       config.fail_closed)
         for python in self.hooks.python.get(event, []) if self.hooks.python else []:
-            yield (HookRun(f"plugin {python.plugin}", "plugin", event, action_type, subject),
-                   lambda payload, stop, python=python: python.run(self._view(), payload, stop), False)
+            name = python.plugin
+            label = f"extension {os.path.basename(name)}" if name.startswith("extension:") else f"plugin {name}"
+            yield (HookRun(label, "plugin", event, action_type, subject),
+                   lambda run, payload, stop, python=python: python.run(self._view(), payload, stop), False)
 
-    def _command(self, hook: CommandHook, payload: dict, stop: Callable[[], bool]) -> Outcome:
+    def _command(self, hook: CommandHook, run: HookRun, payload: dict, stop: Callable[[], bool]) -> Outcome:
         from anges.hooks.command import run_hook_command
 
         if hook.project is not None and not self._still_trusted(hook.project):
             return Outcome("failed", reason="the project's .anges/ changed since you trusted it: its hooks run again "
                                             "once you trust the new content")
-        env = {**os.environ, **_variables(payload)}
+        env = {**os.environ, **_variables(run, payload["run_id"])}
         stdin = json.dumps(payload, ensure_ascii=False, default=str).encode("utf-8", "replace")
         return run_hook_command(hook.config.command, stdin, self.agent.cmd_init_dir, env, hook.config.timeout, stop)
 
@@ -339,13 +345,11 @@ def _effect(event: str, outcome: Outcome, fail_closed: bool) -> str:
     return "context" if event in TAKES_CONTEXT and outcome.context.strip() else ""
 
 
-def _variables(payload: dict) -> dict[str, str]:
+def _variables(run: HookRun, run_id: str) -> dict[str, str]:
     """The `ANGES_HOOK_*` variables of a command hook's environment."""
-    action = payload.get("action") or {}
-    kind = str(action.get("action_type", ""))
-    found = {"ANGES_HOOK_EVENT": payload["event"], "ANGES_HOOK_ACTION": kind, "ANGES_RUN_ID": payload["run_id"]}
-    if kind == "RUN_SHELL_CMD":
-        found["ANGES_HOOK_COMMAND"] = str(action.get("command", ""))
-    if kind == "EDIT_FILE" and payload["subject"]:
-        found["ANGES_HOOK_PATH"] = payload["subject"]  # resolved, as the policy judged it
+    found = {"ANGES_HOOK_EVENT": run.event, "ANGES_HOOK_ACTION": run.action_type, "ANGES_RUN_ID": run_id}
+    if run.action_type == "RUN_SHELL_CMD" and run.event != "approval_needed":
+        found["ANGES_HOOK_COMMAND"] = run.subject
+    if run.action_type == "EDIT_FILE" and run.event != "approval_needed" and run.subject:
+        found["ANGES_HOOK_PATH"] = run.subject  # resolved, as the policy judged it
     return {name: value.replace("\0", "")[:ENV_CHARS] for name, value in found.items()}

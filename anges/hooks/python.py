@@ -112,9 +112,11 @@ def python_hooks(config: Config) -> dict[str, list[PythonHook]] | None:
     from anges.plugins import plugins
 
     manager, wanted = plugins.manager(), set(config.plugin_hooks)
+    extensions = set(plugins.load_extensions())  # this ANGES_HOME's, loaded once per process
 
     def selected(name: str) -> bool:
-        return plugins.sources.get(name) in ("code", "extension") or "*" in wanted or name in wanted
+        source = plugins.sources.get(name)
+        return name in extensions or source == "code" or (source == "installed" and ("*" in wanted or name in wanted))
 
     found = {event: [PythonHook(impl.plugin_name, impl.function, tuple(impl.argnames))
                      for impl in reversed(getattr(manager.hook, event).get_hookimpls()) if selected(impl.plugin_name)]
