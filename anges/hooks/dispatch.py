@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from anges.exceptions import RunStopped
 from anges.hooks.answers import Outcome
 from anges.hooks.record import HookRun, hook_event
+from anges.safety.approval import Asker
 from anges.store.events import RETURN_TO_PARENT_EVENT_TYPES, Event, action_input, interrupted_event, kind_of
 
 if TYPE_CHECKING:
     from anges.config.trust import Project
     from anges.config.types import Config, HookConfig
     from anges.hooks.python import PythonHook, RunView, Spending
-    from anges.safety.approval import Asker
     from anges.safety.run_safety import RunSafety
     from anges.store.events import EventStream
     from anges.tools.mcp import MCPManager
@@ -37,11 +37,18 @@ ENV_CHARS = 65_536
 """The most of a command or path an `ANGES_HOOK_*` variable holds (the whole is on stdin)."""
 
 
-class RunParts(Protocol):
-    """The parts of the current run the hooks use: its action context (who asks, how to record) and budget."""
+class RunContext(Asker, Protocol):
+    """The run's action context, as the hooks use it: who asks, how to record, how to render a guide again."""
 
     @property
-    def context(self) -> Asker: ...
+    def render_guide(self) -> Callable[[Any], str] | None: ...
+
+
+class RunParts(Protocol):
+    """The parts of the current run the hooks use: its action context and budget."""
+
+    @property
+    def context(self) -> RunContext: ...
     @property
     def budget(self) -> Spending: ...
 
@@ -54,6 +61,7 @@ class Hooked(Protocol):
     parent_ids: list[str]
     cmd_init_dir: str
     config: Config
+    registered_actions: list
 
     @property
     def event_stream(self) -> EventStream | None: ...
@@ -257,14 +265,18 @@ class Hooks:
 
     def _admit_mcp_servers(self) -> None:
         """Ask about each MCP server whose program lies where commands may write; start the trusted ones."""
-        mcp = self.agent.mcp
-        if mcp is None:
+        mcp, state = self.agent.mcp, self.agent.run_state
+        if mcp is None or state is None or not mcp.awaiting_trust():
             return
         for name, subject in mcp.awaiting_trust().items():
             if self._trust(subject):
                 mcp.admit(name)
             else:
                 mcp.refuse(name, f"not started: {subject.title} is not trusted (anges trust {subject.folder})")
+        render = state.context.render_guide
+        for action in self.agent.registered_actions:  # its guide lists the servers' tools: as they are now
+            if action.type == "USE_MCP_TOOL" and render is not None:
+                action.guide_prompt = render(action)
 
     def _trust(self, subject) -> bool:
         from anges.safety.trusting import Trusting

@@ -110,7 +110,7 @@ class MCPManager:
 
     With `writable` (where the run's commands may write), a stdio server whose program or script lies there is not
     started until its exact content is trusted (`anges.config.trust`): it awaits trust (`awaiting_trust`) until the
-    run asks (`admit`, `refuse`); one no one was asked about when the servers start is left out.
+    run asks (then `admit` starts it, or `refuse` leaves it out with the reason).
     """
 
     def __init__(self, specs: Mapping[str, ServerSpec], startup_timeout: float = 30.0,
@@ -157,13 +157,11 @@ class MCPManager:
         with self._lock:
             self._awaiting.pop(name)
             server = self._servers[name] = _Server(self.specs[name])
-            loop = self._loop if self._state == "running" else None
-            started = self._state != "new"
-        if started and loop is None:  # the manager ran no loop yet (it had no server) or is closed
-            server.failed = self._failure_text(server, "started after the other servers: restart anges to use it")
-            self._report(server, server.failed)
-        elif loop is not None:
-            asyncio.run_coroutine_threadsafe(self._start_one(server), loop).result()
+            running = self._state == "running"
+            if running:
+                self._run_loop()
+        if running and self._loop is not None:
+            asyncio.run_coroutine_threadsafe(self._start_one(server), self._loop).result()
             if server.failed:
                 self._report(server, server.failed)
 
@@ -176,18 +174,14 @@ class MCPManager:
     # -- lifecycle ------------------------------------------------------------------------------------------
 
     def start(self) -> MCPManager:
-        """Start every server (in parallel) and list its tools; later calls wait for that once. Returns self. A
-        server still awaiting trust is left out (no one was asked)."""
-        for name, subject in self.awaiting_trust().items():
-            self.refuse(name, f"not started: {subject.title} is not trusted (anges trust {subject.folder})")
+        """Start every server (in parallel) and list its tools; later calls wait for that once. Returns self. A server
+        awaiting trust is not started (`admit` starts it)."""
         with self._lock:
             if self._state == "new":
                 self._state = "running"
                 if self._servers:
-                    self._loop = asyncio.new_event_loop()
-                    self._thread = threading.Thread(target=self._loop.run_forever, name="anges-mcp", daemon=True)
-                    self._thread.start()
-                    atexit.register(self.close)
+                    self._run_loop()
+                    assert self._loop is not None
                     self._startup = asyncio.run_coroutine_threadsafe(self._start_all(), self._loop)
             startup = self._startup
         if startup is not None:
@@ -196,6 +190,14 @@ class MCPManager:
                 if server.failed:
                     self._report(server, server.failed)
         return self
+
+    def _run_loop(self) -> None:
+        """Start the event loop's thread (once; called holding the lock)."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(target=self._loop.run_forever, name="anges-mcp", daemon=True)
+            self._thread.start()
+            atexit.register(self.close)
 
     def close(self) -> None:
         """Shut every server down (stdio processes are stopped, HTTP sessions ended) and stop the loop."""
