@@ -242,3 +242,39 @@ def test_an_mcp_server_outside_the_working_directory_is_not_asked_about(work, ou
         assert mcp.awaiting_trust() == {} and "far" in mcp.tools()
     finally:
         mcp.close()
+
+
+def test_your_own_hook_that_runs_a_script_the_model_can_rewrite_asks_first(work):
+    (work / "check.sh").write_text("#!/bin/sh\necho checked >> hook.log\n")
+    (work / "check.sh").chmod(0o755)
+    hooks = {"hooks": [{"event": "after_action", "command": "sh check.sh > /dev/null; ./check.sh"}]}
+    person = Person(True)
+    run(work, [reply(shell("echo 'echo pwned > pwned' >> check.sh")), complete()], approval=person, **hooks)
+    [question] = person.asked
+    assert question.subject == f"after_action: sh check.sh > /dev/null; ./check.sh in {work}"
+    assert "echo checked >> hook.log" in question.detail
+    assert not (work / "pwned").exists(), "the script the command rewrote during the run did not run"
+    person = Person(False)
+    stream, _, _ = run(work, [reply(shell("true")), complete()], approval=person, **hooks)
+    assert len(person.asked) == 1 and "echo pwned > pwned" in person.asked[0].detail
+    assert not (work / "pwned").exists() and not (work / "hook.log").exists()
+
+
+def test_what_a_command_runs_is_code_and_what_it_reads_or_writes_is_data(work):
+    from anges.config.trust import command_words, named_files
+
+    for name in ("fmt.sh", "server.py", "notes.txt", "out.log"):
+        (work / name).write_text("x")
+    (work / "tool").mkdir()
+    (work / "tool" / "__main__.py").write_text("x")
+    def code(command):
+        here = str(work.resolve())
+        return sorted(os.path.basename(p) for argv in command_words(command)
+                      for p in named_files(argv, str(work), lambda path: path.startswith(here)))
+
+    assert code("./fmt.sh notes.txt > out.log 2>&1") == ["fmt.sh"]
+    assert code("FOO=1 python3 -u server.py --config notes.txt") == ["server.py"]
+    assert code("cat notes.txt | grep x >> out.log") == []
+    assert code("python3 -m tool && bash -c 'cat notes.txt'") == ["__main__.py"]
+    assert code("{ sh fmt.sh; } || true") == ["fmt.sh"]
+    assert named_files(["python3", "server.py"], str(work), lambda path: False) == [], "nothing outside writable places"

@@ -58,16 +58,18 @@ def trust_command(args: argparse.Namespace) -> int:
 
 
 def _subjects(args: argparse.Namespace, folder: str) -> list[Subject]:
-    """What runs in `folder` would ask about: the project's `.anges/` (with hooks), then each MCP server to trust."""
+    """What runs in `folder` would ask about: your hooks that run a file there, the project's `.anges/` (with
+    hooks), each MCP server whose program lies there."""
     from anges.config.loading import load_config
-    from anges.config.trust import load_project
+    from anges.config.trust import hook_subject, load_project
     from anges.safety.run_safety import commands_may_write
     from anges.tools.mcp_config import specs_from_config, untrusted_servers
 
     config = load_config(args.config)
     writable = commands_may_write(config.safety, folder)
     project = load_project(folder, writable)
-    found = [project.subject] if project is not None and project.hooks else []
+    found = [subject for hook in config.hooks if (subject := hook_subject(hook, folder, writable)) is not None]
+    found += [project.subject] if project is not None and project.hooks else []
     servers = untrusted_servers(specs_from_config(config.mcp, args.mcp_config), writable, folder)
     return found + list(servers.values())
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import stat
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -71,7 +72,7 @@ class Subject:
     """Something to trust: what it is, the text a person reads before trusting it, and the files it covers."""
 
     kind: str
-    """project (a project's `.anges/` folder) or mcp_server."""
+    """project (a project's `.anges/` folder), hook (a configured hook that names a file there) or mcp_server."""
     key: str
     """Where: the project's folder, or the server's name and the command it runs."""
     title: str
@@ -207,25 +208,38 @@ def read_piece(path: str) -> Piece:
         return Piece(path, file.read(MAX_FILE_BYTES + 1))
 
 
-def named_files(argv: Iterable[str], cwd: str, writable: Writable) -> list[str]:
-    """The files a command names that commands of the run may write (resolved): its program (a path, or found on
-    PATH), every argument that is an existing file (`--opt=FILE` too), and the module of `-m NAME`."""
+INTERPRETER = re.compile(r"^(python[\d.]*|pypy[\d.]*|node(js)?|deno|bun|ruby|perl|php|lua|Rscript|tsx|ts-node|"
+                         r"sh|bash|zsh|dash|ksh|mksh|ash|fish)$")
+"""Programs whose first file argument (or `-m NAME`) is the code they run."""
+_LEADING = frozenset(("{", "}", "!", "if", "then", "else", "elif", "do", "while", "until", "time", "exec", "command",
+                      "env", "nohup", "xargs"))
+
+
+def named_files(argv: list[str], cwd: str, writable: Writable) -> list[str]:
+    """The code one command runs from where commands may write (resolved): its program (a path, or found on PATH),
+    and for an interpreter the script it runs (its first file argument, or the module of `-m NAME`)."""
     argv = [arg for arg in argv if arg and "\0" not in arg]
-    candidates = []
-    if argv and os.sep not in argv[0]:
-        candidates.append(shutil.which(argv[0]) or "")
-    for index, arg in enumerate(argv):
-        candidates += [arg, arg.partition("=")[2]]
-        if index and argv[index - 1] == "-m":
-            module = os.path.join(*arg.split("."))
-            candidates += [f"{module}.py", os.path.join(module, "__init__.py"), os.path.join(module, "__main__.py")]
+    while argv and (argv[0] in _LEADING or re.match(r"^\w+=", argv[0])):
+        argv = argv[1:]
+    if not argv:
+        return []
+    program = argv[0]
+    candidates = [program if os.sep in program else shutil.which(program) or ""]
+    if INTERPRETER.match(os.path.basename(program)):
+        for index, arg in enumerate(argv[1:], 1):
+            if argv[index - 1] == "-m":
+                module = os.path.join(*arg.split("."))
+                candidates += [f"{module}.py", os.path.join(module, "__init__.py"), os.path.join(module, "__main__.py")]
+                break
+            if arg in ("-c", "-e") or (not arg.startswith("-") and os.path.isfile(os.path.join(cwd, arg))):
+                candidates.append(arg if arg not in ("-c", "-e") else "")
+                break
     found = []
     for candidate in candidates:
         if not candidate:
             continue
-        path = os.path.join(cwd, os.path.expanduser(candidate))
         try:
-            real = resolve(path)
+            real = resolve(os.path.join(cwd, os.path.expanduser(candidate)))
         except OSError:
             continue
         if os.path.isfile(real) and writable(real) and real not in found:
@@ -233,21 +247,46 @@ def named_files(argv: Iterable[str], cwd: str, writable: Writable) -> list[str]:
     return found
 
 
-def command_words(command: str) -> list[str]:
-    """The words of a shell command as the shell would split them, best effort (a quote left open: by spaces)."""
+def command_words(command: str) -> list[list[str]]:
+    """The simple commands of a shell command, as words (redirections left out), best effort: a quote left open
+    splits by spaces."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
     try:
-        return shlex.split(command, comments=True)
+        tokens = list(lexer)
     except ValueError:
-        return command.split()
+        tokens = command.split()
+    commands: list[list[str]] = [[]]
+    redirected = False
+    for token in tokens:
+        if token and set(token) <= set(";&|()") and token not in ("&>",):
+            commands.append([])
+        elif token and set(token) <= set("<>&|"):
+            redirected = True
+        elif redirected:
+            redirected = False  # what a redirection reads or writes is data, not code
+        else:
+            commands[-1].append(token)
+    return [words for words in commands if words]
 
 
-def command_subject(kind: str, key: str, title: str, argv: list[str], cwd: str, writable: Writable) -> Subject | None:
-    """The subject to trust before running `argv` in `cwd`, when it names a file commands may write; else None."""
-    files = named_files(argv, cwd, writable)
+def command_subject(kind: str, key: str, title: str, commands: list[list[str]], cwd: str, writable: Writable,
+                    definition: str) -> Subject | None:
+    """The subject to trust before running `commands` (as `definition` says them) in `cwd`, when they run code from
+    where commands may write; else None."""
+    files = dict.fromkeys(path for argv in commands for path in named_files(argv, cwd, writable))
     if not files:
         return None
-    definition = f"In {cwd}, this runs outside the sandbox, with your rights:\n{shlex.join(argv)}"
-    return Subject(kind, key, title, definition, tuple(read_piece(path) for path in files), cwd)
+    shown = f"In {cwd}, this runs outside the sandbox, with your rights:\n{definition}"
+    return Subject(kind, key, title, shown, tuple(read_piece(path) for path in files), cwd)
+
+
+def hook_subject(hook: HookConfig, cwd: str, writable: Writable) -> Subject | None:
+    """What to trust before a configured hook runs in `cwd`: the files in writable places its command names (None
+    when it names none)."""
+    label = hook.name or " ".join(hook.command.split())
+    return command_subject("hook", f"{hook.event}: {hook.command} in {cwd}", f"the hook `{label}`",
+                           command_words(hook.command), cwd, writable, f"{hook.event}: {hook.command}")
 
 
 def project_root(cwd: str) -> str | None:
@@ -283,8 +322,8 @@ def load_project(cwd: str, writable: Writable) -> Project | None:
         from anges.config.loading import project_hooks
 
         hooks = tuple(project_hooks(config.data, config.path))
-    named = [path for hook in hooks for path in named_files(command_words(hook.command), root, writable)
-             if not path.startswith(folder + os.sep)]
+    named = [path for hook in hooks for argv in command_words(hook.command)
+             for path in named_files(argv, root, writable) if not path.startswith(folder + os.sep)]
     pieces += [read_piece(path) for path in dict.fromkeys(named)]
     definition = "\n".join(f"{hook.event}: {hook.command}" for hook in hooks) or "(no hooks)"
     subject = Subject("project", folder, f"the hooks and commands of {folder}",

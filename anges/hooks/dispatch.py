@@ -13,6 +13,7 @@ import re
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from anges.exceptions import RunStopped
@@ -77,12 +78,14 @@ class Hooked(Protocol):
 
 @dataclass(frozen=True)
 class CommandHook:
-    """A command hook and where it came from: the configuration, or a trusted project (checked again before each
-    run: content changed since it was trusted does not run)."""
+    """A command hook and where it came from (the configuration, a trusted project). One that runs what commands
+    may write (a project's, or a script in the working directory) has the digest the user trusted and a way to read
+    it again: checked before each run, content changed since does not run."""
 
     config: HookConfig
     source: str
-    project: Project | None = None
+    trusted: str = ""
+    current: Callable[[], str] | None = None
 
 
 @dataclass
@@ -214,9 +217,10 @@ class Hooks:
     def _command(self, hook: CommandHook, run: HookRun, payload: dict, stop: Callable[[], bool]) -> Outcome:
         from anges.hooks.command import run_hook_command
 
-        if hook.project is not None and not self._still_trusted(hook.project):
-            return Outcome("failed", reason="the project's .anges/ changed since you trusted it: its hooks run again "
-                                            "once you trust the new content")
+        if hook.current is not None and hook.current() != hook.trusted:
+            what = "the project's .anges/" if hook.source == "project" else "what it runs"
+            return Outcome("failed", reason=f"{what} changed since you trusted it: it runs again once you trust the "
+                                            "new content")
         env = {**os.environ, **_variables(run, payload["run_id"])}
         stdin = json.dumps(payload, ensure_ascii=False, default=str).encode("utf-8", "replace")
         return run_hook_command(hook.config.command, stdin, self.agent.cmd_init_dir, env, hook.config.timeout, stop)
@@ -224,20 +228,31 @@ class Hooks:
     # -- the hooks of a run ---------------------------------------------------------------------------------------
 
     def _choose_hooks(self) -> None:
-        """The run's hooks: a child's are its parent's; a top-level run asks first what must be trusted (the
-        configuration's hooks already hear of those questions: approval_needed)."""
+        """The run's hooks: a child's are its parent's; a top-level run asks first what must be trusted (the hooks
+        chosen so far hear of those questions: approval_needed)."""
         safety, config = self.agent.run_safety, self.agent.config
         if self.agent.parent_ids and safety is not None and safety in _sets:
             self.hooks = _sets[safety]
             self._running = bool(self.hooks)
             return
+        from anges.config.trust import hook_subject
         from anges.hooks.python import python_hooks
 
-        self.hooks = HookSet([CommandHook(hook, "config") for hook in config.hooks], python_hooks(config))
+        cwd, writable = self.agent.cmd_init_dir, self._writable()
+        subjects = [hook_subject(hook, cwd, writable) for hook in config.hooks] if config.hooks else []
+        self.hooks = HookSet([CommandHook(hook, "config") for hook, subject in zip(config.hooks, subjects)
+                              if subject is None], python_hooks(config))
         self._running = bool(self.hooks)
+        if any(subjects):
+            self.hooks.commands[:] = [
+                CommandHook(hook, "config", subject.digest, partial(_hook_digest, hook, cwd, writable))
+                if subject is not None else CommandHook(hook, "config")
+                for hook, subject in zip(config.hooks, subjects) if subject is None or self._trust(subject)]
         project = self._trusted_project()
         if project is not None:
-            self.hooks.commands += [CommandHook(hook, "project", project) for hook in project.hooks]
+            current = partial(_project_digest, cwd, writable)
+            self.hooks.commands += [CommandHook(hook, "project", project.subject.digest, current)
+                                    for hook in project.hooks]
         self._admit_mcp_servers()
         self._running = bool(self.hooks)
         if safety is not None:
@@ -245,13 +260,11 @@ class Hooks:
 
     def _trusted_project(self) -> Project | None:
         """The project's `.anges/` content when the user trusts it (asked now if a person can be); else None."""
-        from anges.config.trust import project_root
+        from anges.config.trust import load_project, project_root
+        from anges.exceptions import ConfigError
 
         if project_root(self.agent.cmd_init_dir) is None:
             return None
-        from anges.config.trust import load_project
-        from anges.exceptions import ConfigError
-
         try:
             project = load_project(self.agent.cmd_init_dir, self._writable())
         except ConfigError as exc:  # the run goes on without them, and says why
@@ -289,15 +302,6 @@ class Hooks:
 
             self._trusting = Trusting(TrustStore())
         return self._trusting.trusted(subject, safety.gate, state.context)
-
-    def _still_trusted(self, project: Project) -> bool:
-        from anges.config.trust import load_project
-
-        try:
-            now = load_project(self.agent.cmd_init_dir, self._writable())
-        except Exception:  # noqa: BLE001  (a config made invalid since: not what was trusted)
-            return False
-        return now is not None and now.subject.digest == project.subject.digest
 
     def _writable(self) -> Callable[[str], bool]:
         safety = self.agent.run_safety
@@ -337,6 +341,23 @@ class Hooks:
         state = self.agent.run_state
         if state is not None:
             state.context.record(event)
+
+
+def _hook_digest(hook: HookConfig, cwd: str, writable: Callable[[str], bool]) -> str:
+    from anges.config.trust import hook_subject
+
+    subject = hook_subject(hook, cwd, writable)
+    return subject.digest if subject is not None else ""
+
+
+def _project_digest(cwd: str, writable: Callable[[str], bool]) -> str:
+    from anges.config.trust import load_project
+
+    try:
+        project = load_project(cwd, writable)
+    except Exception:  # noqa: BLE001  (a config made invalid since: not what was trusted)
+        return ""
+    return project.subject.digest if project is not None else ""
 
 
 def _matches(config: HookConfig, action_type: str, subject: str) -> bool:

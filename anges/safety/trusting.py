@@ -20,6 +20,8 @@ REASONS = {
                "them (the agent may have)",
     "mcp_server": "this MCP server's program lies where commands may write, and would run outside the sandbox with "
                   "your rights: trust it only if you know who wrote it (the agent may have)",
+    "hook": "your hook runs a file that lies where commands may write, outside the sandbox with your rights: trust "
+            "it only if you know who wrote it (the agent may have)",
 }
 SCOPE = "this exact content, from now on, until it changes (yes does the same)"
 WHY_NOT = {"auto": "--approval auto never trusts content", "approval=deny": "--approval deny",

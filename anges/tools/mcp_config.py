@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,8 +120,9 @@ def untrusted_servers(specs: Mapping[str, ServerSpec], writable: Callable[[str],
         if spec.url:
             continue
         start = os.path.abspath(os.path.expanduser(spec.cwd or cwd or "."))
-        subject = command_subject("mcp_server", f"{name} in {start}", f"MCP server `{name}`",
-                                  [spec.command, *spec.args], start, writable)
+        argv = [spec.command, *spec.args]
+        subject = command_subject("mcp_server", f"{name} in {start}", f"MCP server `{name}`", [argv], start, writable,
+                                  shlex.join(argv))
         if subject is not None and not store.trusts(subject):
             found[name] = subject
     return found
