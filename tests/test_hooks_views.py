@@ -65,6 +65,31 @@ def test_on_a_terminal_the_projects_hooks_are_trusted_by_one_key_and_then_run(tm
     assert "⚓ hook echo 'formatted it' · after_action EDIT_FILE" in term.text()
 
 
+def test_in_the_terminal_session_the_trust_question_is_answered_by_one_key_and_declining_is_remembered(tmp_path):
+    from terminal_screen import CTRL_D
+
+    project(tmp_path, TELL)
+    model = scripted(tmp_path, edit("NEW_FILE a.txt", "a\n"), complete("first"), edit("NEW_FILE b.txt", "b\n"),
+                     complete("second"))
+    term = Terminal(["--model", model], cwd=tmp_path, columns=200)
+    try:
+        term.wait_for("Ctrl-D leaves")
+        term.send("make a\r")
+        term.wait_until(lambda: "TRUST needs your approval" in "\n".join(term.display()), what="the trust question")
+        term.send("n")
+        term.wait_for("first")
+        term.send("make b\r")
+        term.wait_for("second")
+        term.send(CTRL_D)
+        assert term.wait() == 0
+    finally:
+        term.close()
+    text = term.text()
+    assert f"✗ not trusted (you declined it): the hooks and commands of {tmp_path}/.anges; to trust it: anges trust" in text
+    assert text.count("TRUST needs your approval") <= 1 and "⚓ hook" not in text, "asked once, and nothing ran"
+    assert not [e for e in only_stream().events_list if e.type.startswith("hook")]
+
+
 def test_the_web_chat_draws_a_hook_run_as_a_card_of_facts():
     event = Event("hook_feedback", content="BLOCKED ...", message="hook x: blocked", data={
         "hook": "no-force-push", "source": "config", "hook_event": "before_action", "on_action": "RUN_SHELL_CMD",

@@ -44,8 +44,7 @@ SHOWN_STATUS = {"completed": ("completed", "green"), "answered": ("answered", "g
 """How each stream status (anges.store.events.status_of) reads and is coloured."""
 APPROVERS = {"auto": "automatically (--approval auto)", "approval=deny": "(--approval deny)",
              "no_one": "(no one can approve here)", "always": "(approved earlier for the whole run)",
-             "terminal": "by you", "interrupt": "", "limit": "(too long to be shown whole)",
-             "unreadable": "(it cannot be read as it is)", "declined": "by you"}
+             "terminal": "by you", "interrupt": "", "limit": "(too long to be shown whole)"}
 """How `approval_decided` says who decided (the `by` fact); a channel's own name reads "by NAME"."""
 STOP_REASONS = {"interrupt": "interrupted", "timeout": "out of time", "event_limit": "out of steps",
                 "model_call_limit": "out of model calls", "repetition": "stuck repeating itself",

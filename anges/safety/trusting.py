@@ -25,8 +25,9 @@ REASONS = {
 }
 SCOPE = "this exact content, from now on, until it changes (yes does the same)"
 WHY_NOT = {"auto": "--approval auto never trusts content", "approval=deny": "--approval deny",
-           "no_one": "no one can be asked here", "limit": "too long to be shown in a question",
-           "unreadable": "it cannot be read as it is", "cancelled": "", "declined": "the user declined"}
+           "no_one": "no one can be asked here", "limit": "too long to be shown in a question (anges trust shows it)",
+           "unreadable": "it cannot be read as it is", "interrupt": "the run stopped first"}
+"""Why content was not trusted, by who (or what) decided; a channel's name means a person declined it."""
 
 
 class Trusting:
@@ -61,7 +62,7 @@ class Trusting:
             self.settled.discard(subject.digest)
         if allowed:
             self.store.trust(subject)
-        asker.record(_decided(asker, subject, request, "allow" if allowed else "deny", decision.by or "declined",
+        asker.record(_decided(asker, subject, request, "allow" if allowed else "deny", decision.by or "callback",
                               request.id, decision.feedback))
         return allowed
 
@@ -78,14 +79,14 @@ def _decided(asker: Asker, subject: Subject, request: ApprovalRequest, decision:
     """The `approval_decided` event of a question about trust (or of the one no one could be asked)."""
     from anges.prompt.templates import render_template
 
-    why = WHY_NOT.get(by, "")
+    asked = by not in WHY_NOT  # a person answered on a channel (its name)
+    why = "" if decision == "allow" else "you declined it" if asked else WHY_NOT[by]
     hint = "" if decision == "allow" else f"; to trust it: anges trust {shlex.quote(subject.folder)}"
     facts = {"request_id": request_id, "action_type": ACTION_TYPE, "subject": subject.key, "decision": decision,
              "always": decision == "allow", "by": by, "rule": "trust", "reason": request.reason,
-             "feedback": feedback or (hint[2:] if why and by != "declined" else ""), "escalate": True, "skipped": 0,
+             "feedback": feedback or (hint[2:] if why and not asked else ""), "escalate": True, "skipped": 0,
              "title": subject.title}
     content = render_template("hooks/trust_decided.j2", asker.app_config.prompt.template_dir, decision=decision,
-                              title=subject.title, kind=subject.kind, why=why if by != "declined" else "").strip()
-    verb = "trusted" if decision == "allow" else f"not trusted ({why or by})"
+                              title=subject.title, kind=subject.kind, why="" if asked else why).strip()
+    verb = "trusted" if decision == "allow" else f"not trusted ({why})"
     return Event("approval_decided", content=content, message=f"{verb}: {subject.title}{hint}", data=facts)
-
