@@ -325,3 +325,19 @@ def test_a_bad_hook_in_the_config_is_a_clear_error(hook):
 
     with pytest.raises(ConfigError, match=r"key 'hooks\[0\]"):
         load_config(overrides={"hooks": [hook]})
+
+
+def test_a_batch_task_runs_the_configured_hooks_and_its_stream_shows_them(tmp_path):
+    from anges.batch.tasks import batch_id_for
+
+    (tmp_path / "replies.json").write_text(json.dumps([reply(shell("touch made")), complete()]))
+    (tmp_path / "tasks.jsonl").write_text(json.dumps({"id": "t", "task": "make it"}) + "\n")
+    (tmp_path / "hooks.yaml").write_text(
+        "hooks:\n  - {event: after_action, command: 'echo \"after $ANGES_HOOK_COMMAND\"'}\n")
+    done = subprocess.run([sys.executable, "-m", "anges", "batch", "tasks.jsonl", "--model",
+                           f"scripted:{tmp_path / 'replies.json'}", "--config", "hooks.yaml"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    [info] = [i for i in EventStore().list() if i.batch_id == batch_id_for(tmp_path / "tasks.jsonl")]
+    [told] = [e for e in EventStore().load(info.uid).events_list if e.type == "hook_feedback"]
+    assert told.data["context"] == "after touch made" and told.data["outcome"] == "ok"

@@ -239,7 +239,7 @@ class Hooks:
         from anges.hooks.python import python_hooks
 
         cwd, writable = self.agent.cmd_init_dir, self._writable()
-        subjects = [hook_subject(hook, cwd, writable) for hook in config.hooks] if config.hooks else []
+        subjects = [hook_subject(hook, cwd, writable) for hook in config.hooks]
         self.hooks = HookSet([CommandHook(hook, "config") for hook, subject in zip(config.hooks, subjects)
                               if subject is None], python_hooks(config))
         self._running = bool(self.hooks)

@@ -61,7 +61,10 @@ class Trusting:
             allowed, decision.feedback = False, "it changed while the question was open: it is asked again next run"
             self.settled.discard(subject.digest)
         if allowed:
-            self.store.trust(subject)
+            try:
+                self.store.trust(subject)
+            except OSError as exc:  # ANGES_HOME read-only, say: the person's answer holds for this run
+                decision.feedback = f"trusted for this run only: it could not be kept ({exc.strerror or exc})"
         asker.record(_decided(asker, subject, request, "allow" if allowed else "deny", decision.by or "callback",
                               request.id, decision.feedback))
         return allowed
