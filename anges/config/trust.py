@@ -208,7 +208,7 @@ def read_piece(path: str) -> Piece:
         return Piece(path, file.read(MAX_FILE_BYTES + 1))
 
 
-INTERPRETER = re.compile(r"^(python[\d.]*|pypy[\d.]*|node(js)?|deno|bun|ruby|perl|php|lua|Rscript|tsx|ts-node|"
+INTERPRETER = re.compile(r"^(python[\d.]*|pypy[\d.]*|node(js)?|deno|bun|ruby|perl|php|lua|Rscript|tsx|ts-node|uv|"
                          r"sh|bash|zsh|dash|ksh|mksh|ash|fish)$")
 """Programs whose first file argument (or `-m NAME`) is the code they run."""
 _LEADING = frozenset(("{", "}", "!", "if", "then", "else", "elif", "do", "while", "until", "time", "exec", "command",
@@ -284,7 +284,7 @@ def command_subject(kind: str, key: str, title: str, commands: list[list[str]], 
 def hook_subject(hook: HookConfig, cwd: str, writable: Writable) -> Subject | None:
     """What to trust before a configured hook runs in `cwd`: the files in writable places its command names (None
     when it names none)."""
-    label = hook.name or " ".join(hook.command.split())
+    label, cwd = hook.name or " ".join(hook.command.split()), resolve(cwd)
     return command_subject("hook", f"{hook.event}: {hook.command} in {cwd}", f"the hook `{label}`",
                            command_words(hook.command), cwd, writable, f"{hook.event}: {hook.command}")
 

@@ -23,7 +23,7 @@ from anges.safety.approval import Asker
 from anges.store.events import RETURN_TO_PARENT_EVENT_TYPES, Event, action_input, interrupted_event, kind_of
 
 if TYPE_CHECKING:
-    from anges.config.trust import Project
+    from anges.config.trust import Project, Subject
     from anges.config.types import Config, HookConfig
     from anges.hooks.python import PythonHook, RunView, Spending
     from anges.safety.run_safety import RunSafety
@@ -291,7 +291,8 @@ class Hooks:
             if action.type == "USE_MCP_TOOL" and render is not None:
                 action.guide_prompt = render(action)
 
-    def _trust(self, subject) -> bool:
+    def _trust(self, subject: Subject) -> bool:
+        """Whether `subject` may run: trusted before, or by the person asked now (see `anges.safety.trusting`)."""
         from anges.safety.trusting import Trusting
 
         state, safety = self.agent.run_state, self.agent.run_safety

@@ -119,7 +119,7 @@ def untrusted_servers(specs: Mapping[str, ServerSpec], writable: Callable[[str],
     for name, spec in specs.items():
         if spec.url:
             continue
-        start = os.path.abspath(os.path.expanduser(spec.cwd or cwd or "."))
+        start = os.path.realpath(os.path.expanduser(spec.cwd or cwd or "."))
         argv = [spec.command, *spec.args]
         subject = command_subject("mcp_server", f"{name} in {start}", f"MCP server `{name}`", [argv], start, writable,
                                   shlex.join(argv))
