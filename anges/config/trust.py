@@ -1,10 +1,14 @@
 """Trusted content: what anges runs outside the sandbox although the model could have written it, once the user has
-trusted those exact bytes (a project's `.anges/` folder: its hooks, its commands; an MCP server whose program or
-script lies where commands may write).
+trusted those exact bytes (a project's `.anges/` folder: its hooks, its commands; a hook's script, an MCP server's
+program or script, where commands may write).
 
 As direnv does: trusting keeps a digest of the content in ANGES_HOME/trust; content that changed is not trusted
 until the user agrees again. Nothing here asks anyone: the run asks through its approval channel
-(`anges.safety.trusting`), `anges trust` on the terminal.
+(`anges.safety.trusting`), `anges trust` on the terminal. To use a project's content (its commands, say):
+
+    project = load_project(cwd, SandboxSettings.for_run(config.safety, cwd).can_write)
+    if project is not None and TrustStore().trusts(project.subject):
+        ...  # project.hooks, project.commands: exactly the bytes the user trusted
 """
 
 from __future__ import annotations
