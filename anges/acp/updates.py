@@ -266,25 +266,15 @@ class UpdateMapper:
                        [tool_content(text_block("Not run: an earlier action of the same reply was declined."))])
 
     def _hooked(self, speaker: Speaker, event) -> None:
-        """A hook ran: a tool call of its own, done at once; one that blocked an action fails that action's call (and
-        the rest of its reply, which did not run either)."""
+        """A hook ran: a tool call of its own, done at once. An action it blocked fails with the reason the model reads,
+        and so does the rest of its reply, which did not run either."""
         data = event.data
         failed = data.get("outcome") in ("failed", "timeout", "unreadable") or data.get("effect") == "blocked"
         text = "\n\n".join(part for part in (event.message, str(data.get("output") or "")) if part)
-        title = _one_line(f"{'[' + speaker.type + '] ' if speaker.depth else ''}Hook {data.get('hook', '')} "
-                          f"({data.get('hook_event', '')})")
-        self.send(start_tool_call(f"call-{next(self._ids)}", title, kind="other", status="failed" if failed else
-                                  "completed", content=[tool_content(text_block(text))],
-                                  raw_input={"hook": data.get("hook"), "event": data.get("hook_event")}))
-        if data.get("effect") != "blocked" or data.get("hook_event") != "before_action":
-            return
-        action_type = str(data.get("on_action") or "")
-        call = self._waiting(speaker.id, action_type)
-        if call is not None:
-            self._done(speaker, call, action_type, {}, "failed", [tool_content(text_block(event.content))])
-        while (rest := self._waiting(speaker.id)) is not None:
-            self._done(speaker, rest, rest.action_type, {}, "failed",
-                       [tool_content(text_block("Not run: a hook blocked an earlier action of the same reply."))])
+        self._done(speaker, None, "HOOK", {"subject": f"{data.get('hook', '')} ({data.get('hook_event', '')})"},
+                   "failed" if failed else "completed", [tool_content(text_block(text))])
+        if data.get("effect") == "blocked" and data.get("hook_event") == "before_action":
+            self._close(speaker.id, event.content)
 
     def _delegated(self, speaker: Speaker, event) -> None:
         child = facts.child_id(event)
@@ -427,8 +417,8 @@ class UpdateMapper:
             names = [str(i.get("source", i) if isinstance(i, dict) else i) for i in inputs] if isinstance(
                 inputs, list) else []
             title = f"Read {', '.join(names)}" if names else "Read files"
-        elif action_type == "TRUST":
-            title = f"Trust {subject}"
+        elif action_type in ("TRUST", "HOOK"):
+            title = f"{action_type.capitalize()} {subject}"
         else:
             title = action_type or "an action"
         title = _one_line(f"[{speaker.type}] {title}" if speaker.depth else title)
