@@ -341,3 +341,28 @@ def test_a_batch_task_runs_the_configured_hooks_and_its_stream_shows_them(tmp_pa
     [info] = [i for i in EventStore().list() if i.batch_id == batch_id_for(tmp_path / "tasks.jsonl")]
     [told] = [e for e in EventStore().load(info.uid).events_list if e.type == "hook_feedback"]
     assert told.data["context"] == "after touch made" and told.data["outcome"] == "ok"
+
+
+def test_an_installed_plugins_hooks_run_only_where_the_config_names_it(tmp_path):
+    site = tmp_path / "site"
+    (site / "anges_stamp-0.1.dist-info").mkdir(parents=True)
+    (site / "anges_stamp-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: anges-stamp\n"
+                                                                  "Version: 0.1\n")
+    (site / "anges_stamp-0.1.dist-info" / "entry_points.txt").write_text("[anges.plugins]\nstamp = anges_stamp\n")
+    (site / "anges_stamp.py").write_text(
+        "from anges.hooks import Context\nfrom anges.plugins import hookimpl\n\n@hookimpl\ndef run_start(run, data):\n"
+        "    return Context('stamped by an installed plug-in')\n")
+    (tmp_path / "replies.json").write_text(json.dumps([complete(), complete()]))
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    for named, config in ((False, "plugin_hooks: []\n"), (True, "plugin_hooks: [stamp]\n")):
+        (tmp_path / "c.yaml").write_text(config)
+        done = subprocess.run([sys.executable, "-m", "anges", "-q", "go", "--config", "c.yaml", "--model",
+                               f"scripted:{tmp_path / 'replies.json'}"], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert ("stamped by an installed plug-in" in done.stderr) is named
+    (tmp_path / "c.yaml").write_text("plugin_hooks: [stmap]\n")
+    typo = subprocess.run([sys.executable, "-m", "anges", "-q", "go", "--config", "c.yaml", "--model",
+                           f"scripted:{tmp_path / 'replies.json'}"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert "plugin_hooks names stmap, which is no installed plug-in (not found)" in typo.stderr

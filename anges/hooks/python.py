@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import sys
 import threading
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
     from anges.config.types import Config
     from anges.store.events import Event, EventStream
 
+log = logging.getLogger("anges.hooks")
+_warned: set[str] = set()
 TIMEOUT = 60.0
 """Seconds a Python hook may take; then the run goes on without its answer (its thread cannot be ended)."""
 
@@ -118,6 +121,10 @@ def python_hooks(config: Config) -> dict[str, list[PythonHook]] | None:
         source = plugins.sources.get(name)
         return name in extensions or source == "code" or (source == "installed" and ("*" in wanted or name in wanted))
 
+    for name in sorted(wanted - {"*"} - set(plugins.sources) - _warned):
+        _warned.add(name)
+        log.warning("plugin_hooks names %s, which is no installed plug-in (%s)", name,
+                    plugins.failures.get(name, "not found"))
     found = {event: [PythonHook(impl.plugin_name, impl.function, tuple(impl.argnames))
                      for impl in reversed(getattr(manager.hook, event).get_hookimpls()) if selected(impl.plugin_name)]
              for event in HOOK_EVENTS}
