@@ -278,3 +278,17 @@ def test_what_a_command_runs_is_code_and_what_it_reads_or_writes_is_data(work):
     assert code("python3 -m tool && bash -c 'cat notes.txt'") == ["__main__.py"]
     assert code("{ sh fmt.sh; } || true") == ["fmt.sh"]
     assert named_files(["python3", "server.py"], str(work), lambda path: False) == [], "nothing outside writable places"
+
+
+def test_content_too_long_for_a_question_is_not_asked_about_and_anges_trust_shows_it_whole(work):
+    long_script = "#!/bin/sh\n" + "# a long comment line of the hook's script\n" * 500 + "echo ran >> hook.log\n"
+    project(work, [{"event": "after_action", "command": "./long.sh"}], **{"long.sh": long_script})
+    person = Person(True)
+    stream, _, _ = run(work, [reply(shell("true")), complete()], approval=person)
+    assert not person.asked and not (work / "hook.log").exists()
+    assert decisions(stream)[0].data["by"] == "limit"
+    assert "too long to be shown in a question (anges trust shows it)" in decisions(stream)[0].message
+    shown = subprocess.run([*ANGES, "trust", "--yes", str(work)], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0 and long_script.rstrip("\n") in shown.stdout, "anges trust shows all of it"
+    run(work, [reply(shell("true")), complete()], approval=Person())
+    assert (work / "hook.log").read_text() == "ran\n"

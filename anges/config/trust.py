@@ -34,12 +34,14 @@ if TYPE_CHECKING:
 
 PROJECT_DIR = ".anges"
 """A project's own folder: its `config.yaml` (hooks) and `commands/*.md`."""
-MAX_FILE_BYTES = 1_000_000
-"""A file larger than this is trusted by its digest alone: it is not shown."""
+MAX_FILE_BYTES = 1_000_000_000
+"""A larger file cannot be trusted (it is not read)."""
 MAX_FILES = 200
-"""A project folder with more files than this is not loaded."""
+"""A project folder with more files than this cannot be trusted."""
+TEXT_BYTES = 1_000_000
+"""A larger file is shown by its size and digest, not its text."""
 SHOWN_FILE_CHARS = 16_000
-"""A text file longer than this is shown by its size and digest (read it yourself, or use `anges trust`)."""
+"""A text file longer than this is too long for a question: `anges trust` shows it, and trusts it."""
 
 Writable = Callable[[str], bool]
 """Whether commands of the run may write a path (resolved): `SandboxSettings.can_write`."""
@@ -47,28 +49,32 @@ Writable = Callable[[str], bool]
 
 @dataclass(frozen=True)
 class Piece:
-    """One file trusted content covers: where, and its exact bytes (None when it could not be read)."""
+    """One file trusted content covers: where, the digest of its exact bytes, and its text when it is text (a
+    problem instead when it cannot be read as it is)."""
 
     path: str
-    data: bytes | None
+    digest: str = ""
+    size: int = 0
+    text: str | None = None
+    """Its text (None: not text, or unreadable)."""
     problem: str = ""
 
-    @property
-    def digest(self) -> str:
-        return hashlib.sha256(self.data).hexdigest() if self.data is not None else ""
-
-    def shown(self, limit: int = SHOWN_FILE_CHARS) -> str:
-        """The file as a person reads it before trusting it: its text, or its size and digest."""
-        if self.data is None:
+    def shown(self, whole: bool = True) -> str:
+        """The file as a person reads it before trusting it: its text (up to SHOWN_FILE_CHARS unless `whole`), or
+        what it is: its size and digest."""
+        if self.problem:
             return f"--- {self.path}: {self.problem}"
-        head = f"--- {self.path} ({len(self.data)} bytes, sha256 {self.digest[:16]})"
-        try:
-            text = self.data.decode("utf-8")
-        except UnicodeDecodeError:
-            return f"{head}: not text, not shown"
-        if "\0" in text or len(text) > limit:
-            return f"{head}: {'not text' if chr(0) in text else 'too long to show here'}, not shown"
-        return f"{head}\n{text.rstrip(chr(10))}"
+        head = f"--- {self.path} ({self.size} bytes, sha256 {self.digest[:16]})"
+        if self.text is None:
+            return f"{head}: not text"
+        if not whole and len(self.text) > SHOWN_FILE_CHARS:
+            return f"{head}: too long to show here (anges trust shows it)"
+        return f"{head}\n{self.text.rstrip(chr(10))}"
+
+    @property
+    def fits(self) -> bool:
+        """All of it can be shown in a question."""
+        return self.text is None or len(self.text) <= SHOWN_FILE_CHARS
 
 
 @dataclass(frozen=True)
@@ -98,13 +104,18 @@ class Subject:
         """Why it cannot be trusted ("" when it can): a file that cannot be read as it is."""
         return next((f"{piece.path}: {piece.problem}" for piece in self.pieces if piece.problem), "")
 
-    def text(self) -> str:
-        """All of it as a person reads it before trusting it."""
-        return "\n".join([self.definition.rstrip("\n"), *(piece.shown() for piece in self.pieces)])
+    @property
+    def fits(self) -> bool:
+        """All of it can be shown in a question (else only `anges trust` shows it whole)."""
+        return all(piece.fits for piece in self.pieces)
+
+    def text(self, whole: bool = True) -> str:
+        """All of it as a person reads it before trusting it (a long text file cut unless `whole`)."""
+        return "\n".join([self.definition.rstrip("\n"), *(piece.shown(whole) for piece in self.pieces)])
 
     def unchanged(self) -> bool:
         """True when every file it covers still holds the bytes it was made from (read again now)."""
-        return all(read_piece(piece.path).data == piece.data for piece in self.pieces)
+        return all(read_piece(piece.path).digest == piece.digest for piece in self.pieces)
 
 
 @dataclass(frozen=True)
@@ -196,20 +207,30 @@ class TrustStore:
 
 
 def read_piece(path: str) -> Piece:
-    """A file's exact bytes, read without following a symlink (a link is not content: it is refused)."""
+    """A file's digest and text, read without following a symlink (a link is not content: it is refused)."""
     try:
         fd = open_nofollow(resolve(os.path.dirname(path)) + os.sep + os.path.basename(path),
                            os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         why = "a symbolic link (not followed)" if os.path.islink(path) else (exc.strerror or str(exc)).lower()
-        return Piece(path, None, why)
+        return Piece(path, problem=why)
     with os.fdopen(fd, "rb") as file:
         info = os.fstat(file.fileno())
         if not stat.S_ISREG(info.st_mode):
-            return Piece(path, None, "not a regular file")
+            return Piece(path, problem="not a regular file")
         if info.st_size > MAX_FILE_BYTES:
-            return Piece(path, None, f"over {MAX_FILE_BYTES} bytes")
-        return Piece(path, file.read(MAX_FILE_BYTES + 1))
+            return Piece(path, problem=f"over {MAX_FILE_BYTES:,} bytes")
+        digest, size, kept = hashlib.sha256(), 0, bytearray()
+        while chunk := file.read(1 << 20):
+            digest.update(chunk)
+            size += len(chunk)
+            if size <= TEXT_BYTES:
+                kept += chunk
+    try:
+        text: str | None = bytes(kept).decode("utf-8") if size <= TEXT_BYTES and b"\0" not in kept else None
+    except UnicodeDecodeError:
+        text = None
+    return Piece(path, digest.hexdigest(), size, text)
 
 
 INTERPRETER = re.compile(r"^(python[\d.]*|pypy[\d.]*|node(js)?|deno|bun|ruby|perl|php|lua|Rscript|tsx|ts-node|uv|"
@@ -322,18 +343,18 @@ def load_project(cwd: str, writable: Writable) -> Project | None:
     pieces = _folder_pieces(folder)
     config = next((piece for piece in pieces if piece.path == os.path.join(folder, "config.yaml")), None)
     hooks: tuple[HookConfig, ...] = ()
-    if config is not None and config.data is not None:
+    if config is not None and config.text is not None:
         from anges.config.loading import project_hooks
 
-        hooks = tuple(project_hooks(config.data, config.path))
+        hooks = tuple(project_hooks(config.text.encode("utf-8"), config.path))
     named = [path for hook in hooks for argv in command_words(hook.command)
              for path in named_files(argv, root, writable) if not path.startswith(folder + os.sep)]
     pieces += [read_piece(path) for path in dict.fromkeys(named)]
     definition = "\n".join(f"{hook.event}: {hook.command}" for hook in hooks) or "(no hooks)"
     subject = Subject("project", folder, f"the hooks and commands of {folder}",
                       f"In {root}, these run outside the sandbox, with your rights:\n{definition}", tuple(pieces), root)
-    commands = {Path(piece.path).stem: piece.data.decode("utf-8", "replace") for piece in pieces
-                if piece.data is not None and os.path.dirname(piece.path) == os.path.join(folder, "commands")
+    commands = {Path(piece.path).stem: piece.text for piece in pieces
+                if piece.text is not None and os.path.dirname(piece.path) == os.path.join(folder, "commands")
                 and piece.path.endswith(".md")}
     return Project(root, subject, hooks, commands)
 
@@ -341,12 +362,12 @@ def load_project(cwd: str, writable: Writable) -> Project | None:
 def _folder_pieces(folder: str) -> list[Piece]:
     """Every file under `folder`, sorted; a link (a file or a folder) is a piece that cannot be trusted."""
     if os.path.islink(folder):
-        return [Piece(folder, None, "a symbolic link (not followed)")]
+        return [Piece(folder, problem="a symbolic link (not followed)")]
     pieces: list[Piece] = []
     for top, dirs, files in os.walk(folder):
         dirs.sort()
         for name in sorted(files) + [d for d in dirs if os.path.islink(os.path.join(top, d))]:
             if len(pieces) >= MAX_FILES:
-                return [*pieces, Piece(folder, None, f"more than {MAX_FILES} files")]
+                return [*pieces, Piece(folder, problem=f"more than {MAX_FILES} files")]
             pieces.append(read_piece(os.path.join(top, name)))
     return pieces

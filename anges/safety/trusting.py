@@ -47,10 +47,10 @@ class Trusting:
             return False
         self.settled.add(subject.digest)
         why = "unreadable" if subject.problem else _no_one(gate)
-        request = ApprovalRequest(action_type=ACTION_TYPE, subject=subject.key, detail=subject.text(), rule="trust",
-                                  reason=REASONS[subject.kind], scope=SCOPE, escalate=True, agent_id=asker.agent_id,
-                                  agent_type=asker.agent_type)
-        if not why and request.refusal:
+        request = ApprovalRequest(action_type=ACTION_TYPE, subject=subject.key, detail=subject.text(whole=False),
+                                  rule="trust", reason=REASONS[subject.kind], scope=SCOPE, escalate=True,
+                                  agent_id=asker.agent_id, agent_type=asker.agent_type)
+        if not why and (request.refusal or not subject.fits):  # a question shows all of it, or is not asked
             why = "limit"
         if why:
             asker.record(_decided(asker, subject, request, "deny", why, None))
