@@ -13,12 +13,13 @@ from anges.actions import Action, ActionContext, LegacyAction, is_builtin_style,
 from anges.agents.budget import Budget, Ledger
 from anges.agents.calls import ModelCalls
 from anges.agents.checkpointing import StepCheckpoints
+from anges.agents.completion import CompletionCheck
 from anges.agents.delegation import Delegation
 from anges.agents.history import History
 from anges.agents.listening import Listener, listeners_for
 from anges.agents.prompting import Prompter
 from anges.agents.record import AgentMessage, cap_event, mask_event, masked_title
-from anges.agents.run import RunState, abandoned_run, of_run, saved_notes, stop_event
+from anges.agents.run import RunState, abandoned_run, explained, of_run, saved_notes, stop_event
 from anges.config.loading import default_config
 from anges.exceptions import RunStopped
 from anges.models import get_model
@@ -42,8 +43,8 @@ class BaseAgent(Delegation):
 
     agent_type = "default"
     template = "agents/default.j2"
-    action_types: tuple[str, ...] = ("RUN_SHELL_CMD", "EDIT_FILE", "READ_MIME_FILES", "TASK_COMPLETE", "HELP_NEEDED",
-                                     "AGENT_TEXT_RESPONSE")
+    action_types: tuple[str, ...] = ("RUN_SHELL_CMD", "EDIT_FILE", "READ_MIME_FILES", "UPDATE_PLAN", "TASK_COMPLETE",
+                                     "HELP_NEEDED", "AGENT_TEXT_RESPONSE")
     """The actions this type offers, by registered name (`extra_actions` in its config adds more)."""
     can_be_child = False
     """An orchestrator may start agents of this type (NEW_CHILD_AGENT <TYPE>)."""
@@ -170,7 +171,7 @@ class BaseAgent(Delegation):
                 if self._step():
                     return
             except RunStopped as stop:
-                self._record(stop_event(self._explained(stop)))
+                self._record(stop_event(explained(stop, self.check_limits)))
                 return
             except BaseException as exc:  # a bug or Ctrl-C: end the stream cleanly, then let it propagate
                 reason = "interrupt" if isinstance(exc, KeyboardInterrupt) else "internal_error"
@@ -188,13 +189,18 @@ class BaseAgent(Delegation):
         return self._calls.ask()
 
     def _execute(self, reply: ParsedReply) -> bool:
-        """The reply's actions in order, each through the approval gate; True when one ended the run."""
-        actions, safety = self.actions_by_type(), of_run(self.run_safety)
-        ctx = replace(of_run(self.run_state).context, reply=reply)
+        """The reply's actions in order, each through the completion check and the approval gate; True when one ended
+        the run."""
+        actions, safety, state = self.actions_by_type(), of_run(self.run_safety), of_run(self.run_state)
+        ctx = replace(state.context, reply=reply)
+        state.completion.reply_starts(len(of_run(self.event_stream).events_list))
         for index, args in enumerate(reply.actions):
             self.check_limits()
-            of_run(self.run_state).count_repeats(args)
+            state.count_repeats(args)
             action = actions[args["action_type"]]
+            if (held := state.completion.held(action, args)) is not None:  # a TASK_COMPLETE held or dropped
+                self._record_outcome(held, reply)
+                return False
             permit = safety.permit(ctx, action.type, args, len(reply.actions) - index - 1, self.readonly_shell)
             if permit is None:
                 return False  # declined: the model reads why and plans again
@@ -256,15 +262,6 @@ class BaseAgent(Delegation):
         if self.run_state is not None:
             self.run_state.check()
 
-    def _explained(self, stop: RunStopped) -> RunStopped:
-        """A stop noticed while waiting (on an approval, say) as the limits tell it: which interrupt, or the time."""
-        if stop.reason == "interrupt":
-            try:
-                self.check_limits()
-            except RunStopped as precise:
-                return precise
-        return stop
-
     def _interrupt_requested(self) -> bool:
         return self._interrupted.is_set() or self.interrupt_check() or self.store.stop_requested(self.uid)
 
@@ -293,7 +290,8 @@ class BaseAgent(Delegation):
             charge=ledger.charge, render_guide=self._prompter.guide, delegator=self,
             output_sink=self._calls.output_sink)
         history = History(stream, self.store, self._calls.sizing.prompt, self._calls.reply, self._record, self.logger)
-        return RunState(self.agent_config, budget, ledger, context, history, ending_jobs=self._share.ending_jobs)
+        return RunState(self.agent_config, budget, ledger, context, history, CompletionCheck(self),
+                        ending_jobs=self._share.ending_jobs)
 
     def actions_by_type(self) -> dict[str, Action]:
         """The actions this agent offers, by type (upper case)."""

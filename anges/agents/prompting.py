@@ -15,6 +15,7 @@ from anges.util.clipping import clip, omission
 
 if TYPE_CHECKING:
     from anges.actions.base import Action
+    from anges.agents.run import RunState
     from anges.agents.sizing import Sizing
     from anges.config.types import AgentConfig, Config
     from anges.safety.run_safety import RunSafety
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 
 HISTORY_HEADING = "\n# History\n"
 """Where the stable prefix of an agent prompt ends (the templates render this heading before the history)."""
+NOTHING_NOW = {"background_jobs": [], "older_jobs": 0, "plan": None, "children": [], "after_edit": False}
 
 
 class Prompted(Protocol):
@@ -40,6 +42,9 @@ class Prompted(Protocol):
     prefix_cmd: str
     secrets: list[str]
     readonly_shell: bool
+    run_state: RunState | None
+
+    def running_children(self) -> list[dict]: ...
 
 
 class Prompter:
@@ -72,27 +77,30 @@ class Prompter:
         events = stream.events_list
         history = format_event_stream(stream, self.sizing.prompt)
         jobs, older_jobs = agent.run_safety.job_lines() if agent.run_safety else ([], 0)
-        after_edit = bool(events) and events[-1].type == "edit_file"
-        text = self._render(history, jobs, older_jobs, after_edit, feedback)
+        plan = agent.run_state.plan if agent.run_state is not None else None
+        now = {"background_jobs": jobs, "older_jobs": older_jobs, "plan": plan if plan and plan.total else None,
+               "children": agent.running_children(), "after_edit": bool(events) and events[-1].type == "edit_file"}
+        text = self._render(history, now, feedback)
         if 0 < limit < len(text):
             room = len(history) - (len(text) - limit)
             history = clip(history, room) if room > 0 else omission(len(history)).strip()
-            text = self._render(history, jobs, older_jobs, after_edit, feedback)
+            text = self._render(history, now, feedback)
         return self._cacheable(text, history)
 
     def fixed_size(self) -> int:
         """The characters of the prompt's fixed part: everything before the `# History` heading."""
-        text = self._render("", [], 0, False, "")
+        text = self._render("", NOTHING_NOW, "")
         return text.find(HISTORY_HEADING) + 1 or len(text)
 
-    def _render(self, history: str, jobs: list, older_jobs: int, after_edit: bool, feedback: str) -> str:
+    def _render(self, history: str, now: dict, feedback: str) -> str:
+        """The prompt; `now` holds what its tail (`# Now`) shows: background jobs, the plan, running children, the
+        reminder after an edit."""
         agent, config = self.agent, self.sizing.prompt
         return render_template(
-            agent.agent_prompt_template, config.template_dir, **self.offered(),
+            agent.agent_prompt_template, config.template_dir, **self.offered(), **now,
             action_guides=[a.guide_prompt for a in agent.registered_actions], platform=self.facts(),
             project_files=self.project_files(), project_limit=config.max_agents_md_chars,
-            notes=agent.notes, history=history, background_jobs=jobs, older_jobs=older_jobs,
-            after_edit=after_edit, feedback=feedback, agent=agent)
+            notes=agent.notes, history=history, feedback=feedback, agent=agent)
 
     def _cacheable(self, text: str, history: str) -> Prompt:
         """The prompt with its cache breaks: the end of the stable prefix, of the history the last prompt showed

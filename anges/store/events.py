@@ -317,6 +317,9 @@ EVENT_KINDS: dict[str, EventKind] = {
     "summary_failed": EventKind("Summary failed", in_prompt=False, in_report=False),
     "context_exceeded": EventKind("Prompt over the context window", in_prompt=False),
     "workspace_restored": EventKind("Files restored (undo)", "restore"),
+    "plan_updated": EventKind("Plan", "plan", action="UPDATE_PLAN"),
+    "completion_held": EventKind("Completion held", "held"),
+    "completion_dropped": EventKind("Completion dropped", "held"),
 }
 """Every event type anges records, but a parent's `child_agent_<exit type>` (see `kind_of`)."""
 _CHILD_RETURN = EventKind("Child agent returned", "child_exit")
@@ -335,8 +338,8 @@ def kind_of(event_type: str) -> EventKind:
 
 
 def group_of(event: Event) -> str:
-    """request, shell, tool, edit, answer, interrupted, approval, child_start, child_running, child_exit, restore or
-    other: what views show an event as."""
+    """request, shell, tool, edit, answer, interrupted, approval, child_start, child_running, child_exit, restore,
+    plan, held or other: what views show an event as."""
     if event.type == "action":
         data = event.data
         shell = isinstance(data.get("command"), str)  # as `ShellRun.of` reads a command's result
