@@ -38,7 +38,8 @@ UNFINISHED = ("new_child_agent", "resume_child_agent", "queued_child_agent")
 class Planned(Protocol):
     """The run's state as far as the check reads it: the plan."""
 
-    plan: Plan | None
+    @property
+    def plan(self) -> Plan | None: ...
 
 
 class Finishing(Protocol):
@@ -48,7 +49,8 @@ class Finishing(Protocol):
     config: Config
     event_stream: EventStream | None
     run_safety: RunSafety | None
-    run_state: Planned | None
+    @property
+    def run_state(self) -> Planned | None: ...
 
     def running_children(self) -> list[dict]: ...
 

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 from anges.cli.terminal import seconds
+from anges.store.plans import Plan
 from anges.util.clipping import one_line, shorten
 from anges.util.printable import printable
 
@@ -77,6 +78,8 @@ class Status:
     """Requests begun so far: what a model call of an earlier one says is not this one's."""
     run: Usage = field(default_factory=Usage)
     session: Usage = field(default_factory=Usage)
+    plan: Plan | None = None
+    """The top agent's plan, while it has steps (`plan 2/5` on the line)."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def describe(self, agent, safety) -> None:
@@ -100,11 +103,14 @@ class Status:
         with self.lock:
             self.activity = ""
 
-    def recorded(self, event) -> None:
-        """An event was recorded (any agent of the tree)."""
+    def recorded(self, event, depth: int = 0) -> None:
+        """An event was recorded (any agent of the tree: `depth` 0 is the top one's)."""
+        plan = Plan.of(event) if depth == 0 else None
         with self.lock:
             self.run.add(event)
             self.session.add(event)
+            if plan is not None:
+                self.plan = plan if plan.total else None
 
     def doing(self, activity: str, run: int | None = None) -> None:
         """What the request does now; unless it is stopping or over, or `run` (a number of `runs`) is an earlier
@@ -131,7 +137,8 @@ class Status:
                 return _fit(parts, width)
             glyph = SPINNER[int(now * 10) % len(SPINNER)]
             activity = self.activity
-            parts = [seconds(now - self.started), *self.run.parts(), *settings[:2], "Esc stops"]
+            plan = [f"plan {self.plan.done}/{self.plan.total}"] if self.plan is not None else []
+            parts = [seconds(now - self.started), *plan, *self.run.parts(), *settings[:2], "Esc stops"]
         for keep in range(len(parts), 0, -1):
             rest = " · " + " · ".join(parts[:keep])
             room = width - len(rest) - 2
