@@ -211,8 +211,8 @@ class UpdateMapper:
                 self._finished(speaker, event)
             elif kind == "plan_updated":
                 self._planned_step(speaker, event)
-            elif kind in ("completion_held", "completion_dropped"):
-                self._think(speaker, "", event.message)
+            elif kind in ("completion_held", "completion_dropped"):  # a thought of its own, after the reply's
+                self.send(update_agent_thought_text(f"\n\n{f'[{speaker.type}] ' * bool(speaker.depth)}{event.message}"))
 
     def history(self, items: list[tuple[Event, Speaker]]) -> None:
         """Replay recorded events (children's after the event that ran them) as the live turns showed them."""
