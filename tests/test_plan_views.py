@@ -1,6 +1,7 @@
 """The plan and a held completion where people see them: the terminal session through a real pty (read with pyte),
 `--output jsonl`, `anges show` and the Markdown export, and a real `anges acp` process."""
 
+import io
 import json
 
 from acp_client import Editor, anges_acp, content_text, run
@@ -123,3 +124,15 @@ def test_acp_shows_a_childs_plan_as_the_progress_of_the_call_that_runs_it(tmp_pa
                 if getattr(update, "session_update", "") == "tool_call_update" and update.content]
     assert any("Count the files here.\n\nIts plan: 1 of 2 steps done (now: Count)." in text for text in progress)
     assert any("Its plan: 2 of 2 steps done." in text for text in progress)
+
+
+def test_a_plan_step_cannot_reach_the_terminal_raw():
+    from anges.cli.render import Renderer
+    from anges.cli.terminal import Display
+    from anges.store.events import Event
+
+    event = Event("plan_updated", data={"plan": [{"step": "title \x1b]0;pwned\x07 and \x1b[2J clear", "status": "pending"}]})
+    for depth in (0, 1):
+        drawn = Display.plain(io.StringIO()).text(
+            Renderer(styled=True).event(event, depth, "task_executor x" if depth else ""), 120)
+        assert "\x1b" not in drawn and "\x07" not in drawn and "pwned" in drawn
