@@ -192,7 +192,7 @@ def test_the_answer_is_kept_when_the_output_file_cannot_be_written(files, gemini
     _, (event,) = run_agent(files, [reply(read("q", ["paper.pdf"], output="taken/answer.md")), complete()],
                             "gemini:gemini-2.5-flash", monkeypatch, gemini_server.env)
     assert event.data["error"] == "output" and "could not be written to taken/answer.md" in event.content
-    assert re.search(r"ANSWER after [\d.]+ s:\nAn answer.$", event.content)
+    assert event.content.endswith("ANSWER:\nAn answer.")
 
 
 def test_file_types_are_sniffed_from_their_bytes():

@@ -306,7 +306,7 @@ def test_completion_of_files_after_at_and_of_slash_commands(tmp_path, sessions):
     term.send(CTRL_C)
     term.send("/bogus\r")
     term.wait_for("unknown command /bogus: the commands are /help, /new, /resume, /list, /model, /sandbox, "
-                  "/approval, /cost, /diff, /steps, /undo, /plan, /jobs, /export, /exit")
+                  "/approval, /cost, /diff, /steps, /undo, /jobs, /plan, /export, /exit")
 
 
 def test_children_show_indented_under_their_parent(tmp_path, sessions):
