@@ -84,17 +84,23 @@ def test_anges_show_and_the_markdown_export_show_the_plan_and_the_held_completio
     assert "- [x] Report" in exported and "Completion held" in exported and "the plan has 2 open steps" in exported
 
 
-def test_acp_sends_the_agents_plan_as_plan_updates_and_the_held_completion_as_a_thought(tmp_path):
+def acp_turn(tmp_path, model, text, *args):
+    """One prompt turn of a real `anges acp` with the scripted `model`; the editor that saw it."""
     work = tmp_path / "work"
     work.mkdir()
     editor = Editor()
 
     async def main():
-        async with anges_acp(editor, "--model", scripted(tmp_path, *planned_run()), cwd=work) as agent:
+        async with anges_acp(editor, "--model", model, *args, cwd=work) as agent:
             await agent.start()
-            return await prompt(agent, await new_session(agent, work), "fix the links")
+            return await prompt(agent, await new_session(agent, work), text)
 
     assert run(main()) == "end_turn"
+    return editor
+
+
+def test_acp_sends_the_agents_plan_as_plan_updates_and_the_held_completion_as_a_thought(tmp_path):
+    editor = acp_turn(tmp_path, scripted(tmp_path, *planned_run()), "fix the links")
     assert editor.plans() == [[(LONG, "in_progress"), ("Report", "pending")],
                               [(LONG, "completed"), ("Report", "completed")]]
     assert any("done?\n\ncompletion held: the plan has 2 open steps" in thought for thought in editor.thoughts())
@@ -103,22 +109,13 @@ def test_acp_sends_the_agents_plan_as_plan_updates_and_the_held_completion_as_a_
 
 
 def test_acp_shows_a_childs_plan_as_the_progress_of_the_call_that_runs_it(tmp_path):
-    work = tmp_path / "work"
-    work.mkdir()
     delegate = reply({"action_type": "CALL_CHILD_AGENT", "directive": "NEW_CHILD_AGENT TASK_EXECUTOR",
                       "agent_input": "Count the files here."}, reasoning="delegate")
     model = scripted(tmp_path, delegate,
                      reply(plan(("List", "completed"), ("Count", "in_progress")), command("ls"), reasoning="child plans"),
                      reply(plan(("List", "completed"), ("Count", "completed")), finish("3 files")),
                      reply(finish("There are 3 files.")))
-    editor = Editor()
-
-    async def main():
-        async with anges_acp(editor, "--model", model, "--agent", "orchestrator", cwd=work) as agent:
-            await agent.start()
-            return await prompt(agent, await new_session(agent, work), "how many files?")
-
-    assert run(main()) == "end_turn"
+    editor = acp_turn(tmp_path, model, "how many files?", "--agent", "orchestrator")
     assert editor.plans() == [], "a child's plan is its own: the session's plan is the orchestrator's"
     progress = [content_text({"content": update.content}) for update in editor.updates
                 if getattr(update, "session_update", "") == "tool_call_update" and update.content]

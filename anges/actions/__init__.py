@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from anges.actions.base import Action, ActionContext, LegacyAction, is_builtin_style
 from anges.actions.edit import EditFile
 from anges.actions.mime import ReadMimeFiles
+from anges.actions.plan import UpdatePlan
 from anges.actions.replies import AgentTextResponse, HelpNeeded, TaskComplete
 from anges.actions.shell import RunShellCommand
 from anges.prompt.parsing import Param
@@ -41,6 +42,6 @@ def offered_actions(names: Iterable[str], mcp: MCPManager | None = None, given: 
 
 __all__ = [
     "Action", "ActionContext", "Param", "LegacyAction", "is_builtin_style", "offered_actions", "RunShellCommand",
-    "EditFile", "TaskComplete", "HelpNeeded", "AgentTextResponse", "ReadMimeFiles", "RunShellCMDAction",
+    "EditFile", "TaskComplete", "HelpNeeded", "AgentTextResponse", "ReadMimeFiles", "UpdatePlan", "RunShellCMDAction",
     "EditFileAction", "TaskCompleteAction", "AgentHelpNeededAction", "AgentTextResponseAction",
 ]
