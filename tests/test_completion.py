@@ -247,3 +247,14 @@ def test_the_held_completion_is_in_the_record(tmp_path):
     assert [e.type for e in loaded.events_list] == types(stream)
     assert loaded.events_list[2].message == "completion held: in this reply, `false` exited with code 1"
     assert loaded.events_list[2].data["answer"] == "x"
+
+
+def test_a_long_list_of_causes_is_cut_to_a_few_and_a_count(tmp_path):
+    failing = [shell(f"exit {n}") for n in range(1, 9)]
+    steps = [(f"step {n}", "pending") for n in range(9)]
+    agent, _ = make_agent(tmp_path, [reply(plan(*steps)), reply(*failing, finish("x")), complete("y")])
+    stream = agent.run_with_new_request("go")
+    causes = [cause["text"] for cause in held(stream)[0].data["causes"]]
+    assert causes[0] == "the plan has 9 open steps: step 0; step 1; step 2; step 3; step 4 (and 4 more)"
+    assert causes[1:] == [f"in this reply, `exit {n}` exited with code {n}" for n in range(1, 6)] + [
+        "and 3 more actions of this reply failed"]

@@ -31,6 +31,8 @@ alone builds)."""
 CHECK_WORDS = re.compile(r"test|lint|check|build|vet|clippy|verify|typecheck|compile|spec")
 WRAPPERS = {"env", "time", "timeout", "nice", "xvfb-run", "exec", "command", "bash", "sh", "zsh"}
 SIMPLE_COMMANDS = re.compile(r"&&|\|\||[;|\n]")
+SHOWN = 5
+"""Causes of one kind a held completion names (the rest are counted), so its result stays short."""
 UNFINISHED = ("new_child_agent", "resume_child_agent", "queued_child_agent")
 """Events whose action's outcome is not known yet when they are recorded (a child's report comes later)."""
 
@@ -79,7 +81,8 @@ class CompletionCheck:
         events = self.agent.event_stream.events_list if self.agent.event_stream is not None else []
         answer = str(args.get("content") or "")
         if args.get("only_if_succeeded") is True:
-            failed = [("reply", why) for why in map(failure, events[self.reply_start:]) if why]
+            failed = [("reply", why) for why in _few([why for why in map(failure, events[self.reply_start:]) if why],
+                                                     "more actions failed")]
             if failed:
                 return self._event("completion_dropped", "only_if_succeeded", failed, answer)
         if self.mode == "off" or self.held_once:
@@ -96,12 +99,13 @@ class CompletionCheck:
         a failed check with files changed after it, a failed action of the same reply."""
         causes = [("running", text) for text in self._running(events)]
         if plan is not None and plan.open_steps:
-            steps = "; ".join(one_line(step.step, 80) for step in plan.open_steps[:5])
-            more = f" (and {len(plan.open_steps) - 5} more)" if len(plan.open_steps) > 5 else ""
+            steps = "; ".join(one_line(step.step, 80) for step in plan.open_steps[:SHOWN])
+            more = f" (and {len(plan.open_steps) - SHOWN} more)" if len(plan.open_steps) > SHOWN else ""
             causes.append(("plan", f"the plan has {_count(len(plan.open_steps), 'open step')}: {steps}{more}"))
         if check := failed_check(events[self.request_start:]):
             causes.append(("check", check))
-        causes += [("reply", f"in this reply, {why}") for why in map(failure, events[self.reply_start:]) if why]
+        failed = [f"in this reply, {why}" for why in map(failure, events[self.reply_start:]) if why]
+        causes += [("reply", text) for text in _few(failed, "more actions of this reply failed")]
         return causes
 
     def _running(self, events: list[Event]) -> list[str]:
@@ -114,8 +118,8 @@ class CompletionCheck:
         after = "it keeps running after the run" if safety is not None and safety.config.keep_background \
             else "the end of the run ends it"
         texts = [f"pid {job['pid']} `{one_line(job['command'], 100)}` is still running ({after})" for job in jobs]
-        return texts + [f"child agent {child['name']} ({child['task']}) is still {child['state']} (completing stops it)"
-                        for child in self.agent.running_children()]
+        return _few(texts + [f"child agent {child['name']} ({child['task']}) is still {child['state']} (completing "
+                             "stops it)" for child in self.agent.running_children()], "more still running")
 
     def _event(self, kind: str, check: str, causes: list[tuple[str, str]], answer: str) -> Event:
         texts = [text for _, text in causes]
@@ -186,6 +190,11 @@ def _checks(words: list[str]) -> bool:
         verbs = [word for word in words[1:4] if not word.startswith("-") and word not in ("run", "exec", "x")]
         return (name == "make" and not verbs) or any(_checks([verb]) or CHECK_WORDS.search(verb) for verb in verbs)
     return "/" in words[0] and bool(CHECK_WORDS.search(words[0]))
+
+
+def _few(texts: list[str], more: str) -> list[str]:
+    """The first `SHOWN` of `texts`, and how many more there are."""
+    return texts[:SHOWN] + ([f"and {len(texts) - SHOWN} {more}"] if len(texts) > SHOWN else [])
 
 
 def _count(number: int, noun: str) -> str:
