@@ -1,6 +1,6 @@
 """The completion check (`agents.*.completion_check`): a TASK_COMPLETE is held once when the run shows a cause anges
 can see, named in a short message; one sent with `only_if_succeeded` is dropped when an earlier action of its reply
-failed. With no cause, nothing happens: no model call, no prompt text. See docs/prompt.md."""
+failed. With no cause, nothing happens: no model call, no prompt text. See docs/results.md."""
 
 from __future__ import annotations
 
@@ -51,6 +51,7 @@ class Finishing(Protocol):
     config: Config
     event_stream: EventStream | None
     run_safety: RunSafety | None
+
     @property
     def run_state(self) -> Planned | None: ...
 
@@ -81,8 +82,7 @@ class CompletionCheck:
         events = self.agent.event_stream.events_list if self.agent.event_stream is not None else []
         answer = str(args.get("content") or "")
         if args.get("only_if_succeeded") is True:
-            failed = [("reply", why) for why in _few([why for why in map(failure, events[self.reply_start:]) if why],
-                                                     "more actions failed")]
+            failed = [("reply", text) for text in self._failures(events)]
             if failed:
                 return self._event("completion_dropped", "only_if_succeeded", failed, answer)
         if self.mode == "off" or self.held_once:
@@ -104,9 +104,12 @@ class CompletionCheck:
             causes.append(("plan", f"the plan has {_count(len(plan.open_steps), 'open step')}: {steps}{more}"))
         if check := failed_check(events[self.request_start:]):
             causes.append(("check", check))
-        failed = [f"in this reply, {why}" for why in map(failure, events[self.reply_start:]) if why]
-        causes += [("reply", text) for text in _few(failed, "more actions of this reply failed")]
-        return causes
+        return causes + [("reply", text) for text in self._failures(events, "in this reply, ")]
+
+    def _failures(self, events: list[Event], lead: str = "") -> list[str]:
+        """Why each action of the current reply that failed did (a few, and a count of the rest)."""
+        failed = [lead + why for why in map(failure, events[self.reply_start:]) if why]
+        return _few(failed, "more actions of this reply failed")
 
     def _running(self, events: list[Event]) -> list[str]:
         """The background jobs this agent started that still run, and the children it started that have not
