@@ -46,6 +46,14 @@ setup(
         "httpx2>=2.0",  # Ollama's native API (already the HTTP client of the SDKs)
         "prompt_toolkit>=3.0.36",  # the terminal session's keys and live screen
         "rich>=13",  # drawing the transcript: Markdown, highlighted diffs
+        # web APIs from their OpenAPI documents (docs/openapi.md), imported only when one is configured: the
+        # document checked against the specification, its $refs read across files, calls checked against schemas
+        "openapi-spec-validator>=0.9",
+        "jsonschema-rs>=0.25",  # the validator's fast backend: a large document is checked in a second, not a minute
+        "openapi-schema-validator>=0.9",
+        "jsonschema-path>=0.5",
+        "jsonschema>=4.23",
+        "referencing>=0.36",
     ],
     extras_require={
         "anthropic": [],  # the Anthropic SDK is a core dependency now; the extra stays for old install commands
@@ -67,9 +75,15 @@ setup(
             "ray>=2.9",
             "agent-client-protocol>=0.12",
             "pyte>=0.8",  # a terminal emulator: what the CLI draws, as a person sees it
+            # the sources anges/util/unicode_data.py is generated from (tests/unicode_tables.py); pinned, so that a
+            # new Unicode version is a deliberate change
+            "regex==2026.11.19",
+            "confusable-homoglyphs==3.3.1",
             "opentelemetry-sdk>=1.27",
             "opentelemetry-exporter-otlp-proto-http>=1.27",
             "opentelemetry-proto>=1.27",  # the tests' OTLP receiver decodes what the exporter sends
+            "fastapi>=0.110",  # tests/openapi_servers.py: an application whose generated document is used as it comes
+            "uvicorn>=0.30",
         ],
     },
     entry_points={"console_scripts": ["anges=anges.cli.main:main"]},

@@ -56,13 +56,19 @@ class ModelReplyError(ModelError):
 
 
 class ContextExceeded(ModelError):
-    """The prompt did not fit the model's context window: the server said so, or reported fewer prompt tokens than
-    were sent (it cut the prompt). `sent` is the estimate of the tokens sent, `kept` what the server said it read."""
+    """The prompt did not fit the model's context window. `kind`: the server refused it ("refused"), read less than
+    was sent ("cut"), dropped its start while it answered ("shifted"), or ran out of window during the reply
+    ("full"). `sent` is anges' count of the tokens sent, `kept` what the server said it read; `window` and
+    `prompt_tokens` are the server's own numbers, where it said them."""
 
-    def __init__(self, message: str, sent: int | None = None, kept: int | None = None):
+    def __init__(self, message: str, sent: int | None = None, kept: int | None = None, window: int | None = None,
+                 prompt_tokens: int | None = None, kind: str = "refused"):
         super().__init__(message)
         self.sent = sent
         self.kept = kept
+        self.window = window
+        self.prompt_tokens = prompt_tokens
+        self.kind = kind
         self.usage = None  # what the call still cost, when the server said
 
 

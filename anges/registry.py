@@ -154,7 +154,8 @@ actions = Registry("action", "register_actions", {
     "CALL_CHILD_AGENT": "anges.actions.child:CallChildAgent",
     "WAIT_FOR_CHILDREN": "anges.actions.child:WaitForChildren",
 }, name_attr="type", base="anges.actions.base:Action", key=str.upper)
-"""Action types (RUN_SHELL_CMD, ...) -> `Action` subclasses. USE_MCP_TOOL is not here: it needs the MCP servers."""
+"""Action types (RUN_SHELL_CMD, ...) -> `Action` subclasses. USE_MCP_TOOL, CALL_API and DESCRIBE_API_OPERATION are not
+here: they need the MCP servers or the web APIs."""
 
 providers = Registry("provider", "register_providers", {
     "openai": "anges.models.openai_model:OpenAIModel",

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytest_plugins = ["wire_servers", "optional_groups"]
+pytest_plugins = ["wire_servers", "optional_groups", "openapi_servers"]
 
 @pytest.fixture
 def work(tmp_path):

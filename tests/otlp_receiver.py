@@ -60,6 +60,8 @@ class OTLPReceiver:
         self.spans: list[ReceivedSpan] = []
         self.metrics: dict[str, list] = {}
         self.requests = 0
+        self.bodies: list[bytes] = []
+        """Every request's body as it came (decompressed): all that was exported, to search for text."""
         self._lock = threading.Lock()
         receiver = self
 
@@ -69,6 +71,7 @@ class OTLPReceiver:
                 encoding = (self.headers.get("Content-Encoding") or "").lower()
                 body = gzip.decompress(body) if encoding == "gzip" else zlib.decompress(body) if \
                     encoding == "deflate" else body
+                receiver.bodies.append(body)
                 if self.path == "/v1/traces":
                     receiver._take_spans(ExportTraceServiceRequest.FromString(body))
                     reply = ExportTraceServiceResponse()

@@ -87,6 +87,12 @@ class Terminal:
                                          + "\n".join(self.lines()[-60:]))
         return self.lines()
 
+    def read_for(self, seconds):
+        """Keep reading the terminal for `seconds`: the time a person takes between two keys."""
+        deadline = time.monotonic() + seconds
+        while (remaining := deadline - time.monotonic()) > 0 and self._read(remaining):
+            pass
+
     # -- acting on it -------------------------------------------------------------------------------------------
 
     def send(self, keys: str):

@@ -194,7 +194,7 @@ def test_a_permission_request_answered_reject_then_allow_always(tmp_path, work):
 
 @pytest.mark.packaged_safety  # the editor is asked, bwrap or not
 def test_a_permission_request_the_editor_cancels_declines_the_action(tmp_path, work):
-    command = "echo guarded > out.txt # \u202eharmless\u200b"
+    command = "echo guarded > out.txt # \u202eharmless\u200b \u17b4\u0456"
     model = scripted(tmp_path, shell(command), complete("gave up"))
     editor = Editor(answers=["cancelled"])
 
@@ -210,8 +210,13 @@ def test_a_permission_request_the_editor_cancels_declines_the_action(tmp_path, w
     decided = [e.data for e in EventStore().load(session).events_list if e.type == "approval_decided"]
     assert [(d["decision"], d["by"]) for d in decided] == [("deny", "editor")]
     asked = "\n".join(c.content.text for c in editor.permissions[0]["tool_call"].content)
-    assert "echo guarded > out.txt # <U+202E>harmless<U+200B>" in asked and "\u202e" not in asked  # shown, not obeyed
-    assert f"(1 line, {len(command)} characters)" in asked and "\u200b" not in asked
+    marked = "echo guarded > out.txt # <U+202E>harmless<U+200B> <U+17B4>\u0456"
+    assert marked in asked and "\u202e" not in asked  # shown, not obeyed
+    assert (f"(1 line, {len(command)} characters; looks like ASCII but is not: \u0456 U+0456 Cyrillic, like i; hidden, "
+            "marked: U+202E RIGHT-TO-LEFT OVERRIDE, U+200B ZERO WIDTH SPACE, U+17B4 KHMER VOWEL INHERENT AQ)") in asked
+    # the title of the request (and of the tool call all along) is marked the same way: nothing there is obeyed
+    assert editor.permissions[0]["tool_call"].title == marked
+    assert [call["title"] for call in editor.calls().values()] == [marked]
 
 
 @pytest.mark.sandbox

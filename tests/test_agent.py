@@ -308,12 +308,12 @@ def test_prompt_prefix_is_stable_and_holds_notes_and_platform(tmp_path):
     assert "## Event 2 TYPE: RUN_SHELL_CMD" in model.prompts[1] and "REASONING:" in model.prompts[1]
 
 
-def test_user_template_dir_overrides_packaged_templates(tmp_path):
-    templates = tmp_path / "templates" / "agents"
+def test_user_template_dir_overrides_packaged_templates(tmp_path, work):
+    templates = tmp_path / "templates" / "agents"  # beside the working directory, not in it: a template is code
     templates.mkdir(parents=True)
     (templates / "default.j2").write_text("CUSTOM {{ action_types | join(',') }}\n{{ history }}")
     config = load_config(overrides={"prompt": {"template_dir": str(tmp_path / "templates")}})
-    agent, model = make_agent(tmp_path, [complete()], config=config)
+    agent, model = make_agent(work, [complete()], config=config)
     agent.run_with_new_request("go")
     assert model.prompts[0].startswith("CUSTOM RUN_SHELL_CMD,EDIT_FILE")
 
@@ -450,12 +450,12 @@ def test_a_missing_working_directory_is_reported_not_raised(tmp_path):
     assert stream.events_list[1].data["error"] and stream.events_list[-1].type == "task_completion"
 
 
-def test_a_bug_in_the_loop_still_ends_the_stream_cleanly(tmp_path):
+def test_a_bug_in_the_loop_still_ends_the_stream_cleanly(tmp_path, work):
     templates = tmp_path / "t" / "agents"
     templates.mkdir(parents=True)
     (templates / "default.j2").write_text("{{ no_such_variable }}")
     config = load_config(overrides={"prompt": {"template_dir": str(tmp_path / "t")}})
-    agent, _ = make_agent(tmp_path, [complete()], config=config)
+    agent, _ = make_agent(work, [complete()], config=config)
     with pytest.raises(Exception, match="no_such_variable"):
         agent.run_with_new_request("go")
     stream = EventStore().load(agent.uid)

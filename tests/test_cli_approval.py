@@ -1,5 +1,6 @@
 """Approvals of `anges -q` on a real pseudo-terminal, read through a terminal emulator: one block, answered by one
-key (y, n, a, t; v first when part of it is cut), Ctrl-C, and the line prompt of a dumb terminal."""
+key (y, n, t; a then Enter; v first when part of it is cut) once it has been on the screen a moment, Ctrl-C, and
+the line prompt of a dumb terminal."""
 
 import json
 import os
@@ -10,7 +11,7 @@ from test_cli import complete, edit, only_stream, scripted, shell, types
 
 pytestmark = pytest.mark.packaged_safety  # the prompt and the fallback as a user without bwrap has them, too
 RULES = "safety:\n  rules:\n    - {action: RUN_SHELL_CMD, match: 'echo ask-*', decision: ask, reason: the test asks}\n"
-KEYS = "y yes · n no · a always · t no, and tell the agent why"
+KEYS = "y yes · n no · a always… · t no, and tell the agent why"
 
 
 def start(tmp_path, *replies, env=None, columns=100):
@@ -41,6 +42,8 @@ def test_each_question_is_answered_by_one_key_yes_no_tell_and_always(tmp_path):
         term.send("use the Makefile\r")
         asked(term, "echo ask-always >> a.txt")
         term.send("a")
+        term.wait_for("Enter approves it for the rest of this run · any other key: not always", on_screen=True)
+        term.send("\r")
         term.wait_for("finished")
         assert term.wait() == 0
     finally:
@@ -57,6 +60,23 @@ def test_each_question_is_answered_by_one_key_yes_no_tell_and_always(tmp_path):
     assert "✗ declined by you: RUN_SHELL_CMD echo ask-no > n.txt" in text
     assert "needs your approval" not in text, "each question left with its answer: never printed twice"
     assert text.count("(and for the rest of the run)") == 1, "the same command again is not asked again"
+
+
+def test_a_key_pressed_as_the_question_appears_does_not_answer_it(tmp_path):
+    term = start(tmp_path, shell("echo ask-soon > soon.txt"), complete("finished"))
+    try:
+        term.wait_for("│ echo ask-soon > soon.txt", on_screen=True)
+        term.send("y")  # as soon as it shows: not read yet
+        term.wait_for("the question's keys work once you stop typing", on_screen=True)
+        assert KEYS not in "\n".join(term.display()) and not (tmp_path / "soon.txt").exists()
+        asked(term, "echo ask-soon > soon.txt")  # once it has been up a moment, the keys show; read, then y
+        term.send("y")
+        term.wait_for("finished")
+        assert term.wait() == 0
+    finally:
+        term.close()
+    assert (tmp_path / "soon.txt").exists()
+    assert [e.data["decision"] for e in only_stream().events_list if e.type == "approval_decided"] == ["allow"]
 
 
 def test_an_edit_outside_the_workspace_shows_its_diff(tmp_path):
@@ -164,7 +184,8 @@ def test_the_question_marks_what_cannot_be_seen_and_says_where_it_runs(tmp_path)
     term = start(tmp_path, shell(unseen), shell("echo outside", escalate="needs the host's cache"), complete("done"))
     try:
         shown = asked(term, "echo ask-t<U+200B>ouch <U+202E>evil > z.txt")
-        assert "\u200b" not in shown and f"(1 line, {len(unseen)} characters)" in shown
+        assert "\u200b" not in shown and f"(1 line, {len(unseen)} characters; hidden, marked: U+200B ZERO WIDTH SPACE, " \
+            "U+202E RIGHT-TO-LEFT OVERRIDE)" in shown
         term.send("n")
         shown = asked(term, "echo outside")
         assert "If approved, this runs outside the sandbox. The agent says why: needs the host's cache" in shown

@@ -104,8 +104,8 @@ def test_a_run_through_ollamas_openai_compatible_api_fits_the_window_ollama_serv
 
 
 def test_a_server_that_cuts_a_prompt_once_is_told_folded_and_asked_again(tmp_path, clean_model_env):
-    # the preset claims 8k, but the server serves 3k and cuts a longer prompt from its start without an error
-    with OllamaWireServer(default_ctx=3072) as server:
+    # the preset claims 8k, but the server serves 2.5k and cuts a longer prompt from its start without an error
+    with OllamaWireServer(default_ctx=2560) as server:
         server.replier = Steps(40, pad=130)
         config = unlimited()
         preset = ModelPreset("openai", "qwen2.5-coder", f"{server.url}/v1", "", context_window=8192)
@@ -116,7 +116,7 @@ def test_a_server_that_cuts_a_prompt_once_is_told_folded_and_asked_again(tmp_pat
     assert len(cut) == 1, "after one cut the prompts stay under the size that was cut"
     notices = [e for e in stream.events_list if e.type == "context_exceeded"]
     assert len(notices) == 1
-    assert notices[0].message.startswith("local:qwen2.5-coder read only 1,538 of the about ")
+    assert notices[0].message.startswith("local:qwen2.5-coder read only 1,282 of the about ")
     assert "a window of 8,192 tokens (set in its preset)" in notices[0].message
     assert "I-NEVER-SAW-MY-INSTRUCTIONS" not in json.dumps([e.to_dict() for e in stream.events_list])
     assert prompt_of(server.requests[cut[0] + 1]).startswith(SUMMARY_PROMPT_MARK), "it folds before asking again"
@@ -253,7 +253,6 @@ def test_anges_models_lists_the_presets_with_their_windows(tmp_path):
     out = subprocess.run([*ANGES, "models", "--config", str(config)], capture_output=True, text=True, timeout=60,
                          check=True)
     lines = {line.split()[0]: line for line in out.stdout.splitlines() if line.strip()}
-    assert lines["claude"].endswith("claude-sonnet-5   200,000 (known)")
-    assert lines["local"].endswith("4,096 (preset)")
-    assert lines["ollama"].endswith("asked of Ollama, else 8,192 (assumed)")
-    assert lines["deepseek"].endswith("asked of the server, else 128,000 (known)")
+    assert lines["claude"].endswith("claude-sonnet-5   200,000 tokens (known)")
+    assert lines["local"].endswith("4,096 tokens (preset)"), "the server at port 9 does not answer"
+    assert lines["deepseek"].endswith("128,000 tokens (known); the server was not asked: no DEEPSEEK_API_KEY")

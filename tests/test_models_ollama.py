@@ -75,11 +75,15 @@ def test_num_ctx_grows_with_the_prompt_in_powers_of_two_never_shrinks_and_stays_
     assert len(ollama_server.lookups) == 1, "the window is asked of the server once"
 
 
-def test_the_window_is_the_presets_else_the_servers_else_assumed(ollama_server):
+def test_the_window_is_the_presets_else_the_servers_else_assumed(ollama_server, caplog):
     ollama_server.context_length = 4096
     assert make(ollama_server)[0].window() == Window(4096, "server")
     assert make(ollama_server, context_window=2048)[0].window() == Window(2048, "preset")
-    assert len(ollama_server.lookups) == 1, "a preset's window needs no lookup"
+    assert "more than" not in caplog.text, "a preset under the model's window is the user's choice"
+    larger = make(ollama_server, context_window=16_384)[0].window()
+    assert larger == Window(4096, "server") and "the preset says 16,384" in larger.detail
+    assert "the preset's context_window (16,384 tokens) is more than Ollama at" in caplog.text
+    assert len(ollama_server.lookups) == 3, "the server is asked even when the preset names a window"
     ollama_server.context_length = None  # /api/show answers 404
     assert make(ollama_server)[0].window() == Window(8192, "assumed")
 

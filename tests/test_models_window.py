@@ -8,7 +8,8 @@ from anges.config.types import ModelPreset, ModelSettings
 from anges.models.anthropic_model import AnthropicModel
 from anges.models.gemini_model import GeminiModel
 from anges.models.openai_model import OpenAIModel
-from anges.models.window import TokenGauge, Window, is_local, known_window, prompt_room, reply_room, window_of
+from anges.models.tokens import PieceCounter, TokenGauge, pieces
+from anges.models.window import Window, is_local, known_window, prompt_room, reply_room, window_of
 
 
 @pytest.fixture(autouse=True)
@@ -59,7 +60,7 @@ def test_a_listing_with_context_length_is_read(openai_server):
 def test_ollamas_openai_compatible_api_serves_its_default_window(clean_model_env, caplog):
     with OllamaWireServer() as server:
         model = OpenAIModel(ModelPreset("openai", "qwen2.5-coder", f"{server.url}/v1", ""), ModelSettings())
-        assert model.window() == Window(4096, "server")
+        assert model.window() == Window(4096, "assumed")
     assert "provider: ollama" in caplog.text
 
 
@@ -69,10 +70,11 @@ def test_a_server_that_cannot_tell_leaves_the_known_window_or_an_assumed_one(ope
     assert len(openai_server.lookups) == 2 and openai_server.requests == []
 
 
-def test_the_presets_window_wins_and_needs_no_lookup(openai_server):
+def test_the_presets_window_wins_when_the_server_serves_at_least_as_much(openai_server, caplog):
     openai_server.listing = listing({"id": "served-model", "max_model_len": 32_768})
     assert openai(openai_server, context_window=16_384).window() == Window(16_384, "preset")
-    assert openai_server.lookups == []
+    assert len(openai_server.lookups) == 1, "asked: a preset may say more than the server serves"
+    assert "more than" not in caplog.text
 
 
 def test_hosted_models_are_known_without_asking(gemini_server, anthropic_server):
@@ -120,23 +122,67 @@ def test_window_of_reads_a_models_own_window_through_wrappers():
     assert window_of(lambda prompt: "") is None
 
 
+ENGLISH = ("The agent reads the request, runs a command in the sandbox, looks at what it printed and decides what "
+           "to do next. ") * 100
+
+
 def test_the_estimate_errs_high_until_counts_correct_it():
     gauge = TokenGauge()
-    english = 10_000  # characters of text a tokenizer reads at about 4 per token
-    assert gauge.tokens(english) > english / 4, "before any count: more tokens than there are"
+    assert gauge.estimate(ENGLISH) > len(ENGLISH) / 3.4, "before any count: more tokens than most tokenizers make"
 
-    gauge.observe(english, 2_500)
-    assert english / 4 < gauge.tokens(english) < english / 3.5, "after one: close to the count, still above it"
-    gauge.observe(english, 3_400)  # denser text (code, JSON)
-    assert gauge.tokens(english) > 10_000 / 3.4 * 0.9
+    gauge.observe(ENGLISH, len(ENGLISH) // 4)  # a tokenizer that reads this at four characters a token
+    assert len(ENGLISH) / 4 < gauge.estimate(ENGLISH) < len(ENGLISH) / 3.4, "close to the count, still above it"
+
+
+def test_digits_and_wide_characters_are_counted_at_their_own_rates():
+    gauge = TokenGauge()
+    digits = "1234567890" * 300
+    assert gauge.estimate(digits) >= len(digits), "a digit may be a token of its own"
+    assert gauge.estimate("数字" * 500) >= 1000, "and a character beyond ASCII"
+    assert gauge.estimate(ENGLISH) < len(ENGLISH) / 2.8
 
 
 def test_a_count_far_below_the_estimate_is_a_cut_and_does_not_calibrate():
     gauge = TokenGauge()
-    assert gauge.cut_short(20_000, 1_026), "before calibration: fewer than one token per 8 characters"
-    assert not gauge.cut_short(20_000, 4_000)
-    gauge.observe(20_000, 1_026)
-    assert gauge.observed is None, "an implausible count does not correct the estimate"
-    gauge.observe(20_000, 5_000)
-    assert gauge.cut_short(20_000, 3_000) and not gauge.cut_short(20_000, 4_200)
-    assert not gauge.cut_short(500, 1), "a short prompt tells nothing"
+    text = ENGLISH * 2
+    assert gauge.cut_short(text, len(text) // 10), "fewer tokens than any tokenizer makes"
+    assert not gauge.cut_short(text, len(text) // 5)
+    gauge.observe(text, len(text) // 10)
+    assert gauge.counts == 0, "an implausible count does not correct the estimate"
+    gauge.observe(text, len(text) // 4)
+    assert gauge.cut_short(text, len(text) // 6) and not gauge.cut_short(text, len(text) // 5)
+    assert not gauge.cut_short("short", 1), "a short prompt tells nothing"
+
+
+def test_pieces_end_at_blank_lines_and_come_out_the_same_wherever_the_text_starts():
+    text = "".join(f"paragraph {n}: " + "words " * (n % 7 * 40 + 10) + "\n\n" for n in range(60))
+    parts = pieces(text)
+    assert "".join(parts) == text and all(part.endswith("\n\n") for part in parts)
+    later = pieces("a new start\n\n" + text[text.index("paragraph 9:"):])
+    assert parts[-5:] == later[-5:], "the same text gives the same pieces: their counts are reused"
+
+
+def test_the_piece_counter_asks_the_tokenizer_once_a_piece_and_adds_a_token_a_seam():
+    asked = []
+
+    def count(text):
+        asked.append(text)
+        return len(text.split())
+
+    counter = PieceCounter(count, TokenGauge())
+    text = "".join(f"paragraph {n}: " + "words " * 300 + "\n\n" for n in range(10))
+    assert counter.count(text) == len(text.split()) + len(pieces(text)) - 1
+    assert len(asked) == len(pieces(text)) and counter.count(text) and len(asked) == len(pieces(text)), "once"
+    longer = text + "one more\n\n" * 3
+    assert counter.count(longer) == len(longer.split()) + len(pieces(longer)) - 1
+    assert len(asked) <= len(pieces(text)) + 2, "only the new end is asked"
+    assert counter.gauge.counts == len(asked), "the counts teach the estimate too"
+
+
+def test_a_tokenizer_that_fails_is_given_up_and_said_so(caplog):
+    def broken(text):
+        raise ConnectionError("refused")
+
+    counter = PieceCounter(broken, name="llama-server")
+    assert counter.count("some text") is None and counter.count("more") is None
+    assert "llama-server stopped counting tokens (ConnectionError: refused)" in caplog.text

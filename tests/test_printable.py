@@ -131,3 +131,45 @@ def test_a_commands_output_is_shown_as_a_terminal_would_have_left_it(tmp_path):
     assert "```text\ngreen ok\n100%\ndone\n```" in exported
     stored = EventStore().load(info.uid).events_list[1].data["stdout"]
     assert stored.startswith("\x1b[32mgreen"), "the record keeps what the command printed"
+
+
+def test_the_unicode_tables_are_what_their_maintained_sources_make():
+    """`anges/util/unicode_data.py` is generated (tests/unicode_tables.py) from the `regex` module's
+    Default_Ignorable_Code_Point and the UTS #39 confusables of `confusable_homoglyphs`: a new release of either
+    fails here until the module is made again."""
+    from pathlib import Path
+
+    import unicode_tables
+
+    module = Path(__file__).parent.parent / "anges" / "util" / "unicode_data.py"
+    assert module.read_text(encoding="utf-8") == unicode_tables.module(), (
+        "regenerate: .venv/bin/python tests/unicode_tables.py > anges/util/unicode_data.py")
+    assert module.read_text(encoding="utf-8").isascii(), "every character of the tables is written as an escape"
+
+
+def test_every_character_unicode_calls_invisible_is_marked_and_no_letter_is():
+    """Checked against the running Python's `unicodedata` and the `regex` module's properties, code point by code
+    point: every control, format, private-use, unassigned, separator and space character, every enclosing mark and
+    every Default_Ignorable one is marked; no letter, digit or punctuation that is drawn is."""
+    import unicodedata
+
+    import regex
+
+    from anges.util.printable import unseen, visible
+
+    ignorable = regex.compile(r"\p{Default_Ignorable_Code_Point}")
+    invisible = {"Cc", "Cf", "Cs", "Co", "Cn", "Zs", "Zl", "Zp", "Me"}
+    missed, overmarked = [], []
+    for code in range(0x80, 0x110000):
+        char = chr(code)
+        category = unicodedata.category(char)
+        if category in invisible or ignorable.match(char):
+            if not unseen(char):
+                missed.append(f"U+{code:04X}")
+        elif category[0] in "LNP" and unseen(char):
+            overmarked.append(f"U+{code:04X}")
+    assert missed == []
+    assert overmarked == [], "a letter, digit or punctuation mark that is drawn is not marked"
+    assert visible("a\u17b4b\u17b5c\u200bd\u2800e\U000e0041f\ufe0fg") == (
+        "a<U+17B4>b<U+17B5>c<U+200B>d<U+2800>e<U+E0041>f<U+FE0F>g")
+    assert visible("Grüße, 世界, ﻿") == "Grüße, 世界, <U+FEFF>"

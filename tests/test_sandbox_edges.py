@@ -484,12 +484,12 @@ def test_a_bwrap_commands_could_write_is_never_run_on_any_path(work, tmp_path):
     batch = missing_sandbox(safety, "here", str(work))
     web = sandbox_summary(load_config(overrides={"safety": {"bwrap": str(fake)}}), str(work))
     runner = CommandRunner(str(work), SandboxSettings(writable=(str(work),)), str(fake))
-    with pytest.raises(SandboxError, match="lies in a directory commands may write"):
+    with pytest.raises(SandboxError, match="lies in .* a directory commands may write"):
         run_command("echo ran", cwd=work, runner=runner)
     runner.close()
 
     assert not marker.exists()
-    assert not actions(stream) and "lies in a directory commands may write" in batch and not web["sandboxed"]
+    assert not actions(stream) and "a directory commands may write" in batch and not web["sandboxed"]
 
 
 @pytest.mark.sandbox
@@ -512,7 +512,8 @@ def test_a_bwrap_reached_through_a_link_commands_could_repoint_is_never_run(work
 
     assert not marker.exists()
     assert not actions(first) and not actions(second)  # no sandbox from the start: nothing runs unasked
-    assert "reached through a link in a directory commands may write" in first.events_list[-2].content
+    assert "reached through the link" in first.events_list[-2].content
+    assert "in a directory commands may write" in first.events_list[-2].content
 
 
 STRANGER_UID = 61234

@@ -14,6 +14,7 @@ from test_cli import anges, complete, edit, only_stream, reply, scripted, shell,
 from anges.store.event_store import EventStore
 
 BOX = "›"
+KEYS = "y yes · n no · a always… · t no, and tell the agent why"
 
 
 @pytest.fixture
@@ -153,15 +154,17 @@ def test_an_approval_is_one_block_answered_by_one_key(tmp_path, sessions):
                      shell("echo ask-tell > t.txt"), complete("finished"))
     term = sessions("--config", "rules.yaml", "--approval", "ask", "--model", model, cwd=tmp_path)
     term.send("task\r")
-    block = "\n".join(term.wait_for("RUN_SHELL_CMD needs your approval", on_screen=True))
-    assert "│ echo ask-yes > y.txt" in block and "y yes · n no · a always · t no, and tell the agent why" in block
+    block = "\n".join(term.wait_for(KEYS, on_screen=True))  # once it has been on the screen a moment
+    assert "│ echo ask-yes > y.txt" in block and "RUN_SHELL_CMD needs your approval" in block
     assert "waiting for your answer" in block and "running echo" not in block, "nothing runs before the answer"
     term.send("y")  # one key, no Enter
     term.wait_for("✓ approved by you: RUN_SHELL_CMD echo ask-yes > y.txt")
-    term.wait_for("│ echo ask-no > n.txt", on_screen=True)
+    term.wait_until(lambda: "│ echo ask-no > n.txt" in "\n".join(term.display()) and KEYS in "\n".join(term.display()),
+                    what="the next question, answerable")
     term.send("n")
     term.wait_for("✗ declined by you: RUN_SHELL_CMD echo ask-no > n.txt")
-    term.wait_for("│ echo ask-tell > t.txt", on_screen=True)
+    term.wait_until(lambda: "│ echo ask-tell > t.txt" in "\n".join(term.display()) and KEYS in "\n".join(term.display()),
+                    what="the next question, answerable")
     term.send("t")
     term.wait_for("tell the agent:", on_screen=True)
     term.send("use the Makefile\r")

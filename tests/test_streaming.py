@@ -237,7 +237,7 @@ def test_an_agent_without_file_edits_is_not_told_to_write_a_file_in_parts(openai
 
 def test_cut_off_replies_end_the_run_after_the_bound_with_a_recorded_error(openai_server, tmp_path, monkeypatch):
     for _ in range(3):
-        openai_server.enqueue_truncated('{"analysis": "again too long')
+        openai_server.enqueue_truncated('{"analysis": "again too long', output_tokens=8192)
     agent = openai_agent(openai_server, tmp_path, monkeypatch, max_cut_off_replies=2)
 
     stream = agent.run_with_new_request("write a big file")

@@ -848,3 +848,32 @@ def test_the_answer_grows_as_it_streams_and_its_step_takes_its_place(browser, op
     finally:
         context.close()
         server.close()
+
+
+def test_a_web_api_call_shows_its_request_status_and_body_as_text(page, server):
+    from anges.actions.api import _recorded
+
+    stream = EventStream(title="Calls")
+    stream.add_event(Event("new_request", content="Look the pet up."))
+    body = json.dumps({"name": "<img src=x onerror=window.__xss=1>", "tag": "dog"}, indent=2)
+    stream.add_event(_recorded({"action_type": "CALL_API", "api": "pets", "operation": "getPet", "method": "GET",
+                                "url": "https://pets.example/v1/pets/1", "status": 200, "reason": "OK",
+                                "duration": 0.21, "headers": {"content-type": "application/json"},
+                                "content_type": "application/json", "body_bytes": len(body), "body": body,
+                                "body_lines": 4, "body_path": "/tmp/anges-run-1/anges-api-x.json"}))
+    stream.add_event(_recorded({"action_type": "CALL_API", "api": "pets", "operation": "createPet",
+                                "error": "invalid", "message": "the call does not match the operation's schema",
+                                "problems": ["body.name: 3 is not of type 'string'"]}))
+    server.store.sync(stream)
+    log_in(page, server)
+    page.goto(f"{server.url}/chat/{stream.uid}")
+    expect(page.locator(".step-api")).to_have_count(2)
+    sent, refused = page.locator(".step-api").all()
+    expect(sent.locator(".command")).to_have_text("GET https://pets.example/v1/pets/1")
+    expect(sent.locator(".badge.ok")).to_have_text("200 OK")
+    expect(sent.locator("pre.output")).to_contain_text('"name": "<img src=x onerror=window.__xss=1>"')
+    expect(sent).to_contain_text("Whole body: /tmp/anges-run-1/anges-api-x.json")
+    expect(refused.locator(".command")).to_have_text("pets.createPet")
+    expect(refused.locator(".badge.bad")).to_have_text("not sent (invalid)")
+    expect(refused.locator("pre.output")).to_have_text("body.name: 3 is not of type 'string'")
+    assert_safe(page)

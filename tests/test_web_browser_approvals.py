@@ -237,7 +237,8 @@ def test_a_command_asking_to_leave_the_sandbox_shows_why(page, server, model, tm
 
 
 def test_a_card_shows_what_runs_whole_and_marked_before_it_offers_approve(page, server, model, tmp_path):
-    tucked = "touch shown.txt" + "\n" * 301 + "touch tucked-away.txt"  # 301 newlines below the card's first lines
+    filler = "\n".join(f": line {n}" for n in range(300))
+    tucked = f"touch shown.txt\n{filler}\ntouch tucked-away.txt"  # 300 lines below the card's first lines
     unseen = "touch zero\u200bwidth.txt \u202eevil"
     model.enqueue(shell(tucked), shell(unseen), complete("Both ran."))
     log_in(page, server)
@@ -259,7 +260,8 @@ def test_a_card_shows_what_runs_whole_and_marked_before_it_offers_approve(page, 
 
     marked = page.locator(PENDING)
     expect(marked.locator("pre.output")).to_have_text("touch zero<U+200B>width.txt <U+202E>evil")
-    expect(marked.locator(".approval-size")).to_have_text(f"1 line, {len(unseen)} characters")
+    expect(marked.locator(".approval-size")).to_have_text(
+        f"1 line, {len(unseen)} characters; hidden, marked: U+200B ZERO WIDTH SPACE, U+202E RIGHT-TO-LEFT OVERRIDE")
     marked.locator("button[data-decision=allow]").click()
     expect(page.locator(".answer-task_completion")).to_contain_text("Both ran.")
     assert sorted(path.name for path in tmp_path.iterdir() if path.suffix == ".txt") == [

@@ -6,7 +6,6 @@ import hashlib
 import hmac
 import ipaddress
 import math
-import os
 import secrets
 import threading
 import time
@@ -16,6 +15,8 @@ from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
 from flask import Flask, abort, g, jsonify, redirect, request, session, url_for
+
+from anges.util.paths import write_file
 
 from .sessions import SessionRegistry
 
@@ -35,15 +36,8 @@ def load_secret(home: Path) -> bytes:
             return secret
     except FileNotFoundError:
         pass
-    home.mkdir(mode=0o700, parents=True, exist_ok=True)
     secret = secrets.token_hex(32).encode()
-    temp = path.with_name(f".{SECRET_FILE}.{os.getpid()}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, secret + b"\n")
-    finally:
-        os.close(fd)
-    os.replace(temp, path)
+    write_file(str(path), secret + b"\n", 0o600, parents=True)
     return secret
 
 
@@ -59,9 +53,12 @@ def is_loopback(host: str) -> bool:
 
 
 class LoginDelay:
-    """Slows password guessing without locking anyone out: after each failed login a client waits twice as long
-    as after the one before (1, 2, 4 ... seconds, at most `max_seconds`) before its next try is even checked. A
-    success, or an hour without failures, starts it afresh. Clients are told apart by `Guard.login_client`."""
+    """Slows password guessing, and no one can spend it against someone else: each client's tries wait twice as long
+    after each failure (1, 2, 4 ... seconds, at most `max_seconds`), and a try during the wait is not even checked. A
+    success, or an hour without failures, starts it afresh. A client is what `Guard.login_client` names: a browser
+    that logged in before, else the account of this machine the connection comes from, else the address (IPv6: its
+    /64), so a neighbour's guesses wait only for the neighbour's failures. Tries a client makes in parallel are
+    checked one per wait: each counts as a failure from its start until it succeeds."""
 
     def __init__(self, max_seconds: float, max_clients: int = 10000, forget_after: float = 3600,
                  clock: Callable[[], float] = time.monotonic):
@@ -72,22 +69,22 @@ class LoginDelay:
         self._failures: OrderedDict[str, tuple[int, float]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def retry_after(self, client: str) -> int:
-        """Seconds until `client` may try again; 0 when it may try now."""
+    def begin(self, client: str) -> int:
+        """Seconds until `client` may try again; 0 when it may try now, and then this try counts as a failure until
+        `succeed` says otherwise."""
         with self._lock:
-            count, last = self._failures.get(client, (0, 0.0))
-        if not count:
-            return 0
-        wait = min(2.0 ** (count - 1), self.max_seconds) - (self.clock() - last)
-        return math.ceil(wait) if wait > 0 else 0
-
-    def fail(self, client: str) -> None:
-        now = self.clock()
-        with self._lock:
-            count, last = self._failures.pop(client, (0, now))
-            self._failures[client] = (1 if now - last > self.forget_after else min(count + 1, 64), now)
+            now = self.clock()
+            count, last = self._failures.get(client, (0, now))
+            if count and now - last > self.forget_after:
+                count = 0
+            wait = min(2.0 ** (count - 1), self.max_seconds) - (now - last) if count else 0.0
+            if wait > 0:
+                return math.ceil(wait)
+            self._failures.pop(client, None)
+            self._failures[client] = (min(count + 1, 64), now)
             while len(self._failures) > self.max_clients:
                 self._failures.popitem(last=False)
+            return 0
 
     def succeed(self, client: str) -> None:
         with self._lock:
@@ -133,10 +130,24 @@ class Guard:
         return bool(self.password) and hmac.compare_digest(given.encode(), self.password.encode())
 
     def login_client(self) -> str:
-        """Who a login attempt counts against: a browser that logged in here before (its signed cookie names it),
-        so that guesses from its address cannot slow it down; else the address."""
+        """Who a login attempt counts against (`LoginDelay`): a browser that logged in here before (its signed cookie
+        names it); else, for a connection from this machine, the account that opened it (the kernel says which: on
+        loopback every account has the same address); else the address, an IPv6 one by its /64."""
         browser = session.get("browser")
-        return f"browser:{browser}" if isinstance(browser, str) else f"address:{request.remote_addr or '?'}"
+        if isinstance(browser, str):
+            return f"browser:{browser}"
+        address = request.remote_addr or "?"
+        if not _proxied():  # behind a proxy the connection is the proxy's
+            account = _local_account(address)
+            if account is not None:
+                return f"account:{account}"
+        try:
+            parsed = ipaddress.ip_address(address)
+        except ValueError:
+            return f"address:{address}"
+        if isinstance(parsed, ipaddress.IPv6Address):  # one machine has a /64 of addresses to choose from
+            return f"address:{parsed.ipv4_mapped or ipaddress.ip_network(f'{parsed}/64', strict=False)}"
+        return f"address:{parsed}"
 
     def log_in(self) -> None:
         browser = session.get("browser") or secrets.token_urlsafe(16)
@@ -195,6 +206,18 @@ class Guard:
         # Compare hosts only: behind a TLS-terminating proxy the scheme we see may differ from the browser's.
         if origin and urlsplit(origin).netloc != request.host:
             abort(403, "cross-origin request refused")
+
+
+def _local_account(address: str) -> int | None:
+    """The user id of the account on this machine whose socket this request came on (None: from elsewhere)."""
+    from .peers import local_account
+
+    port, connection = request.environ.get("REMOTE_PORT"), request.environ.get("werkzeug.socket")
+    try:
+        server = connection.getsockname()[:2] if connection is not None else ("", int(request.environ["SERVER_PORT"]))
+        return local_account((address, int(port)), (str(server[0]), int(server[1]))) if port else None
+    except (OSError, KeyError, ValueError):
+        return None
 
 
 def token_needed() -> str:

@@ -10,6 +10,7 @@ import stat
 import sys
 
 from anges.exceptions import ConfigError
+from anges.util.masking import note_secret_file
 
 from .auth import is_loopback
 
@@ -79,6 +80,7 @@ def password_from_file(path: str) -> str:
         if path == "-":
             text = sys.stdin.readline()
         else:
+            note_secret_file(path)  # commands do not see it (nor change what the next start serves with)
             with open(path, encoding="utf-8") as source:
                 mode = os.fstat(source.fileno()).st_mode
                 text = source.readline()

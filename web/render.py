@@ -10,6 +10,7 @@ import nh3
 from anges.agents.budget import cache_hit_ratio
 from anges.safety.approval_text import view as approval_view
 from anges.store.events import (
+    APICall,
     Event,
     FileEdit,
     ShellRun,
@@ -21,7 +22,7 @@ from anges.store.events import (
     stop_explanation,
 )
 from anges.store.plans import Plan
-from anges.util.printable import as_drawn, printable_texts
+from anges.util.printable import as_drawn
 
 # No <img>: a picture in model output would be fetched from wherever it points (a tracking pixel); Markdown
 # images become links instead (see _image_as_link).
@@ -120,13 +121,19 @@ def step_view(event: Event, index: int, cwd: str = "", reasoning: str | None = N
         view.update(path=shown_path(edit.path, cwd), operation=edit.operation, directive=edit.directive,
                     error=edit.error, diff="" if edit.error else edit.diff, text=event.content if edit.error else "",
                     lines_added=data.get("lines_added"), lines_removed=data.get("lines_removed"))
+    elif kind == "api" and (call := APICall.of(event)) is not None:
+        view.update(api=call.api, operation=call.operation, method=call.method, url=call.url, status=call.status,
+                    outcome=call.outcome(), ok=call.ok, sent=call.sent, duration=data.get("duration"),
+                    body_path=call.body_path, message=call.message if call.error else "",
+                    output=call.body or "\n".join(call.problems))
+        view["long"] = view["output"].count("\n") >= LONG_OUTPUT_LINES
     elif kind == "answer":
         view["body_html"] = markdown_html(event.content)
     elif kind == "approval":
         facts = {key: data.get(key) for key in APPROVAL_FACTS[event.type]}
         # Shown as every approval surface shows it (safety/approval_text.py): nothing unseen, its size, and whether
         # the card must be opened whole before it offers Approve.
-        view["approval"] = approval_view(facts) if event.type == "approval_requested" else printable_texts(facts)
+        view["approval"] = approval_view(facts)
         view["message"] = event.message
     elif kind == "interrupted":
         view["reason"] = data.get("reason", "")

@@ -48,8 +48,8 @@ def sandbox_summary(config: Config, cwd: str = "") -> dict:
 
     safety = config.safety
     approval = safety.approval or "ask"
-    writable = SandboxSettings.for_run(safety, cwd or os.getcwd()).writable
-    found = availability(safety.bwrap, writable) if safety.sandbox != "off" else None
+    places = SandboxSettings.for_run(safety, cwd or os.getcwd()).untrusted  # and every chat's run so far: noted
+    found = availability(safety.bwrap, places) if safety.sandbox != "off" else None
     if found is None:
         label, detail = "No sandbox", "safety.sandbox is off: commands run with your rights"
     elif not found.ok:

@@ -16,6 +16,8 @@ import threading
 import time
 from pathlib import Path
 
+from anges.util.paths import open_file, write_file
+
 MAX_SESSIONS = 1000
 """Live sessions kept at most; beyond that the ones that expire soonest are dropped."""
 
@@ -63,17 +65,12 @@ class SessionRegistry:
             if self.path is None:
                 self._sessions = _bounded(change(self._sessions))
                 return
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            lock = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+            lock = open_file(str(self.path.with_name(self.path.name + ".lock")), os.O_RDWR | os.O_CREAT, parents=True)
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX)  # other processes serving the chat update the same file
                 self._read()
                 self._sessions = _bounded(change(self._sessions))
-                temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-                fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                with os.fdopen(fd, "w", encoding="utf-8") as file:
-                    json.dump({"version": 1, "sessions": self._sessions}, file)
-                os.replace(temp, self.path)
+                write_file(str(self.path), json.dumps({"version": 1, "sessions": self._sessions}).encode())
             finally:
                 os.close(lock)
 

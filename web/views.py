@@ -102,7 +102,7 @@ def login():
     error, status = "", 200
     if request.method == "POST":
         client, delay = web.guard.login_client(), web.guard.delay
-        wait = delay.retry_after(client)
+        wait = delay.begin(client)
         if wait:  # not even checked: a guesser learns nothing from trying faster
             error, status = f"Too many failed attempts. Try again in {wait} second{'s' if wait > 1 else ''}.", 429
         elif web.guard.check_password(request.form.get("password", "")):
@@ -110,7 +110,6 @@ def login():
             web.guard.log_in()
             return redirect(target)
         else:
-            delay.fail(client)
             error, status = "Wrong password.", 401
     response = Response(render_template("login.html", error=error, next=target,
                                         csrf_token=web.guard.csrf_token()), status)

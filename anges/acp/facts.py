@@ -28,7 +28,7 @@ def action_type(event: Event) -> str:
 def action_args(event: Event) -> dict:
     """The arguments of the action an event records, as far as its facts tell (for naming a tool call)."""
     data = event.data
-    shown = ("command", "path", "directive", "server", "tool", "inputs")
+    shown = ("command", "path", "directive", "server", "tool", "inputs", "api", "operation", "method", "url")
     args: dict[str, Any] = {key: data[key] for key in shown if key in data}
     if "escalated" in data:
         args["escalate"] = bool(data["escalated"])
@@ -47,9 +47,12 @@ def raw_input(event: Event) -> dict | None:
 
 
 def failed(event: Event) -> bool:
-    """True when the action did not do what was asked: an error, a tool error, a non-zero exit, a killed command."""
+    """True when the action did not do what was asked: an error, a tool error, a web API's error status (4xx, 5xx), a
+    non-zero exit, a killed command."""
     data = event.data
     if data.get("error") or data.get("is_error"):
+        return True
+    if data.get("action_type") == "CALL_API" and isinstance(data.get("status"), int) and data["status"] >= 400:
         return True
     shell = ShellRun.of(event)
     return shell is not None and (shell.state in ("timed_out", "interrupted") or shell.exit_code not in (0, None))

@@ -52,7 +52,7 @@ RETURNING_ACTIONS = ("TASK_COMPLETE", "HELP_NEEDED", "AGENT_TEXT_RESPONSE")
 NOT_TOOL_CALLS = (*RETURNING_ACTIONS, "WAIT_FOR_CHILDREN", "UPDATE_PLAN")
 """Actions that are no tool call: the turn's answer, an orchestrator waiting for its children, a plan."""
 KINDS: dict[str, ToolKind] = {"RUN_SHELL_CMD": "execute", "EDIT_FILE": "edit", "READ_MIME_FILES": "read",
-                              "CALL_CHILD_AGENT": "think"}
+                              "CALL_CHILD_AGENT": "think", "CALL_API": "fetch", "DESCRIBE_API_OPERATION": "read"}
 TITLE_CHARS = 160
 DECIDERS = {"editor": "you", "approval=deny": "--approval deny", "no_one": "no one (no one can approve here)",
             "limit": "anges (too long to be shown whole)"}
@@ -85,8 +85,7 @@ class Call:
     """The approval request asked about it."""
     child: str = ""
     """The child agent it runs."""
-    brief: str = ""
-    """What it shows while the child runs: the child's request (and then the progress of its plan)."""
+    brief: str = ""  # what it shows while the child runs: its request (and then the progress of its plan)
 
 
 class _AnyAction(Mapping):
@@ -138,8 +137,7 @@ class UpdateMapper:
             except FormatError:
                 return  # the agent asks again; nothing of this reply runs
             self._close(speaker.id, "Not run: the run went on without it.")
-            if speaker.depth == 0 and any(args["action_type"] == "UPDATE_PLAN" for args in reply.actions):
-                self._plan.explicit = True
+            self._plan.explicit |= not speaker.depth and any(a["action_type"] == "UPDATE_PLAN" for a in reply.actions)
             if self._streaming.pop(speaker.id, None) is None:
                 self._thought.pop(speaker.id, None)  # a new reply: its thoughts show even when they repeat the last
                 self._think(speaker, reply.analysis, reply.reasoning)
@@ -186,8 +184,8 @@ class UpdateMapper:
                 return
             if kind == "child_agent_running":
                 return
-            if kind == "plan_updated" and speaker.depth == 0:
-                self._plan.explicit = True
+            if kind == "plan_updated":  # before its thoughts: its reasoning is no plan tracker then
+                self._planned_step(speaker, event)
             if step is not None:
                 self._think(speaker, step.analysis, step.reasoning)
             self._think(speaker, event.analysis, event.reasoning)
@@ -209,8 +207,6 @@ class UpdateMapper:
                     self.send(update_agent_message_text(event.content))
             elif kind in ("action", "edit_file"):
                 self._finished(speaker, event)
-            elif kind == "plan_updated":
-                self._planned_step(speaker, event)
             elif kind in ("completion_held", "completion_dropped"):  # a thought of its own, after the reply's
                 self.send(update_agent_thought_text(f"\n\n{f'[{speaker.type}] ' * bool(speaker.depth)}{event.message}"))
 
@@ -241,7 +237,7 @@ class UpdateMapper:
                 parts = diffs.hunk_texts(visible(request.detail))
                 content += [tool_diff_content(request.subject, new, old) for old, new in parts]
             elif request.action_type != "RUN_SHELL_CMD":
-                content.append(tool_content(text_block(_fenced(visible(request.detail)))))
+                content.append(tool_content(text_block(_fenced("\n".join(approval_text.marked(request.detail))))))
             return ToolCallUpdate(tool_call_id=call.id, title=call.title, kind=call.kind, status=call.status,
                                   content=content, locations=call.locations)
 
@@ -276,8 +272,7 @@ class UpdateMapper:
         child = facts.child_id(event)
         call = self._waiting(speaker.id, "CALL_CHILD_AGENT") or self._open(
             speaker, "CALL_CHILD_AGENT", facts.action_args(event), "in_progress", facts.raw_input(event))
-        call.child = child
-        call.brief = f"{event.message}:\n\n{event.content}"
+        call.child, call.brief = child, f"{event.message}:\n\n{event.content}"
         self._by_child[child] = call
         self._update(call, "in_progress", call.brief)
 
@@ -310,6 +305,8 @@ class UpdateMapper:
             if parts:
                 return [tool_diff_content(path, new, old) for old, new in parts]
             return [tool_content(text_block(diff or "(no change)"))]
+        if action_type == "CALL_API":
+            return [tool_content(text_block(_fenced(event.content)))]
         return [tool_content(text_block(event.content))]
 
     # -- thoughts and plan ----------------------------------------------------------------------------------------
@@ -326,8 +323,7 @@ class UpdateMapper:
 
     def _planned_step(self, speaker: Speaker, event: Event) -> None:
         """An UPDATE_PLAN: the top agent's is the session's plan; a child's, the progress of the call that runs it."""
-        plan = Plan.of(event)
-        call = self._by_child.get(speaker.id) if speaker.depth else None
+        plan, call = Plan.of(event), self._by_child.get(speaker.id) if speaker.depth else None
         if plan is not None and speaker.depth == 0 and (entries := self._plan.updated(plan)) is not None:
             self.send(update_plan(entries))
         elif plan is not None and call is not None:
@@ -415,6 +411,9 @@ class UpdateMapper:
         elif action_type == "USE_MCP_TOOL":
             server, tool = args.get("mcp_server_name") or args.get("server"), args.get("tool_name") or args.get("tool")
             title = f"{server}.{tool}" if server and tool else subject or "an MCP tool"
+        elif action_type in ("CALL_API", "DESCRIBE_API_OPERATION"):
+            name = ".".join(str(args[key]) for key in ("api", "operation") if args.get(key))
+            title = f"{args['method']} {args['url']}" if args.get("url") else name or subject or "a web API"
         elif action_type == "READ_MIME_FILES":
             inputs = args.get("inputs") or []
             names = [str(i.get("source", i) if isinstance(i, dict) else i) for i in inputs] if isinstance(
@@ -442,7 +441,7 @@ def _request_text(request) -> str:
     (`approval_text`): its size, the command whole with every unseen character marked, leaving the sandbox."""
     lines = [f"{visible(request.reason)} [{request.rule}]", f"({approval_text.size(request.detail)})"]
     if request.action_type == "RUN_SHELL_CMD":
-        lines.append(_fenced(visible(request.detail)))
+        lines.append(_fenced("\n".join(approval_text.marked(request.detail))))
     if request.escalate:
         lines.append(f"**{approval_text.ESCALATION_NOTE}** The agent says why: {visible(request.justification or '-')}")
     lines.append(f"“Always allow” approves {visible(request.scope)} until this prompt is done.")
@@ -489,7 +488,8 @@ def _shown(path: str, cwd: str) -> str:
 
 
 def _one_line(text: str, limit: int = TITLE_CHARS) -> str:
-    line = " ".join(text.split())
+    """A tool call's title: one line, every character a person could not see marked, as on every approval surface."""
+    line = " ".join(visible(text).split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 

@@ -10,6 +10,7 @@ from anges.actions.base import Action, ActionContext
 from anges.prompt.parsing import Param
 from anges.store.events import Event
 from anges.store.results import took
+from anges.tools.schemas import compact_schema
 from anges.util.clipping import clipped, shorten
 from anges.util.masking import mask_secrets
 
@@ -19,8 +20,6 @@ if TYPE_CHECKING:
 MAX_DESCRIPTION_CHARS = 2000
 MAX_VALIDATION_PROBLEMS = 5
 NOT_CALLED = ("unknown_server", "unavailable", "unknown_tool", "invalid_args")
-# JSON Schema keywords whose value maps names to schemas (so a property named "title" is not a keyword).
-_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 
 
 class UseMCPTool(Action):
@@ -141,27 +140,6 @@ def validate_args(args: dict, schema: dict) -> list[str]:
     if len(errors) > MAX_VALIDATION_PROBLEMS:
         problems.append(f"... and {len(errors) - MAX_VALIDATION_PROBLEMS} more")
     return problems
-
-
-def compact_schema(schema: Any) -> str:
-    """A schema as one line of JSON, without the `title` noise SDKs add to every field."""
-    return json.dumps(_strip_titles(schema), ensure_ascii=False, separators=(",", ":"))
-
-
-def _strip_titles(schema: Any) -> Any:
-    if isinstance(schema, list):
-        return [_strip_titles(item) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    result = {}
-    for key, value in schema.items():
-        if key == "title" and isinstance(value, str):
-            continue
-        if key in _SCHEMA_MAPS and isinstance(value, dict):
-            result[key] = {name: _strip_titles(sub) for name, sub in value.items()}
-        else:
-            result[key] = _strip_titles(value)
-    return result
 
 
 def _repeats(text: str, structured: Any) -> bool:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from anges.actions import Action, ActionContext, LegacyAction, is_builtin_style, offered_actions
+from anges.actions import Action, ActionContext, LegacyAction, apis_for, is_builtin_style, offered_actions
 from anges.agents.budget import Budget, Ledger
 from anges.agents.calls import ModelCalls
 from anges.agents.checkpointing import StepCheckpoints
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from anges.safety.approval import Permit
     from anges.safety.run_safety import RunSafety
     from anges.tools.mcp import MCPManager
+    from anges.tools.openapi import APIs
 
 __all__ = ["AgentMessage", "BaseAgent"]
 
@@ -49,7 +50,7 @@ class BaseAgent(Delegation):
     can_be_child = False
     """An orchestrator may start agents of this type (NEW_CHILD_AGENT <TYPE>)."""
     mcp_tools = True
-    """Offer USE_MCP_TOOL when an MCP manager with tools is attached (`mcp=`)."""
+    """Offer the tools of MCP servers and web APIs (USE_MCP_TOOL, CALL_API) when they are attached."""
 
     def __init__(self, parent_ids: Iterable[str] | None = None, inference_func: Callable | None = None,
                  event_stream: EventStream | None = None, cmd_init_dir: str | os.PathLike | None = None,
@@ -58,7 +59,7 @@ class BaseAgent(Delegation):
                  auto_entitle: bool = False, *, config: Config | None = None, store: EventStore | None = None,
                  notes: Iterable[str] = (), message_handlers: Iterable[Callable] = (), budget: Budget | None = None,
                  agent_config: AgentConfig | None = None, actions: Iterable[Action] | None = None,
-                 mcp: MCPManager | None = None, approval: Callable | str | None = None,
+                 mcp: MCPManager | None = None, apis: APIs | None = None, approval: Callable | str | None = None,
                  remaining_depth: int | None = None, delta_handlers: Iterable[Callable] = (),
                  parent_safety: RunSafety | None = None, listeners: Iterable[Listener] | None = None) -> None:
         self.config = config or default_config()
@@ -87,16 +88,16 @@ class BaseAgent(Delegation):
         self.auto_entitle = auto_entitle or self.agent_config.auto_entitle
         self.budget = budget  # a parent's: this agent's requests draw from it too
         self.remaining_depth = self.agent_config.max_depth if remaining_depth is None else remaining_depth
-        self.status = "new"
-        self.mcp = mcp
+        self.status, self.mcp = "new", mcp
+        self.apis = apis if apis is not None else apis_for(self.config, self.cmd_init_dir)  # `tools.openapi`
         names = (*self.action_types, *self.agent_config.extra_actions) if actions is None else ()
-        self.registered_actions: list[Action] = offered_actions(names, mcp if self.mcp_tools else None, actions or ())
+        self.registered_actions: list[Action] = offered_actions(names, mcp, actions or (), self.apis, self.mcp_tools)
         self.agent_prompt_template = self.template
         self.approval = approval
         """Who answers an `ask`: a channel `f(ApprovalRequest) -> Decision`, or a mode: ask, auto, deny."""
         self.run_safety: RunSafety | None = None
         """The sandbox, policy and approval gate of the current run (its child agents share them)."""
-        self._share = SafetyShare(self.config.safety, parent=parent_safety)
+        self._share = SafetyShare(self.config, parent=parent_safety, apis=self.apis)
         self._calls = ModelCalls(self)
         self._prompter = Prompter(self, self._calls.sizing)
         self.delta_handlers = self._calls.delta_handlers
@@ -115,7 +116,7 @@ class BaseAgent(Delegation):
         stream = self._open_stream(event_stream)
         self._interrupted.clear()
         self._interrupt_why, self.run_state = "", None
-        self.secrets, env = run_secrets(self.config, self.agent_config.pass_env, self.mcp)
+        self.secrets, env = run_secrets(self.config, self.agent_config.pass_env, self.mcp, self.apis)
         with self.store.run_lock(stream.uid):
             self.store.clear_stop(stream.uid)
             if abandoned := abandoned_run(stream):
@@ -124,7 +125,7 @@ class BaseAgent(Delegation):
             if first and stream.title == stream.uid:
                 stream.title = masked_title(task_description, self.secrets)
             kind = ("new_request" if first else "follow_up_request") + ("_from_parent" if self.parent_ids else "")
-            window = self._calls.sizing.new_run(self._prompter.fixed_size, self._interrupt_requested)
+            window = self._calls.sizing.new_run(self._prompter.fixed_text, self._interrupt_requested)
             self._record(Event(kind, content=task_description, message=task_description, data=window))
             self.run_state = state = self._new_state(stream, env)
             self._checkpointing.begin(stream.uid, self.parent_ids, safety.settings, self.stop_requested)
@@ -284,11 +285,10 @@ class BaseAgent(Delegation):
         budget = Budget.for_request(self.agent_config, parent=self.budget)
         ledger = Ledger(budget, self.config.prices, getattr(self.inference_func, "name", ""))
         context = ActionContext(
-            config=self._calls.sizing.actions, app_config=self.config, cwd=self.cmd_init_dir,
+            config=self._calls.sizing.actions, app_config=self.config, cwd=self.cmd_init_dir, agent_id=self.uid,
             prefix_cmd=self.prefix_cmd, interrupt_check=self.stop_requested, reply=ParsedReply("", "", [], ""),
-            record=self._record, agent_id=self.uid, agent_type=self.agent_type, secrets=self.secrets, env=env,
-            charge=ledger.charge, render_guide=self._prompter.guide, delegator=self,
-            output_sink=self._calls.output_sink)
+            record=self._record, agent_type=self.agent_type, secrets=self.secrets, env=env, charge=ledger.charge,
+            render_guide=self._prompter.guide, delegator=self, output_sink=self._calls.output_sink)
         history = History(stream, self.store, self._calls.sizing.prompt, self._calls.reply, self._record, self.logger)
         return RunState(self.agent_config, budget, ledger, context, history, CompletionCheck(self),
                         ending_jobs=self._share.ending_jobs)

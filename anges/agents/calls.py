@@ -21,6 +21,9 @@ from anges.prompt.templates import render_template
 from anges.util.clipping import clip, shorten
 from anges.util.waiting import wait_for
 
+FIT_ATTEMPTS = 3
+"""Times a prompt over the window is cut and measured again before the run stops."""
+
 if TYPE_CHECKING:
     from anges.actions.base import Action
     from anges.agents.listening import Listener
@@ -88,7 +91,7 @@ class ModelCalls:
             except ContextExceeded as exc:  # the model did not read the whole prompt: its reply is not used
                 exceeded += 1
                 state = of_run(agent.run_state)
-                state.context.record(self.sizing.exceeded(exc, again=exceeded > 1))
+                state.context.record(self.sizing.exceeded(exc, again=exceeded > 1, prompt=prompt))
                 state.history.shorten()
                 continue
             except FormatError as exc:
@@ -105,19 +108,23 @@ class ModelCalls:
                                        attempt=invalid, max_attempts=attempts)
 
     def _prompt(self, feedback: str) -> str:
-        """The prompt for the next step, within the window: a fold first, then the middle of the history cut;
-        RunStopped when even that cannot make it fit a model's window (without one, `reply` cuts the prompt's
-        middle to `prompt.max_prompt_chars`)."""
-        agent, limit = self.agent, self.sizing.limit()
+        """The prompt for the next step, within the window: a fold first, then the middle of the history cut (at
+        most a few times, each measured again); RunStopped when even that cannot make it fit a model's window
+        (without one, `reply` cuts the prompt's middle to `prompt.max_prompt_chars`)."""
+        agent, sizing = self.agent, self.sizing
         prompt = agent.render_prompt(feedback)
-        if len(prompt) > limit and of_run(agent.run_state).history.shorten():
+        if sizing.fit(prompt) < len(prompt) and of_run(agent.run_state).history.shorten():
             prompt = agent.render_prompt(feedback)
-        if len(prompt) > limit:
+        for _ in range(FIT_ATTEMPTS):
+            limit = sizing.fit(prompt)
+            if limit >= len(prompt):
+                return prompt
             fitted = agent.render_prompt(feedback, limit)
-            if len(fitted) <= limit:
-                return fitted
-            if self.sizing.window is not None:
-                raise self.sizing.too_small(fitted)
+            if len(fitted) >= len(prompt):
+                break
+            prompt = fitted
+        if sizing.window is not None and sizing.fit(prompt) < len(prompt):
+            raise sizing.too_small(prompt)
         return prompt
 
     def reply(self, prompt: str, temperature: float | None = None, attach: bool = True, live: bool = False) -> str:
@@ -127,19 +134,19 @@ class ModelCalls:
         agent.check_limits()
         ledger = of_run(agent.run_state).ledger
         temperature = agent.config.model_settings.temperature if temperature is None else temperature
-        prompt = clip(prompt, self.sizing.limit())
+        prompt = clip(prompt, self.sizing.fit(prompt))
         started = time.time()
         try:
             reply = self.call(lambda: agent.inference_func(prompt, temperature=temperature), agent.stop_requested,
                               agent.check_limits, live)
         except BaseException as exc:
             if isinstance(exc, ContextExceeded):
-                exc.sent = exc.sent or self.sizing.gauge.tokens(len(prompt))
+                exc.sent = exc.sent or self.sizing.tokens(prompt)
             self._tell(prompt, temperature, started, error=exc)
             raise
         cost = ledger.count(reply if isinstance(reply, str) else "", attach)
         self._tell(prompt, temperature, started, reply, cost=cost)
-        self.sizing.check(prompt, reply)
+        self.sizing.check(prompt, reply, step=live)
         return reply
 
     def _tell(self, prompt: str, temperature: float, started: float, reply: str | None = None,

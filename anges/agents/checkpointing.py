@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from anges.actions import ActionContext, is_builtin_style
-from anges.checkpoints.git import Interrupted
+from anges.checkpoints.git import CheckpointsOff, Interrupted
 from anges.checkpoints.store import CheckpointStore
 from anges.config.loading import anges_home
 from anges.exceptions import CheckpointError, RunStopped
@@ -64,13 +64,19 @@ class StepCheckpoints:
         if run is None or read_only or not action.may_change_files(args):  # a read-only sandbox's command writes none
             return
         try:
-            entry = run.store.take(run.uid, "step", run.roots, run.excludes, event=number, action=action.type,
+            entry = run.store.take(run.uid, "step", run.roots, run.excludes, watch=True, event=number,
+                                   action=action.type,
                                    subject=_subject(args), outside=_outside(action, ctx, run.roots))
         except Interrupted:
             raise RunStopped("interrupt", "the run was interrupted") from None
-        except CheckpointError as exc:
+        except CheckpointsOff as exc:
             log.warning("no checkpoint before %s: %s", action.type, exc)
             self._pending, self._run = {"error": f"no checkpoint: {exc}; checkpoints are off for this run"}, None
+            run.store.stop_watching(run.roots)
+            return
+        except CheckpointError as exc:  # this step goes without one; the next tries again
+            log.warning("no checkpoint before %s: %s", action.type, exc)
+            self._pending = {"error": f"no checkpoint: {exc}"}
             return
         run.taken = True
         self._pending = {"id": entry.id, **_left_out(entry), **({"error": entry.error} if entry.error else {})}
@@ -84,17 +90,20 @@ class StepCheckpoints:
     def end(self) -> None:
         """The run ended: snapshot what its steps left, so later changes read as someone else's."""
         run, self._run = self._run, None
-        if run is None or not run.taken:
+        if run is None:
             return
         try:
-            run.store.take(run.uid, "end", run.roots, run.excludes)
+            if run.taken:
+                run.store.take(run.uid, "end", run.roots, run.excludes)
         except CheckpointError as exc:
             log.warning("no checkpoint at the end of the run: %s", exc)
+        finally:
+            run.store.stop_watching(run.roots)
 
 
 def _outside(action: Action, ctx: ActionContext, roots: list[str]) -> bool:
     """Whether the step could write beyond the covered folders: a command run outside the sandbox, an edit of a
-    path outside them, an MCP tool or a plug-in's action (which run with your rights)."""
+    path outside them, an MCP tool, a web API call or a plug-in's action (which run with your rights)."""
     if action.type not in PROCESS_BUILTINS or not is_builtin_style(action):
         return True
     if action.type in ("EDIT_FILE", "READ_MIME_FILES") and ctx.checked_paths is not None:
@@ -106,6 +115,8 @@ def _outside(action: Action, ctx: ActionContext, roots: list[str]) -> bool:
 def _subject(args: dict) -> str:
     if args.get("mcp_server_name"):
         return f"{args['mcp_server_name']}.{args.get('tool_name', '')}"
+    if args.get("action_type") == "CALL_API":
+        return one_line(f"{args.get('api') or ''} {args.get('operation') or ''}".strip(), 200)
     for name in SUBJECT_PARAMS:
         if isinstance(args.get(name), str) and args[name].strip():
             return one_line(args[name], 200)
@@ -119,7 +130,7 @@ def _left_out(entry: Entry) -> dict:
         left = entry.left_out_of(root)
         prefix = "" if root == next(iter(entry.roots)) else root.rstrip("/") + "/"
         for kind, paths in (("ignored", left.ignored), ("too_big", [path for path, _ in left.too_big]),
-                            ("repos", left.repos)):
+                            ("repos", left.repos), ("unreadable", left.unreadable), ("special", left.special)):
             shown.setdefault(kind, []).extend(prefix + path for path in paths)
         shown["more"] = shown.get("more", 0) + left.more
     if not any(shown.values()):

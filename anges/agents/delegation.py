@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from anges.store.event_store import Store
     from anges.store.events import EventStream
     from anges.tools.mcp import MCPManager
+    from anges.tools.openapi import APIs
 
 
 class Parent(Protocol):
@@ -33,6 +34,7 @@ class Parent(Protocol):
     run_state: RunState | None
     run_safety: RunSafety | None
     mcp: MCPManager | None
+    apis: APIs | None
     approval: Callable | str | None
     remaining_depth: int
 
@@ -51,13 +53,14 @@ class Delegation:
 
     def make_child(self: Parent, agent_type: str, event_stream: EventStream) -> Any:
         """A child agent that inherits this agent's model, config, store, directory, notes, handlers (delta handlers
-        and listeners too), limits and safety (one sandbox, policy and approval channel for the whole tree)."""
+        and listeners too), limits, tools (MCP servers, web APIs) and safety (one sandbox, policy and approval channel
+        for the whole tree)."""
         return registry.agent_types.get(agent_type)(
             parent_ids=self.parent_ids + [self.uid], inference_func=self.inference_func, event_stream=event_stream,
             cmd_init_dir=self.cmd_init_dir, prefix_cmd=self.prefix_cmd, interrupt_check=self.stop_requested,
             config=self.config, store=self.store, notes=self.user_notes, message_handlers=self.message_handlers,
             delta_handlers=self.delta_handlers, budget=self.run_state.budget if self.run_state else None,
-            mcp=self.mcp, approval=self.approval, parent_safety=self.run_safety,
+            mcp=self.mcp, apis=self.apis, approval=self.approval, parent_safety=self.run_safety,
             remaining_depth=self.remaining_depth - 1, listeners=self.listeners)
 
     def running_children(self) -> list[dict]:

@@ -87,10 +87,10 @@ class Prompter:
             text = self._render(history, now, feedback)
         return self._cacheable(text, history)
 
-    def fixed_size(self) -> int:
-        """The characters of the prompt's fixed part: everything before the `# History` heading."""
+    def fixed_text(self) -> str:
+        """The prompt's fixed part: everything before the `# History` heading."""
         text = self._render("", NOTHING_NOW, "")
-        return text.find(HISTORY_HEADING) + 1 or len(text)
+        return text[:text.find(HISTORY_HEADING) + 1 or len(text)]
 
     def _render(self, history: str, now: dict, feedback: str) -> str:
         """The prompt; `now` holds what its tail (`# Now`) shows: background jobs, the plan, running children, the

@@ -35,6 +35,7 @@ def run_batch(tasks_file: str, *, defaults: dict, engine: str = "local", workers
     """
     from anges.batch.progress import make_display
     from anges.batch.runner import BatchRunner, Engine
+    from anges.batch.state import BatchState
     from anges.batch.tasks import batch_id_for, load_tasks
     from anges.batch.worker import missing_sandbox
     from anges.config.loading import load_config
@@ -50,7 +51,6 @@ def run_batch(tasks_file: str, *, defaults: dict, engine: str = "local", workers
     if engine == "ray":  # each task checks the sandbox on its own node
         from anges.batch.ray_engine import RayEngine
         from anges.batch.ray_output import ray_output
-        from anges.batch.state import BatchState
 
         chosen = RayEngine(config, address=address, workers=workers, retries=retries, cpus_per_task=cpus_per_task,
                            env_names=env_names)
@@ -59,7 +59,8 @@ def run_batch(tasks_file: str, *, defaults: dict, engine: str = "local", workers
     else:
         from anges.batch.local import LocalEngine
 
-        missing = missing_sandbox(config.safety, "here", os.getcwd())
+        work = str(BatchState(batch_id).root / "work")
+        missing = missing_sandbox(config.safety, "here", work, *(spec.path for spec in specs if spec.path))
         if missing:
             raise BatchError(missing)
         chosen = LocalEngine(workers or DEFAULT_LOCAL_WORKERS)

@@ -1,9 +1,9 @@
 """The local engine: N worker processes on this machine, each running one task in its own work directory.
 
-A worker is `python -m anges.batch.worker`: it records to this machine's store directly and reports its
-events and result as JSON lines. To stop, the engine sends SIGTERM (the run stops cleanly: its command is
-killed and the stream records the interruption); a worker that does not end within `grace` seconds gets a
-second SIGTERM (it stops at once) and, if it still lingers, SIGKILL.
+A worker is `anges.batch.worker` in an isolated Python (`worker_argv`), started in anges' home: it records to this
+machine's store directly and reports its events and result as JSON lines. To stop, the engine sends SIGTERM (the
+run stops cleanly: its command is killed and the stream records the interruption); a worker that does not end
+within `grace` seconds gets a second SIGTERM (it stops at once) and, if it still lingers, SIGKILL.
 """
 
 from __future__ import annotations
@@ -18,8 +18,13 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from anges.batch.worker import Job, result
+from anges.config.loading import anges_home
+from anges.store.fileops import make_private_dirs
+from anges.util.paths import resolve
+from anges.util.trust import noted_model_places
 
 TICK = 0.1
 STOP_GRACE = 5.0
@@ -29,6 +34,9 @@ KILL_AFTER = 2.0
 TIMEOUT_SLACK = 30.0
 """A task with a timeout whose worker is still running this long after it is stopped like Ctrl-C stops it."""
 STDERR_TAIL = 2000
+WORKER = ("import sys; sys.path[:] = sys.argv[1:]; del sys.argv[1:]; "
+          "from anges.batch.worker import main; sys.exit(main())")
+"""A worker's program: its import path is its arguments (`worker_argv`)."""
 
 
 @dataclass
@@ -68,9 +76,11 @@ class LocalEngine:
         if flags.stop.is_set():
             return
         with tempfile.TemporaryFile() as errors:
-            proc = subprocess.Popen([self.python, "-m", "anges.batch.worker"], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=errors, start_new_session=True, text=True,
-                                    encoding="utf-8", errors="replace")
+            home = resolve(str(anges_home()))  # one of anges' own places: no command writes there
+            make_private_dirs(Path(home))
+            proc = subprocess.Popen(worker_argv(self.python), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=errors, start_new_session=True, text=True, encoding="utf-8",
+                                    errors="replace", cwd=home, env={**os.environ, "ANGES_HOME": home})
             worker = _Worker(job, proc)
             with self._lock:
                 self._running[job.spec.id] = worker
@@ -145,6 +155,17 @@ class LocalEngine:
                 worker.proc.send_signal(signum)
         except ProcessLookupError:
             pass  # it ended meanwhile
+
+
+def worker_argv(python: str) -> list[str]:
+    """The command line of a worker: an isolated `python` (`-I`: neither the current directory nor a `PYTHON*`
+    variable shapes its import path), given this process's import path less the current directory ("") and every
+    folder commands of a run of this process may write (`noted_model_places`: a task with `path: "."` works in the
+    folder the batch runs in). A module planted there is never imported outside the sandbox; what lies deeper in them (a
+    project's virtualenv) the sandbox keeps read-only."""
+    places = set(noted_model_places())
+    path = [entry for entry in sys.path if entry and not (os.path.isabs(entry) and resolve(entry) in places)]
+    return [python, "-I", "-c", WORKER, *path]
 
 
 def _tail(file) -> str:

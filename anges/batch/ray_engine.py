@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from anges.batch.worker import Job, progress_item, result, run_task
 from anges.exceptions import BatchError, StreamBusy
+from anges.util.paths import write_file
 
 if TYPE_CHECKING:
     from anges.config.types import Config
@@ -214,7 +215,7 @@ def _import_records(store: EventStore, records: list, scratch: Path) -> dict:
         if not lines or lines[0].get("kind") != "header":
             continue
         file = scratch / f"import-{uid}.jsonl"
-        file.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+        write_file(str(file), "".join(json.dumps(line) + "\n" for line in lines).encode())
         store.import_file(file)
         offsets[uid] = store.read_records(uid)[1]
         file.unlink()
@@ -277,6 +278,12 @@ class RayEngine:
         owns = not ray.is_initialized()
         if owns:
             self._connect(ray)
+        elif not ray.get_runtime_context().runtime_env.get("working_dir"):
+            from anges.safety.sandbox import warn_once
+
+            warn_once(f"Ray was started without a runtime_env working_dir, so its workers import from {os.getcwd()} "
+                      "first: a module a task planted there would run outside the sandbox (start Ray with "
+                      "runtime_env={'working_dir': EMPTY_FOLDER}, or let anges start it)")
         try:
             _Driver(self, ray, jobs, sink, flags).loop()
         finally:
@@ -289,11 +296,15 @@ class RayEngine:
         options: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
         if self.address is None:
             options["include_dashboard"] = False
-        try:
-            ray.init(address=self.address, **options)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            where = self.address or "a local Ray"
-            raise BatchError(f"cannot start or reach {where}: {exc}") from None
+        # Without a working_dir of its own, Ray puts this process's current directory first on every worker's import
+        # path, and starts the workers in it: a task with `path: "."` could plant a module there that the next
+        # worker imports outside the sandbox. An empty one, uploaded once, is where workers start and look instead.
+        with tempfile.TemporaryDirectory(prefix="anges-ray-") as empty:
+            try:
+                ray.init(address=self.address, runtime_env={"working_dir": empty}, **options)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                where = self.address or "a local Ray"
+                raise BatchError(f"cannot start or reach {where}: {exc}") from None
 
     def worker_env(self) -> dict[str, str]:
         """The variables workers get through `runtime_env`: model keys and endpoints set here, --env names, and with

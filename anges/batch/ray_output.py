@@ -9,6 +9,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
+from anges.util.paths import open_file, write_file
+
 LOG_CAP = 4 * 2**20
 """Bytes of `ray_output`'s log kept after the batch (its end)."""
 
@@ -22,7 +24,7 @@ def ray_output(log: Path) -> Iterator[TextIO]:
 
     make_private_dirs(log.parent)
     sys.stderr.flush()
-    target = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    target = open_file(str(log), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     saved = os.dup(2)
     shown = os.fdopen(os.dup(saved), "w", buffering=1, encoding=sys.stderr.encoding or "utf-8", errors="replace")
     os.dup2(target, 2)
@@ -45,6 +47,6 @@ def _keep_end(path: Path, cap: int) -> None:
         with open(path, "rb") as file:
             file.seek(-cap, os.SEEK_END)
             end = file.read()
-        path.write_bytes(end)
+        write_file(str(path), end)
     except OSError:
         return

@@ -25,6 +25,7 @@ from anges.config.loading import anges_home
 from anges.exceptions import BatchError
 from anges.store.events import is_valid_id
 from anges.store.fileops import make_private_dirs
+from anges.util.paths import links_on_the_way, links_text, open_file, resolve, write_file
 
 MAX_ERROR_CHARS = 2000
 
@@ -66,7 +67,7 @@ class BatchState:
     def lock(self) -> Iterator[None]:
         """Hold the batch while it runs: a second `anges batch` of the same batch is refused."""
         make_private_dirs(self.root)
-        fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        fd = open_file(str(self.root / "lock"), os.O_RDWR | os.O_CREAT)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -112,7 +113,7 @@ class BatchState:
         _fold(self.records().setdefault(entry["task"], TaskRecord()), entry)
         make_private_dirs(self.root)
         line = json.dumps({**entry, "time": round(time.time(), 3)}, ensure_ascii=True) + "\n"
-        fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        fd = open_file(str(self.log_path), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
             os.write(fd, line.encode())
         finally:
@@ -121,11 +122,8 @@ class BatchState:
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:
     """Write rows as JSON lines through a temp file and a rename, so readers never see half a file."""
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temp, "w", encoding="utf-8") as out:
-        for row in rows:
-            out.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-    os.replace(temp, path)
+    text = "".join(json.dumps(row, ensure_ascii=False, default=str) + "\n" for row in rows)
+    write_file(str(path), text.encode("utf-8", errors="replace"), 0o644)
 
 
 def write_results(rows: list[dict], target: str | None) -> None:
@@ -135,6 +133,10 @@ def write_results(rows: list[dict], target: str | None) -> None:
             sys.stdout.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
         sys.stdout.flush()
     elif target:
+        links = links_on_the_way(target, [resolve(os.getcwd())])  # a task working in "." could have made one
+        if links:
+            raise BatchError(f"not written: {links_text(links)}, and anges never writes through a link (a task's "
+                             "command may have made it): remove it, or name another file")
         try:
             write_jsonl(Path(target).expanduser(), rows)
         except OSError as exc:

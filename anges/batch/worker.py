@@ -1,6 +1,6 @@
 """One task of a batch: its work directory, its setup command, and the agent on its stream.
 
-The same `run_task` runs in a local worker process (`python -m anges.batch.worker`: a job as JSON on stdin,
+The same `run_task` runs in a local worker process (`local.worker_argv`: a job as JSON on stdin,
 JSON lines on stdout) and inside a Ray task (`anges.batch.ray_engine`); the agent does not know which.
 """
 
@@ -220,14 +220,16 @@ def batch_safety(safety: SafetyConfig) -> SafetyConfig:
     return safety.model_copy(update={"default_rules": rules})
 
 
-def missing_sandbox(safety: SafetyConfig, where: str, workdir: str) -> str | None:
-    """Why a batch cannot run its commands in the sandbox it asks for `where` (None when it can), for a task
-    working in `workdir`."""
-    from anges.safety.sandbox import SandboxSettings, availability
+def missing_sandbox(safety: SafetyConfig, where: str, *workdirs: str) -> str | None:
+    """Why a batch cannot run its commands in the sandbox it asks for `where` (None when it can), for tasks working
+    in `workdirs` (a bwrap any of them could have written is never run)."""
+    from anges.safety.places import model_places
+    from anges.safety.sandbox import availability
 
+    places = model_places(safety, *workdirs)  # remembered: no process of the batch imports or runs from there
     if safety.sandbox == "off":
         return None
-    found = availability(safety.bwrap, SandboxSettings.for_run(safety, workdir).writable)
+    found = availability(safety.bwrap, places)
     if found.ok:
         return None
     return (f"the sandbox is not available {where}: {found.reason}. Nobody can approve commands run without it "
@@ -265,7 +267,7 @@ def _describe(exc: BaseException) -> str:
 
 
 def main() -> int:
-    """`python -m anges.batch.worker`: one job from stdin; progress and the result as JSON lines on stdout."""
+    """A local worker (`local.worker_argv`): one job from stdin; progress and the result as JSON lines on stdout."""
     from anges.config.loading import load_config
     from anges.store.event_store import EventStore
 

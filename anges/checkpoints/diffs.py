@@ -40,6 +40,8 @@ class Diff:
     files: list[FileChange] = field(default_factory=list)
     text: str = ""
     """The stat (one line per file, then "N files changed, ...") and the unified diff (what `git apply` reads)."""
+    not_covered: list[tuple[str, str]] = field(default_factory=list)
+    """(path, why) of what the checkpoints at either end left out: changes there are not in this diff."""
 
     @property
     def stat_line(self) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-import tempfile
 import threading
 import time
 import zlib
@@ -21,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from anges.exceptions import CheckpointError
+from anges.util.paths import make_dirs, open_directory, open_folder_in, resolve, write_file, write_file_in
 from anges.util.waiting import wait_for
 
 TRUSTED_GIT_DIRS = ("/usr/bin", "/bin", "/usr/local/bin", "/opt/homebrew/bin", "/run/current-system/sw/bin",
@@ -64,6 +64,10 @@ class Interrupted(CheckpointError):
     """The run was interrupted while git worked: the command was killed."""
 
 
+class CheckpointsOff(CheckpointError):
+    """No checkpoint can be taken in this run (no git, or a folder with too many files)."""
+
+
 IDENTITY = {"GIT_AUTHOR_NAME": "anges", "GIT_AUTHOR_EMAIL": "anges@localhost", "GIT_COMMITTER_NAME": "anges",
             "GIT_COMMITTER_EMAIL": "anges@localhost"}
 
@@ -71,14 +75,14 @@ IDENTITY = {"GIT_AUTHOR_NAME": "anges", "GIT_AUTHOR_EMAIL": "anges@localhost", "
 def find_git(configured: str = "") -> str:
     """The git to run: `configured` (an absolute path), else the first in TRUSTED_GIT_DIRS."""
     if configured:
-        if not os.path.isabs(configured) or not os.access(configured, os.X_OK):
-            raise CheckpointError(f"checkpoints.git {configured!r} is not an executable absolute path")
+        if not os.path.isabs(configured) or "\0" in configured or not os.access(configured, os.X_OK):
+            raise CheckpointsOff(f"checkpoints.git {configured!r} is not an executable absolute path")
         return configured
     for directory in TRUSTED_GIT_DIRS:
         candidate = os.path.join(directory, "git")
         if os.access(candidate, os.X_OK):
             return candidate
-    raise CheckpointError(f"git was not found in {', '.join(TRUSTED_GIT_DIRS[:3])} (install git, or name it with "
+    raise CheckpointsOff(f"git was not found in {', '.join(TRUSTED_GIT_DIRS[:3])} (install git, or name it with "
                           "checkpoints.git)")
 
 
@@ -104,13 +108,26 @@ class PrivateGit:
                     "GIT_NO_REPLACE_OBJECTS": "1", "GIT_NO_LAZY_FETCH": "1", **IDENTITY}
         settings = {**SETTINGS, "core.hooksPath": empty}
         self.options = [part for key, value in settings.items() for part in ("-c", f"{key}={value}")]
+        self._folders: dict[str, int] = {}
+        """Descriptors of the store's folders this object writes into, kept open (see `_folder`)."""
+
+    def __del__(self) -> None:
+        for fd in getattr(self, "_folders", {}).values():
+            os.close(fd)
+
+    def _folder(self, path: Path) -> int:
+        """A descriptor of a folder of the store, opened (and made) once without following a link."""
+        fd = self._folders.get(str(path))
+        if fd is None:
+            fd = self._folders[str(path)] = open_directory(resolve(str(path)), create=True, mode=0o700)
+        return fd
 
     def ensure(self, excludes: list[str] | None = None) -> None:
         """Create the store's shared parts and this folder's git directory if missing; `excludes` (paths relative
         to the folder; None: those given before) are left out of its checkpoints."""
         for directory in (self.store / "empty", self.store / "objects" / "pack", self.gitdir / "refs" / "heads",
                           self.gitdir / "info"):
-            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            make_dirs(str(directory))
         _write_if_changed(self.gitdir / "HEAD", "ref: refs/heads/checkpoints\n")
         _write_if_changed(self.gitdir / "config", "[core]\n\trepositoryformatversion = 0\n\tbare = false\n")
         _write_if_changed(self.gitdir / "info" / "attributes", ATTRIBUTES)
@@ -121,6 +138,11 @@ class PrivateGit:
     def run(self, *args: str, stdin: bytes | None = None, check: bool = True, index: Path | None = None) -> bytes:
         """The output of `git ARGS` in the folder (with another `index` file, if given); CheckpointError when it
         fails (or the run is interrupted)."""
+        return self.run_with_warnings(*args, stdin=stdin, check=check, index=index)[0]
+
+    def run_with_warnings(self, *args: str, stdin: bytes | None = None, check: bool = True,
+                          index: Path | None = None) -> tuple[bytes, bytes]:
+        """`run`, and what git said on its standard error."""
         env = self.env if index is None else {**self.env, "GIT_INDEX_FILE": str(index)}
         try:
             process = subprocess.Popen([self.git, *self.options, *args], cwd=self.root, env=env,
@@ -132,7 +154,7 @@ class PrivateGit:
         if check and process.returncode != 0:
             message = err.decode(errors="replace").strip().splitlines()
             raise CheckpointError(f"git {args[0]} failed: {message[-1] if message else process.returncode}")
-        return out
+        return out, err
 
     def _communicate(self, process: subprocess.Popen, stdin: bytes | None) -> tuple[bytes, bytes]:
         """Wait for `process` (fed `stdin` on a thread: communicate() cannot go on feeding after a timeout), and
@@ -160,17 +182,20 @@ class PrivateGit:
         stamp = f"{IDENTITY['GIT_AUTHOR_NAME']} <{IDENTITY['GIT_AUTHOR_EMAIL']}> {int(time.time())} +0000"
         parents = f"parent {parent}\n" if parent else ""
         body = f"tree {tree}\n{parents}author {stamp}\ncommitter {stamp}\n\ncheckpoint\n".encode()
-        data = b"commit %d\0" % len(body) + body
+        return self.write_object("commit", body)
+
+    def write_object(self, kind: str, body: bytes, level: int = 1) -> str:
+        """Store a git object (a loose one, as git writes them: `git fsck` reads it) unless it is there; its id."""
+        data = b"%s %d\0" % (kind.encode(), len(body)) + body
         name = hashlib.sha1(data).hexdigest()
-        folder = self.store / "objects" / name[:2]
-        path = folder / name[2:]
-        if not path.exists():
-            folder.mkdir(mode=0o700, exist_ok=True)
-            handle, temp = tempfile.mkstemp(prefix="tmp_obj_", dir=folder)
-            with os.fdopen(handle, "wb") as file:
-                file.write(zlib.compress(data))
-            os.chmod(temp, 0o444)
-            os.replace(temp, path)
+        folder = open_folder_in(self._folder(self.store / "objects"), name[:2])
+        try:
+            try:
+                os.stat(name[2:], dir_fd=folder, follow_symlinks=False)
+            except FileNotFoundError:
+                write_file_in(folder, name[2:], zlib.compress(data, level), 0o444)
+        finally:
+            os.close(folder)
         return name
 
     def head(self) -> str:
@@ -182,10 +207,21 @@ class PrivateGit:
 
     def set_head(self, commit: str) -> None:
         """Make `commit` the folder's latest checkpoint: it keeps every earlier one reachable."""
-        ref = self.gitdir / "refs" / "heads" / "checkpoints"
-        temp = ref.with_name(".checkpoints.tmp")
-        temp.write_text(commit + "\n")
-        os.replace(temp, ref)
+        # Written in place (41 bytes, one write): replacing the file by a rename makes ext4 flush it to disk first,
+        # which costs milliseconds a step on a busy disk. A ref longer than that (none anges writes) is replaced.
+        folder = self._folder(self.gitdir / "refs" / "heads")
+        try:
+            fd = os.open("checkpoints", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder)
+        except OSError:  # a link (or anything but a file) there: replaced, never written through
+            write_file_in(folder, "checkpoints", f"{commit}\n".encode())
+            return
+        try:
+            data = f"{commit}\n".encode()
+            if os.fstat(fd).st_size > len(data):
+                os.ftruncate(fd, len(data))
+            os.pwrite(fd, data, 0)
+        finally:
+            os.close(fd)
 
 
 def _pattern(path: str) -> str:
@@ -200,6 +236,4 @@ def _write_if_changed(path: Path, text: str) -> None:
             return
     except FileNotFoundError:
         pass
-    temp = path.with_name(f".{path.name}.tmp")
-    temp.write_bytes(data)
-    os.replace(temp, path)
+    write_file(str(path), data)

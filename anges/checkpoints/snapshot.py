@@ -7,7 +7,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 
-from anges.checkpoints.git import PrivateGit
+from anges.checkpoints.git import CheckpointsOff, PrivateGit
 from anges.exceptions import CheckpointError
 
 MAX_LISTED = 1000
@@ -26,6 +26,10 @@ class LeftOut:
     """[path, size in bytes] of the files over the size limit."""
     repos: list[str] = field(default_factory=list)
     """Folders that are git repositories of their own (ending with /)."""
+    unreadable: list[str] = field(default_factory=list)
+    """Files anges may not read and folders it may not open (ending with /): a tracked one keeps what it held."""
+    special: list[str] = field(default_factory=list)
+    """FIFOs, sockets and devices: no content to keep (a tracked file one replaced counts as gone)."""
     more: int = 0
     """Paths left out beyond those listed (MAX_LISTED of each kind)."""
 
@@ -36,7 +40,8 @@ class LeftOut:
     def from_dict(cls, data: dict | None) -> LeftOut:
         data = data or {}
         return cls(list(data.get("ignored") or []), [list(item) for item in data.get("too_big") or []],
-                   list(data.get("repos") or []), int(data.get("more") or 0))
+                   list(data.get("repos") or []), list(data.get("unreadable") or []),
+                   list(data.get("special") or []), int(data.get("more") or 0))
 
     def add(self, kind: str, item) -> None:
         listed = getattr(self, kind)
@@ -53,6 +58,9 @@ class Snapshot:
     root: str
     commit: str
     left_out: LeftOut
+    skipped: frozenset[str] = frozenset()
+    """Every path git passed over as ignored or a repository of its own, and the folders it could not open (not
+    capped as `left_out`'s lists are): what the fast path leaves alone too."""
 
 
 @dataclass
@@ -71,10 +79,17 @@ def take(git: PrivateGit, max_file_bytes: int, max_new_files: int, excludes: lis
     git.ensure(excludes)
     head = git.head()
     left_out = LeftOut()
-    changes = _changes(git.run(*STATUS), git.root, max_file_bytes, left_out)
+    status, warnings = git.run_with_warnings(*STATUS)
+    for folder in _unopened(warnings):
+        left_out.add("unreadable", folder)
+    skipped: set[str] = set(_unopened(warnings))
+    changes = _changes(status, git.root, max_file_bytes, left_out, skipped)
+    for path in walk(git.root, skipped).special:
+        if path not in left_out.special:
+            left_out.add("special", path)  # git passes over them without a word
     if len(changes.add) > max_new_files and not head:
-        raise CheckpointError(f"{git.root} holds more than {max_new_files} files that are not ignored "
-                              "(checkpoints.max_files)")
+        raise CheckpointsOff(f"{git.root} holds more than {max_new_files} files that are not ignored "
+                             "(checkpoints.max_files)")
     if changes.drop:
         git.run("update-index", "--force-remove", "-z", "--stdin", stdin=_paths(changes.drop))
     if changes.add:
@@ -84,10 +99,10 @@ def take(git: PrivateGit, max_file_bytes: int, max_new_files: int, excludes: lis
         tree = git.run("write-tree", "--missing-ok").decode().strip()  # every blob was just written: no need to look
         head = git.commit(tree, head)
         git.set_head(head)
-    return Snapshot(git.root, head, left_out)
+    return Snapshot(git.root, head, left_out, frozenset(skipped))
 
 
-def _changes(status: bytes, root: str, max_file_bytes: int, left_out: LeftOut) -> _Changes:
+def _changes(status: bytes, root: str, max_file_bytes: int, left_out: LeftOut, skipped: set[str]) -> _Changes:
     """What `git status` says changed, sorted into what to add (or remove) and what to leave out."""
     changes = _Changes()
     for entry in status.split(b"\0"):
@@ -96,30 +111,118 @@ def _changes(status: bytes, root: str, max_file_bytes: int, left_out: LeftOut) -
         code, path = entry[:2].decode(), os.fsdecode(entry[3:])
         if code == "!!":
             left_out.add("ignored", path)
+            skipped.add(path)
         elif path.endswith("/"):  # a folder git does not enter: a repository of its own
             left_out.add("repos", path)
-        elif code[1] == "D":
-            changes.drop.append(path)
-        elif code == "??" or code[1] in "MT":
-            size = _size(os.path.join(root, path))
-            if size is not None and size > max_file_bytes:
-                left_out.add("too_big", [path, size])
-                if code != "??":
-                    changes.drop.append(path)
-            else:
-                changes.add.append(path)  # one gone since is removed from the index
+            skipped.add(path)
+        elif code[1] == "D" or code == "??" or code[1] in "MT":
+            _sort(path, code, root, max_file_bytes, changes, left_out)
         else:
             changes.staged = True
     return changes
 
 
-def _size(path: str) -> int | None:
-    """The size of a regular file at `path` (not followed if a link); None for anything else or nothing."""
+REASONS = {"ignored": "ignored (.gitignore)", "too_big": "over the size limit", "repos": "a repository of its own",
+           "unreadable": "anges may not read it", "special": "a FIFO, socket or device"}
+
+
+def not_covered(*left_outs: LeftOut) -> list[tuple[str, str]]:
+    """(path, why) of what any of these snapshots left out, each path once (and how many more were not listed)."""
+    found: dict[str, str] = {}
+    more = 0
+    for left_out in left_outs:
+        for kind, why in REASONS.items():
+            for item in getattr(left_out, kind):
+                found.setdefault(item[0] if kind == "too_big" else item, why)
+        more = max(more, left_out.more)
+    listed = list(found.items())
+    return listed + ([(f"{more} more", "not listed")] if more else [])
+
+
+def _sort(path: str, code: str, root: str, max_file_bytes: int, changes: _Changes, left_out: LeftOut) -> None:
+    """Add a changed file, drop a gone one, or leave it out (and say why): what a step can put in the way must not
+    stop the checkpoint (issue 35)."""
+    tracked = code != "??"
+    why = left_out_because(os.path.join(root, path), max_file_bytes)
+    if why == "gone":
+        changes.drop.append(path)
+    elif why == "unreadable":
+        left_out.add("unreadable", path)  # the index keeps what it held: it is not gone
+    elif why:
+        left_out.add(why, [path, os.lstat(os.path.join(root, path)).st_size] if why == "too_big" else path)
+        if tracked:
+            changes.drop.append(path)
+    else:
+        changes.add.append(path)
+
+
+def left_out_because(path: str, max_file_bytes: int) -> str:
+    """Why the file at `path` stays out of a snapshot: "gone", "unreadable", "special" (a FIFO, socket or device),
+    "too_big"; "" when it goes in. A file is opened without blocking (a FIFO swapped in meanwhile cannot hang it)."""
     try:
         st = os.lstat(path)
+    except FileNotFoundError:
+        return "gone"
     except OSError:
-        return None
-    return st.st_size if stat.S_ISREG(st.st_mode) else None
+        return "unreadable"  # a folder on the way that may not be searched
+    if stat.S_ISLNK(st.st_mode):
+        return ""
+    if not stat.S_ISREG(st.st_mode):
+        return "" if stat.S_ISDIR(st.st_mode) else "special"
+    if st.st_size > max_file_bytes:
+        return "too_big"
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC))
+    except FileNotFoundError:
+        return "gone"
+    except OSError:
+        return "unreadable"
+    return ""
+
+
+@dataclass
+class Walk:
+    """What a walk through a folder found: its folders (relative, "" for the top) and the files that are neither
+    regular nor links."""
+
+    folders: list[str] = field(default_factory=list)
+    special: list[str] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)
+
+
+def walk(root: str, skip: set[str]) -> Walk:
+    """Every folder under `root` but `.git` and the `skip` ones (relative, ending with /), read once each (the
+    entries' types come with the listing: no stat per file)."""
+    found = Walk()
+    pending = [""]
+    while pending:
+        folder = pending.pop()
+        try:
+            with os.scandir(os.path.join(root, folder) if folder else root) as entries:
+                found.folders.append(folder)
+                for entry in entries:
+                    name = folder + entry.name
+                    if entry.is_symlink() or entry.is_file(follow_symlinks=False):
+                        continue
+                    if entry.is_dir(follow_symlinks=False):
+                        if entry.name != ".git" and name + "/" not in skip:
+                            pending.append(name + "/")
+                    elif name not in skip:
+                        found.special.append(name)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            found.unreadable.append(folder)
+    return found
+
+
+def _unopened(warnings: bytes) -> list[str]:
+    """The folders git could not open (`warning: could not open directory 'x/': Permission denied`)."""
+    found = []
+    for line in warnings.decode(errors="surrogateescape").splitlines():
+        if line.startswith("warning: could not open directory '") and "': " in line:
+            found.append(line[len("warning: could not open directory '"):line.rindex("': ")])
+    return found
 
 
 def _paths(paths: list[str]) -> bytes:

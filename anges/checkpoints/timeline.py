@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 from anges.checkpoints.snapshot import LeftOut, Snapshot
+from anges.util.paths import open_file
 
 MAX_TAILS = 256
 
@@ -51,6 +52,12 @@ class Timeline:
 
     def __init__(self, path: Path):
         self.path = path
+        self._fd = -1
+        """The file, open for appending after the first append (kept: one write per entry)."""
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", -1) >= 0:
+            os.close(self._fd)
 
     def entries(self) -> list[Entry]:
         """Every entry, oldest first (a torn last line, from a crash, is skipped)."""
@@ -81,14 +88,11 @@ class Timeline:
                       roots={root: snap.commit for root, snap in snapshots.items()},
                       left_out={root: value for root, value in left_out.items() if value != previous.get(root, {})},
                       time=datetime.now().isoformat(timespec="seconds"), **facts)
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         line = json.dumps({k: v for k, v in asdict(entry).items() if v or k in ("id", "kind", "roots")}) + "\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        try:
-            os.write(fd, line.encode())
-            size = os.fstat(fd).st_size
-        finally:
-            os.close(fd)
+        if self._fd < 0:
+            self._fd = open_file(str(self.path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, parents=True)
+        os.write(self._fd, line.encode())
+        size = os.fstat(self._fd).st_size
         entry.left_out = {root: value for root, value in left_out.items() if value}
         if len(_tails) >= MAX_TAILS:
             _tails.clear()

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from anges.checkpoints.diffs import Diff, FileChange, changes, diff_text
 from anges.checkpoints.git import PrivateGit
+from anges.checkpoints.restore import write_back
 from anges.checkpoints.snapshot import LeftOut, Snapshot
 from anges.checkpoints.timeline import Entry
 
@@ -59,9 +60,9 @@ def plan_restore(git: PrivateGit, to: Entry, later: list[Entry], now: Snapshot) 
     return restore
 
 
-def apply_restore(restore: Restore) -> None:
-    """Write the folder's files as the plan says (git's checkout: it never writes through a link)."""
-    restore.git.run("read-tree", "--reset", "-u", restore.target)
+def apply_restore(restore: Restore) -> list[str]:
+    """Write the folder's files as the plan says, never through a link (`restore.write_back`); what failed."""
+    return write_back(restore.git, restore.changes)
 
 
 def plan_token(restores: list[Restore]) -> str:
@@ -86,6 +87,8 @@ def _not_covered(then: LeftOut, now: LeftOut, conflicts: set[str]) -> list[tuple
               for path, size in now.too_big if path not in conflicts]
     found += [(path, "a repository of its own: checkpoints do not cover it") for path in now.repos
               if path not in then.repos]
+    found += [(path, "anges may not read it: checkpoints do not cover it") for path in now.unreadable]
+    found += [(path, "a FIFO, socket or device: checkpoints do not cover it") for path in now.special]
     return found
 
 
@@ -95,6 +98,8 @@ def _kept(name: str, left_out: LeftOut, same_rules: bool) -> str:
         return "it was over the size limit at the checkpoint"
     if _under(name, left_out.repos):
         return "it was inside a repository of its own at the checkpoint"
+    if _under(name, left_out.unreadable):
+        return "anges could not read it at the checkpoint"
     if not same_rules and _under(name, left_out.ignored):
         return "it was ignored (.gitignore) at the checkpoint"
     if left_out.more and not same_rules:
@@ -113,6 +118,8 @@ def _unsaved(root: str, name: str, left_out: LeftOut) -> str:
         return "it is inside a repository of its own now"
     if _under(name, left_out.ignored):
         return "it is ignored (.gitignore) now, so what it holds now is not saved"
+    if _under(name, left_out.unreadable):
+        return "anges may not read it now, so what it holds now is not saved"
     return ""
 
 

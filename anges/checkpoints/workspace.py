@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from anges.checkpoints.diffs import Diff, FileChange, changes, diff_text
-from anges.checkpoints.snapshot import Snapshot
+from anges.checkpoints.snapshot import Snapshot, not_covered
 from anges.checkpoints.store import CheckpointStore
 from anges.checkpoints.timeline import Entry
 from anges.checkpoints.undo import Conflict, Restore, apply_restore, plan_diff, plan_restore, plan_token
@@ -114,6 +114,10 @@ class Checkpoints:
                 git = self.files.git(root)
                 result.files += changes(git, before, end)
                 result.text += diff_text(git, before, end, self.cwd)
+                after = now[root].left_out if last is None else last.left_out_of(root)
+                shown = self._shown(root)
+                result.not_covered += [(shown(path), why) for path, why in not_covered(first.left_out_of(root),
+                                                                                         after)]
         return result
 
     # -- undo ------------------------------------------------------------------------------------------------
@@ -145,9 +149,8 @@ class Checkpoints:
             entry = self.timeline.append("undo", {r.git.root: r.now for r in plan.restores}, event=number,
                                          action="UNDO", subject=f"undo to before step {plan.to.number}",
                                          to=plan.to.entry.id)
-            event = self._event(plan, entry, by, overwrite)
-            for restore in plan.restores:
-                apply_restore(restore)
+            failed = [f"{restore.git.root}/{line}" for restore in plan.restores for line in apply_restore(restore)]
+            event = self._event(plan, entry, by, overwrite, failed)
             after, errors = self.files.snapshots([r.git.root for r in plan.restores])
             self.timeline.append("end", after, error="; ".join(errors))
             self.stream.add_event(event)
@@ -199,7 +202,7 @@ class Checkpoints:
         taken, _ = self.files.snapshots(list(roots))
         return taken
 
-    def _event(self, plan: UndoPlan, entry: Entry, by: str, overwrite: bool) -> Event:
+    def _event(self, plan: UndoPlan, entry: Entry, by: str, overwrite: bool, failed: list[str]) -> Event:
         """The undo as an event for the stream: the model reads what was taken back."""
         from anges.prompt.templates import render_template
 
@@ -215,10 +218,12 @@ class Checkpoints:
         count = len(plan.diff.files)
         message = f"Undone: the files are back as they were before step {plan.to.number} ({count} " \
                   f"file{'s' if count != 1 else ''} changed back)"
+        if failed:
+            message += f"; {len(failed)} could not be written back: {'; '.join(failed[:5])}"
         overwrote = [item.path for item in plan.conflicts] if overwrite else []
         return Event("workspace_restored", content=content, message=message, data={
             **facts, "checkpoint": {"id": entry.id}, "overwrote": overwrote[:LISTED], "by": by,
-            "stat": plan.diff.stat_line})
+            "stat": plan.diff.stat_line, **({"failed": failed[:LISTED]} if failed else {})})
 
     def _event_numbers(self) -> dict[int, int]:
         """Checkpoint id -> the number of the event that recorded its step."""

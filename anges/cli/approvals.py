@@ -1,11 +1,17 @@
-"""Approvals on the live screen: one block, answered by one key (y, n, a, t; v shows what is cut).
+"""Approvals on the live screen: one block, answered by one key pressed on purpose (y, n, t; a, then Enter; v shows
+what is cut).
 
-The channel is called on the approval gate's thread; the keys arrive on the screen's. What the block shows is
-decided in `approval_block` alone.
+A key answers only once the question has been on the screen READ_SECONDS (`anges.safety.approval_text`), and only
+after TYPING_PAUSE without typing: until then every key goes where it was going, into the input box, a paste
+included. So typing that runs on through the moment a question appears, or a paste that ends in `ESC[201~y`,
+neither answers it nor is lost, and a person who reads and then presses y is answered at once. The channel is
+called on the approval gate's thread; the keys arrive on the screen's. What the block shows is decided in
+`approval_block` alone.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -20,7 +26,7 @@ from prompt_toolkit.utils import get_cwidth
 from prompt_toolkit.widgets import TextArea
 
 from anges.cli.screen import Pane
-from anges.safety.approval_text import escalation
+from anges.safety.approval_text import READ_SECONDS, escalation, marked
 from anges.util.clipping import one_line
 from anges.util.printable import visible
 
@@ -28,13 +34,16 @@ if TYPE_CHECKING:
     from anges.cli.screen import Screen
     from anges.safety.approval import ApprovalRequest, Decision
 
-TYPING_GAP = 0.4
-"""A question that appears within this many seconds of typing into the input box is not answered by the keys that
-follow one another faster than this (the typing going on), only by one after a pause."""
+TYPING_PAUSE = 1.5
+"""Seconds without typing before a key answers a question: people pause between words and sentences for half a
+second and more (the key that approved by mistake came after 0.5 s), and a person who stopped to read the question
+has paused longer than this by the time they have read it."""
 WAITING = "waiting for your answer"
 """What the status line says while a request is asked."""
-KEYS_ALL = [("y", "yes"), ("n", "no"), ("a", "always"), ("t", "no, and tell the agent why")]
+KEYS_ALL = [("y", "yes"), ("n", "no"), ("a", "always…"), ("t", "no, and tell the agent why")]
 KEYS_PART = [("v", "view it all"), ("n", "no"), ("t", "no, and tell the agent why")]
+ANSWER_KEYS = "ynatv"
+"""The keys that answer (or open) a question; typed before it may be answered, they go into the input box."""
 
 
 def approval_block(request: ApprovalRequest, rows: int, width: int, child: bool = False, viewed: bool = False
@@ -48,7 +57,8 @@ def approval_block(request: ApprovalRequest, rows: int, width: int, child: bool 
     who = f" [{visible(request.agent_type)} {request.agent_id}]" if child else ""
     lines = [("approval.head", f"? {request.action_type} needs your approval{who} — {visible(request.reason)} "
                                f"[{request.rule}]")]
-    room, inner = max(rows - 8, 3), max(width - 5, 10)
+    inner = max(width - 5, 10)
+    room = max(rows - 8 - get_cwidth(shown.size) // inner, 3)  # a size line that names many characters wraps
     fits = sum(1 + get_cwidth(line) // inner for line in shown.lines) <= room
     complete = shown.complete and fits
     if not fits:  # the head and tail of the detail itself, so that the marker counts its lines
@@ -70,27 +80,31 @@ class Asking:
     """A request on the screen and its answer, once given."""
 
     request: ApprovalRequest
+    drawn_at: float | None = None
+    """When the block was first drawn (monotonic seconds): the read time counts from there."""
     viewed: bool = False
     """`v` printed the whole detail."""
-    armed: bool = True
+    always: bool = False
+    """`a` was pressed: Enter approves for the rest of the run, any other key takes it back."""
     telling: bool = False
     decision: Decision | None = None
     answered: threading.Event = field(default_factory=threading.Event)
 
 
 class ApprovalPane(Pane):
-    """The approval channel of the live screen (`name` "terminal": its decisions read "by you")."""
+    """The approval channel of the live screen (`name` "terminal": its decisions read "by you"). `give_back(text)`
+    puts text into the input box (the `a` of a word typed on, not an answer): none when there is no box."""
 
     name = "terminal"
 
-    def __init__(self, typed_at: Callable[[], float] = lambda: 0.0):
-        self.typed_at = typed_at
-        """When text was last typed into the input box (monotonic seconds)."""
+    def __init__(self, give_back: Callable[[str], None] | None = None):
+        self.give_back = give_back
         self.screen: Screen | None = None
         self.root = ""
         """The top-level agent's id: a request of any other comes from a child agent."""
         self.asking: Asking | None = None
         self._one_at_a_time = threading.Lock()
+        self._redraw: asyncio.TimerHandle | None = None
         self.feedback = TextArea(multiline=False, prompt="  tell the agent: ", height=1)
         self.block = Window(FormattedTextControl(self._block_text, focusable=True, show_cursor=False),
                             dont_extend_height=True, wrap_lines=True)
@@ -106,12 +120,21 @@ class ApprovalPane(Pane):
 
     def attach(self, screen: Screen) -> None:
         self.screen = screen
+        screen.app.after_render += self._drawn
 
     def _on(self) -> tuple[Screen, Asking]:
         """The screen and the request on it (the keys and the blocks act only while one is asked)."""
         if self.screen is None or self.asking is None:
             raise RuntimeError("no approval is being asked on a screen")
         return self.screen, self.asking
+
+    def ready(self, at: float) -> bool:
+        """Whether a key pressed at `at` (monotonic seconds) answers the question on the screen: it has been drawn
+        for READ_SECONDS, and nothing was typed for TYPING_PAUSE."""
+        asking, screen = self.asking, self.screen
+        if asking is None or screen is None or asking.drawn_at is None:
+            return False
+        return at - asking.drawn_at >= READ_SECONDS and at - screen.typed_at >= TYPING_PAUSE
 
     # -- the gate's thread ---------------------------------------------------------------------------------------
 
@@ -135,27 +158,40 @@ class ApprovalPane(Pane):
     # -- the screen's thread ---------------------------------------------------------------------------------
 
     def _show(self, asking: Asking) -> None:
-        _discard_typed_ahead()
-        asking.armed = time.monotonic() - self.typed_at() > TYPING_GAP
-        self.asking = asking
-        app = self._on()[0].app
-        self._previous_focus = app.layout.current_window
-        app.layout.focus(self.block)
-        app.invalidate()
+        self.asking = asking  # the keys stay where they were (the input box) until it may be answered
+        self._on()[0].app.invalidate()
+
+    def _drawn(self, _app) -> None:
+        """After each redraw: the first one that showed the question starts its read time; until it may be
+        answered, the screen is drawn again when it may (the keys show then)."""
+        asking, screen = self.asking, self.screen
+        if asking is None or screen is None:
+            return
+        now = time.monotonic()
+        if asking.drawn_at is None:
+            asking.drawn_at = now
+        if not self.ready(now) and screen.app.loop is not None:
+            wait = max(asking.drawn_at + READ_SECONDS, screen.typed_at + TYPING_PAUSE) - now
+            if self._redraw is not None:
+                self._redraw.cancel()
+            self._redraw = screen.app.loop.call_later(max(wait, 0.01), screen.app.invalidate)
 
     def _hide(self) -> None:
         screen, self.asking = self.screen, None
         self.feedback.text = ""
         if screen is None:
             return
-        app = screen.app
+        self._focus_back(screen)
+        screen.say("")
+        screen.app.invalidate()
+
+    def _focus_back(self, screen: Screen) -> None:
         if self._previous_focus is not None:
             try:
-                app.layout.focus(self._previous_focus)
+                screen.app.layout.focus(self._previous_focus)
             except ValueError:  # no longer on the screen
                 pass
-        screen.say("")
-        app.invalidate()
+            self._previous_focus = None
 
     def _shown(self) -> tuple[list[tuple[str, str]], bool]:
         """The block at the terminal's size now, and whether the person has all of the detail (on the screen, or
@@ -169,15 +205,21 @@ class ApprovalPane(Pane):
         if self.asking is None:
             return []
         lines, complete = self._shown()
-        keys = KEYS_ALL if complete else KEYS_PART
         asking = self.asking
         fragments = []
         for style, line in lines:
             fragments += [(f"class:{style}" if style else "", line), ("", "\n")]
-        if not asking.telling:
-            for number, (key, meaning) in enumerate(keys):
-                fragments += [("", "  " if number == 0 else " · "), ("class:approval.keys", key),
-                              ("class:hint", f" {meaning}")]
+        if asking.telling:
+            return fragments
+        if asking.always:
+            return fragments + [("class:approval.keys", "  Enter"), ("class:hint", " approves it for the rest of this "
+                                "run · any other key: not always")]
+        if not self.ready(time.monotonic()):
+            return fragments + [("class:hint", "  (read it: its keys work once it has been up a moment and you have "
+                                               "stopped typing)")]
+        for number, (key, meaning) in enumerate(KEYS_ALL if complete else KEYS_PART):
+            fragments += [("", "  " if number == 0 else " · "), ("class:approval.keys", key),
+                          ("class:hint", f" {meaning}")]
         return fragments
 
     def _answer(self, decision: Decision) -> None:
@@ -186,26 +228,33 @@ class ApprovalPane(Pane):
             asking.decision = decision
             asking.answered.set()
 
+    # -- keys ------------------------------------------------------------------------------------------------------
+
     def _keys(self) -> KeyBindings:
         keys = KeyBindings()
-        choosing = Condition(lambda: self.asking is not None and not self.asking.telling)
+        choosing = Condition(lambda: self.asking is not None and not self.asking.answered.is_set()
+                             and not self.asking.telling and not self.asking.always)
+        answers = choosing & Condition(lambda: self.screen is not None and self.ready(self.screen.key_at))
+        always = Condition(lambda: self.asking is not None and self.asking.always)
+        telling = Condition(lambda: self._telling)
 
         def key(name: str):
             def register(handler):
-                @keys.add(name, filter=choosing, eager=True)
+                @keys.add(name, filter=answers, eager=True)
                 def _(event) -> None:
-                    if self._typed_on(event):
-                        handler(event)
+                    self._on()[0].take_key()
+                    handler(event)
                 return handler
             return register
 
         @key("y")
         def _(event) -> None:
-            self._approve(always=False)
+            self._approve()
 
         @key("a")
         def _(event) -> None:
-            self._approve(always=True)
+            if self._seen_all():
+                self._on()[1].always = True
 
         @key("n")
         def _(event) -> None:
@@ -214,51 +263,70 @@ class ApprovalPane(Pane):
         @key("t")
         def _(event) -> None:
             self._on()[1].telling = True
+            self._previous_focus = event.app.layout.current_window
             event.app.layout.focus(self.feedback)
 
         @key("v")
         def _(event) -> None:
             self._view()
 
-        @keys.add("enter", filter=Condition(lambda: self._telling))
+        for letter in ANSWER_KEYS:  # too soon: it is typing, and goes where typing goes
+            @keys.add(letter, filter=choosing & ~answers)
+            def _(event) -> None:
+                event.current_buffer.insert_text(event.data)
+                self._on()[0].say("the question's keys work once you stop typing"
+                                  + ("; that key went into the input box" if self.give_back else ""))
+
+        @keys.add("<any>", filter=always)
+        def _(event) -> None:  # not Enter: the `a` was typing, and so is this key
+            self._on()[1].always = False
+            if self.give_back is not None:
+                self.give_back("a")
+            event.app.key_processor.feed(event.key_sequence[0], first=True)
+
+        @keys.add("enter", filter=always, eager=True)
         def _(event) -> None:
+            self._on()[0].take_key()
+            self._answer(_decision("allow", always=True, by=self.name))
+
+        @keys.add("escape", filter=always, eager=True)
+        def _(event) -> None:
+            self._on()[0].take_key()
+            self._on()[1].always = False
+
+        @keys.add("enter", filter=telling)
+        def _(event) -> None:
+            self._on()[0].take_key()
             self._answer(_decision("deny", feedback=self.feedback.text.strip(), by=self.name))
 
-        @keys.add("escape", filter=Condition(lambda: self._telling), eager=True)
-        def _(event) -> None:
-            self._on()[1].telling = False
+        @keys.add("escape", filter=telling, eager=True)
+        def _(event) -> None:  # what was typed goes back into the input box: it may have been a word typed on
+            screen, asking = self._on()
+            screen.take_key()
+            asking.telling = False
+            if self.give_back is not None:
+                self.give_back("t" + self.feedback.text)
             self.feedback.text = ""
-            event.app.layout.focus(self.block)
-
-        @keys.add("<any>", filter=choosing)
-        def _(event) -> None:
-            self._typed_on(event)
+            self._focus_back(screen)
 
         return keys
 
-    def _typed_on(self, event) -> bool:
-        """Whether a key answers: not while the person is still typing what began before the question."""
-        screen, asking = self._on()
-        if asking.armed:
+    def _seen_all(self) -> bool:
+        if self._shown()[1]:
             return True
-        if time.monotonic() - screen.previous_key > TYPING_GAP:
-            asking.armed = True
-            return True
-        screen.say("a question appeared while you typed: those keys did not answer it")
+        self._on()[0].say("part of it is not on the screen: view it all with v before you approve it")
         return False
 
-    def _approve(self, always: bool) -> None:
-        if not self._shown()[1]:
-            self._on()[0].say("part of it is not on the screen: view it all with v before you approve it")
-            return
-        self._answer(_decision("allow", always=always, by=self.name))
+    def _approve(self) -> None:
+        if self._seen_all():
+            self._answer(_decision("allow", by=self.name))
 
     def _view(self) -> None:
         """Print the whole detail above (into the scrollback): then it may be approved."""
         from rich.text import Text
 
         screen, asking = self._on()
-        lines = visible(asking.request.detail).split("\n")
+        lines = marked(asking.request.detail)
         framed = [Text.assemble(("  │ ", "dim"), line) for line in lines]
         heading = Text(f"the whole {asking.request.action_type} detail ({len(lines)} lines):", "bold")
         screen.print(screen.display.text([heading, *framed]))
@@ -270,15 +338,3 @@ def _decision(verdict: str, **facts) -> Decision:
     from anges.safety.approval import Decision  # the gate has loaded it: not loaded before the input box shows
 
     return Decision(verdict, **facts)
-
-
-def _discard_typed_ahead() -> None:
-    """Drop what was typed but not read yet, so keys queued before the question cannot answer it."""
-    import os
-    import termios
-
-    if os.isatty(0):
-        try:
-            termios.tcflush(0, termios.TCIFLUSH)
-        except termios.error:
-            pass

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from anges.config.arguments import config_overrides
+from anges.config.arguments import config_overrides, with_openapi
 from anges.exceptions import UsageError
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ class Setup:
         from anges.store.event_store import EventStore
 
         self.args = args
-        self.config = load_config(args.config, config_overrides(args))
+        self.config = with_openapi(load_config(args.config, config_overrides(args)), args.openapi)
         self.store = EventStore()
         self.model = args.model
         """The model name asked for (None: the configured one); `/model` changes it."""

@@ -40,8 +40,10 @@ def diff_command(args: argparse.Namespace) -> int:
     diff = checkpoints.diff(args.step)
     if not diff.files:
         print("no changes", file=sys.stderr)
-        return 0
-    write_diff(diff, sys.stdout)
+    else:
+        write_diff(diff, sys.stdout)
+    for line in not_covered_lines(diff):
+        print(line, file=sys.stderr)
     return 0
 
 
@@ -88,6 +90,21 @@ def write_diff(diff: Diff, out) -> None:
         out.buffer.flush()
 
 
+SHOWN_NOT_COVERED = 20
+
+
+def not_covered_lines(diff: Diff) -> list[str]:
+    """What the diff cannot show: the files the checkpoints left out (ignored, repositories of their own, unreadable,
+    FIFOs, over the size limit), a few of each reason."""
+    if not diff.not_covered:
+        return []
+    lines = ["not covered by the checkpoints (changes there are not in this diff, nor taken back by an undo):"]
+    lines += [printable(f"  {path} ({why})") for path, why in diff.not_covered[:SHOWN_NOT_COVERED]]
+    if len(diff.not_covered) > SHOWN_NOT_COVERED:
+        lines.append(f"  and {len(diff.not_covered) - SHOWN_NOT_COVERED} more")
+    return lines
+
+
 def step_lines(steps: list[Step]) -> list[str]:
     """One line per step: its number, what it did, and whether it was undone."""
     width = max(len(str(step.number)) for step in steps)
@@ -104,7 +121,7 @@ def plan_lines(plan: UndoPlan) -> list[str]:
     if plan.outside:
         shown = ", ".join(str(step.number) for step in plan.outside)
         lines.append(f"  step {shown} could change files outside the folders checkpoints cover (run outside the "
-                     "sandbox, or an MCP tool or plug-in): those changes stay")
+                     "sandbox, an MCP tool, a web API call or a plug-in): those changes stay")
     lines += [f"  CONFLICT {item.path}: {item.why}" for item in plan.conflicts]
     return [printable(line) for line in lines]
 

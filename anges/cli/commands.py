@@ -236,15 +236,18 @@ def cost(session: Interactive, argument: str) -> None:
 
 @command("/diff [STEP]", "what this stream's steps changed in the files (or one step: its number)")
 def diff(session: Interactive, argument: str) -> None:
+    from anges.cli.checkpoints import not_covered_lines
     from anges.cli.render import files_diff
 
     found = _checkpoints(session).diff(_step(argument, "/diff STEP"))
     if not found.files:
         session.say("no changes", "dim")
-        return
-    uid = session.stream.uid
-    session.transcript.print([*files_diff(found.text, session.display.styled),
-                              Text(f"(all of it, for git apply: anges diff {uid})", "dim")])
+    else:
+        uid = session.stream.uid
+        session.transcript.print([*files_diff(found.text, session.display.styled),
+                                  Text(f"(all of it, for git apply: anges diff {uid})", "dim")])
+    for line in not_covered_lines(found):
+        session.say(line, "dim")
 
 
 @command("/steps", "the steps that could change files, by number (what /diff STEP and /undo STEP take)")
@@ -349,20 +352,25 @@ def plan(session: Interactive, argument: str) -> None:
 
 @command("/export [FILE]", "the stream as a Markdown report (default: anges-ID.md here)")
 def export(session: Interactive, argument: str) -> None:
+    from anges.cli.streams import writable_roots, write_report
     from anges.store.export import to_markdown
+    from anges.util.paths import links_on_the_way, links_text
+    from anges.util.printable import printable
 
     stream = session.stream
     path = os.path.join(session.cwd(), os.path.expanduser(argument or f"anges-{stream.uid}.md"))
 
     def write() -> None:
-        try:
-            with open(path, "w", encoding="utf-8") as file:
-                file.write(to_markdown(stream, session.setup.store))
-        except OSError as exc:
-            raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+        write_report(path, to_markdown(stream, session.setup.store))
         session.say(f"wrote {path}", "dim")
 
-    if not argument or not os.path.lexists(path):  # the default name is this stream's own report
+    links = links_on_the_way(path, writable_roots({"cmd_init_dir": session.cwd()}, session.setup.config.safety))
+    through = [(link, target) for link, target in links if link != os.path.normpath(path)]
+    if through:
+        session.say(f"not written: {links_text(through)}, and anges never writes through a link a command may have "
+                    "made; name another file", "dim")
+        return
+    if not os.path.lexists(path):
         write()
         return
 
@@ -372,8 +380,14 @@ def export(session: Interactive, argument: str) -> None:
             return
         session.run_in_background(write)
 
-    choices = [("yes", f"yes, replace {argument}"), ("no", "no, keep it")]
-    session.screen.in_loop(lambda: session.picker.offer(f"{argument} exists: replace it?", choices, chosen))
+    shown = printable(argument or os.path.basename(path))
+    if links:
+        question = f"{shown} is a link to {printable(os.path.normpath(links[0][1]))}: replace the link with the " \
+                   "report? (what it points to stays as it is)"
+        choices = [("yes", "yes, replace the link"), ("no", "no, keep it")]
+    else:
+        question, choices = f"{shown} exists: replace it?", [("yes", f"yes, replace {shown}"), ("no", "no, keep it")]
+    session.screen.in_loop(lambda: session.picker.offer(question, choices, chosen))
 
 
 @command("/exit", "leave the session (/quit too)")

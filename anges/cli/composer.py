@@ -3,9 +3,9 @@ after `@` and of slash commands."""
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
-import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -19,6 +19,7 @@ from prompt_toolkit.layout.menus import CompletionsMenu
 from prompt_toolkit.widgets import SearchToolbar, TextArea
 
 from anges.cli.screen import Pane
+from anges.util.paths import open_file, write_file
 
 MAX_HISTORY = 1000
 """Requests read from the history file; once it passes MAX_HISTORY_BYTES it is cut to them."""
@@ -54,24 +55,25 @@ class History(FileHistory):
         return reversed(entries[-MAX_HISTORY:])
 
     def store_string(self, string: str) -> None:
-        path = Path(os.fsdecode(self.filename))
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))  # private from its first byte
-            os.chmod(path, 0o600)
-            super().store_string(string)
-            if path.stat().st_size > MAX_HISTORY_BYTES:
+        path = os.fsdecode(self.filename)
+        entry = f"\n# {datetime.datetime.now()}\n" + "".join(f"+{line}\n" for line in string.split("\n"))
+        try:  # private from its first byte, and never through a link (docs/safety.md)
+            fd = open_file(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600, parents=True)
+            try:
+                os.fchmod(fd, 0o600)
+                os.write(fd, entry.encode("utf-8", errors="replace"))
+                size = os.fstat(fd).st_size
+            finally:
+                os.close(fd)
+            if size > MAX_HISTORY_BYTES:
                 self._trim(path)
         except OSError:
             pass  # a read-only home must not break the session
 
-    def _trim(self, path: Path) -> None:
+    def _trim(self, path: str) -> None:
         kept = list(self.load_history_strings())[:MAX_HISTORY][::-1]
         text = "".join("\n# \n" + "".join(f"+{line}\n" for line in entry.split("\n")) for entry in kept)
-        scratch = path.with_suffix(".new")
-        scratch.write_text(text, encoding="utf-8")
-        os.chmod(scratch, 0o600)
-        os.replace(scratch, path)
+        write_file(path, text.encode("utf-8", errors="replace"), 0o600)
 
 
 class Completions(Completer):
@@ -127,18 +129,12 @@ class Composer(Pane):
                             complete_while_typing=True, wrap_lines=True, search_field=self.search,
                             get_line_prefix=lambda line, wrapped: "" if line == 0 and not wrapped else "  ",
                             dont_extend_height=True)
-        self.typed_at = 0.0
-        """When text was last typed or pasted into the box (monotonic seconds)."""
-        self.box.buffer.on_text_insert += self._typed
         self.enabled = True
         visible = Condition(lambda: self.enabled)
         rule = Window(height=1, char="─", style="class:rule")
         self.container = ConditionalContainer(
             HSplit([rule, self.box, self.search, CompletionsMenu(max_height=8, scroll_offset=1)]), visible)
         self.bindings = self._keys(has_focus(self.box) & visible)
-
-    def _typed(self, _buffer) -> None:
-        self.typed_at = time.monotonic()
 
     @property
     def text(self) -> str:
@@ -164,7 +160,6 @@ class Composer(Pane):
                 return
             buffer.append_to_history()
             buffer.reset()
-            self.typed_at = 0.0  # sent: the typing is over
             self.send(text)
 
         @keys.add("escape", "enter", filter=typing)

@@ -97,7 +97,7 @@ class Interactive:
         self.leaving = False
         self._ctrl_c_at = 0.0
         self._commands = threading.Lock()
-        self.approvals = ApprovalPane(typed_at=lambda: self.composer.typed_at)
+        self.approvals = ApprovalPane(give_back=lambda text: self.composer.box.buffer.insert_text(text))
         self.picker = Picker(lambda: self.screen)
         self.composer = Composer(History(str(anges_home() / "history")), Completions(self.cwd, self.complete),
                                  self.send)

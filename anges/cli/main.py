@@ -17,6 +17,7 @@ from anges.cli.checkpoints import add_parsers as add_checkpoint_parsers
 from anges.config.arguments import (
     add_agents_md_flag,
     add_config_flag,
+    add_openapi_flag,
     add_safety_flags,
     agent_type,
     config_overrides,
@@ -85,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--timeout", metavar="SECONDS", type=positive(float),
                        help="stop the request after SECONDS (exit 4)")
     agent.add_argument("--mcp-config", metavar="FILE", help="an mcpServers JSON file of MCP servers")
+    add_openapi_flag(agent)
     agent.add_argument("--record", metavar="FILE",
                        help="record every model call to FILE (replay with --model replay:FILE)")
     agent.add_argument("--action", metavar="NAME", action="append", dest="actions",
@@ -370,6 +372,7 @@ def build_batch_parser() -> argparse.ArgumentParser:
     defaults.add_argument("--action", metavar="NAME", action="append", dest="actions",
                           help="also offer this action: one a plug-in registers, or module:Class (repeatable; added "
                                "to a task's own `actions`)")
+    add_openapi_flag(defaults)
     add_agents_md_flag(defaults)
     add_config_flag(parser)
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log messages, tracebacks")
@@ -414,6 +417,12 @@ def _batch_overrides(args: argparse.Namespace) -> dict | None:
     overrides = {"safety": safety} if safety else {}
     if args.no_agents_md:
         overrides["prompt"] = {"agents_md": False}
+    if args.openapi:  # the configured sources and these: a layer's list replaces the one below it
+        from anges.config.arguments import with_openapi
+        from anges.config.loading import load_config
+
+        sources = with_openapi(load_config(args.config), args.openapi).tools.openapi
+        overrides["tools"] = {"openapi": [source.model_dump(by_alias=True) for source in sources]}
     return overrides or None
 
 

@@ -28,7 +28,7 @@ from anges.store.events import (
 )
 from anges.store.export import drawn_output, printable_event
 from anges.store.plans import MARKS, Plan
-from anges.store.results import ActionResult, ports_text
+from anges.store.results import ActionResult, APICall, ports_text
 from anges.store.turns import reasoning_after, turn_reasoning
 from anges.util.clipping import clip_lines, shorten
 from anges.util.printable import printable, visible
@@ -119,8 +119,9 @@ class Renderer:
             return [head, self.answer(event.content), *ended]
         if group == "interrupted":
             return [Text.assemble(("■", "bold yellow"), " ", (stop_text(event), "yellow")), *ended]
-        if group in ("shell", "tool", "edit", "approval"):
-            draw = {"shell": self._command, "tool": self._tool_call, "edit": self._edit}.get(group, self._approval)
+        if group in ("shell", "tool", "api", "edit", "approval"):
+            draw = {"shell": self._command, "tool": self._tool_call, "api": self._api_call,
+                    "edit": self._edit}.get(group, self._approval)
             return draw(event)
         if group == "child_start":
             verb = "starts" if kind == "new_child_agent" else "resumes"
@@ -193,6 +194,28 @@ class Renderer:
             status = Text("tool error" if failed else "ok", "red" if failed else "green")
             status.append(f" · {seconds(data.get('duration', 0))}", "dim")
         return lines + [Text("  └ ", "dim") + status]
+
+    def _api_call(self, event: Event) -> list[RenderableType]:
+        call = APICall.of(event)
+        if call is None:  # group_of says "api" only of a CALL_API result
+            return []
+        name = f"{call.api}.{call.operation}" if call.api else call.operation
+        head = Text.assemble(("⇄", "bold cyan"), " ", (name, "bold"), **OUTPUT)
+        if not call.sent:
+            lines = [Text(call.message, "red"), *(Text(problem) for problem in call.problems)]
+            return [head, *self._framed(self._clip(lines, self.output_lines))]
+        head.append(f" {call.method} {call.url}")
+        lines = [Text(line) for line in call.body.splitlines()]
+        if call.binary:
+            lines = [Text(f"({call.body_bytes:,} bytes of {call.content_type or 'binary data'})", "dim")]
+        good = call.ok or (call.status is not None and call.status < 400 and not call.error)
+        status = Text.assemble(("  └ ", "dim"), (call.outcome(), "green" if good else "red"),
+                               (f" · {seconds(call.duration)}", "dim"))
+        if call.error and call.message:
+            status.append(f" · {call.message}", "red")
+        if call.body_path:
+            status.append(f" · body in {call.body_path}", "dim")
+        return [head, *self._framed(self._clip(lines, self.output_lines)), status]
 
     def edit(self, event: Event) -> list[RenderableType]:
         """A file edit: its path, what it added and removed, and the diff."""

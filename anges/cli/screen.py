@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from prompt_toolkit.application import Application
 from prompt_toolkit.data_structures import Size
 from prompt_toolkit.filters import Condition
-from prompt_toolkit.key_binding import merge_key_bindings
+from prompt_toolkit.key_binding import KeyBindings, merge_key_bindings
 from prompt_toolkit.layout import ConditionalContainer, HSplit, Layout, Window
 from prompt_toolkit.layout.controls import FormattedTextControl
 from prompt_toolkit.output.color_depth import ColorDepth
@@ -70,8 +70,11 @@ class Screen:
         """The analysis and reasoning of the reply streaming now (printable), with the agent's tag."""
         self.notice = ""
         """A short message under the status line (Ctrl-C again to leave, ...), until `say` changes it."""
-        self.last_key = self.previous_key = 0.0
-        """When the last two keys were pressed (monotonic seconds)."""
+        self.key_at = 0.0
+        """When the key being handled was pressed (monotonic seconds)."""
+        self.typed_at = 0.0
+        """When the last key was pressed that answered no question: typing, a paste, a key for the input box."""
+        self._taken = False
         self._pending: deque[str] = deque()
         self._lock = threading.Lock()
         self._running = False
@@ -194,9 +197,17 @@ class Screen:
             if self.status.working:
                 self.app.invalidate()
 
+    def take_key(self) -> None:
+        """The key being handled answered a question: it does not count as typing."""
+        self._taken = True
+
     def _key_pressed(self, _processor) -> None:
-        self.previous_key, self.last_key = self.last_key, time.monotonic()
+        self.key_at, self._taken = time.monotonic(), False
         self.notice = ""  # a notice lasts until the next key (whose handler may say another)
+
+    def _key_handled(self, _processor) -> None:
+        if not self._taken:
+            self.typed_at = self.key_at
 
     def _write(self, text: str) -> None:
         try:
@@ -224,13 +235,14 @@ class Screen:
         parts = [ConditionalContainer(live, Condition(lambda: bool(self.live))),
                  *(pane.container for pane in above), status, notice, *(pane.container for pane in below)]
         # of two bindings for the same key the later wins: a question's keys over the input box's, over the rest
-        keys = [bindings, *(pane.bindings for pane in (*below, *above))]
+        keys = [_stray_paste_end(), bindings, *(pane.bindings for pane in (*below, *above))]
         app: Application = Application(
             layout=Layout(HSplit(parts)), key_bindings=merge_key_bindings([k for k in keys if k]), full_screen=False,
             output=self._output(), input=keys_in, style=STYLE,
             color_depth=None if self.display.colour else ColorDepth.DEPTH_1_BIT, erase_when_done=True,
             mouse_support=False)
         app.key_processor.before_key_press += self._key_pressed
+        app.key_processor.after_key_press += self._key_handled
         app.ttimeoutlen = 0.05  # Esc alone stops a run at once; Alt-Enter arrives as one read anyway
         app.timeoutlen = 0.5
         return app
@@ -255,6 +267,15 @@ class Screen:
     def _status_text(self):
         line = self.status.line(self.width() - 1)
         return [("class:status" if self.status.working else "class:status.idle", line)]
+
+
+def _stray_paste_end() -> KeyBindings:
+    """The end of a paste that was not in one: a pasted text that holds `ESC[201~` ends the paste early, and the
+    terminal's own end follows the rest. Ignored, so that its Esc does not stop the run (what came between is typed
+    text, and answers no question: see approvals.py)."""
+    keys = KeyBindings()
+    keys.add("escape", "[", "2", "0", "1", "~")(lambda event: None)
+    return keys
 
 
 def last_lines(text: str, width: int, count: int = LIVE_LINES) -> list[str]:

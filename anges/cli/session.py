@@ -174,9 +174,11 @@ def _load_history(readline, path: Path) -> None:
 
 
 def _save_history(readline, path: Path) -> None:
+    from anges.util.paths import write_file
+
+    lines = [readline.get_history_item(index) for index in range(1, readline.get_current_history_length() + 1)]
+    text = "".join(f"{line}\n" for line in lines if line is not None)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        readline.write_history_file(path)
-        os.chmod(path, 0o600)
+        write_file(str(path), text.encode("utf-8", errors="replace"), 0o600, parents=True)  # never through a link
     except OSError:
         pass  # a read-only home must not break the session

@@ -117,6 +117,8 @@ def _report(runs: list, total, checks: dict | None) -> list[str]:
                        for i, (cell, width) in enumerate(zip(row, widths))).rstrip() for row in rows]
     if total.ends:
         lines.append("ended: " + ", ".join(f"{name} {count}" for name, count in total.ends.most_common()))
+    if total.api_calls:
+        lines.append(f"web API calls: {total.api_calls} ({_seconds(total.api_time)})")
     if checks:
         from anges.batch.results import pass_rate
 
@@ -154,8 +156,9 @@ def _check_of(run: Run, checks: dict | None) -> str:
 
 
 def _parts(step) -> str:
+    waited = "API call" if step.what.startswith("CALL_API") else "command"
     parts = [f"model {_seconds(step.model)}" if step.model is not None else "",
-             f"command {_seconds(step.command)}" if step.command is not None else ""]
+             f"{waited} {_seconds(step.command)}" if step.command is not None else ""]
     shown = ", ".join(part for part in parts if part)
     return f"  ({shown})" if shown else ""
 

@@ -80,6 +80,9 @@ class Status:
     session: Usage = field(default_factory=Usage)
     plan: Plan | None = None
     """The top agent's plan, while it has steps (`plan 2/5` on the line)."""
+    window: dict = field(default_factory=dict)
+    """The model's context window as the run's events last said it (`context_window`, `context_window_source`,
+    `context_window_detail`, `token_count`): what the status line and `/status` show."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def describe(self, agent, safety) -> None:
@@ -104,13 +107,22 @@ class Status:
             self.activity = ""
 
     def recorded(self, event, depth: int = 0) -> None:
-        """An event was recorded (any agent of the tree: `depth` 0 is the top one's)."""
+        """An event was recorded (any agent of the tree: `depth` 0 is the top one's); one that tells the model's
+        window updates it, and the top agent's plan update the plan."""
         plan = Plan.of(event) if depth == 0 else None
         with self.lock:
             self.run.add(event)
             self.session.add(event)
+            data = event.data if isinstance(getattr(event, "data", None), dict) else {}
+            if isinstance(data.get("context_window"), int):
+                self.window = {key: data[key] for key in WINDOW_FACTS if key in data}
             if plan is not None:
                 self.plan = plan if plan.total else None
+
+    def window_text(self) -> str:
+        """`8,192-token window (server)`: the window and where it came from (empty before a run said it)."""
+        tokens = self.window.get("context_window")
+        return f"{tokens:,}-token window ({self.window.get('context_window_source', '?')})" if tokens else ""
 
     def doing(self, activity: str, run: int | None = None) -> None:
         """What the request does now; unless it is stopping or over, or `run` (a number of `runs`) is an earlier
@@ -129,8 +141,9 @@ class Status:
         activity is shortened to make room, then the last parts go)."""
         now = time.monotonic() if now is None else now
         with self.lock:
+            window = self.window_text()
             model = shorten(self.model or "no model", 40)
-            settings = [model, f"sandbox {self.sandbox}", f"approval {self.approval}"]
+            settings = [model, *([window] if window else []), f"sandbox {self.sandbox}", f"approval {self.approval}"]
             if not self.activity:
                 done = self.session.parts()
                 parts = [f"session: {done[0]}", *done[1:], *settings] if self.session.steps else settings
@@ -138,13 +151,16 @@ class Status:
             glyph = SPINNER[int(now * 10) % len(SPINNER)]
             activity = self.activity
             plan = [f"plan {self.plan.done}/{self.plan.total}"] if self.plan is not None else []
-            parts = [seconds(now - self.started), *plan, *self.run.parts(), *settings[:2], "Esc stops"]
+            parts = [seconds(now - self.started), *plan, *self.run.parts(), *settings[:-1], "Esc stops"]
         for keep in range(len(parts), 0, -1):
             rest = " · " + " · ".join(parts[:keep])
             room = width - len(rest) - 2
             if room >= min(len(activity), 24):
                 return f"{glyph} {shorten(activity, room)}{rest}"
         return _fit([f"{glyph} {activity}", *parts[:1]], width)
+
+
+WINDOW_FACTS = ("context_window", "context_window_source", "context_window_detail", "token_count")
 
 
 def _fit(parts: list[str], width: int) -> str:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from pathlib import Path
 
 from anges.exceptions import UsageError
 from anges.util.printable import printable_json
@@ -63,12 +63,37 @@ def export_stream(args: argparse.Namespace) -> int:
     if not args.file:
         sys.stdout.write(text)
         return 0
-    try:
-        Path(args.file).expanduser().write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot write {args.file}: {exc.strerror or exc}") from None
+    from anges.config.loading import load_config
+    from anges.util.paths import links_on_the_way, links_text
+
+    links = links_on_the_way(args.file, writable_roots(store.load(args.id).agent_settings, load_config().safety))
+    if links:
+        raise UsageError(f"not written: {links_text(links)}, and anges never writes through a link (a command may "
+                         "have made it): remove it, or name another file")
+    write_report(args.file, text)
     print(f"wrote {args.file}", file=sys.stderr)
     return 0
+
+
+def writable_roots(settings: dict, safety) -> list[str]:
+    """The folders a stream's commands could write (its working directory and `safety.writable_paths`), resolved:
+    a link found in one of them may have been planted by the model."""
+    from anges.util.paths import resolve
+
+    cwd = str(settings.get("cmd_init_dir") or os.getcwd())
+    return [resolve(path) for path in [cwd, *(os.path.join(cwd, os.path.expanduser(p)) for p in
+                                              safety.writable_paths)]]
+
+
+def write_report(path: str, text: str) -> None:
+    """Write an export whole, replacing a link at `path` rather than writing through it (UsageError when it
+    cannot)."""
+    from anges.util.paths import write_file
+
+    try:
+        write_file(os.path.expanduser(path), text.encode("utf-8", errors="surrogateescape"), 0o666)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def import_stream(args: argparse.Namespace) -> int:

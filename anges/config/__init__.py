@@ -8,7 +8,8 @@ from importlib import import_module
 _EXPORTS = {
     **dict.fromkeys(("load_config", "default_config", "anges_home", "resource_path"), "anges.config.loading"),
     **dict.fromkeys(("Config", "AgentConfig", "ModelPreset", "ModelSettings", "RetryConfig", "Price", "PromptConfig",
-                     "WebConfig", "MCPConfig", "MimeReaderConfig", "SafetyRule", "SafetyConfig", "TelemetryConfig"),
+                     "WebConfig", "MCPConfig", "MimeReaderConfig", "SafetyRule", "SafetyConfig", "TelemetryConfig",
+                     "ToolsConfig", "OpenAPISource", "OpenAPIAuth"),
                     "anges.config.types"),
 }
 __all__ = list(_EXPORTS)

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import os
+import re
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from anges.config.types import Config
 
 
 def positive(kind: type):
@@ -87,3 +92,28 @@ def add_safety_flags(group: argparse._ActionsContainer, sandbox_help: str, appro
     group.add_argument("--network", action="store_true", default=None, help="let sandboxed commands reach the network")
     if approval_help:
         group.add_argument("--approval", choices=("ask", "auto", "deny"), help=approval_help)
+
+
+def add_openapi_flag(parser: argparse._ActionsContainer) -> None:
+    """--openapi [NAME=]SPEC (repeatable): a web API for CALL_API, besides those of `tools.openapi`."""
+    parser.add_argument("--openapi", metavar="[NAME=]SPEC", action="append", default=[],
+                        help="a web API's OpenAPI document (a file or URL) the agent may call (repeatable; "
+                             "credentials and more in the config's tools.openapi, see docs/openapi.md)")
+
+
+def with_openapi(config: Config, specs: list[str]) -> Config:
+    """`config` with a `tools.openapi` source added for each --openapi `[NAME=]SPEC`."""
+    if not specs:
+        return config
+    from anges.config.types import OpenAPISource
+
+    added = []
+    for text in specs:
+        name, sep, spec = text.partition("=")
+        named = bool(sep) and re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name) is not None
+        spec = spec if named else text
+        if "://" not in spec:  # a file: as named here, wherever the agent works
+            spec = os.path.abspath(os.path.expanduser(spec))
+        added.append(OpenAPISource(spec=spec, name=name if named else ""))
+    tools = config.tools.model_copy(update={"openapi": [*config.tools.openapi, *added]})
+    return config.model_copy(update={"tools": tools})

@@ -156,8 +156,10 @@ def _type_at(model: type, loc: tuple) -> Any:
     """The type a location of a validation error refers to (a model, or a field's type)."""
     current: Any = model
     for part in loc:
-        if isinstance(part, str) and hasattr(current, "model_fields") and part in current.model_fields:
-            current = current.model_fields[part].annotation
+        fields = getattr(current, "model_fields", {}) if isinstance(part, str) else {}
+        field = fields.get(part) or next((f for f in fields.values() if f.alias == part), None)
+        if field is not None:
+            current = field.annotation
         elif typing.get_origin(current) in (dict, list):
             current = typing.get_args(current)[-1]
     return current

@@ -223,6 +223,76 @@ class MCPConfig(Section):
     """Seconds one tool call may take."""
 
 
+class OpenAPIAuth(Section):
+    """How anges signs a web API's requests: the secret comes from an environment variable or a file, and only the
+    request carries it (never the prompt, the record or a log)."""
+
+    model_config = ConfigDict(**Section.model_config, populate_by_name=True)
+
+    type: Literal["", "bearer", "api_key", "basic"] = ""
+    """bearer, api_key or basic; empty: the document's security scheme (when it has exactly one of these kinds)."""
+    env: str = ""
+    """The environment variable that holds the secret: the token, the key, or basic's password (or user:password)."""
+    file: str = ""
+    """Or a file that holds it (its text, stripped); commands cannot read it."""
+    location: Literal["", "header", "query"] = Field(default="", alias="in")
+    """api_key: sent in a header or a query parameter (default: the document's scheme's, else header)."""
+    name: str = ""
+    """api_key: the header or query parameter's name (default: the document's scheme's, else X-API-Key)."""
+    username: str = ""
+    """basic: the user name (empty: the secret is user:password)."""
+
+
+class OpenAPISource(Section):
+    """One web API described by an OpenAPI 3.0 or 3.1 document (docs/openapi.md)."""
+
+    spec: str
+    """The document: a file (JSON or YAML) or an http(s) URL; its $refs to other files and URLs are followed."""
+    name: str = ""
+    """What CALL_API's `api` calls it (letters, digits, - and _); default: from the document's title."""
+    base_url: str = ""
+    """Where calls go (scheme, host, port and base path; nothing else is reached); default: the document's first
+    server."""
+    auth: OpenAPIAuth = Field(default_factory=OpenAPIAuth)
+    """How calls are signed (none unless `env` or `file` names a secret)."""
+    operations: list[str] = Field(default_factory=list)
+    """The operations offered: globs on the operationId or on "METHOD /path" (`re:PATTERN` for a regular
+    expression); empty: all."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    """Extra headers sent with every call; their values are treated as secrets."""
+    timeout: float = Field(default=30, gt=0)
+    """Seconds one attempt may take."""
+    retries: int = Field(default=2, ge=0, le=10)
+    """Attempts after the first on a 429, a 5xx or a dropped connection (waiting as Retry-After asks, up to 60 s),
+    for idempotent methods only (GET, HEAD, OPTIONS, PUT, DELETE) unless `retry_non_idempotent`."""
+    retry_non_idempotent: bool = False
+    """Retry POST and PATCH too (safe only where the API makes them idempotent, e.g. with an idempotency key)."""
+
+    @field_validator("name")
+    @classmethod
+    def _is_a_name(cls, name: str) -> str:
+        if name and not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
+            raise ValueError(f"must be letters, digits, - and _ (at most 64), got {name!r}")
+        return name
+
+    @field_validator("spec")
+    @classmethod
+    def _is_given(cls, spec: str) -> str:
+        if not spec.strip():
+            raise ValueError("must name a file or a URL")
+        return spec
+
+
+class ToolsConfig(Section):
+    """Tools anges offers the model beside commands: web APIs from their OpenAPI documents."""
+
+    openapi: list[OpenAPISource] = Field(default_factory=list)
+    """The web APIs CALL_API reaches (`--openapi SPEC` adds one)."""
+    openapi_index_chars: int = Field(default=40_000, ge=1_000)
+    """The most characters the operations' index in the prompt takes, every source together: past it, operations
+    are listed without their parameters, then by name only (DESCRIBE_API_OPERATION gives one's whole schema)."""
+
+
 class MimeReaderConfig(Section):
     """Reading images and PDFs."""
 
@@ -272,9 +342,11 @@ class SafetyRule(Section):
     """One policy rule; the first rule that matches an action decides it."""
 
     action: str = "*"
-    """An action type (RUN_SHELL_CMD, EDIT_FILE, USE_MCP_TOOL, READ_MIME_FILES, CALL_CHILD_AGENT, ...) or *."""
+    """An action type (RUN_SHELL_CMD, EDIT_FILE, USE_MCP_TOOL, CALL_API, READ_MIME_FILES, CALL_CHILD_AGENT, ...) or
+    *."""
     match: str = "*"
-    """A glob on the command, path, server.tool or directive; `re:PATTERN` for a regular expression (searched)."""
+    """A glob on the command, path, server.tool, `api.operationId` or `api METHOD /path` (CALL_API), or directive;
+    `re:PATTERN` for a regular expression (searched)."""
     decision: Literal["allow", "ask", "deny"] = "ask"
     reason: str = ""
     """Why: shown to the person asked, and to the model when the action is declined."""
@@ -308,6 +380,8 @@ def _default_rules() -> list[SafetyRule]:
               "runs as another user"),
         _rule("RUN_SHELL_CMD", r"re:\bgit\b[^;&|\n]{0,300}?\bpush\b", "ask", "publishes to a remote repository"),
         _rule("USE_MCP_TOOL", "*", "ask", "MCP tools may act outside the sandbox; allow trusted ones by rule"),
+        _rule("CALL_API", r"re:^\S+ (GET|HEAD) ", "allow", "GET and HEAD read a web API"),
+        _rule("CALL_API", "*", "ask", "a web API call that may change something (every method but GET and HEAD)"),
     ]
 
 
@@ -382,6 +456,7 @@ class Config(Section):
     prompt: PromptConfig = Field(default_factory=PromptConfig)
     web: WebConfig = Field(default_factory=WebConfig)
     mcp: MCPConfig = Field(default_factory=MCPConfig)
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
     mime_reader: MimeReaderConfig = Field(default_factory=MimeReaderConfig)
     safety: SafetyConfig = Field(default_factory=SafetyConfig)
     checkpoints: CheckpointsConfig = Field(default_factory=CheckpointsConfig)

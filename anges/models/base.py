@@ -59,6 +59,8 @@ class Retry:
     """Seconds since the epoch."""
     reason: str
     wait: float
+    status: int | None = None
+    """The HTTP status of the failed attempt, when it had one."""
 
 
 @dataclass

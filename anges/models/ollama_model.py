@@ -20,7 +20,8 @@ from anges.models.base import Completion, Usage, estimate_tokens
 from anges.models.provider import LOOKUP_TIMEOUT, Provider, logger
 from anges.models.retry import CONTEXT_EXCEEDED, Failure, transport_failure
 from anges.models.streaming import StreamEnded, current_sink
-from anges.models.window import TokenGauge
+from anges.models.tokens import TokenGauge
+from anges.models.window import Window
 
 DEFAULT_HOST = "http://127.0.0.1:11434"
 MIN_NUM_CTX = 2048
@@ -100,14 +101,14 @@ class OllamaModel(Provider):
         final, text = self._streamed(body) if self.settings.stream else self._whole(body)
         usage = _usage(final, prompt, text)
         if not usage.estimated:
-            self.gauge.observe(len(prompt), usage.input_tokens)
+            self.gauge.observe(prompt, usage.input_tokens)
         reason = final.get("done_reason") or "stop"
         return self._reply(text, usage, final.get("model") or self.preset.model, _FINISH.get(reason, reason))
 
     def context_for(self, prompt: str, reply_tokens: int) -> int:
         """`num_ctx` for a prompt: room for it and the reply, in powers of two, at least the last request's (each new
         size reloads the model), at most the model's window."""
-        needed = self.gauge.tokens(len(prompt)) + reply_tokens + 64
+        needed = self.gauge.estimate(prompt) + reply_tokens + 64
         size = max(MIN_NUM_CTX, 1 << (needed - 1).bit_length(), self.num_ctx)
         self.num_ctx = min(size, self.window().tokens)
         return self.num_ctx
@@ -164,7 +165,7 @@ class OllamaModel(Provider):
                                      "Set OLLAMA_HOST to reach another server")
         return transport_failure(exc)
 
-    def _server_window(self) -> int | None:
+    def _server_window(self) -> Window | None:
         """The model's context length, as `/api/show` tells it."""
         import httpx2
 
@@ -176,7 +177,7 @@ class OllamaModel(Provider):
             return None
         lengths = [value for key, value in (info or {}).items()
                    if key.endswith(".context_length") and isinstance(value, int) and value > 0]
-        return lengths[0] if lengths else None
+        return Window(lengths[0], "server", "Ollama /api/show") if lengths else None
 
 
 def _check_line(chunk: Any) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
@@ -12,14 +13,18 @@ from anges.exceptions import ModelSetupError
 from anges.models.base import Completion, Usage, estimate_tokens
 from anges.models.provider import LOOKUP_TIMEOUT, Provider
 from anges.models.retry import Failure
+from anges.models.servers import COMPATIBLE, LLAMA_SERVER, OLLAMA, TOKENIZERS, Tokenizer, identify
 from anges.models.streaming import CUT_SHORT, StreamEnded, current_sink
-from anges.models.window import OLLAMA_OPENAI_WINDOW, window_in_listing
+from anges.models.window import OLLAMA_OPENAI_WINDOW, Window, window_in_listing
 
 NO_KEY = "no-key"
 """Sent as the key to local servers that need none (the SDK insists on one)."""
 OPTIONAL_PARAMS = ("stream_options", "response_format")
 """What a compatible server may refuse and anges does without: usage is then estimated, JSON mode left to the
 prompt."""
+TOKENIZE_TIMEOUT = 10.0
+"""Seconds a server may take to count the tokens of one piece of a prompt, busy with another request (then the
+estimate takes over for the run). A stop does not wait for it: the count is given up at once."""
 logger = logging.getLogger(__name__)
 
 
@@ -61,6 +66,9 @@ class OpenAIModel(Provider):
         self.label = "OpenAI" if self.official else f"the server at {self.base_url}"
         self.refused: set[str] = set()
         """The optional parameters this server refused: never sent again."""
+        self.server = COMPATIBLE
+        """Which server it is (`anges.models.servers`), known once its window was asked."""
+        self._tokenizing: Any = None
         return client
 
     def _api_key(self) -> str | None:
@@ -108,7 +116,8 @@ class OpenAIModel(Provider):
         return reply
 
     def _streamed(self, params: dict[str, Any]) -> _Reply:
-        """The reply as server-sent chunks, each piece of text passed on at once; usage comes in the last chunk."""
+        """The reply as server-sent chunks, each piece of text passed on at once; usage comes in the last chunk. A
+        stream without a single chunk is asked again without streaming, which says what went wrong."""
         sink = current_sink()
         sink.begin()
         reply = _Reply()
@@ -126,10 +135,13 @@ class OpenAIModel(Provider):
                     reply.add(content, getattr(delta, "refusal", None), getattr(choice, "finish_reason", None))
                     if content:
                         sink(content)
-            if not streamed:
-                raise StreamEnded("the reply stream was empty or not JSON (no chunk came)")
-            if reply.answered and not reply.finish_reason:
+            if streamed and reply.answered and not reply.finish_reason:
                 raise StreamEnded(CUT_SHORT)
+        if not streamed:  # llama-cpp-python's server answers a prompt over its window so: it says why only unstreamed
+            logger.info("%s sent an empty stream: asking once more without streaming", self.label)
+            reply = self._whole(params)
+            if reply.text:
+                sink(reply.text)
         return reply
 
     def _create(self, params: dict[str, Any]) -> Any:
@@ -153,9 +165,11 @@ class OpenAIModel(Provider):
 
         return self._http_sdk_failure(exc, openai)
 
-    def _server_window(self) -> int | None:
-        """What `/v1/models` says of the model (vLLM, llama.cpp, OpenRouter, ...); llama.cpp's `/props` tells the
-        window it serves; Ollama's OpenAI-compatible API serves its default window whatever the model has."""
+    def _server_window(self) -> Window | None:
+        """What the server says of the model's window, and which server it is (`self.server`): llama-server's
+        `/props` (the window of each slot, which may be less than the model's), vLLM's `max_model_len`,
+        OpenRouter's and others' `context_length`; Ollama's OpenAI-compatible API serves its default window
+        whatever the model has; llama-cpp-python's server cannot tell."""
         import openai
 
         if not self.asks_server(self.preset.model_copy(update={"base_url": self.base_url})):
@@ -167,29 +181,55 @@ class OpenAIModel(Provider):
             return None
         told = window_in_listing(entries, self.preset.model)
         entry = next((e for e in entries if e.get("id") == self.preset.model), entries[0] if entries else {})
-        if "meta" in entry or entry.get("owned_by") == "llamacpp":
-            return self._served_window() or told
-        if told is None and (entry.get("owned_by") == "library" or urlparse(self.base_url).port == 11434):
+        self.server = identify(entry, self.base_url)
+        if self.server == LLAMA_SERVER:
+            served = self._served_window()
+            if served:
+                return Window(served, "server", "llama-server /props")
+        if self.server == OLLAMA and told is None:
             logger.warning("%s looks like Ollama's OpenAI-compatible API, which serves Ollama's default context window "
                            "(%d tokens assumed); `provider: ollama` sizes the window to each prompt (docs/models.md)",
                            self.label, OLLAMA_OPENAI_WINDOW)
-            return OLLAMA_OPENAI_WINDOW
-        return told
+            return Window(OLLAMA_OPENAI_WINDOW, "assumed", "Ollama's default for its OpenAI-compatible API")
+        return Window(told, "server", f"{self.server} /v1/models") if told else None
 
     def _served_window(self) -> int | None:
         """llama.cpp's server: the context each of its slots has (`/props`), which may be less than the model's."""
         import httpx2
 
-        root = self.base_url.removesuffix("/v1")
-        headers = {"Authorization": f"Bearer {self.client.api_key}"} if self.client.api_key != NO_KEY else {}
         try:
-            props = httpx2.get(f"{root}/props", headers=headers, timeout=LOOKUP_TIMEOUT).json()
+            props = httpx2.get(f"{self._root()}/props", headers=self._auth(), timeout=LOOKUP_TIMEOUT).json()
         except (httpx2.HTTPError, ValueError) as exc:
             logger.info("%s did not answer /props (%s)", self.label, exc)
             return None
         settings = props.get("default_generation_settings") if isinstance(props, dict) else None
         value = settings.get("n_ctx") if isinstance(settings, dict) else None
         return value if isinstance(value, int) and value > 0 else None
+
+    def tokenizer(self) -> Callable[[str], int] | None:
+        """llama-server's `/tokenize`, llama-cpp-python's `/extras/tokenize/count` or vLLM's `/tokenize` (the server
+        is identified when its window is asked)."""
+        self.window()
+        found = TOKENIZERS.get(self.server)
+        if found is None:
+            return None
+        return lambda text: self._count_tokens(found, text)
+
+    def _count_tokens(self, tokenizer: Tokenizer, text: str) -> int:
+        if self._tokenizing is None:  # one client, its connection kept: a count takes a millisecond, not a handshake
+            import httpx2
+
+            self._tokenizing = httpx2.Client(base_url=self._root(), headers=self._auth(), timeout=TOKENIZE_TIMEOUT,
+                                             event_hooks=self.connections.event_hooks)
+        response = self._tokenizing.post(tokenizer.path, json=tokenizer.body(self.preset.model, text))
+        response.raise_for_status()
+        return tokenizer.count(response.json())
+
+    def _root(self) -> str:
+        return self.base_url.removesuffix("/v1")
+
+    def _auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.client.api_key}"} if self.client.api_key != NO_KEY else {}
 
 
 @dataclass

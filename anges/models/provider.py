@@ -21,6 +21,7 @@ from anges.models.retry import (
     retry_after_seconds,
     transport_failure,
 )
+from anges.models.servers import refusal_numbers
 from anges.models.window import Window, assumed_window, known_window, reply_room
 from anges.util.clipping import one_line
 
@@ -120,7 +121,7 @@ class Provider:
             completion = call_with_retry(lambda: self._complete(prompt, temperature), self._classify, self.retry,
                                          label=self.name, sleep=self.sleep, clock=self.clock, cancel=cancel,
                                          on_retry=lambda failure, wait: retries.append(
-                                             Retry(time.time(), failure.reason, wait)))
+                                             Retry(time.time(), failure.reason, wait, failure.status)))
         completion.latency = time.monotonic() - start
         completion.retries = tuple(retries)
         return completion
@@ -143,17 +144,33 @@ class Provider:
         maximum = self.settings.max_output_tokens
         return reply_room(window.tokens, maximum) if window is not None else maximum
 
+    def learn_window(self, window: Window) -> None:
+        """The window the server turned out to have (its refusal named it): the reply's room follows it."""
+        with self._window_lock:
+            self._window = window
+
+    def tokenizer(self) -> Callable[[str], int] | None:
+        """A function that counts a text's tokens with the server's own tokenizer (None: the server has none)."""
+        return None
+
     def _find_window(self) -> Window:
-        if self.preset.context_window:
-            return Window(self.preset.context_window, "preset")
-        told = self._server_window()
+        told = self._server_window()  # asked even when the preset names a window: it may be more than is served
+        preset = self.preset.context_window
+        if preset and told and told.source == "server" and told.tokens < preset:
+            logger.warning("%s: the preset's context_window (%s tokens) is more than %s serves (%s tokens, %s): "
+                           "prompts are sized to %s tokens; set context_window to at most that (docs/models.md)",
+                           self.name, f"{preset:,}", self.label, f"{told.tokens:,}", told.detail, f"{told.tokens:,}")
+            return Window(told.tokens, "server", f"{told.detail}; the preset says {preset:,}")
+        if preset:
+            return Window(preset, "preset")
         if told:
-            return Window(told, "server")
+            return told
         known = known_window(self.preset.model)
         return Window(known, "known") if known else assumed_window(self.base_url)
 
-    def _server_window(self) -> int | None:
-        """The window the server says the model has (None: it cannot tell, or did not answer)."""
+    def _server_window(self) -> Window | None:
+        """The window the server says the model has, and where it said it (None: it cannot tell, or did not
+        answer)."""
         return None
 
     @classmethod
@@ -221,14 +238,16 @@ class Provider:
         raise error
 
     def _status_failure(self, status: int, headers: Mapping[str, str] | None, detail: str = "",
-                        retry_after: float | None = None) -> Failure:
-        """Classify an HTTP error status, with what to fix for the ones that retrying cannot."""
+                        retry_after: float | None = None, body: Any = None) -> Failure:
+        """Classify an HTTP error status, with what to fix for the ones that retrying cannot; a refusal of a prompt
+        over the window carries the numbers the server said (`body`: the error's JSON)."""
         detail = one_line(str(detail), 300)
         said = f": {detail}" if detail else ""
         model = self.preset.model
         if status in (400, 413, 422) and CONTEXT_EXCEEDED.search(detail):
+            window, prompt_tokens = refusal_numbers(detail, body)
             return Failure.context(f"{self.label} says the prompt does not fit the model's context window ({status})"
-                                   f"{said}", status)
+                                   f"{said}", status, window, prompt_tokens)
         if status in TRANSIENT_STATUSES or status >= 500:
             word = _STATUS_WORDS.get(status, "server error")
             wait = retry_after if retry_after is not None else retry_after_seconds(headers)
@@ -254,7 +273,8 @@ class Provider:
         if isinstance(exc, sdk.APIConnectionError):
             return Failure.transient(f"connection failed ({exc})")
         if isinstance(exc, sdk.APIStatusError):
-            return self._status_failure(exc.status_code, exc.response.headers, _body_message(exc.body) or str(exc))
+            return self._status_failure(exc.status_code, exc.response.headers, _body_message(exc.body) or str(exc),
+                                        body=exc.body)
         return transport_failure(exc)
 
 

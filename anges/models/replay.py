@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import errno
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ from anges.exceptions import ContextExceeded, ModelError, ModelReplyError, Model
 from anges.models.base import Completion, Model, Usage
 from anges.models.streaming import replay_into_sink
 from anges.models.window import window_of
+from anges.util.paths import open_file
 
 logger = logging.getLogger(__name__)
 FORMAT_VERSION = 1
@@ -43,7 +45,13 @@ class RecordingModel:
         self.path = Path(path)
         self.name = getattr(inner, "name", "") or getattr(inner, "__name__", type(inner).__name__)
         self._lock = threading.Lock()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = -1
+        try:
+            self._fd = open_file(str(self.path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, parents=True)
+        except OSError as exc:
+            why = "it is a symbolic link (anges never writes through one)" if exc.errno == errno.ELOOP else \
+                exc.strerror or str(exc)
+            raise ModelSetupError(f"cannot record to {self.path}: {why}") from None
 
     def __call__(self, prompt: str, temperature: float | None = None) -> str:
         """The inner model's reply, recorded; a ModelError is recorded too, then raised."""
@@ -69,10 +77,15 @@ class RecordingModel:
         return reply
 
     def _append(self, entry: dict) -> None:
-        line = json.dumps(entry, ensure_ascii=False) + "\n"
-        with self._lock, open(self.path, "a", encoding="utf-8") as file:
-            file.write(line)
-            file.flush()
+        line = (json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8", errors="replace")
+        with self._lock:
+            view = memoryview(line)
+            while view:
+                view = view[os.write(self._fd, view):]
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", -1) >= 0:
+            os.close(self._fd)
 
 
 @dataclass

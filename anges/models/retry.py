@@ -9,7 +9,7 @@ import random
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from anges.config.types import RetryConfig
@@ -44,6 +44,8 @@ class Failure:
     """Seconds the server asked us to wait, if it said."""
     error: type[ModelError] = ModelError
     """Raised when the failure is not retryable."""
+    details: dict = field(default_factory=dict)
+    """Passed to `error` (a prompt over the window: the server's numbers)."""
 
     @classmethod
     def transient(cls, reason: str, status: int | None = None, retry_after: float | None = None) -> Failure:
@@ -58,9 +60,12 @@ class Failure:
         return cls(reason, False, status)
 
     @classmethod
-    def context(cls, reason: str, status: int | None = None) -> Failure:
-        """The prompt does not fit the model's window: asking again as it is cannot help (the agent folds first)."""
-        return cls(reason, False, status, error=ContextExceeded)
+    def context(cls, reason: str, status: int | None = None, window: int | None = None,
+                prompt_tokens: int | None = None) -> Failure:
+        """The prompt does not fit the model's window (the server's `window` and count of the prompt, where it said
+        them): asking again as it is cannot help (the agent folds first)."""
+        return cls(reason, False, status, error=ContextExceeded,
+                   details={"window": window, "prompt_tokens": prompt_tokens})
 
 
 def transport_failure(exc: BaseException | None) -> Failure | None:
@@ -145,7 +150,7 @@ def call_with_retry(
             error = exc
         elapsed = clock() - start
         if not failure.retryable:
-            raise failure.error(f"{label}: {failure.reason}") from error
+            raise failure.error(f"{label}: {failure.reason}", **failure.details) from error
         if number >= config.max_attempts:
             raise ModelError(
                 f"{label}: gave up after {number} attempts in {elapsed:.1f}s; last: {failure.reason}"

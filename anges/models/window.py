@@ -1,4 +1,4 @@
-"""A model's context window, and token counts estimated from characters.
+"""A model's context window: how large it is, and who said so.
 
 A model's window comes from its preset (`context_window`), else from its server where the server can tell
 (Ollama's `/api/show`, an OpenAI-compatible `/v1/models` entry), else from the small table of known hosted
@@ -8,9 +8,7 @@ models below, else it is assumed. The prompt is sized to it, leaving room for th
 from __future__ import annotations
 
 import ipaddress
-import math
-import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -33,20 +31,6 @@ ASSUMED_HOSTED = 128_000
 OLLAMA_OPENAI_WINDOW = 4_096
 """Ollama's default context length, which its OpenAI-compatible API cannot change (`provider: ollama` can)."""
 MIN_REPLY_TOKENS = 256
-DEFAULT_CHARS_PER_TOKEN = 3.5
-"""Characters per token before a provider has reported a count: fewer than most English and code has, so the
-estimate errs high."""
-PLAUSIBLE_CHARS_PER_TOKEN = 5.5
-"""The most characters per token a reported count may show to correct the estimate (more: not trusted)."""
-MAX_CHARS_PER_TOKEN = 8.0
-"""More characters per token than any ordinary text has: a server reporting fewer tokens than this allows did not
-read the whole prompt."""
-CALIBRATED_MARGIN = 0.92
-"""The share of the observed characters per token the estimate uses, so that it still errs high."""
-CUT_MARGIN = 1.35
-"""A reported count this much below the observed rate means the server cut the prompt."""
-MIN_SAMPLE_CHARS = 2_000
-"""Shorter prompts neither calibrate the estimate nor count as cut (a chat template's few tokens dominate)."""
 
 
 @dataclass(frozen=True)
@@ -55,11 +39,21 @@ class Window:
 
     tokens: int
     source: str
-    """preset, server, known, assumed, model (a model object's own `context_window`) or lowered (after a cut)."""
+    """preset, server, known, assumed, model (a model object's own `context_window`) or lowered (after a prompt did
+    not fit a window the server did not name)."""
+    detail: str = field(default="", compare=False)
+    """Who said it, where that helps: "llama-server /props", "vLLM max_model_len", "the server's refusal", ..."""
 
     def facts(self) -> dict:
         """The window as the data of the run's first event."""
-        return {"context_window": self.tokens, "context_window_source": self.source}
+        facts: dict = {"context_window": self.tokens, "context_window_source": self.source}
+        if self.detail:
+            facts["context_window_detail"] = self.detail
+        return facts
+
+    def describe(self) -> str:
+        """`8,192 tokens (server: llama-server /props)`: the window and where it came from, for people."""
+        return f"{self.tokens:,} tokens ({self.source}{': ' + self.detail if self.detail else ''})"
 
 
 def known_window(model_id: str) -> int | None:
@@ -128,41 +122,13 @@ def window_of(model: Any) -> Window | None:
     return None
 
 
-class TokenGauge:
-    """Token counts estimated from characters, erring high, and corrected from the counts a provider reports."""
-
-    def __init__(self) -> None:
-        self.observed: float | None = None
-        """Characters per token seen in the reported counts so far (a running average)."""
-        self._lock = threading.Lock()
-
-    @property
-    def chars_per_token(self) -> float:
-        """The rate estimates use: the default until a count is reported, then a little under the observed one."""
-        if self.observed is None:
-            return DEFAULT_CHARS_PER_TOKEN
-        return min(max(self.observed * CALIBRATED_MARGIN, 1.0), PLAUSIBLE_CHARS_PER_TOKEN * CALIBRATED_MARGIN)
-
-    def tokens(self, chars: int) -> int:
-        """The estimated tokens of a text of `chars` characters."""
-        return math.ceil(chars / self.chars_per_token)
-
-    def chars(self, tokens: int) -> int:
-        """The characters that fit in `tokens` tokens, by the estimate."""
-        return int(tokens * self.chars_per_token)
-
-    def observe(self, chars: int, tokens: int) -> None:
-        """Take in a count a provider reported for a text of `chars` characters (an implausible one is left out)."""
-        if chars < MIN_SAMPLE_CHARS or tokens <= 0 or chars / tokens > PLAUSIBLE_CHARS_PER_TOKEN:
-            return
-        with self._lock:
-            rate = chars / tokens
-            self.observed = rate if self.observed is None else (self.observed + rate) / 2
-
-    def cut_short(self, chars: int, tokens: int) -> bool:
-        """Whether `tokens`, reported for a text of `chars` characters, is too few: the server read less than was
-        sent (by more than the estimate's margin)."""
-        if chars < MIN_SAMPLE_CHARS or tokens <= 0:
-            return False
-        most = MAX_CHARS_PER_TOKEN if self.observed is None else min(self.observed * CUT_MARGIN, MAX_CHARS_PER_TOKEN)
-        return chars / tokens > most
+def looked_through(model: Any, name: str) -> Any:
+    """The callable `name` of a model, or of one it wraps (`inner`); None when none has one."""
+    for _ in range(8):
+        if model is None:
+            return None
+        found = getattr(model, name, None)
+        if callable(found):
+            return found
+        model = getattr(model, "inner", None)
+    return None

@@ -6,6 +6,8 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from anges.config.loading import resource_path
+from anges.exceptions import ConfigError
+from anges.util.trust import model_writable
 
 if TYPE_CHECKING:
     import jinja2
@@ -33,7 +35,11 @@ def environment(template_dir: str = "") -> jinja2.Environment:
 
 
 def render_template(name: str, template_dir: str = "", **context) -> str:
-    """Render one template (a file name under the template search path, or inline source with `{{`)."""
+    """Render one template (a file name under the template search path, or inline source with `{{`). A
+    `template_dir` where commands of a run of this process may write is refused (ConfigError): a template is code."""
+    refused = model_writable(template_dir) if template_dir else ""
+    if refused:
+        raise ConfigError(f"prompt.template_dir {template_dir} is not used: {refused}, and a template is code")
     env = environment(template_dir)
     template = env.from_string(name) if "{{" in name or "{%" in name else env.get_template(name)
     return template.render(**context)

@@ -107,7 +107,7 @@ class ApprovalRequest:
         """The whole request as a person should read it (for a channel of your own): what asks and why, its size,
         the whole detail with every unseen character marked, leaving the sandbox, what "always" approves."""
         lines = [f"{self.action_type} needs your approval — {visible(self.reason)} [{self.rule}]",
-                 f"({approval_text.size(self.detail)})", visible(self.detail)]
+                 f"({approval_text.size(self.detail)})", *approval_text.marked(self.detail)]
         if self.escalate:
             lines.append(approval_text.escalation(self.justification))
         lines.append(f"always = for the rest of this run: {visible(self.scope)}")
@@ -294,23 +294,26 @@ class Gate:
 
 def _request_text(request: ApprovalRequest) -> str:
     where = " (if approved, outside the sandbox)" if request.escalate else ""
-    return (f"waiting for approval: {request.action_type} {one_line(visible(request.subject), 120)}{where} — "
+    return (f"waiting for approval: {approval_text.title(request.action_type, request.subject)}{where} — "
             f"{visible(request.reason)} [{request.rule}]")
 
 
 def _decided_text(facts: dict) -> str:
     verb = {"allow": "approved", "deny": "declined", "cancelled": "approval cancelled"}[facts["decision"]]
-    return f"{verb} ({facts['by']}): {facts['action_type']} {one_line(facts['subject'], 120)}"
+    return f"{verb} ({facts['by']}): {approval_text.title(facts['action_type'], facts['subject'])}"
 
 
 def _detail(action_type: str, args: dict, cwd: str, verdict: Verdict | None = None) -> str:
-    """What a person needs to see to decide: the command, the diff an edit would make, the tool's arguments.
+    """What a person needs to see to decide: the command, the diff an edit would make, the request a web API call
+    makes (the policy's `detail`), the tool's arguments.
 
     Of a hidden file (a credential) nothing is read: the detail is what the model wrote, so a declined request
     leaves none of the file in the record.
     """
     import json
 
+    if verdict is not None and verdict.detail:
+        return verdict.detail
     if action_type == "RUN_SHELL_CMD":
         return str(args.get("command", ""))
     if action_type == "EDIT_FILE":
@@ -338,7 +341,7 @@ def preview_edit(args: dict, cwd: str, max_bytes: int = 5_000_000, resolved: str
     import tempfile
 
     from anges.tools.fileedit import EditError, apply_edit, edit_target
-    from anges.util.paths import open_nofollow
+    from anges.util.paths import open_nofollow, write_file
 
     directive = str(args.get("directive_line", "")).strip()
     try:
@@ -357,8 +360,7 @@ def preview_edit(args: dict, cwd: str, max_bytes: int = 5_000_000, resolved: str
                         return f"{directive}\n(the edit would fail: not a regular file)"
                     if info.st_size > max_bytes:
                         return f"{directive}\n(the file is too large to preview)"
-                    with open(copy, "wb") as target:
-                        target.write(source.read(max_bytes + 1))
+                    write_file(copy, source.read(max_bytes + 1))
             result = apply_edit(f"{operation} {copy} {arguments}".strip(), str(args.get("content") or ""),
                                 base_dir=scratch, old_text=args.get("old_text"))
     except (EditError, OSError) as exc:
@@ -393,13 +395,17 @@ class TerminalPrompt:
                 return Decision("cancelled", by="interrupt")
             self._discard_typed_ahead()
             seen = self._show(request)
+            if request.cancelled.wait(approval_text.READ_SECONDS):  # the answer is asked for once it can be read
+                return Decision("cancelled", by="interrupt")
+            if self._discard_typed_ahead():
+                self._write("  (what was typed before it could be read does not answer it)\n")
             while True:
                 answer = self._read(ASK_ALL if seen else ASK_PART, request)
                 if answer is None:
                     return self._no_answer(request)
                 answer = answer.strip().lower()
                 if answer in ("v", "view"):
-                    self._write(_framed(visible(request.detail).split("\n")))
+                    self._write(_framed(approval_text.marked(request.detail)))
                     seen = True
                 elif answer in ("y", "yes", "a", "always") and not seen:
                     self._write("  part of it is not on the screen: view it all with v before you approve it\n")
@@ -449,13 +455,23 @@ class TerminalPrompt:
         line, self._pending = self._pending.split(b"\n", 1)
         return line.decode("utf-8", errors="replace")
 
-    def _discard_typed_ahead(self) -> None:
-        """Drop what was typed before the question, so a stray `y` cannot answer it."""
-        self._pending = b""
-        if os.isatty(self.input_fd):
+    def _discard_typed_ahead(self) -> bool:
+        """Drop what was typed before the question could be read, so a stray `y` cannot answer it; whether there
+        was any."""
+        dropped, self._pending = bool(self._pending), b""
+        for _ in range(64):  # what is there now, not what keeps coming
+            try:
+                readable, _, _ = select.select([self.input_fd], [], [], 0)
+            except InterruptedError:
+                continue
+            if not readable or not os.read(self.input_fd, 4096):
+                break
+            dropped = True
+        if os.isatty(self.input_fd):  # and a line begun but not ended
             import termios
 
             termios.tcflush(self.input_fd, termios.TCIFLUSH)
+        return dropped
 
     def _no_answer(self, request: ApprovalRequest) -> Decision:
         if request.cancelled.is_set():

@@ -68,7 +68,8 @@ def _mounts(settings: SandboxSettings, private: list[str], visible: list[str], s
     mounts += [(path, _WRITABLE, ["--bind", path, path]) for path in settings.writable]
     protected = [path for path in settings.protected if os.path.lexists(path)]
     mounts += [(path, _READ_ONLY, ["--ro-bind", path, path]) for path in (*visible, *protected)]
-    for path in settings.hidden:
+    appeared = [path for path in settings.awaited if os.path.lexists(path)]  # made since the settings were
+    for path in (*settings.hidden, *appeared):
         if path in around or path in shown:
             continue  # the work itself is never hidden
         if _inside_any(path, (*around, *private)) and not _inside_any(path, shown):
@@ -84,7 +85,7 @@ def _mounts(settings: SandboxSettings, private: list[str], visible: list[str], s
     mounted = {path for path, _, _ in mounts}
     sealed = []
     for directory in settings.sealed():
-        entries = _entries(directory)
+        entries = _entries(directory, writable=_inside_any(directory, settings.writable))
         if entries is None:
             mounts.append((directory, _READ_ONLY, ["--ro-bind", directory, directory]))
             continue
@@ -112,8 +113,9 @@ def _folders_above(paths: list[str], roots: tuple[str, ...]) -> list[str]:
     return list(_unique(found))
 
 
-def _entries(directory: str) -> list[tuple[str, list[str]]] | None:
-    """The mounts that put a sealed directory's entries back as they are; None when there are too many."""
+def _entries(directory: str, writable: bool) -> list[tuple[str, list[str]]] | None:
+    """The mounts that put a sealed directory's entries back as they are (read-only, but in a `writable` one); None
+    when there are too many."""
     names = sealed_names(directory)
     if names is None:
         return None
@@ -130,7 +132,7 @@ def _entries(directory: str) -> list[tuple[str, list[str]]] | None:
             except OSError:
                 continue
         elif not stat.S_ISSOCK(mode):
-            found.append((path, ["--bind", path, path]))
+            found.append((path, ["--bind" if writable else "--ro-bind", path, path]))
     return found
 
 

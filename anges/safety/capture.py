@@ -118,8 +118,7 @@ class Capture:
             chunks, self.pending = self.pending or [], None  # what was printed before, unless it was let go
             try:
                 fd, path = tempfile.mkstemp(prefix=OUTPUT_FILE_PREFIX, suffix=".log", dir=directory)
-                os.close(fd)
-                self.log, self.path = CappedLog(path, self.file_cap, self.secrets), path
+                self.log, self.path = CappedLog(fd, self.file_cap, self.secrets), path
             except OSError:
                 return None  # no room for the file (or the run's directory went away): the model gets the cut only
             for chunk in chunks:
@@ -206,8 +205,10 @@ class CappedLog:
     """A log file that keeps its newest bytes: past `cap`, all but the newest quarter is dropped (so the bytes moved
     to trim it are a third of those written) and a marker line says how much. Known `secrets` are masked."""
 
-    def __init__(self, path: str, cap: int, secrets: Iterable[str] = ()):
-        self.file = open(path, "r+b", buffering=0)  # noqa: SIM115  (closed by close())
+    def __init__(self, fd: int, cap: int, secrets: Iterable[str] = ()):
+        """`fd`: the file, open for reading and writing (as `mkstemp` made it: the path is not opened again, where a
+        command could have put a link meanwhile)."""
+        self.file = os.fdopen(fd, "r+b", buffering=0)  # noqa: SIM115  (closed by close())
         self.cap = max(cap, 2 * READ_SIZE)
         self.filter = SecretFilter(secrets)
         self.size = 0

@@ -28,6 +28,7 @@ from anges.safety.limits import PidsCgroup, process_limit
 from anges.safety.runner import KILL_GRACE, Channel, end_marked, select_read, send_fds
 from anges.safety.sandbox import SandboxSettings, availability, warn_once
 from anges.safety.seccomp import filter_fd
+from anges.util.paths import open_file
 
 log = logging.getLogger("anges.safety.sandbox")
 
@@ -131,13 +132,12 @@ class CommandRunner:
     """The run's runner process: starts every command of the run and ends them all when the run ends."""
 
     def __init__(self, cwd: str, settings: SandboxSettings | None = None, bwrap: str = "",
-                 log_cap: int = 10_000_000, contain: bool = False, writable: tuple[str, ...] = ()):
+                 log_cap: int = 10_000_000, contain: bool = False, places: tuple[str, ...] = ()):
         self.cwd = cwd
         self.settings = settings if settings is not None and settings.enabled else None
         self.bwrap = bwrap
-        self.writable = writable or (self.settings.writable if self.settings is not None else ())
-        """The directories the run's commands may write (any runner's: a read-only one's too): a bwrap there is never
-        run."""
+        self.places = places or (self.settings.untrusted if self.settings is not None else ())
+        """Where the run's commands may write in any mode (a read-only runner's too): a bwrap there is never run."""
         self.contain = contain and bool(bwrap)
         """Without the sandbox, still run in a PID namespace of its own (through bwrap)."""
         self._cgroup: PidsCgroup | None = None
@@ -299,7 +299,7 @@ class CommandRunner:
         what = "the sandbox" if self.settings is not None else "the command runner"
         try:
             if self.settings is not None or self.contain:
-                found = availability(self.bwrap, self.writable, quiet=True)  # every start of bwrap checks it
+                found = availability(self.bwrap, self.places, quiet=True)  # every start of bwrap checks it
                 if not found.ok:
                     raise SandboxError(f"{what} did not start: {found.reason}")
             if self.settings is not None:
@@ -340,7 +340,8 @@ class CommandRunner:
         return self._cgroup.enter_argv(argv) if self._cgroup is not None else argv
 
     def _start_runner(self, argv: list[str], passed: list[int], scratch: str) -> subprocess.Popen:
-        with open(os.path.join(scratch, "runner.log"), "wb") as errors:
+        with os.fdopen(open_file(os.path.join(scratch, "runner.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+                       "wb") as errors:
             try:
                 return _spawn_from_keeper(argv, pass_fds=tuple(passed), env={"PATH": os.defpath},
                                           stdin=subprocess.DEVNULL, stdout=errors, stderr=errors,

@@ -13,11 +13,15 @@ import fnmatch
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from anges.config.types import SafetyConfig, SafetyRule
 from anges.safety.sandbox import SandboxSettings
 from anges.util.paths import resolve
+
+if TYPE_CHECKING:
+    from anges.tools.openapi import APIs
 
 _COMPOUND = re.compile(r"[;&|`<>\n\r]|\$\(")
 """What makes a command more than one simple command: separators, pipes, substitutions, redirections."""
@@ -46,19 +50,24 @@ class Verdict:
     these, and no other, or refuse."""
     hidden: bool = False
     """Some judged path is hidden from commands: its contents must not be shown or recorded before approval."""
+    detail: str = ""
+    """What a person asked to approve it reads, when the policy made it (a web API call: its method, full URL, headers
+    and body); "" when the approval makes it."""
 
 
 class Policy:
     """The rules of a run (yours, then the defaults) and the sandbox they are judged against."""
 
     def __init__(self, safety: SafetyConfig, settings: SandboxSettings, cwd: str, sandboxed: bool,
-                 unsandboxed_reason: str = ""):
+                 unsandboxed_reason: str = "", apis: APIs | None = None):
         self.rules = [(f"safety.rules[{i}]", r) for i, r in enumerate(safety.rules)]
         self.rules += [(f"safety.default_rules[{i}]", r) for i, r in enumerate(safety.default_rules)]
         self.settings = settings
         self.cwd = cwd
         self.sandboxed = sandboxed
         self.unsandboxed_reason = unsandboxed_reason
+        self.apis = apis
+        """The run's web APIs: a CALL_API is judged as the request it makes."""
         self._patterns: dict[str, re.Pattern] = {}
 
     def decide(self, action_type: str, args: dict) -> Verdict:
@@ -70,6 +79,8 @@ class Policy:
             return Verdict("deny", "changing_path", str(exc))
 
     def _decide(self, action_type: str, args: dict) -> Verdict:
+        if action_type == "CALL_API":
+            return self._api_call(args)
         subjects = self.subjects(action_type, args)
         subject = subjects[0] if subjects else ""
         paths = self.paths(action_type, args)
@@ -103,6 +114,9 @@ class Policy:
             return list(self.paths(action_type, args))
         if action_type == "USE_MCP_TOOL":
             return [f"{str(args.get('mcp_server_name', '')).strip()}.{str(args.get('tool_name', '')).strip()}"]
+        if action_type == "CALL_API":
+            judged = self.apis.judge(args) if self.apis is not None else None
+            return judged.subjects if judged is not None else []
         if action_type == "READ_MIME_FILES":
             from anges.tools.mime import is_url
 
@@ -123,6 +137,23 @@ class Policy:
             reads = [_local(i, self.cwd) for i in _strings(args.get("inputs")) if i.strip() and not is_url(i)]
             return (*(path for path in reads if path), *self._mime_output(args))
         return ()
+
+    def _api_call(self, args: dict) -> Verdict:
+        """A web API call, judged by the rules on `api.operationId` and `api METHOD /path` (by default GET and HEAD
+        run, the rest ask); one that cannot be made is let through: the action says why and sends nothing."""
+        judged = self.apis.judge(args) if self.apis is not None else None
+        if judged is None:
+            return Verdict("allow", subject=f"{args.get('api') or ''}.{args.get('operation') or ''}".lstrip("."))
+        for name, rule in sorted(self.rules, key=lambda named: named[1].decision != "deny"):
+            matched = self._matching(rule, "CALL_API", judged.subjects)
+            if matched is None:
+                continue
+            if rule.decision != "ask":
+                return Verdict(rule.decision, name, rule.reason or f"matches {rule.match!r}", matched,
+                               detail=judged.detail)
+            return replace(self._ask("CALL_API", name, rule.reason or f"matches {rule.match!r}", matched, ()),
+                           detail=judged.detail)
+        return Verdict("allow", subject=judged.subjects[0], detail=judged.detail)
 
     # -- helpers ----------------------------------------------------------------------------------------------
 

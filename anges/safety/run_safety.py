@@ -13,13 +13,15 @@ from anges.exceptions import ConfigError
 from anges.prompt.agents_md import project_directories
 from anges.safety.approval import MODES, Asker, Decision, Gate, Permit
 from anges.safety.command_runner import CommandRunner, Job
+from anges.safety.places import untrusted_configuration
 from anges.safety.policy import Policy, Verdict
 from anges.safety.sandbox import SandboxSettings, availability, working_bwrap
 from anges.store.events import action_input
 from anges.util.clipping import shorten
 
 if TYPE_CHECKING:
-    from anges.config.types import SafetyConfig
+    from anges.config.types import Config, SafetyConfig
+    from anges.tools.openapi import APIs
 
 
 def approval_mode(configured: str, approval: Callable | str | None) -> tuple[str, Callable | None]:
@@ -67,7 +69,7 @@ class Runners:
                 settings = self.settings if sandboxed else None
                 self._runners[sandboxed] = CommandRunner(self.cwd, settings, self.bwrap, self.log_cap,
                                                          contain=self.contain and not sandboxed,
-                                                         writable=self.settings.writable)
+                                                         places=self.settings.untrusted)
             return self._runners[sandboxed]
 
     def read_only(self, find_bwrap: Callable[[], str]) -> CommandRunner:
@@ -77,7 +79,7 @@ class Runners:
             if "read-only" not in self._runners:
                 settings = replace(self.settings, mode="read-only", writable=(), protected=())
                 self._runners["read-only"] = CommandRunner(self.cwd, settings, find_bwrap(), self.log_cap,
-                                                           writable=self.settings.writable)
+                                                           places=self.settings.untrusted)
             return self._runners["read-only"]
 
     def jobs(self) -> list[Job]:
@@ -105,16 +107,16 @@ class RunSafety:
     """The sandbox, policy and approval gate of one run (its child agents use the same)."""
 
     def __init__(self, safety: SafetyConfig, cwd: str, approval: Callable | str | None = None,
-                 runners: Runners | None = None):
+                 runners: Runners | None = None, apis: APIs | None = None):
         self.config = safety
         self.settings = SandboxSettings.for_run(safety, cwd)
-        found = availability(safety.bwrap, self.settings.writable) if self.settings.enabled else None
+        found = availability(safety.bwrap, self.settings.untrusted) if self.settings.enabled else None
         self.sandboxed = found is not None and found.ok
         if found is None:
             self.unsandboxed_reason = "the sandbox is off (safety.sandbox: off)"
         else:
             self.unsandboxed_reason = "" if found.ok else f"the sandbox is not available: {found.reason}"
-        self.policy = Policy(safety, self.settings, cwd, self.sandboxed, self.unsandboxed_reason)
+        self.policy = Policy(safety, self.settings, cwd, self.sandboxed, self.unsandboxed_reason, apis)
         mode, channel = approval_mode(safety.approval, approval)
         self.gate = Gate(self.policy, mode, channel, auto_escalate=safety.auto_escalate)
         bwrap = found.bwrap if found is not None and found.ok else self._containing_bwrap()
@@ -126,7 +128,7 @@ class RunSafety:
         (or the sandbox did not: then it cannot either)."""
         if not self.config.contain_unsandboxed or self.settings.enabled:
             return ""
-        return working_bwrap(self.config.bwrap, self.settings.writable)
+        return working_bwrap(self.config.bwrap, self.settings.untrusted)
 
     def permit(self, ctx: Asker, action_type: str, args: dict, remaining: int = 0,
                readonly_shell: bool = False) -> Permit | None:
@@ -160,7 +162,7 @@ class RunSafety:
         one if it escalated (the read-only sandbox's for a read-only shell's command), and the paths the policy
         judged."""
         if isinstance(permit, ReadOnlyPermit):
-            reader = self.runners.read_only(lambda: working_bwrap(self.config.bwrap, self.settings.writable))
+            reader = self.runners.read_only(lambda: working_bwrap(self.config.bwrap, self.settings.untrusted))
             return {"runner": reader, "sandbox": reader.settings, "escalated": False, "checked_paths": None,
                     "output_dir": None, "can_escalate": False}
         runner = self.runners.get(sandboxed=self.sandboxed and not permit.escalate)
@@ -225,24 +227,31 @@ class RunSafety:
 def read_only_bwrap(safety: SafetyConfig, cwd: str) -> str:
     """The bwrap that can run a read-only shell's commands in a run in `cwd` ("" where none works, or off Linux; never
     one the run's other commands could have written)."""
-    return working_bwrap(safety.bwrap, SandboxSettings.for_run(safety, cwd).writable)
+    return working_bwrap(safety.bwrap, SandboxSettings.for_run(safety, cwd).untrusted)
 
 
 class SafetyShare:
     """An agent's part in run safety: a `RunSafety` of its own for each run (background jobs it keeps carry over
     to the next run), or, for a child agent, its parent's."""
 
-    def __init__(self, config: SafetyConfig, parent: RunSafety | None = None):
-        self.config = config
+    def __init__(self, config: Config, parent: RunSafety | None = None, apis: APIs | None = None):
+        self.config = config.safety
+        self.app_config = config
         self.parent = parent
+        self.apis = apis
         self.run: RunSafety | None = None
         """The current run's (the last begun)."""
         self._kept: Runners | None = None
 
     def begin(self, cwd: str, approval: Callable | str | None) -> RunSafety:
-        """The safety of the run about to start."""
-        self.run = self.parent or RunSafety(self.config, cwd, approval, runners=self._kept)
-        return self.run
+        """The safety of the run about to start; ConfigError when the configuration names code that commands of a
+        run (this one, or another of this process) could have written (`places.untrusted_configuration`)."""
+        run = self.parent or RunSafety(self.config, cwd, approval, runners=self._kept, apis=self.apis)
+        refused = untrusted_configuration(self.app_config, run.settings.untrusted)
+        if refused:
+            raise ConfigError(refused)
+        self.run = run
+        return run
 
     def ending_jobs(self) -> list[dict]:
         """The background jobs still running that the end of the current run will end ([] for a child's run, which
@@ -287,18 +296,22 @@ def terminal_approval(safety: SafetyConfig, cwd: str, channel: Callable | None =
 
 def sandbox_works(safety: SafetyConfig, cwd: str) -> bool:
     """Whether the sandbox runs for a run in `cwd` (never trying a bwrap its commands could have written)."""
-    return availability(safety.bwrap, SandboxSettings.for_run(safety, cwd).writable, quiet=True).ok
+    return availability(safety.bwrap, SandboxSettings.for_run(safety, cwd).untrusted, quiet=True).ok
 
 
-def run_secrets(config, pass_env: Iterable[str] = (), mcp=None) -> tuple[list[str], dict[str, str]]:
+def run_secrets(config, pass_env: Iterable[str] = (), mcp=None, apis: APIs | None = None
+                ) -> tuple[list[str], dict[str, str]]:
     """The secret values a run masks, and the environment its commands get: without any secret variable (see
     masking.is_secret_name), nor those the configuration names (each model's `api_key_env`, the variables given
-    to MCP servers), unless `pass_env` lists them."""
+    to MCP servers, those web APIs' credentials come from), unless `pass_env` lists them."""
     from anges.safety.shell import scrubbed_environment
     from anges.util.masking import secret_values
 
     names = [preset.api_key_env for preset in config.models.values() if preset.api_key_env]
     if mcp is not None:
         names += [name for spec in mcp.specs.values() for name in spec.env]
+    if apis is not None:
+        names += apis.env_names
     secrets = secret_values(secret_names=names) + (mcp.secrets if mcp is not None else [])
+    secrets += apis.secrets if apis is not None else []
     return secrets, scrubbed_environment(pass_env, names)

@@ -12,37 +12,14 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
+from anges.safety.credentials import credential_places, in_homes
+from anges.safety.places import model_places, own_place_of, own_places
 from anges.safety.runner import prctl
 from anges.util.paths import inside, link_in, resolve
+from anges.util.trust import model_writable
 
 log = logging.getLogger("anges.safety.sandbox")
 
-CREDENTIAL_PATHS = (
-    "~/.ssh", "~/.aws", "~/.config/gcloud", "~/.azure", "~/.netrc", "~/.docker", "~/.kube", "~/.gnupg",
-    "~/.git-credentials", "~/.config/git/credentials", "~/.config/gh", "~/.config/hub", "~/.pypirc", "~/.npmrc",
-    "~/.yarnrc.yml", "~/.cargo/credentials", "~/.cargo/credentials.toml", "~/.gem/credentials", "~/.m2/settings.xml",
-    "~/.gradle/gradle.properties", "~/.composer/auth.json", "~/.config/composer/auth.json", "~/.pgpass",
-    "~/.my.cnf", "~/.vault-token", "~/.terraform.d", "~/.terraformrc", "~/.cache/huggingface/token",
-    "~/.huggingface/token", "~/.config/rclone", "~/.config/op", "~/.config/containers/auth.json",
-    "~/.config/sops", "~/.s3cfg", "~/.boto", "~/.oci", "~/.config/doctl", "~/.local/share/keyrings",
-    "~/.password-store", "~/.bash_history", "~/.zsh_history", "~/.python_history", "~/.psql_history",
-    "~/.mysql_history", "~/.node_repl_history", "~/.local/share/fish/fish_history", "~/.mozilla",
-    "~/.config/google-chrome", "~/.config/chromium", "~/.config/BraveSoftware", "~/.config/microsoft-edge",
-    "~/.colima", "~/.lima", "~/.rd", "/var/lib/lxd/unix.socket", "/var/snap/lxd/common/lxd/unix.socket",
-    "/var/lib/incus/unix.socket",
-)
-"""Hidden inside the sandbox, with ANGES_HOME, the config files anges read, the ssh-agent socket, every Unix
-socket of the host, and `safety.hidden_paths`."""
-CREDENTIAL_VARIABLES = (
-    "GOOGLE_APPLICATION_CREDENTIALS", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_WEB_IDENTITY_TOKEN_FILE",
-    "KUBECONFIG", "DOCKER_CONFIG", "CLOUDSDK_CONFIG", "AZURE_CONFIG_DIR", "GNUPGHOME", "PASSWORD_STORE_DIR",
-    "GH_CONFIG_DIR", "NETRC", "PGPASSFILE", "BOTO_CONFIG", "RCLONE_CONFIG", "OCI_CLI_CONFIG_FILE", "TF_CLI_CONFIG_FILE",
-    "NPM_CONFIG_USERCONFIG", "HF_TOKEN_PATH",
-)
-"""Variables that name a credential file or folder (each of a `KUBECONFIG` list): what they name is hidden too
-(google-genai reads a service account's key from GOOGLE_APPLICATION_CREDENTIALS)."""
-XDG_CREDENTIAL_PATHS = ("gcloud", "gh", "hub", "git/credentials", "rclone", "op", "containers/auth.json", "sops")
-"""The same places under $XDG_CONFIG_HOME, when it is set."""
 RUNTIME_DIRS = ("/run", "/var/run")
 """Where daemons keep their sockets (D-Bus, systemd, Docker, containerd...): an empty private directory in the
 sandbox, as is $XDG_RUNTIME_DIR."""
@@ -103,6 +80,11 @@ class SandboxSettings:
     """Commands may make user namespaces of their own (rootless containers, Chromium's own sandbox)."""
     unix_sockets: bool = False
     """Commands may make Unix sockets (then a host daemon's socket is reachable by any name not covered)."""
+    awaited: tuple[str, ...] = ()
+    """Credential places in a home that did not exist when these settings were made (`awaited_credentials`)."""
+    model_places: tuple[str, ...] = ()
+    """Where commands of a run in this folder may write in any mode (`places.model_places`): no program anges runs,
+    code it imports or file it reads as configuration outside the sandbox may lie there (`model_writable`)."""
 
     @classmethod
     def for_run(cls, safety, cwd: str) -> SandboxSettings:
@@ -112,16 +94,24 @@ class SandboxSettings:
             extra = [_expand(p, cwd) for p in safety.writable_paths]
             extra = [p for p in extra if _exists_or_warn(p)]
             roots = [resolve(p) for p in [cwd, *extra]]
-            writable = _unique(resolve(p) for p in [cwd, *(p for p in extra if not _linked_from(p, roots))])
+            wanted = (resolve(p) for p in [cwd, *(p for p in extra if not _linked_from(p, roots))])
+            writable = _unique(p for p in wanted if not _owned(p))
         _warn_wide(writable)
         return cls(mode=safety.sandbox, network=safety.network, writable=writable, hidden=hidden_paths(safety),
                    workdir=resolve(cwd), protected=protected_paths(writable), tmp_size=safety.tmp_size,
                    max_processes=safety.max_processes, user_namespaces=safety.user_namespaces,
-                   unix_sockets=safety.unix_sockets)
+                   unix_sockets=safety.unix_sockets, awaited=awaited_credentials(),
+                   model_places=model_places(safety, cwd))
 
     @property
     def enabled(self) -> bool:
         return self.mode != "off"
+
+    @property
+    def untrusted(self) -> tuple[str, ...]:
+        """Where commands may write, however these settings were made: `model_places`, the writable directories and
+        the working directory."""
+        return _unique([*self.model_places, *self.writable, *([self.workdir] if self.workdir else [])])
 
     def can_write(self, path: str) -> bool:
         """True when `path` (resolved, symlinks included) lies in a writable directory, outside the protected, and is
@@ -135,21 +125,17 @@ class SandboxSettings:
         real = resolve(path)
         return any(_inside(real, kept) for kept in self.protected)
 
-    def sealed(self) -> list[str]:
-        """The directories where a protected place that does not exist yet would be made: the deepest existing one
-        on its way, inside the writable directories. Sealed, they keep what they hold but take no new entry, and no
-        mount point of the sandbox is left on the host (an empty ~/.bash_profile would stop login shells from
-        reading ~/.profile)."""
-        found = []
-        for path in self.protected:
-            if os.path.lexists(path):
-                continue
-            directory = os.path.dirname(path)
-            while not os.path.lexists(directory) and directory != os.path.dirname(directory):
-                directory = os.path.dirname(directory)
-            if os.path.isdir(directory) and not os.path.islink(directory) and directory != "/" \
-                    and _inside_any(directory, self.writable):
-                found.append(directory)
+    def sealed(self, awaited: bool = True) -> list[str]:
+        """The directories where a protected place that does not exist yet would be made (the deepest existing one
+        on its way, inside the writable directories), or, with `awaited`, a credential place that does not exist yet
+        would appear (in a home, outside them). Sealed, they keep what they hold but take no new entry, and show none
+        made on the host after the sandbox started; no mount point of the sandbox is left on the host (an empty
+        ~/.bash_profile would stop login shells from reading ~/.profile)."""
+        kept = [place for place in (*self.protected, *self.hidden) if os.path.lexists(place)]
+        shown = [*self.writable, *private_dirs()] if awaited else []  # a private one shows nothing of the host
+        found = [directory for directory in _folders_of(self.protected, kept) if _inside_any(directory, self.writable)]
+        if awaited:
+            found += [directory for directory in _folders_of(self.awaited, kept) if not _inside_any(directory, shown)]
         return list(_unique(found))
 
     def is_sealed(self, path: str) -> bool:
@@ -159,8 +145,8 @@ class SandboxSettings:
         existing = real
         while not os.path.lexists(existing) and existing != os.path.dirname(existing):
             existing = os.path.dirname(existing)
-        return any((existing == directory and existing != real)
-                   or (_inside(real, directory) and sealed_names(directory) is None) for directory in self.sealed())
+        return any((existing == directory and existing != real) or (_inside(real, directory) and sealed_names(
+            directory) is None) for directory in self.sealed(awaited=False))  # the others lie outside the work
 
     def is_private(self, path: str) -> bool:
         """True when `path` (resolved) lies in a directory the sandbox replaces with a private one of its own (/tmp,
@@ -220,25 +206,25 @@ def private_dirs() -> list[str]:
 
 
 def hidden_paths(safety) -> tuple[str, ...]:
-    """Credential places, ANGES_HOME and the config files anges read (resolved), plus `hidden_paths`, that exist."""
-    from anges.config.loading import anges_home
-    from anges.util.masking import secret_files
-
-    candidates = [*CREDENTIAL_PATHS, str(anges_home()), *secret_files(), *safety.hidden_paths]
-    xdg_config = os.environ.get("XDG_CONFIG_HOME")
-    if xdg_config:
-        candidates += [os.path.join(xdg_config, name) for name in XDG_CREDENTIAL_PATHS]
-    for name in ("ANGES_CONFIG", "SSH_AUTH_SOCK", *CREDENTIAL_VARIABLES):
-        named = os.path.expanduser(os.environ.get(name, ""))
-        candidates += [path for path in named.split(os.pathsep) if os.path.isabs(path) and path != os.sep]
+    """Credential places (`credentials.credential_places`), anges' own places (`own_places`: its home, the config
+    files it read), plus `hidden_paths`, that exist (resolved)."""
+    candidates = [*credential_places(), *own_places(), *safety.hidden_paths]
     found = (resolve(os.path.expanduser(p)) for p in candidates)
     return _unique(p for p in found if os.path.lexists(p))
 
 
+def awaited_credentials() -> tuple[str, ...]:
+    """The credential places in a home that do not exist (yet): one made while the sandbox runs must not show in it,
+    so the folder it would appear in is sealed (`SandboxSettings.sealed`)."""
+    homes = [resolve(home) for home in in_homes(["~"])]
+    found = (resolve(path) for path in credential_places())
+    return _unique(p for p in found if not os.path.lexists(p) and _inside_any(p, homes) and p not in homes)
+
+
 def protected_paths(writable: tuple[str, ...]) -> tuple[str, ...]:
     """What stays read-only inside the writable directories: each one's `.git` (`.hg`) and the code this process
-    runs (the interpreter's prefixes, the anges package, `sys.path`) where they exist, and the startup places
-    whether they exist or not."""
+    runs (the interpreter's prefixes, the anges package, `sys.path`) where they exist, and the startup places and
+    anges' own places (hidden where they exist) whether they exist or not."""
     code = code_paths()
     found = []
     for path in [os.path.join(root, name) for root in writable for name in VCS_DIRS] + code:
@@ -249,7 +235,11 @@ def protected_paths(writable: tuple[str, ...]) -> tuple[str, ...]:
                            "run in anges' own process; run anges from another directory")
         elif _inside_any(real, writable) and os.path.lexists(real):
             found.append(real)
-    for path in [*startup_places(), *path_dirs(writable)]:
+    for entry in (e for e in sys.path if os.path.isabs(e) and not os.path.lexists(e)):
+        if _inside_any(resolve(entry), writable):
+            warn_once(f"{entry} is on Python's import path but does not exist, in a directory commands may write: a "
+                      "module made there would run in the next anges process; remove it from PYTHONPATH")
+    for path in [*startup_places(), *path_dirs(writable), *(p for p in own_places() if not os.path.lexists(p))]:
         real = resolve(path)
         if real not in writable and _inside_any(real, writable):
             found.append(real)
@@ -266,9 +256,10 @@ def path_dirs(writable: tuple[str, ...]) -> list[str]:
 
 
 def startup_places() -> list[str]:
-    """The absolute paths of STARTUP_PLACES, with their forms under $XDG_CONFIG_HOME, $XDG_DATA_HOME, $ZDOTDIR
-    (zsh's files) and $PYTHONUSERBASE (Python's user site-packages and scripts)."""
-    places = [os.path.expanduser(place) for place in STARTUP_PLACES]
+    """The absolute paths of STARTUP_PLACES in every home (`credentials.homes`), with their forms under
+    $XDG_CONFIG_HOME, $XDG_DATA_HOME, $ZDOTDIR (zsh's files) and $PYTHONUSERBASE (Python's user site-packages and
+    scripts)."""
+    places = in_homes(STARTUP_PLACES)
     for variable, prefix in (("XDG_CONFIG_HOME", "~/.config/"), ("XDG_DATA_HOME", "~/.local/share/")):
         root = os.environ.get(variable, "")
         if os.path.isabs(root):
@@ -302,10 +293,11 @@ def code_paths() -> list[str]:
     return list(dict.fromkeys(paths))
 
 
-def availability(bwrap: str, writable: tuple[str, ...], quiet: bool = False) -> Availability:
+def availability(bwrap: str, places: tuple[str, ...], quiet: bool = False) -> Availability:
     """Whether `bwrap` works on this machine (probed once per process and `bwrap` location). `bwrap` is the
     configured `safety.bwrap`; without it, bwrap is looked for in the system's directories only. One that the
-    commands of a run in `writable` could replace is refused before it is ever run (`bwrap_problem`)."""
+    commands of a run could replace (it lies in `places`, the run's `model_places`, or those of another run of this
+    process) is refused before it is ever run (`bwrap_problem`)."""
     if not sys.platform.startswith("linux"):
         found = Availability(False, f"the sandbox needs Linux and bubblewrap; this is {sys.platform}")
     else:
@@ -313,27 +305,25 @@ def availability(bwrap: str, writable: tuple[str, ...], quiet: bool = False) -> 
         if isinstance(path, Availability):
             found = path
         else:
-            problem = bwrap_problem(path, writable)
+            problem = bwrap_problem(path, places)
             found = Availability(False, problem) if problem else _probe(resolve(path))  # what was checked is what runs
     return found if quiet else _say_once(found)
 
 
-def working_bwrap(bwrap: str, writable: tuple[str, ...]) -> str:
+def working_bwrap(bwrap: str, places: tuple[str, ...]) -> str:
     """The path of the bwrap `availability` finds working ("" when none does), without a warning."""
-    found = availability(bwrap, writable, quiet=True)
+    found = availability(bwrap, places, quiet=True)
     return found.bwrap if found.ok else ""
 
 
-def bwrap_problem(path: str, writable: tuple[str, ...]) -> str:
-    """Why the bwrap at `path` must not be run ("" when it may): it lies in a directory the commands may write (the
-    run's `writable` ones; for a user other than root, any it may write itself), so a command could have put
-    its own program there. Every start of bwrap checks this first."""
+def bwrap_problem(path: str, places: tuple[str, ...]) -> str:
+    """Why the bwrap at `path` must not be run ("" when it may): it lies where commands may write (`places`, see
+    `model_writable`; for a user other than root, anywhere that user may write), so a command could have put its
+    own program there. Every start of bwrap checks this first."""
+    why = model_writable(path, places)
+    if why:
+        return f"bwrap at {path} is not run: {why}"
     real = resolve(path)
-    if _inside_any(real, writable):
-        return f"bwrap at {path} lies in a directory commands may write"
-    link = link_in(path, writable)
-    if link:
-        return f"bwrap at {path} is reached through a link in a directory commands may write ({link})"
     for place in dict.fromkeys((real, os.path.dirname(os.path.abspath(path)))):  # the file, and a link to it
         while os.geteuid() != 0:  # root may write anywhere: only the run's writable directories tell
             if os.access(place, os.W_OK):
@@ -347,7 +337,7 @@ def bwrap_problem(path: str, writable: tuple[str, ...]) -> str:
 def find_bwrap(configured: str = "") -> str | Availability:
     """The bwrap to use: `configured` (an absolute path), else the first in TRUSTED_BWRAP_DIRS; or why not."""
     if configured:
-        if not os.path.isabs(configured):
+        if not os.path.isabs(configured) or "\0" in configured:
             return Availability(False, f"safety.bwrap must be an absolute path, not {configured!r}")
         if not os.access(configured, os.X_OK) or os.path.isdir(configured):
             return Availability(False, f"bwrap was not found at {configured} (safety.bwrap)")
@@ -445,6 +435,32 @@ def _linked_from(path: str, roots: list[str]) -> bool:
         warn_once(f"safety.writable_paths: {path} is reached through the link {link}, which commands may have made (it "
                   "lies in a directory they may write); left out")
     return bool(link)
+
+
+def _folders_of(missing: tuple[str, ...], kept: list[str]) -> list[str]:
+    """The deepest existing directory on the way to each path of `missing` that does not exist, but "/", a link, and
+    those in `kept` (read-only or hidden already: they take and show nothing new)."""
+    found = []
+    for path in missing:
+        if os.path.lexists(path):
+            continue
+        directory = os.path.dirname(path)
+        while not os.path.lexists(directory) and directory != os.path.dirname(directory):
+            directory = os.path.dirname(directory)
+        if os.path.isdir(directory) and not os.path.islink(directory) and directory != "/" \
+                and not _inside_any(directory, kept):
+            found.append(directory)
+    return found
+
+
+def _owned(root: str) -> bool:
+    """True (with a warning) when `root` lies in one of anges' own places, which commands may never change: its
+    configuration and records (a batch task's folder in anges' home is made for commands and may)."""
+    place = own_place_of(root)
+    if place:
+        warn_once(f"{root} lies in {place}, one of anges' own places (its configuration and records): commands may "
+                  "not write there; work in another folder")
+    return bool(place)
 
 
 def _warn_wide(writable: tuple[str, ...]) -> None:

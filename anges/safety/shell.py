@@ -217,20 +217,17 @@ def _start_background(command: str, argv: list[str], cwd, env: dict[str, str], l
                       log_cap: int, secrets: list[str]) -> CommandResult:
     started = time.monotonic()
     fd, log_path = tempfile.mkstemp(prefix="anges-bg-", suffix=".log", dir=log_dir)
-    os.close(fd)
     read_end, write_end = os.pipe()
     try:
         proc = _start(argv, cwd, env, write_end, write_end, runner)
     except BaseException:
         os.close(read_end)
+        os.close(fd)
         os.unlink(log_path)
         raise
     finally:
         os.close(write_end)
-    try:
-        log = CappedLog(log_path, log_cap, secrets)
-    except OSError:
-        log = None
+    log = CappedLog(fd, log_cap, secrets)
     _keep_going(command, proc, [open(read_end, "rb", buffering=0)], log, log_path, runner)  # noqa: SIM115
     return CommandResult(command, None, "", "", time.monotonic() - started, pid=proc.pid, log_path=log_path)
 

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, TypeGuard
 
 from anges.exceptions import InvalidStreamId, StreamNotFound
-from anges.store.results import COMMAND_DEFAULTS, FileEdit, ShellRun
+from anges.store.results import COMMAND_DEFAULTS, APICall, FileEdit, ShellRun
 from anges.util.clipping import one_line
 from anges.util.printable import strip_escapes
 
@@ -338,12 +338,13 @@ def kind_of(event_type: str) -> EventKind:
 
 
 def group_of(event: Event) -> str:
-    """request, shell, tool, edit, answer, interrupted, approval, child_start, child_running, child_exit, restore,
+    """request, shell, tool, api, edit, answer, interrupted, approval, child_start, child_running, child_exit, restore,
     plan, held or other: what views show an event as."""
     if event.type == "action":
         data = event.data
         shell = isinstance(data.get("command"), str)  # as `ShellRun.of` reads a command's result
-        return "shell" if shell else "tool" if "server" in data and "tool" in data else "other"
+        api = data.get("action_type") == "CALL_API"  # as `APICall.of` reads a web API call's
+        return "shell" if shell else "api" if api else "tool" if "server" in data and "tool" in data else "other"
     return kind_of(event.type).group
 
 
@@ -389,9 +390,9 @@ def shown_path(path: str, cwd: str) -> str:
 
 
 def derived_content(event: Event) -> str | None:
-    """The content `event` has when it is made from its facts alone (a command's or an edit's result); None for
-    other events. The store leaves such a content out and `Event.from_dict` rebuilds it."""
-    facts = ShellRun.of(event) or (FileEdit.of(event) if "directive" in event.data else None)
+    """The content `event` has when it is made from its facts alone (a command's, an edit's or a web API call's
+    result); None for other events. The store leaves such a content out and `Event.from_dict` rebuilds it."""
+    facts = ShellRun.of(event) or (FileEdit.of(event) if "directive" in event.data else None) or APICall.of(event)
     return facts.text() if facts is not None else None
 
 

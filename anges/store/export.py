@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from anges.store.events import ChildReturn, Event, StepUsage, kind_of, stream_status, walk
 from anges.store.plans import Plan
-from anges.store.results import FileEdit, ShellRun
+from anges.store.results import APICall, FileEdit, ShellRun
 from anges.store.turns import reasoning_after, turn_reasoning
 from anges.util.printable import as_drawn, printable, printable_texts
 
@@ -52,11 +52,13 @@ def to_markdown(stream: EventStream, store: EventStore) -> str:
 
 def _section(event: Event, depth: int, child: EventStream | None, number: int, reasoning: str) -> list[str]:
     data = event.data
-    shell, edit, returned = ShellRun.of(event), FileEdit.of(event), ChildReturn.of(event)
+    shell, edit, returned, call = ShellRun.of(event), FileEdit.of(event), ChildReturn.of(event), APICall.of(event)
     tool_call = event.type == "action" and "server" in data and "tool" in data
     title = kind_of(event.type).title
     if tool_call:
         title = f"MCP tool {data['server']}.{data['tool']}"
+    elif call is not None:
+        title = f"API call {call.api}.{call.operation}" if call.api else f"API call {call.operation}"
     elif returned is not None:
         title = f"{title} ({returned.exit_type})"
     heading = "#" * min(2 + depth, 6)
@@ -74,6 +76,10 @@ def _section(event: Event, depth: int, child: EventStream | None, number: int, r
     elif tool_call:
         out += _fence(json.dumps(data.get("args") or {}, indent=2, ensure_ascii=False), "json")
         out += ["", *_fence(event.content, "text")]
+    elif call is not None:
+        if isinstance(data.get("input"), dict):
+            out += [*_fence(json.dumps(data["input"], indent=2, ensure_ascii=False), "json"), ""]
+        out += _fence(event.content, "text")
     elif edit is not None and edit.error is None:
         out += [f"`{edit.directive or edit.path}`", ""]
         out += _fence(edit.diff, "diff") if edit.diff else ["(no change)"]

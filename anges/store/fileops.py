@@ -9,6 +9,7 @@ from contextlib import suppress
 from pathlib import Path
 
 from anges.store.events import new_id
+from anges.util.paths import make_dirs, write_file
 
 LOCK_PAUSE = 0.004
 """Between attempts to take a held lock (is_running() holds a shared one for a few microseconds)."""
@@ -35,14 +36,8 @@ def pread_all(fd: int, offset: int, size: int) -> bytes:
 
 
 def make_private_dirs(path: Path) -> None:
-    """Create `path` and its missing parents, each with mode 0o700."""
-    missing = []
-    while not path.is_dir():
-        missing.append(path)
-        path = path.parent
-    for directory in reversed(missing):
-        with suppress(FileExistsError):
-            directory.mkdir(mode=0o700)
+    """Create `path` and its missing parents, each with mode 0o700 (never through a link: `make_dirs`)."""
+    make_dirs(str(path), 0o700)
 
 
 def temp_copy(path: Path, data: bytes, durable: bool = False) -> Path:
@@ -69,13 +64,8 @@ def remove_temps(directory: Path, stems: list[str]) -> None:
 
 
 def replace_file(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` atomically."""
-    temp = temp_copy(path, data)
-    try:
-        os.replace(temp, path)
-    except OSError:
-        os.unlink(temp)
-        raise
+    """Replace `path` with `data` atomically (a link there is replaced, never written through: `write_file`)."""
+    write_file(str(path), data)
 
 
 def try_lock(fd: int, operation: int, attempts: int) -> bool:

@@ -154,8 +154,9 @@ class FileEdit:
 
 @dataclass(frozen=True)
 class ActionResult:
-    """The result of an action that is neither a command nor an MCP tool (a plug-in's action, say): its name, the
-    text the model read of it (the event's `content`) and, when it failed, why; views show it like a built-in's."""
+    """The result of an action that is neither a command, an MCP tool nor a web API call (a plug-in's action, say): its
+    name, the text the model read of it (the event's `content`) and, when it failed, why; views show it like a
+    built-in's."""
 
     action_type: str
     text: str
@@ -165,7 +166,8 @@ class ActionResult:
     def of(cls, event: Recorded) -> ActionResult | None:
         """The result `event` records, or None when it is not such an action's."""
         data = event.data
-        if event.type != "action" or "command" in data or ("server" in data and "tool" in data):
+        if event.type != "action" or "command" in data or ("server" in data and "tool" in data) \
+                or data.get("action_type") == "CALL_API":
             return None
         error = data.get("error")
         return cls(str(data.get("action_type") or ""), event.content or "",
@@ -261,3 +263,111 @@ def edit_text(edit: FileEdit) -> str:
 
 def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+@dataclass(frozen=True)
+class APICall:
+    """The facts of a CALL_API event (a web API's operation called by anges), and the text the model reads of them."""
+
+    api: str
+    operation: str
+    method: str = ""
+    url: str = ""
+    """Where the call went (the last redirect followed), without the credential."""
+    status: int | None = None
+    reason: str = ""
+    headers: tuple[tuple[str, str], ...] = ()
+    """The few useful headers of the response."""
+    content_type: str = ""
+    body: str = ""
+    """The body as the model reads it (JSON indented), its head and tail when cut; "" for a binary body."""
+    body_bytes: int = 0
+    body_lines: int = 0
+    """Of the body as the model reads it (indented JSON, decoded text)."""
+    body_cut: int = 0
+    """Bytes of it left out of `body`."""
+    body_path: str | None = None
+    """The file with the whole body (as read: up to the cap)."""
+    truncated: bool = False
+    """The body was longer than anges reads (`safety.background_log_cap`): the rest was not read."""
+    binary: bool = False
+    duration: float = 0.0
+    attempts: int = 1
+    error: str = ""
+    """Why it got no answer (timeout, connection, interrupted, redirect_refused) or was not sent (invalid,
+    unknown_api, unknown_operation, outside)."""
+    message: str = ""
+    problems: tuple[str, ...] = ()
+    """What the schema found wrong with the call."""
+    schema: str = ""
+    """The operation whole, shown with a call it refused."""
+
+    @classmethod
+    def of(cls, event: Recorded) -> APICall | None:
+        """The facts of `event`, or None when it is not a CALL_API result."""
+        data = event.data
+        if event.type != "action" or data.get("action_type") != "CALL_API":
+            return None
+        headers = data["headers"] if isinstance(data.get("headers"), dict) else {}
+        return cls(str(data.get("api") or ""), str(data.get("operation") or ""), str(data.get("method") or ""),
+                   str(data.get("url") or ""), data.get("status"), str(data.get("reason") or ""),
+                   tuple((str(k), str(v)) for k, v in headers.items()), str(data.get("content_type") or ""),
+                   str(data.get("body") or ""), data.get("body_bytes") or 0, data.get("body_lines") or 0,
+                   data.get("body_cut") or 0, data.get("body_path"), bool(data.get("truncated")),
+                   bool(data.get("binary")), data.get("duration") or 0.0, data.get("attempts") or 1,
+                   str(data.get("error") or ""), str(data.get("message") or ""),
+                   tuple(str(p) for p in data.get("problems") or ()), str(data.get("schema") or ""))
+
+    @property
+    def sent(self) -> bool:
+        return bool(self.method and self.url) and self.error not in NOT_SENT
+
+    @property
+    def ok(self) -> bool:
+        """Answered with a 2xx status."""
+        return not self.error and self.status is not None and 200 <= self.status < 300
+
+    def outcome(self) -> str:
+        """How it went, in a few words: `200 OK`, `not sent: invalid`, `no answer: timed out`..."""
+        if not self.sent:
+            return f"not sent ({self.error})"
+        if self.error == "redirect_refused":
+            return f"{self.status} {self.reason}, redirect refused".strip()
+        if self.error:
+            return {"timeout": "no answer (timed out)", "interrupted": "interrupted"}.get(self.error,
+                                                                                        f"failed ({self.error})")
+        return f"{self.status} {self.reason}".strip()
+
+    def text(self) -> str:
+        """The result as the model reads it (the event's content)."""
+        name = f"{self.api}.{self.operation}" if self.api else self.operation
+        if not self.sent:
+            lines = [f"CALL_API {name}: NOT SENT: {self.message}", *(f"- {p}" for p in self.problems)]
+            return "\n".join(lines + ([f"The operation:\n{self.schema}"] if self.schema else []))
+        lines = [f"CALL_API {name}: {self.method} {self.url}"]
+        tries = f"; {self.attempts} attempts" if self.attempts > 1 else ""
+        if self.error and self.error != "redirect_refused":
+            return "\n".join(lines + [f"FAILED after {self.duration:.1f} s{tries}: {self.message}"])
+        if self.error:
+            lines.append(f"REFUSED: {self.message}")
+        lines.append(f"STATUS: {self.status} {self.reason} ({self.duration:.2f} s{tries})".replace("  (", " ("))
+        if self.headers:
+            lines.append("HEADERS: " + "; ".join(f"{key}: {value}" for key, value in self.headers))
+        if not self.body_bytes:
+            return "\n".join(lines + ["(no body)"])
+        kind = self.content_type or "no content type"
+        if self.binary:
+            lines.append(f"BODY: {self.body_bytes} bytes of {kind}, not text")
+        else:
+            lines.append(f"BODY ({kind}, {self.body_bytes} bytes):\n{self.body}")
+        more = " and more the server sent, which was not read" if self.truncated else ""
+        if self.body_path and self.body_cut:
+            lines.append(f"FULL BODY: {self.body_lines} lines in {self.body_path}{more}, cut parts included "
+                         "(available until this request ends).")
+        elif self.body_path:
+            lines.append(f"BODY FILE: {self.body_path}{more} (available until this request ends).")
+        return "\n".join(lines)
+
+
+NOT_SENT = ("invalid", "unknown_api", "unknown_operation", "outside", "unsupported")
+"""The errors of a call that was never sent."""

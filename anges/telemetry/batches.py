@@ -9,6 +9,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from anges.telemetry.facts import content, kind
 from anges.telemetry.tracing import Telemetry
 
 FAILED = "failed"
@@ -39,14 +40,15 @@ class BatchTrace:
         span = self.tasks.pop(task_id, None)
         if span is None:
             return
-        attributes: dict[str, Any] = {"anges.run.status": row["status"], "anges.batch.outcome": outcome}
+        attributes: dict[str, Any] = {"anges.run.status": kind(row["status"]), "anges.batch.outcome": kind(outcome)}
         if row.get("reason"):
-            attributes["anges.run.stop_reason"] = row["reason"]
+            attributes["anges.run.stop_reason"] = kind(row["reason"])
         if row.get("check"):
-            attributes["anges.batch.check"] = row["check"]
+            attributes["anges.batch.check"] = kind(row["check"])
         span.set_attributes(attributes)
-        if outcome == FAILED or row.get("check") == FAILED:
-            span.set_status(Status(StatusCode.ERROR, row.get("error") or row.get("reason") or row.get("check") or ""))
+        if outcome == FAILED or row.get("check") == FAILED:  # an error's words (a setup's output) only if captured
+            words = content(str(row.get("error") or ""), [], 500) if self.telemetry.capture_content else ""
+            span.set_status(Status(StatusCode.ERROR, words or kind(row.get("reason") or row.get("check") or FAILED)))
         span.end()
 
     def close(self, counts: dict[str, int]) -> None:

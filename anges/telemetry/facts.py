@@ -4,11 +4,12 @@ here: plain dicts, named after the GenAI semantic conventions where they have a 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 from urllib.parse import urlparse
 
-from anges.store.events import Event, kind_of
-from anges.store.results import ShellRun
+from anges.store.events import Event, is_valid_id, kind_of
+from anges.store.results import APICall, ShellRun
 from anges.util.clipping import clip
 from anges.util.masking import mask_secrets
 
@@ -16,8 +17,11 @@ PROVIDERS = {"openai": "openai", "anthropic": "anthropic", "gemini": "gcp.gemini
 """anges's provider names as `gen_ai.provider.name` has them (a Gemini preset on Vertex AI is `gcp.vertex_ai`)."""
 OPERATIONS = {"gemini": "generate_content"}
 """The `gen_ai.operation.name` of a model call by provider; every other is `chat`."""
-ARGUMENT_KEYS = ("command", "directive", "path", "server", "tool", "arguments", "agent_id", "agent_type")
+ARGUMENT_KEYS = ("command", "directive", "path", "server", "tool", "arguments", "agent_id", "agent_type", "api",
+                 "operation", "method", "url")
 """The facts of an action's event that say what it was asked to do (its arguments, when content is captured)."""
+_KIND = re.compile(r"[A-Za-z_][A-Za-z0-9_.\[\]-]{0,99}")
+"""What a kind looks like (`event_limit`, `nonzero_exit`, `RateLimitError`, `safety.rules[3]`): no free text."""
 
 
 def describe_model(model: Any) -> dict[str, Any]:
@@ -67,8 +71,18 @@ def reply_attributes(reply: Any, cost: float | None) -> dict[str, Any]:
 
 
 def error_type(error: BaseException) -> str:
-    """A low-cardinality name of what went wrong: a stop's reason, a refused reply's kind, else the class name."""
-    return str(getattr(error, "reason", "") or getattr(error, "kind", "") or type(error).__name__)
+    """A low-cardinality name of what went wrong: a stop's reason, a refused reply's kind, else the class name (a
+    `reason` that is a sentence, as some libraries' errors have, is not a kind)."""
+    for given in (getattr(error, "reason", ""), getattr(error, "kind", "")):
+        if isinstance(given, str) and _KIND.fullmatch(given):
+            return given
+    return type(error).__name__
+
+
+def kind(value: Any, default: str = "other") -> str:
+    """`value` where it is a kind (a word, an identifier, a rule's name), else `default`: what telemetry exports of a
+    value that could hold free text (a path, a command, a quoted request) when content is not captured."""
+    return value if isinstance(value, str) and _KIND.fullmatch(value) else default
 
 
 def tool_name(event: Event) -> str:
@@ -96,13 +110,33 @@ def action_attributes(event: Event, run: ShellRun | None = None) -> dict[str, An
     if escalated is not None:
         facts["anges.escalated"] = bool(escalated)
     if approval.get("by"):
-        facts["anges.approval.by"] = str(approval["by"])
-    for key in ("operation", "lines_added", "lines_removed"):
-        if isinstance(data.get(key), (str, int)) and not isinstance(data.get(key), bool):
+        facts["anges.approval.by"] = kind(approval["by"])
+    if isinstance(data.get("operation"), str):
+        facts["anges.edit.operation"] = kind(data["operation"])
+    for key in ("lines_added", "lines_removed"):
+        if isinstance(data.get(key), int) and not isinstance(data.get(key), bool):
             facts[f"anges.edit.{key}"] = data[key]
-    for key in ("agent_id", "agent_type", "exit_type"):
+    if is_valid_id(data.get("agent_id")):
+        facts["anges.child.agent_id"] = data["agent_id"]
+    for key in ("agent_type", "exit_type"):
         if isinstance(data.get(key), str):
-            facts[f"anges.child.{key}"] = data[key]
+            facts[f"anges.child.{key}"] = kind(data[key])
+    call = APICall.of(event)
+    return {**facts, **_api_attributes(call)} if call is not None else facts
+
+
+def _api_attributes(call: APICall) -> dict[str, Any]:
+    """A web API call as OpenTelemetry's HTTP client conventions name it; the URL (it can hold the values of path
+    and query parameters) only among the arguments, when content is captured."""
+    facts: dict[str, Any] = {"anges.api.name": kind(call.api), "anges.api.operation": kind(call.operation)}
+    if call.sent:
+        url = urlparse(call.url)
+        facts.update({"http.request.method": kind(call.method), "server.address": url.hostname or "",
+                      "anges.api.duration": call.duration, "http.request.resend_count": call.attempts - 1})
+        if url.port:
+            facts["server.port"] = url.port
+    if call.status is not None:
+        facts["http.response.status_code"] = call.status
     return facts
 
 
@@ -112,6 +146,9 @@ def action_failure(event: Event, run: ShellRun | None = None) -> tuple[str, str]
     data = event.data
     if data.get("error"):
         return "action_error", str(data["error"])
+    call = APICall.of(event)
+    if call is not None and call.status is not None and call.status >= 400:
+        return str(call.status), call.outcome()
     if run is not None and run.state in ("timed_out", "interrupted"):
         return run.state, run.ending()
     if run is not None and run.exit_code not in (None, 0):
@@ -124,7 +161,8 @@ def approval_attributes(data: dict) -> dict[str, Any]:
     names = {"action_type": "gen_ai.tool.name", "rule": "anges.approval.rule", "channel": "anges.approval.channel",
              "escalate": "anges.approval.escalate", "decision": "anges.approval.decision", "by": "anges.approval.by",
              "always": "anges.approval.always"}
-    return {name: data[key] for key, name in names.items() if isinstance(data.get(key), (str, bool))}
+    return {name: kind(data[key]) if isinstance(data[key], str) else data[key] for key, name in names.items()
+            if isinstance(data.get(key), (str, bool))}
 
 
 def messages(role: str, text: str, secrets: list[str], limit: int, finish_reason: str = "") -> str:

@@ -24,7 +24,7 @@ from anges.store.events import (
     status_of,
     walk,
 )
-from anges.store.results import FileEdit, ShellRun
+from anges.store.results import APICall, FileEdit, ShellRun
 from anges.util.clipping import one_line
 
 SLOWEST = 5
@@ -44,7 +44,7 @@ class Step:
     model: float | None = None
     """Of which in the model (the reply that asked for it), when recorded."""
     command: float | None = None
-    """Of which running the command, for a command."""
+    """Of which running the command, for a command (or waiting on the web API, for a CALL_API)."""
 
 
 @dataclass
@@ -69,6 +69,9 @@ class Stats:
     commands: int = 0
     approval_wait: float = 0.0
     approvals: int = 0
+    api_calls: int = 0
+    """Web API calls sent (CALL_API), and `api_time` the seconds they took."""
+    api_time: float = 0.0
     ends: Counter = field(default_factory=Counter)
     """How the runs ended: completed, answered, help_needed, interrupted (REASON), unfinished."""
     missing: Counter = field(default_factory=Counter)
@@ -84,7 +87,8 @@ class Stats:
     def add(self, other: Stats) -> None:
         """Add another run's figures to these."""
         for name in ("runs", "requests", "steps", "model_calls", "input_tokens", "output_tokens", "cached_tokens",
-                     "wall", "model_time", "command_time", "commands", "approval_wait", "approvals"):
+                     "wall", "model_time", "command_time", "commands", "approval_wait", "approvals", "api_calls",
+                     "api_time"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.estimated = self.estimated or other.estimated
         if other.cost is not None:
@@ -97,10 +101,10 @@ class Stats:
         """JSON-ready figures (seconds rounded to milliseconds)."""
         data = {name: getattr(self, name) for name in ("runs", "requests", "steps", "model_calls", "input_tokens",
                                                         "output_tokens", "cached_tokens", "estimated", "commands",
-                                                        "approvals")}
+                                                        "approvals", "api_calls")}
         data.update({"cached_share": self.cached_share, "cost": None if self.cost is None else round(self.cost, 6),
                      "seconds": {"wall": round(self.wall, 3), "model": round(self.model_time, 3),
-                                 "commands": round(self.command_time, 3),
+                                 "commands": round(self.command_time, 3), "api": round(self.api_time, 3),
                                  "approval_wait": round(self.approval_wait, 3)},
                      "ends": dict(self.ends), "missing": {name: n for name, n in self.missing.items() if n},
                      "slowest_steps": [{**vars(step), **{key: round(getattr(step, key), 3) for key in
@@ -166,6 +170,11 @@ def _count(stats: Stats, owner: str, number: int, event: Event, before: Event | 
         else:
             stats.missing["model_time"] += usage.model_calls
     command = _command_seconds(stats, event)
+    call = APICall.of(event)
+    if call is not None and call.sent:
+        stats.api_calls += 1
+        stats.api_time += call.duration
+        command = call.duration
     key = (owner, event.data.get("request_id"))
     if event.type == "approval_requested":
         asked[key] = event
@@ -199,8 +208,9 @@ def _what(event: Event) -> str:
     """A step in a few words: `RUN_SHELL_CMD pytest -q`, `EDIT_FILE REPLACE_TEXT app.py`, `TASK_COMPLETE`."""
     data = event.data
     action = str(data.get("action_type") or kind_of(event.type).action or kind_of(event.type).title)
-    run, edit = ShellRun.of(event), FileEdit.of(event) if "directive" in data else None
-    subject = run.command if run else edit.directive if edit else data.get("agent_id") or ""
+    run, edit, call = ShellRun.of(event), FileEdit.of(event) if "directive" in data else None, APICall.of(event)
+    subject = run.command if run else edit.directive if edit else f"{call.api}.{call.operation} {call.method}".strip() \
+        if call else data.get("agent_id") or ""
     return one_line(f"{action} {subject}".strip(), 100)
 
 

@@ -148,14 +148,14 @@ class Telemetry:
 
     def _end_run(self, agent: _Agent, state: _Open, span: Span, event: Event, now: int) -> None:
         status = kind_of(event.type).status or ""
-        reason = str(event.data.get("reason") or "") if status == "interrupted" else ""
+        reason = facts.kind(event.data.get("reason") or "stopped") if status == "interrupted" else ""
         span.set_attributes({"anges.run.status": status, "gen_ai.usage.input_tokens": state.tokens[0],
                              "gen_ai.usage.output_tokens": state.tokens[1]})
         if reason:
             span.set_attribute("anges.run.stop_reason", reason)
         if reason and reason != USER_STOP:
             span.set_attributes({"error.type": reason})
-            span.set_status(Status(StatusCode.ERROR, facts.content(event.content, agent.secrets, 500)))
+            span.set_status(Status(StatusCode.ERROR, self._described_error(reason, event.content, agent)))
         elif self.capture_content:
             span.set_attribute("gen_ai.output.messages", facts.messages("assistant", event.content, agent.secrets,
                                                                         self.max_content_chars))
@@ -174,7 +174,8 @@ class Telemetry:
         span.set_attributes(facts.approval_attributes(data))
         span.set_attribute("anges.approval.waited", (now - _start(span, now)) / 1e9)
         if data.get("decision") != "allow":
-            span.set_status(Status(StatusCode.ERROR, f"{data.get('decision')} by {data.get('by')}"))
+            decided = f"{facts.kind(data.get('decision'))} by {facts.kind(data.get('by'))}"
+            span.set_status(Status(StatusCode.ERROR, decided))
         span.end(end_time=now)
 
     def _action(self, agent: _Agent, state: _Open, event: Event, now: int, span: Span | None = None) -> None:
@@ -197,7 +198,7 @@ class Telemetry:
         else:
             span.set_attributes(attributes)  # how the child ended
         if failure is not None:
-            span.set_status(Status(StatusCode.ERROR, facts.content(failure[1], agent.secrets, 500)))
+            span.set_status(Status(StatusCode.ERROR, self._described_error(failure[0], failure[1], agent)))
         span.end(end_time=now)
         if self.instruments is not None:
             self.instruments.action_ended(attributes["gen_ai.tool.name"], failure[0] if failure else "ok",
@@ -225,10 +226,10 @@ class Telemetry:
         span = self._span(f"{model['gen_ai.operation.name']} {model['gen_ai.request.model']}", state, start,
                           attributes, SpanKind.CLIENT)
         for retry in getattr(reply, "retries", ()):
-            span.add_event("retry", {"anges.retry.reason": retry.reason, "anges.retry.wait": retry.wait},
-                           timestamp=int(retry.at * 1e9))
+            span.add_event("retry", self._retry_attributes(retry, agent), timestamp=int(retry.at * 1e9))
         if call.error is not None:
-            span.set_status(Status(StatusCode.ERROR, facts.content(str(call.error), agent.secrets, 500)))
+            span.set_status(Status(StatusCode.ERROR, self._described_error(attributes["error.type"], str(call.error),
+                                                                           agent)))
         span.end(end_time=end)
         state.mark = max(state.mark, end)
         usage = getattr(reply, "usage", None)
@@ -239,6 +240,20 @@ class Telemetry:
             self.instruments.model_called(attributes, call.duration, usage)
 
     # --- helpers ------------------------------------------------------------------------------------------
+
+    def _described_error(self, kind: str, text: str, agent: _Agent) -> str:
+        """A failed span's status description: the error's kind, and its text (masked, cut) only when content is
+        captured: an error's words may quote the request, name a file or hold a command's output."""
+        return facts.content(text, agent.secrets, 500) if self.capture_content else kind
+
+    def _retry_attributes(self, retry: Any, agent: _Agent) -> dict[str, Any]:
+        """A retry event's facts: the wait and the HTTP status; why, in words, only when content is captured."""
+        found: dict[str, Any] = {"anges.retry.wait": retry.wait}
+        if getattr(retry, "status", None) is not None:
+            found["http.response.status_code"] = retry.status
+        if self.capture_content:
+            found["anges.retry.reason"] = facts.content(retry.reason, agent.secrets, 500)
+        return found
 
     def _described(self, model: Any) -> dict[str, Any]:
         """`facts.describe_model`, kept for the last few models (a run asks for it on every call)."""

@@ -7,8 +7,10 @@ through `printable` first; anges' own colours are added afterwards.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
+from collections.abc import Iterator
 from typing import Any
 
 _UNSAFE = re.compile("\r(?!\n)|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069"
@@ -27,42 +29,63 @@ def printable(text: str) -> str:
     return _UNSAFE.sub(_shown, text)
 
 
-_UNSEEN_CATEGORIES = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"))
+_UNSEEN_CATEGORIES = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs", "Me"))
 """Controls, format characters (zero-width, bidirectional, tags), surrogates, private-use and unassigned code
-points, line and paragraph separators, and every space but the ASCII one."""
-_UNSEEN = frozenset((0x034F, 0x115F, 0x1160, 0x180B, 0x180C, 0x180D, 0x180F, 0x2800, 0x3164, 0xFFA0,
-                     *range(0xFE00, 0xFE10), *range(0xE0100, 0xE01F0)))
-"""Characters that show as nothing although their category says otherwise: the combining grapheme joiner,
-Hangul fillers, variation selectors, the blank Braille pattern."""
-
-
+points, line and paragraph separators, every space but the ASCII one, and marks drawn around other text (U+20DD)."""
+BLANK_SYMBOLS = frozenset(("\u2800",))
+"""Symbols drawn as nothing that no Unicode property calls invisible: the blank Braille pattern."""
 MAX_STACKED_MARKS = 2
-"""Combining marks shown on one letter (é, ệ); more, and those drawn around it (U+20DD), spill over the lines
-around them in a browser: they are marked instead."""
+"""Combining marks shown on one letter (é, ệ); more spill over the lines around them in a browser: they are
+marked instead."""
 
 
 def visible(text: str) -> str:
     """`text` as a person asked to approve it must see it: `printable`, and every other character that shows as
-    nothing or as a plain space (zero-width, format, tag and variation characters, non-ASCII spaces, private-use
-    and unassigned code points), or over other text (enclosing marks, more than two combining marks on a letter),
-    marked `<U+200B>`: what shows is what runs."""
+    nothing or as a plain space (`unseen`), or over other text (more than two combining marks on a letter), marked
+    `<U+200B>`: what shows is what runs."""
     text = printable(text)
     if text.isascii():
         return text
-    shown, stacked = [], 0
+    return "".join(f"<U+{ord(char):04X}>" if hide else char for char, hide in _judged(text))
+
+
+def hidden(text: str) -> list[str]:
+    """The characters that are not ASCII and that `visible` marks in `text`, each once, in order."""
+    if text.isascii():
+        return []
+    return list(dict.fromkeys(char for char, hide in _judged(text) if hide))
+
+
+def _judged(text: str) -> Iterator[tuple[str, bool]]:
+    """Each character of `text`, and whether `visible` marks it."""
+    stacked = 0
     for char in text:
         stacked = stacked + 1 if unicodedata.combining(char) else 0
-        shown.append(_marked(char, stacked))
-    return "".join(shown)
+        yield char, char >= "\x80" and (stacked > MAX_STACKED_MARKS or unseen(char))
 
 
-def _marked(char: str, stacked: int = 0) -> str:
-    if char < "\x80":
-        return char
-    code, category = ord(char), unicodedata.category(char)
-    if code in _UNSEEN or category in _UNSEEN_CATEGORIES or category == "Me" or stacked > MAX_STACKED_MARKS:
-        return f"<U+{code:04X}>"
-    return char
+@functools.lru_cache(maxsize=4096)
+def unseen(char: str) -> bool:
+    """Whether a character is one a person cannot see, or sees as a plain space: Unicode's Default_Ignorable_Code_Point
+    set (zero-width, bidirectional and other format characters, variation selectors, tags, fillers, the invisible
+    Khmer vowels), the categories in `_UNSEEN_CATEGORIES`, and `BLANK_SYMBOLS`."""
+    from anges.util.unicode_data import DEFAULT_IGNORABLE
+
+    code = ord(char)
+    return (unicodedata.category(char) in _UNSEEN_CATEGORIES or char in BLANK_SYMBOLS
+            or any(first <= code <= last for first, last in DEFAULT_IGNORABLE))
+
+
+def lookalike(char: str) -> str:
+    """The ASCII text `char` can be taken for ("" for none): Cyrillic і for i, fullwidth ａ for a (UTS #39)."""
+    return _lookalikes().get(char, "")
+
+
+@functools.cache
+def _lookalikes() -> dict[str, str]:
+    from anges.util.unicode_data import LOOKALIKES
+
+    return {char: like for like, chars in LOOKALIKES.items() for char in chars}
 
 
 def unusable(text: str) -> str:

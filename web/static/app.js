@@ -342,6 +342,7 @@
   function resetTranscript() {
     closeFeed("idle");
     state.blocks.clear();
+    for (const card of state.approvals.values()) card.guard.stop();
     state.approvals.clear();
     state.live.clear();
     updateWorking();
@@ -675,8 +676,9 @@
       details.appendChild(body);
       item.appendChild(details);
     }
-    const render = { shell: renderShell, edit: renderEdit, answer: renderAnswer, interrupted: renderInterrupted,
-      child_start: renderChildNote, child_exit: renderChildNote, plan: renderPlan, held: renderHeld }[step.kind]
+    const render = { shell: renderShell, api: renderApi, edit: renderEdit, answer: renderAnswer,
+      interrupted: renderInterrupted, child_start: renderChildNote, child_exit: renderChildNote, plan: renderPlan,
+      held: renderHeld }[step.kind]
       || renderOther;
     item.appendChild(render(step));
     if (step.restorable && !key) item.appendChild(restoreButton(step));
@@ -712,7 +714,7 @@
     for (const item of plan.left_alone) notes.appendChild(el("li", null, `Left as it is: ${item.path} (${item.why})`));
     if (plan.outside.length) {
       notes.appendChild(el("li", null, `Step ${plan.outside.join(", ")} could change files outside the working ` +
-        "directory (outside the sandbox, an MCP tool or a plug-in): those changes stay."));
+        "directory (outside the sandbox, an MCP tool, a web API call or a plug-in): those changes stay."));
     }
     for (const item of plan.conflicts) notes.appendChild(el("li", "conflict", `${item.path}: ${item.why}`));
     const diff = $("restore-diff");
@@ -797,6 +799,27 @@
     } else {
       card.appendChild(el("div", "no-output muted small", "(no output)"));
     }
+    return card;
+  }
+
+  // A web API call anges made (CALL_API): the method and URL, how it went, the body as the model read it.
+  function renderApi(step) {
+    const card = el("div", "card api");
+    const head = cardHead();
+    head.appendChild(el("span", "prompt", "\u21c4"));
+    const name = step.api ? `${step.api}.${step.operation}` : step.operation;
+    head.appendChild(el("code", "command", step.sent ? `${step.method} ${step.url}` : name));
+    const badges = el("span", "badges");
+    badges.appendChild(el("span", `badge ${step.ok ? "ok" : "bad"}`, step.outcome));
+    if (typeof step.duration === "number") badges.appendChild(el("span", "badge", `${step.duration.toFixed(2)} s`));
+    addApprovedBadge(badges, step);
+    head.appendChild(badges);
+    card.appendChild(head);
+    if (step.message) card.appendChild(el("div", "small muted", step.message));
+    const text = (step.output || "").replace(/\n+$/, "");
+    if (text) card.appendChild(outputBlock(text, step.long, `Body (${text.split("\n").length} lines)`));
+    else card.appendChild(el("div", "no-output muted small", "(no body)"));
+    if (step.body_path) card.appendChild(el("div", "small muted", `Whole body: ${step.body_path}`));
     return card;
   }
 
@@ -1004,7 +1027,10 @@
     node.dataset.requestId = facts.request_id || "";
     const head = cardHead();
     head.appendChild(el("span", "approval-label", "Needs approval"));
-    head.appendChild(el("code", "path", `${facts.action_type || ""} ${facts.subject || ""}`.trim()));
+    // One line, marked by the server (safety/approval_text.py: title): the whole of it is in the body below.
+    const title = el("code", "path", facts.title || facts.action_type || "");
+    title.title = title.textContent;
+    head.appendChild(title);
     if (facts.escalate) {
       const badges = el("span", "badges");
       badges.appendChild(el("span", "badge warn", "outside the sandbox"));
@@ -1041,6 +1067,7 @@
           size.textContent = facts.size || "";
           openAll.remove();
           card.seen = true;
+          card.guard.restart(); // Approve appears now: it waits its own read time
           setCardState(card, card.state);
         });
         body.appendChild(openAll);
@@ -1067,7 +1094,7 @@
       b.type = "button";
       b.dataset.decision = decision;
       if (title) b.title = title;
-      b.addEventListener("click", () => answerApproval(card, decision));
+      b.addEventListener("click", (event) => { if (card.guard.takes(b, event)) answerApproval(card, decision); });
       buttons.appendChild(b);
       return b;
     };
@@ -1078,6 +1105,10 @@
     card.approving.push(button("Always", "", "always", `Run it, and for the rest of this run: ${facts.scope || ""}`));
     card.buttons.push(...card.approving);
     card.buttons.push(button("Deny", "btn-danger", "deny", "Do not run it; the agent gets what you typed above"));
+    // Only a deliberate act answers (deliberate.js): the buttons work once the card has been read.
+    card.guard = new window.AngesDeliberate.Guard(buttons, card.buttons, (facts.read_seconds ?? 1) * 1000,
+      () => setCardState(card, card.state),
+      (why) => setCardState(card, card.state, `Not taken: ${why}. Read the card, then press the button again.`));
     controls.appendChild(buttons);
     node.appendChild(controls);
     card.outcome.setAttribute("role", "status");
@@ -1098,11 +1129,14 @@
     card.node.dataset.state = name;
     const running = Boolean(state.status && state.status.running);
     const open = (name === "pending" || name === "error") && running && card.channel === "web";
-    for (const b of card.buttons) b.disabled = !open;
+    if (!["pending", "sending", "sent", "error"].includes(name)) card.guard.stop();
+    const ready = open && card.guard.armed;
+    for (const b of card.buttons) b.disabled = !ready;
     for (const b of card.approving) {
       b.hidden = !card.seen; // offered only once all of it has been on the page
-      b.disabled = !open || !card.seen;
+      b.disabled = !ready || !card.seen;
     }
+    card.node.dataset.ready = String(ready);
     card.feedback.disabled = !open;
     if (message !== undefined) card.outcome.textContent = message;
     updateWorking();
@@ -1150,7 +1184,7 @@
     const head = cardHead();
     const label = facts.decision === "allow" ? "Approved" : facts.decision === "cancelled" ? "Not answered" : "Declined";
     head.appendChild(el("span", "approval-label", label));
-    head.appendChild(el("code", "path", `${facts.action_type || ""} ${facts.subject || ""}`.trim()));
+    head.appendChild(el("code", "path", facts.title || facts.action_type || ""));
     card.appendChild(head);
     card.appendChild(el("p", "approval-outcome", step.message || ""));
     if (facts.reason) card.appendChild(el("p", "approval-reason muted small", `${facts.reason} [${facts.rule}]`));
