@@ -258,3 +258,19 @@ def test_a_long_list_of_causes_is_cut_to_a_few_and_a_count(tmp_path):
     assert causes[0] == "the plan has 9 open steps: step 0; step 1; step 2; step 3; step 4 (and 4 more)"
     assert causes[1:] == [f"in this reply, `exit {n}` exited with code {n}" for n in range(1, 6)] + [
         "and 3 more actions of this reply failed"]
+
+
+def test_what_counts_as_a_failed_action():
+    from anges.agents.completion import failure
+    from anges.store.events import Event
+
+    api = {"action_type": "CALL_API", "api": "pets", "operation": "getPet", "method": "GET", "url": "http://h/pets/1"}
+    assert failure(Event("action", data={**api, "status": 200, "reason": "OK"})) == ""
+    assert failure(Event("action", data={**api, "status": 404, "reason": "Not Found"})) == (
+        "CALL_API pets.getPet: 404 Not Found")
+    assert failure(Event("action", data={**api, "error": "timeout"})) == "CALL_API pets.getPet: no answer (timed out)"
+    assert failure(Event("new_child_agent", data={"agent_id": "k3Jd9aQw2LxZ"})) == (
+        "child agent k3Jd9aQw2LxZ was started: its report is not in yet")
+    assert failure(Event("plan_updated", data={"plan": []})) == ""
+    assert failure(Event("action", data={"action_type": "UPDATE_PLAN", "error": "step 1 is empty"})) == (
+        "UPDATE_PLAN failed: step 1 is empty")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 from anges.prompt.templates import render_template
 from anges.store.events import Event, kind_of
 from anges.store.plans import Plan
-from anges.store.results import FileEdit, ShellRun
+from anges.store.results import APICall, FileEdit, ShellRun
 from anges.util.clipping import one_line
 
 if TYPE_CHECKING:
@@ -140,6 +140,9 @@ def failure(event: Event) -> str:
         return {"exited": f"{command} exited with code {run.exit_code}" if run.exit_code else "",
                 "timed_out": f"{command} was killed after its timeout", "interrupted": f"{command} was interrupted",
                 "background": f"{command} went on in the background: its result is not known yet"}[run.state]
+    api = APICall.of(event)
+    if api is not None:  # a call answered outside 2xx did not succeed, as a command exiting non-zero
+        return "" if api.ok else f"CALL_API {api.api}.{api.operation}: {api.outcome()}"
     edit = FileEdit.of(event)
     if edit is not None:
         return f"the edit `{one_line(edit.directive, 80)}` failed: {one_line(edit.error, 120)}" if edit.error else ""
