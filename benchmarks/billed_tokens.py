@@ -6,11 +6,13 @@ ANGES_HOME, real commands in a temporary working directory):
 - `log-1mb`: six calls; the first build prints a 1 MB log by mistake, then the model reads a file, fixes it with a
   heredoc script, runs the tests and the build again, and completes.
 - `listing-5mb`: six calls; the first command lists 5 MB of paths, then a search, a read, a test run, an edit.
+- `medium`: 25 calls reading parts of a file (1-2 KB each), searching it and running the tests.
 - `long-fold`: 150 calls of mixed commands (one-liners, every tenth 150 lines, a 3 KB and a 200 KB output now and
   then): a task long enough to fold.
 - `orchestrator`: an orchestrator briefs three executors (one at a time); each reads, runs (one prints 1 MB) and
   reports at length; the orchestrator waits for each, checks, and completes.
 - `small-events`: 45 one-line commands with a 200,000-token context window: a few dozen small events.
+- `many-small`: the same, 300 of them: a long run of small events.
 
 Per scenario it prints the model calls (steps, folds), the prompt characters sent, the output tokens, and the
 input tokens billed under three cache models, tokens counted as four characters:
@@ -19,15 +21,15 @@ input tokens billed under three cache models, tokens counted as four characters:
 - `prefix`: automatic prefix caching (OpenAI, DeepSeek, Gemini's implicit cache): the longest common prefix with the
   previous prompt of the same agent is read from the cache at 0.1x, the rest billed in full. No minimum length and
   no block granularity (real caches start at 1,024 tokens and grow in steps of 128): an upper bound of what hits.
-- `marks`: Anthropic's `cache_control` breakpoints, as anges sets them (`anges.models.base.Prompt`): a prompt is
-  split into blocks at its `breaks`, and a cache entry is written for the prefix ending at each of its `marks`. A
-  prompt reads from the cache the longest prefix ending at one of its block ends that an earlier prompt of the same
-  agent wrote (0.1x); the tokens from there to its last mark are written (1.25x), the rest billed in full. A
-  prompt without marks (a plain string) is neither read nor written.
+- `marks`: Anthropic's `cache_control` breakpoints, on the blocks anges sends (`anges.models.anthropic_model.
+  user_content`, from the prompt's `breaks` and `marks`): a cache entry is written for the prefix ending with each
+  marked block. A prompt reads from the cache the longest prefix ending at one of its block ends that an earlier
+  prompt of the same agent wrote (0.1x); the tokens from there to the end of its last marked block are written
+  (1.25x), the rest billed in full. A prompt sent as one plain block is neither read nor written.
 
 "The same agent" is the agent whose call thread (`anges-model-<stream id>`) made the call: its steps, its folds
 and its title. The first 1 MB output's share of later prompts is printed for `log-1mb`. Run:
-    python benchmarks/billed_tokens.py [--only NAME ...] [--json FILE]
+    python benchmarks/billed_tokens.py [--only NAME ...] [--set KEY=VALUE ...] [--json FILE]
 """
 
 import argparse
@@ -43,14 +45,16 @@ os.environ.setdefault("ANGES_HOME", tempfile.mkdtemp(prefix="anges-bench-"))
 
 from anges.agents import DefaultAgent, Orchestrator
 from anges.config.loading import load_config
-from anges.models.base import Completion, Usage
+from anges.models.anthropic_model import user_content
+from anges.models.base import Completion, Prompt, Usage
 from anges.models.scripted import SUMMARY_PROMPT_MARK, TITLE_PROMPT_MARK
 
 CHARS_PER_TOKEN = 4
 CACHED, WRITTEN = 0.1, 1.25
 SUMMARY = ("Summary so far. The agent works on the user's request step by step: it ran the commands shown, read the "
            "files it needed and changed only what the request asked for; every command so far ended as expected, "
-           "nothing else changed on the machine. ") + "Open: carry on with the next steps until the request is done. " * 18
+           "nothing else changed on the machine. ") + (
+    "Open: carry on with the next steps until the request is done. " * 18)
 
 
 def is_fold(prompt: str) -> bool:
@@ -109,17 +113,30 @@ def billed(calls: list) -> dict:
         prefix += (size - hit) + CACHED * hit
         previous[call.agent] = call.prompt
         entries = written.setdefault(call.agent, set())
-        if not call.marks:
+        ends, marked = blocks(call)
+        if not marked:
             marks += size
             continue
-        ends = sorted({*call.breaks, *call.marks, size})
         read = max((end for end in ends if hash(call.prompt[:end]) in entries), default=0)
-        last = max(call.marks)
-        wrote = max(last - read, 0)
-        marks += CACHED * read + WRITTEN * wrote + (size - max(read, last))
-        entries.update(hash(call.prompt[:mark]) for mark in call.marks)
+        last = max(marked)
+        marks += CACHED * read + WRITTEN * max(last - read, 0) + (size - max(read, last))
+        entries.update(hash(call.prompt[:end]) for end in marked)
     return {name: round(chars / CHARS_PER_TOKEN) for name, chars in
             (("none", none), ("prefix", prefix), ("marks", marks))}
+
+
+def blocks(call: Call) -> tuple[list[int], list[int]]:
+    """Where the blocks anges sends to Anthropic end, and which of those carry a cache mark."""
+    content = user_content(Prompt(call.prompt, call.breaks, call.marks))
+    if isinstance(content, str):
+        return [], []
+    ends, marked, at = [], [], 0
+    for block in content:
+        at += len(block["text"])
+        ends.append(at)
+        if block.get("cache_control"):
+            marked.append(at)
+    return ends, marked
 
 
 def reply(reasoning, *actions):
@@ -135,8 +152,8 @@ def complete(content):
 
 
 APP = "def ratio(a, b):\n    return a / b\n\n\n" + "".join(
-    f"def helper_{n}(values):\n    \"\"\"Helper {n}: the sum of the values times {n}.\"\"\"\n    return sum(values) * {n}\n\n\n"
-    for n in range(30))
+    f"def helper_{n}(values):\n    \"\"\"Helper {n}: the sum of the values times {n}.\"\"\"\n"
+    f"    return sum(values) * {n}\n\n\n" for n in range(30))
 TESTS = ("from src.app import ratio\n\nassert ratio(4, 2) == 2\nassert ratio(1, 0) == 0\nprint('3 passed')\n")
 BUILD = ("import sys\nquiet = '--quiet' in sys.argv\nfor n in range(15000):\n    if not quiet:\n"
          "        print(f'[{n:05d}] compiling module_{n}.c with -O2 -Wall ... ok (0.{n % 97:02d} s)')\n"
@@ -145,8 +162,9 @@ BUILD = ("import sys\nquiet = '--quiet' in sys.argv\nfor n in range(15000):\n   
 LISTING = "for n in range(70000):\n    print(f'./data/archive/{n // 1000:03d}/records-{n:06d}-part.jsonl.gz')\n"
 FIX = ("python3 - <<'EOF'\nimport pathlib\npath = pathlib.Path('src/app.py')\ntext = path.read_text()\n"
        "old = 'def ratio(a, b):\\n    return a / b\\n'\n"
-       "new = ('def ratio(a, b):\\n'\n        '    \"\"\"a / b, or 0 when b == 0 (the report divides by counts that may be "
-       "zero).\"\"\"\\n'\n        '    if b == 0:\\n'\n        '        return 0\\n'\n        '    return a / b\\n')\n"
+       "new = ('def ratio(a, b):\\n'\n        '    \"\"\"a / b, or 0 when b == 0 (the report divides by counts "
+       "that may be zero).\"\"\"\\n'\n        '    if b == 0:\\n'\n        '        return 0\\n'\n"
+       "        '    return a / b\\n')\n"
        "assert text.count(old) == 1, 'ratio() is not where it was'\npath.write_text(text.replace(old, new))\n"
        + "".join(f"# check {n}: helper_{n} keeps its behaviour (sum times {n}); nothing else in the file changes\n"
                  for n in range(12))
@@ -197,6 +215,14 @@ def long_fold(agent, prompt, done, steps=150):
     return reply(f"Step {n} of the plan: run the next check.", shell(command))
 
 
+def medium(agent, prompt, done, steps=24):
+    if done >= steps:
+        return reply("Done.", complete("Every helper was checked; the tests pass."))
+    commands = ["sed -n 1,45p src/app.py", "grep -n 'def ' src/app.py", "python3 test_app.py",
+                "sed -n 45,90p src/app.py", "ls -la src", "git status 2>&1 | head -5"]
+    return reply(f"Step {done + 1}: look at the next part.", shell(commands[done % len(commands)]))
+
+
 BRIEF = ("In the working directory, {task}. Context: the project is a small Python package (src/app.py, test_app.py, "
          "build.py); the tests run with `python3 test_app.py` and the build with `python3 build.py --quiet`. "
          "Constraints: change only what this brief asks for, keep every other helper's behaviour, do not reformat. "
@@ -236,22 +262,51 @@ def small_events(agent, prompt, done, steps=45):
     return reply(f"Step {done + 1}.", shell(f"echo step {done + 1}" if done % 2 else "ls src"))
 
 
+def many_small(agent, prompt, done):
+    return small_events(agent, prompt, done, steps=300)
+
+
 SCENARIOS = {"log-1mb": (log_1mb, DefaultAgent, 0), "listing-5mb": (listing_5mb, DefaultAgent, 0),
-             "long-fold": (long_fold, DefaultAgent, 0), "orchestrator": (orchestrated, Orchestrator, 0),
-             "small-events": (small_events, DefaultAgent, 200_000)}
+             "medium": (medium, DefaultAgent, 0), "long-fold": (long_fold, DefaultAgent, 0),
+             "orchestrator": (orchestrated, Orchestrator, 0),
+             "small-events": (small_events, DefaultAgent, 200_000),
+             "many-small": (many_small, DefaultAgent, 200_000)}
 REQUESTS = {"log-1mb": "The build fails: find out why and fix it.", "listing-5mb": "Make the tests pass.",
+            "medium": "Check each helper of src/app.py against the tests.",
             "long-fold": "Run the checks of the plan, one per step, 150 in all.",
             "orchestrator": "Get ratio() fixed: have it read, built and patched by child agents.",
-            "small-events": "Run the 45 steps of the plan, one per step."}
+            "small-events": "Run the 45 steps of the plan, one per step.",
+            "many-small": "Run the 300 steps of the plan, one per step."}
 
 
-def run(name: str) -> dict:
+def settings(pairs: list) -> dict:
+    """`--set a.b.c=value` pairs as config overrides (values read as JSON where they parse)."""
+    overrides: dict = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        *path, last = key.split(".")
+        place = overrides
+        for part in path:
+            place = place.setdefault(part, {})
+        try:
+            place[last] = json.loads(value)
+        except ValueError:
+            place[last] = value
+    return overrides
+
+
+def merged(base: dict, extra: dict) -> dict:
+    return {**base, **{key: merged(base.get(key, {}), value) if isinstance(value, dict) else value
+                       for key, value in extra.items()}}
+
+
+def run(name: str, extra: dict) -> dict:
     script, agent_type, window = SCENARIOS[name]
     meter = Meter(script, context_window=window)
-    config = load_config(overrides={
+    config = load_config(overrides=merged({
         "agents": {"common": {"max_number_of_events_to_exhaust": 0, "max_model_calls": 0, "max_repeated_actions": 0},
                    "orchestrator": {"max_concurrent_children": 1}},
-        "safety": {"approval": "auto"}})
+        "safety": {"approval": "auto"}}, extra))
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as work:
         setup(work)
@@ -259,7 +314,8 @@ def run(name: str) -> dict:
         stream = agent.run_with_new_request(REQUESTS[name])
         agent.close()
     calls = meter.calls
-    result = {"scenario": name, "ended": stream.events_list[-1].type, "seconds": round(time.perf_counter() - started, 1),
+    seconds = round(time.perf_counter() - started, 1)
+    result = {"scenario": name, "ended": stream.events_list[-1].type, "seconds": seconds,
               "calls": len(calls), "steps": sum(c.kind == "step" for c in calls),
               "folds": sum(c.kind == "fold" for c in calls), "agents": len({c.agent for c in calls}),
               "prompt_chars": sum(len(c.prompt) for c in calls),
@@ -290,8 +346,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", nargs="*", choices=list(SCENARIOS), help="run these scenarios only")
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="a configuration setting for every scenario, e.g. prompt.history_window_chars=20000")
     options = parser.parse_args()
-    results = [run(name) for name in options.only or SCENARIOS]
+    results = [run(name, settings(options.set)) for name in options.only or SCENARIOS]
     columns = ("calls", "steps", "folds", "prompt_chars", "none", "prefix", "marks", "output_tokens")
     print(f"{'scenario':<14}" + "".join(f"{c:>14}" for c in columns) + "  ended")
     for result in results:

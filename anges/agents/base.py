@@ -292,7 +292,7 @@ class BaseAgent(Delegation):
             record=self._record, agent_id=self.uid, agent_type=self.agent_type, secrets=self.secrets, env=env,
             charge=ledger.charge, render_guide=self._prompter.guide, delegator=self,
             output_sink=self._calls.output_sink)
-        history = History(stream, self.store, self._calls.sizing.prompt, self._calls.reply, self._record, self.logger)
+        history = History(stream, self.store, self._prompter, self._calls.reply, self._record, self.logger)
         return RunState(self.agent_config, budget, ledger, context, history, ending_jobs=self._share.ending_jobs)
 
     def actions_by_type(self) -> dict[str, Action]:

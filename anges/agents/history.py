@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from anges.agents.record import masked_title
 from anges.exceptions import FormatError, ModelError, RunStopped
@@ -14,24 +14,39 @@ from anges.prompt.templates import render_template
 from anges.store.events import Event, EventStream
 
 if TYPE_CHECKING:
+    from anges.agents.sizing import Sizing
     from anges.config.types import PromptConfig
     from anges.store.event_store import EventStore
+
+
+class Prompts(Protocol):
+    """What a fold needs of the agent's prompts: the run's limits, and its prompt with a request for a tail."""
+
+    @property
+    def sizing(self) -> Sizing: ...
+
+    def asking(self, request: str) -> str: ...
 
 
 class History:
     """The rolling summary and the title of one stream. A fold that fails is recorded; it never stops the run."""
 
-    def __init__(self, stream: EventStream, store: EventStore, config: PromptConfig, call: Callable[..., str],
+    def __init__(self, stream: EventStream, store: EventStore, prompts: Prompts, call: Callable[..., str],
                  record: Callable[[Event], None], logger: logging.Logger):
         self.stream = stream
         self.store = store
-        self.config = config
+        self.prompts = prompts
         self.call = call
         """`call(prompt)`: the agent's model call (it counts the call, like every other)."""
         self.record = record
         self.logger = logger
         self._retry_at = 0
         """After a failed fold, the stream length at which the next one may be tried."""
+
+    @property
+    def config(self) -> PromptConfig:
+        """The run's prompt limits (scaled to the model's context window)."""
+        return self.prompts.sizing.prompt
 
     def fold_if_due(self, threshold: int) -> None:
         """Fold the history into the rolling summary when the window is full (see `summarize.fold_due`)."""
@@ -49,7 +64,8 @@ class History:
         """Ask the model for the rolling summary of events 1..`end` and keep it; False (and a recorded event) if
         it gives none."""
         try:
-            summary = summarize.fold(self.call, self.stream, end, reason, self.config)
+            prompt = self.prompts.asking(summarize.fold_request(self.stream, end, self.config))
+            summary = summarize.fold(self.call, prompt, end, reason, self.config)
         except (ModelError, RunStopped, FormatError) as exc:
             if isinstance(exc, RunStopped) and exc.reason == "interrupt":
                 raise

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from anges.agents.run import of_run
@@ -52,14 +53,14 @@ class Prompter:
         """Holds the run's prompt limits (`config.prompt`, scaled down for a small context window)."""
         self._facts: dict | None = None
         self._project: list[ProjectFile] | None = None
-        self._history = ""
-        """The history the last prompt showed: where the next one may hit the provider's cache."""
+        self._cached = ""
+        """The last prompt up to the end of its history: where the next one may hit the provider's cache."""
 
     def new_run(self) -> None:
         """Read the facts and the project's AGENTS.md again (either may differ) and render every action's guide."""
         self._facts = None
         self._project = None
-        self._history = ""
+        self._cached = ""
         for action in self.agent.registered_actions:
             if action.guide_template:
                 action.guide_prompt = self.guide(action)
@@ -68,16 +69,28 @@ class Prompter:
         """The full prompt for the next step; `feedback` says what was wrong with the last reply. Past `limit`
         characters (0: none) the middle of the history is cut, never the instructions or the tail."""
         agent = self.agent
-        stream = of_run(agent.event_stream)
-        events = stream.events_list
-        history = format_event_stream(stream, self.sizing.prompt)
+        events = of_run(agent.event_stream).events_list
         jobs, older_jobs = agent.run_safety.job_lines() if agent.run_safety else ([], 0)
         after_edit = bool(events) and events[-1].type == "edit_file"
-        text = self._render(history, jobs, older_jobs, after_edit, feedback)
+        return self._fitted(lambda history: self._render(history, jobs, older_jobs, after_edit, feedback), limit)
+
+    def asking(self, request: str) -> Prompt:
+        """The prompt's head (the fixed part and the history, as the next step shows them), then `request` where the
+        tail would be: a fold's prompt, which the provider's cache serves up to the end of the history. Within the
+        model's limit, like every prompt."""
+        def render(history: str) -> str:
+            return f"{self._render(history, [], 0, False, '').removesuffix(chr(10))}\n\n{request}"
+
+        return self._fitted(render, self.sizing.limit())
+
+    def _fitted(self, render: Callable[[str], str], limit: int) -> Prompt:
+        """`render(history)`; past `limit` characters (0: none), with the middle of the history cut."""
+        history = format_event_stream(of_run(self.agent.event_stream), self.sizing.prompt)
+        text = render(history)
         if 0 < limit < len(text):
             room = len(history) - (len(text) - limit)
             history = clip(history, room) if room > 0 else omission(len(history)).strip()
-            text = self._render(history, jobs, older_jobs, after_edit, feedback)
+            text = render(history)
         return self._cacheable(text, history)
 
     def fixed_size(self) -> int:
@@ -95,8 +108,9 @@ class Prompter:
             after_edit=after_edit, feedback=feedback, agent=agent)
 
     def _cacheable(self, text: str, history: str) -> Prompt:
-        """The prompt with its cache breaks: the end of the stable prefix, of the history the last prompt showed
-        (the provider cached up to there) and of this history."""
+        """The prompt with its cache breaks: the end of the stable prefix, of what the last prompt cached (the provider
+        reads it from there) and of this history. The history's block takes the blank lines after it (a provider
+        sends no blank block), so that the next prompt can break where the cached block ended."""
         key = f"anges-{self.agent.uid}"
         fixed = text.find(HISTORY_HEADING) + 1
         if not fixed:
@@ -104,9 +118,13 @@ class Prompter:
         start = text.find(history, fixed)
         if start < 0:
             return Prompt(text, (fixed,), (fixed,), key)
-        previous, self._history = self._history, history
-        grown = start + len(previous) if previous and history.startswith(previous) else 0
-        return Prompt(text, (fixed, grown, start + len(history)), (fixed, start + len(history)), key)
+        end = start + len(history)
+        end += len(text) - end - len(text[end:].lstrip())
+        grown = len(self._cached) if self._cached and text.startswith(self._cached) else 0
+        if grown and not text[grown:end].strip():
+            end = grown  # the same history: its block ends where the cached one did
+        self._cached = text[:end]
+        return Prompt(text, (fixed, grown, end), (fixed, end), key)
 
     def project_files(self) -> list[ProjectFile]:
         """The project's AGENTS.md files (none when `prompt.agents_md` is off), read once per run: they belong to

@@ -65,13 +65,25 @@ def shown_count(stream: EventStream, end: int) -> int:
     return _shown_counts(stream.events_list, end)[end]
 
 
-def history_window(stream: EventStream, config: PromptConfig) -> tuple[int, int]:
-    """The events a fold would take now (all since the last fold but the newest `recent_events_in_full`): how
-    many, and how many characters of the history they fill."""
+@dataclass(frozen=True)
+class FoldWindow:
+    """The events a fold would take now: those shown since the last fold but the newest `recent_events_in_full`
+    shown ones (events the model does not read count for nothing)."""
+
+    count: int
+    """How many the model reads."""
+    chars: int
+    """The characters of the history they fill."""
+    end: int
+    """The last of them (its index in the stream, 1-based); 0 when there is none."""
+
+
+def fold_window(stream: EventStream, config: PromptConfig) -> FoldWindow:
+    """The events a fold would take now, and the room they take (see `FoldWindow`)."""
     formatted = _formatted(stream, config)
-    foldable = len(stream.events_list) - config.recent_events_in_full
-    chars = sum(len(block) + 2 for index, block in zip(formatted.indexes, formatted.blocks) if index <= foldable)
-    return max(foldable - formatted.settled, 0), chars
+    count = max(len(formatted.indexes) - config.recent_events_in_full, 0)
+    chars = sum(len(block) + 2 for block in formatted.blocks[:count])
+    return FoldWindow(count, chars, formatted.indexes[count - 1] if count else 0)
 
 
 def folded_until(stream: EventStream) -> int:
