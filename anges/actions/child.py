@@ -9,7 +9,8 @@ from anges.actions.base import Action, ActionContext, Delegator
 from anges.exceptions import InvalidStreamId, StreamNotFound
 from anges.prompt.parsing import Param
 from anges.store.events import Event, EventStream
-from anges.util.clipping import shorten
+from anges.store.outputs import save, stream_folder
+from anges.util.clipping import clip, shorten
 
 TASK_CHARS = 100
 """The most of a child's first request line its reports repeat."""
@@ -102,13 +103,14 @@ class CallChildAgent(Action):
         parent's other children are doing."""
         stream = child.agent.event_stream
         exit_event = stream.events_list[-1]
-        content = f"Child agent {child.name} ({child.task}) returned ({exit_event.type}):\n{exit_event.content}"
+        report, saved = _bounded(exit_event.content, child.ctx)
+        content = f"Child agent {child.name} ({child.task}) returned ({exit_event.type}):\n{report}"
         return Event(
             type=f"child_agent_{exit_event.type}",
             content=f"{content}\n\n{others}" if others else content,
             message=f"child agent {child.agent.agent_type} {stream.uid} returned: {exit_event.type}",
             data={"agent_id": stream.uid, "agent_type": child.agent.agent_type, "exit_type": exit_event.type,
-                  **({"reason": exit_event.data["reason"]} if "reason" in exit_event.data else {})},
+                  **({"reason": exit_event.data["reason"]} if "reason" in exit_event.data else {}), **saved},
         )
 
     def _new_child(self, ctx: ActionContext, child_type: str, args: dict) -> ChildRun | Event:
@@ -156,6 +158,19 @@ class WaitForChildren(Action):
         return Event("action", content=text, message="waits for its child agents",
                      data={"action_type": self.type,
                            "waiting_for": [child.agent.event_stream.uid for child in (*running, *queued)]})
+
+
+def _bounded(report: str, ctx: ActionContext) -> tuple[str, dict]:
+    """A child's report as its parent reads it: bounded like a command's output (`shell_output_cap`), its head and
+    tail, with the whole in a file beside the parent's stream; and the facts of that file (`report_path`)."""
+    limit = max(ctx.config.shell_output_cap, 1000)
+    if len(report) <= limit:
+        return report, {}
+    path = save(stream_folder(ctx.outputs, ctx.agent_id), "anges-report-", report, ".md") if (
+        ctx.outputs and ctx.agent_id) else None
+    where = f"in {path}" if path else "in the child's own history only"
+    facts = {"report_path": path} if path else {}
+    return f"{clip(report, limit)}\nFULL REPORT: {len(report)} characters, {where}.", facts
 
 
 def _parent(ctx: ActionContext) -> Delegator:

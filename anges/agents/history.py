@@ -1,4 +1,5 @@
-"""Keeping the history short: the rolling summary, folded when the window is full or the prompt too long."""
+"""Keeping the history short: the rolling summary, folded when the window is full or the prompt too long; old bulky
+results shrunk in batches (`anges.prompt.shrinking`)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from typing import TYPE_CHECKING, Protocol
 
 from anges.agents.record import masked_title
 from anges.exceptions import FormatError, ModelError, RunStopped
-from anges.prompt import summarize
+from anges.prompt import shrinking, summarize
+from anges.prompt.history import shrink_candidates
 from anges.prompt.parsing import strip_thinking
 from anges.prompt.templates import render_template
+from anges.store import outputs
 from anges.store.events import Event, EventStream
 
 if TYPE_CHECKING:
@@ -26,6 +29,8 @@ class Prompts(Protocol):
     def sizing(self) -> Sizing: ...
 
     def asking(self, request: str) -> str: ...
+
+    def prompt(self, feedback: str = "", limit: int = 0) -> str: ...
 
 
 class History:
@@ -48,12 +53,30 @@ class History:
         """The run's prompt limits (scaled to the model's context window)."""
         return self.prompts.sizing.prompt
 
-    def fold_if_due(self, threshold: int) -> None:
-        """Fold the history into the rolling summary when the window is full (see `summarize.fold_due`)."""
+    def before_step(self, threshold: int) -> None:
+        """Keep the history short before a model call: fold it into the rolling summary when the window is full (see
+        `summarize.fold_due`), else shrink old bulky results when a batch is due (see `anges.prompt.shrinking`)."""
         end = summarize.fold_due(self.stream, self.config, threshold)
         if end is not None and len(self.stream.events_list) >= self._retry_at:
-            if not self.fold(end, reason="window"):
-                self._retry_at = len(self.stream.events_list) + max(threshold // 2, 1)
+            if self.fold(end, reason="window"):
+                return
+            self._retry_at = len(self.stream.events_list) + max(threshold // 2, 1)
+        self.shrink()
+
+    def shrink(self) -> None:
+        """Shrink the batch of old bulky results that is due, if one is: each one's whole text saved first, where no
+        file holds it yet (one that cannot be saved stays as it is)."""
+        chosen = shrinking.batch(shrink_candidates(self.stream, self.config), self.config)
+        folder = outputs.folder_of(self.store, self.stream) if chosen else None
+        done = []
+        for candidate in chosen:
+            path, text = shrinking.whole(self.stream.events_list[candidate.index - 1])
+            if path is None and folder is not None:
+                path = outputs.save(folder, "anges-whole-", text)
+            if path is not None:
+                done.append([candidate.index, path])
+        if done:
+            self.record(Event(shrinking.SHRINKS, data={"events": done}))
 
     def shorten(self) -> bool:
         """Fold all but the newest events (the prompt is too long); True if the history got a new summary."""
@@ -76,6 +99,7 @@ class History:
             return False
         self.stream.event_summaries_list.append(summary)
         self.store.sync(self.stream)
+        outputs.prune(outputs.folder_of(self.store, self.stream), self.prompts.prompt())  # what it no longer names
         return True
 
     def entitle(self, request: str, secrets: list[str]) -> None:

@@ -160,6 +160,9 @@ class PromptConfig(Section):
     """Fold the history into the rolling summary once the events waiting to be folded fill more than this many
     characters (less for a small context window; or once they are `max_consecutive_actions_to_summarize`); 0 = by
     count only."""
+    shrink_chars: int = 4000
+    """An older result longer than this in the history (a command's, a child agent's brief or report) shrinks to
+    its head and tail and the file that holds it whole, in batches (see docs/prompt.md); 0 = never."""
     max_prompt_chars: int = 400000
     """No prompt is longer: a larger one first triggers a summary fold, then the middle of the history is cut."""
     max_summary_chars: int = 8000

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from anges.config.types import PromptConfig
+from anges.prompt import shrinking
+from anges.prompt.shrinking import Candidate, whole
 from anges.store.attached import Attached
 from anges.store.events import EVENT_KINDS, REQUEST_EVENT_TYPES, kind_of
 from anges.store.turns import reasoning_after, turn_reasoning
@@ -26,10 +28,12 @@ _caches: Attached[dict] = Attached()
 """Per stream: the summaries in effect, and the history as formatted so far (see `_Formatted`)."""
 
 
-def format_event(index: int, event: Event, config: PromptConfig | None = None, reasoning: str | None = None) -> str:
+def format_event(index: int, event: Event, config: PromptConfig | None = None, reasoning: str | None = None,
+                 content: str | None = None) -> str:
     """One event as `## Event N TYPE: LABEL` with its REASONING (`reasoning`, when given: "" leaves it out) and
-    CONTENT blocks. With a `config`, texts are cut to its limits; a request is shown whole."""
-    content = event.content or ""
+    CONTENT blocks (`content`, when given, instead of its own). With a `config`, texts are cut to its limits; a
+    request is shown whole."""
+    content = (event.content or "") if content is None else content
     reasoning = event.reasoning if reasoning is None else reasoning
     if config is not None:
         reasoning = clip(reasoning, config.max_event_chars, config.max_event_lines)
@@ -86,6 +90,26 @@ def fold_window(stream: EventStream, config: PromptConfig) -> FoldWindow:
     return FoldWindow(count, chars, formatted.indexes[count - 1] if count else 0)
 
 
+def shrink_candidates(stream: EventStream, config: PromptConfig) -> list[Candidate]:
+    """The results shown in full since the last fold whose block is longer than `shrink_chars`, and that the record
+    still has whole (`shrinking.whole`): what each would save, what follows it, and the replies since."""
+    formatted = _formatted(stream, config)
+    events, found = stream.events_list, []
+    after = sum(len(block) + 2 for block in formatted.blocks)
+    for position, (index, block) in enumerate(zip(formatted.indexes, formatted.blocks)):
+        after -= len(block) + 2
+        event = events[index - 1]
+        if len(block) <= config.shrink_chars or index in formatted.shrunk or not shrinking.shrinkable(event):
+            continue
+        if whole(event) == (None, ""):
+            continue
+        turns = sum("usage" in later.data for later in events[index:])
+        smaller = format_event(formatted.numbers[position], event, config, formatted.reasonings[position],
+                               shrinking.shrunk(event, "", config))
+        found.append(Candidate(index, len(block) - len(smaller), after, turns))
+    return found
+
+
 def folded_until(stream: EventStream) -> int:
     """The last event (1-based) a summary covers; 0 when none does."""
     summaries = covering_summaries(stream)
@@ -131,6 +155,11 @@ class _Formatted:
     """The last event the summaries cover."""
     indexes: list[int] = field(default_factory=list)
     blocks: list[str] = field(default_factory=list)
+    numbers: list[int] = field(default_factory=list)
+    reasonings: list[str] = field(default_factory=list)
+    """Of each block: the event's number, and the reasoning it shows."""
+    shrunk: set[int] = field(default_factory=set)
+    """The events (stream indexes) shown shrunk (see `anges.prompt.shrinking`)."""
     upto: int = 0
     """The last event formatted."""
     shown: int = 0
@@ -150,14 +179,30 @@ def _formatted(stream: EventStream, config: PromptConfig) -> _Formatted:
                                                   upto=settled, shown=_shown_counts(events, settled)[settled])
     for index in range(formatted.upto + 1, len(events) + 1):
         event = events[index - 1]
-        if event.type not in _HIDDEN:
+        if event.type == shrinking.SHRINKS:
+            _shrink(formatted, events, event.data.get("events") or [], config)
+        elif event.type not in _HIDDEN:
             formatted.shown += 1
+            reasoning = turn_reasoning(event, formatted.reasoning)
             formatted.indexes.append(index)
-            formatted.blocks.append(format_event(formatted.shown, event, config,
-                                                 turn_reasoning(event, formatted.reasoning)))
+            formatted.numbers.append(formatted.shown)
+            formatted.reasonings.append(reasoning)
+            formatted.blocks.append(format_event(formatted.shown, event, config, reasoning))
         formatted.reasoning = reasoning_after(event, formatted.reasoning)
     formatted.upto = len(events)
     return formatted
+
+
+def _shrink(formatted: _Formatted, events: list, batch: list, config: PromptConfig) -> None:
+    """Show the events of a `results_shrunk` batch shrunk from now on (those folded meanwhile need nothing)."""
+    positions = {index: position for position, index in enumerate(formatted.indexes)}
+    for index, path in batch:
+        position = positions.get(index)
+        if position is not None and isinstance(path, str):
+            formatted.blocks[position] = format_event(formatted.numbers[position], events[index - 1], config,
+                                                      formatted.reasonings[position],
+                                                      shrinking.shrunk(events[index - 1], path, config))
+            formatted.shrunk.add(index)
 
 
 def _cache(stream: EventStream) -> dict:
