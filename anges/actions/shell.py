@@ -16,6 +16,8 @@ class RunShellCommand(Action):
 
     type = "RUN_SHELL_CMD"
     guide_template = "actions/run_shell_cmd.j2"
+    whole_command_chars = WHOLE_COMMAND_CHARS
+    """A command up to this size comes back whole in its result (its guide says so)."""
     params = {
         "command": Param(str, non_empty=True),
         "shell_cmd_timeout": Param(int, required=False),

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from anges.util.clipping import clip, shorten
 
 RESULT_FORMAT = 3
-"""The layout of results recorded now (`result_format` in an event's data; absent = 1). 3 (anges 0.3): a command up
+"""The layout of results recorded now (`result_format` in an event's data; absent = 1). 3: a command up
 to `WHOLE_COMMAND_CHARS` is repeated whole, a longer one names the file that holds it; a full output is kept as long
 as the history names it."""
 COMMAND_CHARS, COMMAND_LINES = 1200, 16
