@@ -179,6 +179,7 @@ def test_a_command_too_long_to_repeat_names_the_file_that_holds_it_whole(work, m
 
     stream, model = run(work, [shell(script), copy_and_run, complete()])
 
+    assert "A command over 4000 characters is cut in its result; a file holds it whole." in model.prompts[0]
     ran, again = [e for e in stream.events_list if e.type == "action"]
     assert "characters cut]" in ran.content and "line 199 of a long script" in ran.content
     path = Path(re.search(r"\(the command is cut here: (\S+) holds it whole\)", ran.content).group(1))

@@ -151,7 +151,8 @@ class PromptConfig(Section):
     template_dir: str = ""
     """A directory of your own .j2 templates, searched before the packaged ones."""
     recent_events_in_full: int = 5
-    """The newest events a summary fold leaves out of the summary (they stay in the history as they were)."""
+    """The newest events a summary fold leaves out of the summary (they stay in the history as they were); events
+    the model does not read are not counted."""
     max_event_lines: int = 4000
     max_event_chars: int = 12000
     """Each event's text in the history is cut to this many characters (and `max_event_lines` lines), the same at

@@ -69,23 +69,21 @@ def shrunk(event: Event, path: str, config: PromptConfig) -> str:
     tail of its output (a brief or report: of its text; at most a third of `shrink_chars`), then where the whole
     is."""
     content = event.content or ""
-    head, body = content, ""
+    head, body = "", content
     if ShellRun.of(event) is not None:
         starts = [at for at in (content.find("\nSTDOUT:\n"), content.find("\nSTDERR:\n")) if at >= 0]
         head, body = (content[:min(starts)], content[min(starts):]) if starts else (content, "")
-    else:
-        first, _, rest = content.partition("\n")
-        head, body = first, "\n" + rest if rest else ""
     kept = clip(body, min(KEPT_CHARS, config.shrink_chars // 3), KEPT_LINES)
     return f"{head}{kept}\nSHRUNK: only the start and the end are shown here; the whole is in {path}."
 
 
 def batch(candidates: list[Candidate], config: PromptConfig) -> list[Candidate]:
-    """The results to shrink now: every candidate old and large enough, when together they save at least
-    `BREAK_EVEN` times what follows the first of them; [] otherwise."""
+    """The results to shrink now: of the candidates old enough, the most (from some point of the history on) that
+    together save at least `BREAK_EVEN` times what follows the first of them; [] when none do."""
     if config.shrink_chars <= 0:
         return []
-    chosen = [c for c in candidates if c.turns >= SHRINK_AFTER and c.saved > 0]
-    if not chosen or sum(c.saved for c in chosen) < BREAK_EVEN * chosen[0].after:
-        return []
-    return chosen
+    ready = [c for c in candidates if c.turns >= SHRINK_AFTER and c.saved > 0]
+    for start, first in enumerate(ready):
+        if sum(c.saved for c in ready[start:]) >= BREAK_EVEN * first.after:
+            return ready[start:]
+    return []
