@@ -104,3 +104,27 @@ def test_removing_a_stream_removes_its_files(tmp_path):
     EventStore().delete(stream.uid)
 
     assert not path.exists() and not (anges_home() / "data" / "outputs" / stream.uid).exists()
+
+
+def test_a_link_put_where_a_folder_goes_is_not_followed(tmp_path):
+    """A command that can write ANGES_HOME (no sandbox, or one let out of it) puts a link where the stream's folder of
+    outputs goes: anges writes nothing through it, and a fold removes nothing through it."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("mine\n")
+    config = load_config(overrides={"safety": {"sandbox": "off", "approval": "auto"},
+                                    "agents": {"common": {"max_consecutive_actions_to_summarize": 2}},
+                                    "prompt": {"recent_events_in_full": 1, "shrink_chars": 0}})
+    model = ScriptedModel(summary="Linked, counted, echoed.")
+    agent = DefaultAgent(inference_func=model, cmd_init_dir=tmp_path, config=config)
+    folder = anges_home() / "data" / "outputs" / agent.uid / agent.uid
+    model.enqueue(shell(f"rm -rf '{folder}' && ln -s '{victim}' '{folder}'"), shell("seq 1 50000"), shell("echo 1"), shell("echo 2"),
+                  shell("echo 3"), complete())
+
+    stream = agent.run_with_new_request("count")
+
+    assert folder.is_symlink() and stream.event_summaries_list, "the link stood through a fold"
+    assert sorted(path.name for path in victim.iterdir()) == ["keep.txt"]
+    counted = stream.events_list[2]
+    path = Path(re.search(r"FULL OUTPUT: \d+ lines \(\d+ bytes\) in (\S+),", counted.content).group(1))
+    assert not path.is_relative_to(victim) and "(available until this request ends)" in counted.content

@@ -166,8 +166,8 @@ def _bounded(report: str, ctx: ActionContext) -> tuple[str, dict]:
     limit = max(ctx.config.shell_output_cap, 1000)
     if len(report) <= limit:
         return report, {}
-    path = save(stream_folder(ctx.outputs, ctx.agent_id), "anges-report-", report, ".md") if (
-        ctx.outputs and ctx.agent_id) else None
+    folder = stream_folder(ctx.outputs, ctx.agent_id) if ctx.outputs else None
+    path = save(folder, "anges-report-", report, ".md") if folder else None
     where = f"in {path}" if path else "in the child's own history only"
     facts = {"report_path": path} if path else {}
     return f"{clip(report, limit)}\nFULL REPORT: {len(report)} characters, {where}.", facts

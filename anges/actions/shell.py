@@ -36,7 +36,7 @@ class RunShellCommand(Action):
         yield_after = args.get("background_after")
         yield_after = ctx.config.shell_background_after if yield_after is None else max(yield_after, 0)
         scratch = ctx.output_dir or (ctx.runner.scratch if ctx.runner is not None else None)
-        folder = stream_folder(ctx.outputs, ctx.agent_id) if ctx.outputs and ctx.agent_id else None
+        folder = stream_folder(ctx.outputs, ctx.agent_id) if ctx.outputs else None
         sink = ctx.output_sink(command) if ctx.output_sink is not None else None
         result = run_command(
             command,

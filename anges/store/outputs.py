@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-from anges.store.events import is_valid_id
+from anges.store.events import is_valid_id, new_id
 from anges.store.fileops import make_private_dirs
+from anges.util.paths import open_directory, resolve
 
 OUTPUTS = "outputs"
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def outputs_root(store_root: str | os.PathLike) -> Path:
@@ -29,22 +30,16 @@ def outputs_root(store_root: str | os.PathLike) -> Path:
 
 def tree_folder(store: Any, top: str) -> str | None:
     """The folder of the agent tree whose top stream is `top`, made if missing; None when the store keeps no files
-    (it has no `root`) or the id is not one."""
+    (it has no `root`), the id is not one, or a symlink stands on the way (`_folder`)."""
     root = getattr(store, "root", None)
     if root is None or not is_valid_id(top):
         return None
-    folder = outputs_root(root) / top
-    make_private_dirs(folder)
-    return str(folder)
+    return _folder(str(Path(root).parent), OUTPUTS, top)
 
 
-def stream_folder(tree: str, uid: str) -> str:
-    """The folder of stream `uid`'s files in its tree's folder, made if missing."""
-    if not is_valid_id(uid):
-        raise ValueError(f"not a stream id: {uid!r}")
-    folder = Path(tree, uid)
-    make_private_dirs(folder)
-    return str(folder)
+def stream_folder(tree: str, uid: str) -> str | None:
+    """The folder of stream `uid`'s files in its tree's folder, made if missing (None: see `_folder`)."""
+    return _folder(tree, uid) if is_valid_id(uid) else None
 
 
 def folder_of(store: Any, stream: Any) -> str | None:
@@ -54,32 +49,43 @@ def folder_of(store: Any, stream: Any) -> str | None:
 
 
 def save(folder: str, prefix: str, text: str, suffix: str = ".txt") -> str | None:
-    """A new file in `folder` holding `text`; its path, or None when it cannot be written (the disk is full)."""
+    """A new file in `folder` holding `text`; its path, or None when it cannot be written (a full disk, a symlink
+    where the folder was)."""
     try:
-        fd, path = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=folder)
+        directory = open_directory(folder)
     except OSError:
         return None
+    name = f"{prefix}{new_id(10)}{suffix}"
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
+        with os.fdopen(os.open(name, _NEW_FILE, 0o600, dir_fd=directory), "w", encoding="utf-8") as file:
             file.write(text)
     except OSError:
         with suppress(OSError):
-            os.unlink(path)
+            os.unlink(name, dir_fd=directory)
         return None
-    return path
+    finally:
+        os.close(directory)
+    return os.path.join(folder, name)
 
 
 def prune(folder: str | None, history: str) -> list[str]:
     """Remove the files of `folder` that `history` (the text the model now reads) does not name; their names."""
     if folder is None:
         return []
+    try:
+        directory = open_directory(folder)
+    except OSError:
+        return []
     removed = []
-    with suppress(FileNotFoundError), os.scandir(folder) as entries:
-        for entry in entries:
-            if entry.is_file(follow_symlinks=False) and entry.path not in history:
-                with suppress(FileNotFoundError):
-                    os.unlink(entry.path)
-                removed.append(entry.name)
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if not entry.is_dir(follow_symlinks=False) and os.path.join(folder, entry.name) not in history:
+                    with suppress(FileNotFoundError):
+                        os.unlink(entry.name, dir_fd=directory)
+                    removed.append(entry.name)
+    finally:
+        os.close(directory)
     return removed
 
 
@@ -89,3 +95,15 @@ def remove_trees(store_root: str | os.PathLike, uids: list[str]) -> None:
     for uid in uids:
         if is_valid_id(uid):
             shutil.rmtree(root / uid, ignore_errors=True)
+
+
+def _folder(base: str, *names: str) -> str | None:
+    """`base` (resolved: its own links are the user's) and `names` below it, made if missing (private to the user);
+    None when a symlink stands among `names`, where a command could have put one to send anges' writes elsewhere."""
+    path = os.path.join(resolve(base), *names)
+    try:
+        make_private_dirs(Path(path))
+        os.close(open_directory(path))
+    except OSError:
+        return None
+    return path
