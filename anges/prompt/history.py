@@ -94,20 +94,37 @@ def shrink_candidates(stream: EventStream, config: PromptConfig) -> list[Candida
     """The results shown in full since the last fold whose block is longer than `shrink_chars`, and that the record
     still has whole (`shrinking.whole`): what each would save, what follows it, and the replies since."""
     formatted = _formatted(stream, config)
-    events, found = stream.events_list, []
-    after = sum(len(block) + 2 for block in formatted.blocks)
-    for position, (index, block) in enumerate(zip(formatted.indexes, formatted.blocks)):
-        after -= len(block) + 2
-        event = events[index - 1]
-        if len(block) <= config.shrink_chars or index in formatted.shrunk or not shrinking.shrinkable(event):
-            continue
-        if whole(event) == (None, ""):
-            continue
-        turns = sum("usage" in later.data for later in events[index:])
-        smaller = format_event(formatted.numbers[position], event, config, formatted.reasonings[position],
-                               shrinking.shrunk(event, "", config))
-        found.append(Candidate(index, len(block) - len(smaller), after, turns))
+    blocks, events = formatted.blocks, stream.events_list
+    found: list[Candidate] = []
+    large = {position for position, block in enumerate(blocks) if len(block) > config.shrink_chars > 0}
+    if not large:
+        return found
+    first = min(large)
+    after = sum(len(block) + 2 for block in blocks[first + 1:])
+    turns = sum("usage" in event.data for event in events[formatted.indexes[first]:])
+    for position in range(first, len(blocks)):
+        index = formatted.indexes[position]
+        saved = _saving(formatted, events, position, config) if position in large else 0
+        if saved > 0:
+            found.append(Candidate(index, saved, after, turns))
+        if position + 1 < len(blocks):
+            after -= len(blocks[position + 1]) + 2
+            turns -= sum("usage" in event.data for event in events[index:formatted.indexes[position + 1]])
     return found
+
+
+def _saving(formatted: _Formatted, events: list, position: int, config: PromptConfig) -> int:
+    """What shrinking the event shown at `position` would save (measured once); 0 when it cannot shrink."""
+    index = formatted.indexes[position]
+    if index not in formatted.savings:
+        event = events[index - 1]
+        saved = 0
+        if index not in formatted.shrunk and shrinking.shrinkable(event) and whole(event) != (None, ""):
+            smaller = format_event(formatted.numbers[position], event, config, formatted.reasonings[position],
+                                   shrinking.shrunk(event, "", config))
+            saved = len(formatted.blocks[position]) - len(smaller)
+        formatted.savings[index] = saved
+    return formatted.savings[index]
 
 
 def folded_until(stream: EventStream) -> int:
@@ -160,6 +177,8 @@ class _Formatted:
     """Of each block: the event's number, and the reasoning it shows."""
     shrunk: set[int] = field(default_factory=set)
     """The events (stream indexes) shown shrunk (see `anges.prompt.shrinking`)."""
+    savings: dict[int, int] = field(default_factory=dict)
+    """What shrinking an event would save, once measured."""
     upto: int = 0
     """The last event formatted."""
     shown: int = 0
@@ -203,6 +222,7 @@ def _shrink(formatted: _Formatted, events: list, batch: list, config: PromptConf
                                                       formatted.reasonings[position],
                                                       shrinking.shrunk(events[index - 1], path, config))
             formatted.shrunk.add(index)
+            formatted.savings[index] = 0
 
 
 def _cache(stream: EventStream) -> dict:
