@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -38,8 +39,21 @@ def tree_folder(store: Any, top: str) -> str | None:
 
 
 def stream_folder(tree: str, uid: str) -> str | None:
-    """The folder of stream `uid`'s files in its tree's folder, made if missing (None: see `_folder`)."""
-    return _folder(tree, uid) if is_valid_id(uid) else None
+    """The folder of stream `uid`'s files in its tree's folder (as `tree_folder` gave it), made if missing; None when
+    the id is not one, or either folder is now a symlink (asked at every command: two `lstat`s, not a walk)."""
+    if not is_valid_id(uid):
+        return None
+    path = os.path.join(tree, uid)
+    try:
+        if not _is_folder(tree):
+            return None
+        try:
+            return path if _is_folder(path) else None
+        except FileNotFoundError:
+            os.mkdir(path, 0o700)
+            return path
+    except OSError:
+        return None
 
 
 def folder_of(store: Any, stream: Any) -> str | None:
@@ -107,3 +121,7 @@ def _folder(base: str, *names: str) -> str | None:
     except OSError:
         return None
     return path
+
+
+def _is_folder(path: str) -> bool:
+    return stat.S_ISDIR(os.lstat(path).st_mode)
