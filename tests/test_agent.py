@@ -12,7 +12,7 @@ from anges.actions import Action
 from anges.agents import DefaultAgent, TaskAnalyzer, TaskExecutor
 from anges.config.loading import load_config
 from anges.exceptions import ModelError
-from anges.models.scripted import ScriptedModel
+from anges.models.scripted import ScriptedModel, is_summary_prompt
 from anges.store.event_store import EventStore
 from anges.store.events import Event, EventStream
 
@@ -241,7 +241,7 @@ def test_failed_summary_keeps_history_and_is_recorded(tmp_path):
     original = model.__call__
 
     def call(prompt, temperature=0.0):
-        if prompt.startswith("# Summarize"):
+        if is_summary_prompt(prompt):
             return summary_fails(prompt)
         return original(prompt, temperature)
 

@@ -6,6 +6,7 @@ from test_parsing import load_corpus
 from anges.actions import Action
 from anges.agents import DefaultAgent
 from anges.config.loading import load_config
+from anges.models.scripted import is_summary_prompt
 from anges.store.events import Event
 
 CORPUS = load_corpus()
@@ -23,7 +24,7 @@ def scripted(first):
     replies = [first]
 
     def model(prompt, temperature=0.0):
-        if prompt.startswith("# Summarize"):
+        if is_summary_prompt(prompt):
             return "summary"
         return replies.pop(0) if replies else COMPLETE
 

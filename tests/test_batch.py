@@ -354,18 +354,21 @@ def test_a_task_writes_only_its_own_folder_unless_the_batch_allows_more(tmp_path
 
 @pytest.mark.sandbox
 def test_a_task_cannot_see_the_rest_of_anges_home(tmp_path, monkeypatch, outside):
-    # ANGES_HOME holds the work dirs, but commands see only their own folder of it, not conversations or config.
+    # ANGES_HOME holds the work dirs, but commands see only their own folder of it (and of the outputs their history
+    # points to), not conversations, other sessions' outputs or config.
     home = outside / "home"
     monkeypatch.setenv("ANGES_HOME", str(home))
     subprocess.run([*ANGES, "-q", "a private conversation", "--model", script(tmp_path, "c.json", complete())],
                    cwd=tmp_path, capture_output=True, check=True)
     (home / "config.yaml").write_text("# private\n")
-    model = script(tmp_path, "r.json", shell(f"ls -A {home} {home}/data; cat {home}/config.yaml; echo x > mine"),
-                   complete())
+    look = f"ls -A {home} {home}/data {home}/data/outputs; cat {home}/config.yaml; echo x > mine"
+    model = script(tmp_path, "r.json", shell(look), complete())
     assert batch(str(task_file(tmp_path, {"id": "t", "task": "look"})), "--model", model, "--batch-id", "b",
                  cwd=tmp_path).returncode == 0
-    seen = action_data(batch_streams("b")["t"])[0]
-    assert seen["stdout"].split() == [f"{home}:", "data", f"{home}/data:", "batches"]
+    task = batch_streams("b")["t"]
+    seen = action_data(task)[0]
+    assert seen["stdout"].split() == [f"{home}:", "data", f"{home}/data:", "batches", "outputs",
+                                      f"{home}/data/outputs:", task.uid]
     assert "private" not in seen["stdout"] and (BatchState("b").work_dir("t") / "mine").is_file()
 
 

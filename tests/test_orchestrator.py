@@ -437,3 +437,32 @@ def test_the_plan_survives_a_wait_a_report_names_its_task_and_a_queued_child_is_
     assert re.search(r"TYPE: WAIT_FOR_CHILDREN\nREASONING:\nPLAN v2: FIRST is done; SECOND runs; then finish\n"
                      rf"CONTENT:\nWaiting for the next child agent to return: TASK_EXECUTOR {second}\.", later)
     assert f"Child agent TASK_EXECUTOR {second} (write SECOND.txt) returned (task_completion)" in later
+
+
+@pytest.mark.sandbox
+def test_each_brief_is_shown_once_and_a_long_report_is_bounded_with_the_whole_a_file_away(tmp_path):
+    briefs = [f"Brief {n}: " + f"check part {n} of the module and report what you find. " * 30 for n in (1, 2)]
+    report = "Findings:\n" + "".join(f"- finding {n}: the helper behaves as its docstring says\n" for n in range(400))
+
+    def read_the_report(prompt):
+        path = re.search(r"FULL REPORT: \d+ characters, in (\S+)\.", prompt).group(1)
+        return shell(f"wc -c < '{path}'; tail -n 1 '{path}'")
+
+    model = RoutedModel(
+        orchestrator=[reply(*(child("NEW_CHILD_AGENT TASK_EXECUTOR", brief) for brief in briefs)), wait(),
+                      read_the_report, complete("both parts checked")],
+        task_executor=[complete(report), complete("part 2 is fine")])
+    config = load_config(overrides={"agents": {"orchestrator": {"max_concurrent_children": 1}}})
+    stream = orchestrator(tmp_path, model, config=config).run_with_new_request("check both parts")
+
+    prompts = model.models["orchestrator"].prompts
+    assert all(prompt.count(brief) == 1 for prompt in prompts[1:] for brief in briefs), "a brief appears once"
+    returned = next(e for e in stream.events_list if e.type == "child_agent_task_completion")
+    cap = config.agent("orchestrator").shell_output_cap
+    assert len(returned.content) < cap + 600 < len(report), "bounded like a command's output"
+    assert "finding 0:" in returned.content and "finding 399:" in returned.content and "finding 200:" not in prompts[-1]
+    path = returned.data["report_path"]
+    assert open(path).read() == report
+    read = [e for e in stream.events_list if e.type == "action"][-1]
+    assert read.data["sandbox"] == "read-only" and read.data["stdout"] == f"{len(report)}\n- finding 399: the " \
+                                                                          "helper behaves as its docstring says\n"

@@ -9,8 +9,9 @@ from anges.actions.base import Action, ActionContext, Delegator
 from anges.exceptions import InvalidStreamId, StreamNotFound
 from anges.prompt.parsing import Param
 from anges.store.events import Event, EventStream
+from anges.store.outputs import save, stream_folder
 from anges.store.results import took
-from anges.util.clipping import shorten
+from anges.util.clipping import clip, shorten
 
 TASK_CHARS = 100
 """The most of a child's first request line its reports repeat."""
@@ -105,14 +106,15 @@ class CallChildAgent(Action):
         exit_event = stream.events_list[-1]
         request = stream.events_list[min(child.start, len(stream.events_list) - 1)]
         after = took((exit_event.created_at - request.created_at).total_seconds())
+        report, saved = _bounded(exit_event.content, child.ctx)
         content = f"Child agent {child.name} ({child.task}) returned ({exit_event.type}) after {after}:\n" \
-            f"{exit_event.content}{_open_plan(child.agent.run_state)}"
+            f"{report}{_open_plan(child.agent.run_state)}"
         return Event(
             type=f"child_agent_{exit_event.type}",
             content=f"{content}\n\n{others}" if others else content,
             message=f"child agent {child.agent.agent_type} {stream.uid} returned: {exit_event.type}",
             data={"agent_id": stream.uid, "agent_type": child.agent.agent_type, "exit_type": exit_event.type,
-                  **({"reason": exit_event.data["reason"]} if "reason" in exit_event.data else {})},
+                  **({"reason": exit_event.data["reason"]} if "reason" in exit_event.data else {}), **saved},
         )
 
     def _new_child(self, ctx: ActionContext, child_type: str, args: dict) -> ChildRun | Event:
@@ -169,6 +171,19 @@ def _open_plan(state: Any) -> str:
         return ""
     steps = "; ".join(step.step for step in plan.open_steps)
     return f"\n(Its plan: {plan.progress()}; open: {steps}.)"
+
+
+def _bounded(report: str, ctx: ActionContext) -> tuple[str, dict]:
+    """A child's report as its parent reads it: bounded like a command's output (`shell_output_cap`), its head and
+    tail, with the whole in a file beside the parent's stream; and the facts of that file (`report_path`)."""
+    limit = max(ctx.config.shell_output_cap, 1000)
+    if len(report) <= limit:
+        return report, {}
+    folder = stream_folder(ctx.outputs, ctx.agent_id) if ctx.outputs else None
+    path = save(folder, "anges-report-", report, ".md") if folder else None
+    where = f"in {path}" if path else "in the child's own history only"
+    facts = {"report_path": path} if path else {}
+    return f"{clip(report, limit)}\nFULL REPORT: {len(report)} characters, {where}.", facts
 
 
 def _parent(ctx: ActionContext) -> Delegator:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from anges.agents.run import of_run
@@ -58,14 +59,14 @@ class Prompter:
         """Holds the run's prompt limits (`config.prompt`, scaled down for a small context window)."""
         self._facts: dict | None = None
         self._project: list[ProjectFile] | None = None
-        self._history = ""
-        """The history the last prompt showed: where the next one may hit the provider's cache."""
+        self._cached = ""
+        """The last prompt up to the end of its history: where the next one may hit the provider's cache."""
 
     def new_run(self) -> None:
         """Read the facts and the project's AGENTS.md again (either may differ) and render every action's guide."""
         self._facts = None
         self._project = None
-        self._history = ""
+        self._cached = ""
         for action in self.agent.registered_actions:
             if action.guide_template:
                 action.guide_prompt = self.guide(action)
@@ -74,22 +75,35 @@ class Prompter:
         """The full prompt for the next step; `feedback` says what was wrong with the last reply. Past `limit`
         characters (0: none) the middle of the history is cut, never the instructions or the tail."""
         agent = self.agent
-        stream = of_run(agent.event_stream)
-        events = stream.events_list
-        history = format_event_stream(stream, self.sizing.prompt)
+        events = of_run(agent.event_stream).events_list
         jobs, older_jobs = agent.run_safety.job_lines() if agent.run_safety else ([], 0)
         last = next((event for event in reversed(events) if kind_of(event.type).group != "hook"), None)
         plan = agent.run_state.plan if agent.run_state is not None else None
         now = {"background_jobs": jobs, "older_jobs": older_jobs, "plan": plan if plan and plan.total else None,
                "children": agent.running_children(),
                "after_edit": last is not None and last.type == "edit_file"}  # a formatter's hook may have run since
-        text = self._render(history, now, feedback)
+        return self._fitted(lambda history: self._render(history, now, feedback), limit)
+
+    def asking(self, request: str) -> Prompt:
+        """The prompt's head (the fixed part and the history, as the next step shows them), then `request` where the
+        tail would be: a fold's prompt, which the provider's cache serves up to the end of the history. Within the
+        model's limit, like every prompt."""
+        def render(history: str) -> str:
+            return f"{self._render(history, NOTHING_NOW, '').removesuffix(chr(10))}\n\n{request}"
+
+        return self._fitted(render, None)
+
+    def _fitted(self, render: Callable[[str], str], limit: int | None) -> Prompt:
+        """`render(history)`; past `limit` characters (0: none; None: what fits the model), the history's middle cut."""
+        history = format_event_stream(of_run(self.agent.event_stream), self.sizing.prompt)
+        text = render(history)
+        limit = self.sizing.fit(text) if limit is None else limit
         if 0 < limit < len(text):
             room = len(history) - (len(text) - limit)
             if room <= 0 and self.sizing.window is None:  # the fixed part alone is past max_prompt_chars: the call's
                 room = limit // 2  # clip cuts its middle, and the history's end (the request) stays
             history = clip(history, room) if room > 0 else omission(len(history)).strip()
-            text = self._render(history, now, feedback)
+            text = render(history)
         return self._cacheable(text, history)
 
     def fixed_text(self) -> str:
@@ -108,8 +122,9 @@ class Prompter:
             notes=agent.notes, history=history, feedback=feedback, agent=agent)
 
     def _cacheable(self, text: str, history: str) -> Prompt:
-        """The prompt with its cache breaks: the end of the stable prefix, of the history the last prompt showed
-        (the provider cached up to there) and of this history."""
+        """The prompt with its cache breaks: the end of the stable prefix, of what the last prompt cached (the provider
+        reads it from there) and of this history. The history's block takes the blank lines after it (a provider
+        sends no blank block), so that the next prompt can break where the cached block ended."""
         key = f"anges-{self.agent.uid}"
         fixed = text.find(HISTORY_HEADING) + 1
         if not fixed:
@@ -117,9 +132,13 @@ class Prompter:
         start = text.find(history, fixed)
         if start < 0:
             return Prompt(text, (fixed,), (fixed,), key)
-        previous, self._history = self._history, history
-        grown = start + len(previous) if previous and history.startswith(previous) else 0
-        return Prompt(text, (fixed, grown, start + len(history)), (fixed, start + len(history)), key)
+        end = start + len(history)
+        end += len(text) - end - len(text[end:].lstrip())
+        grown = len(self._cached) if self._cached and text.startswith(self._cached) else 0
+        if grown and not text[grown:end].strip():
+            end = grown  # the same history: its block ends where the cached one did
+        self._cached = text[:end]
+        return Prompt(text, (fixed, grown, end), (fixed, end), key)
 
     def project_files(self) -> list[ProjectFile]:
         """The project's AGENTS.md files (none when `prompt.agents_md` is off), read once per run: they belong to

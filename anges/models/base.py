@@ -84,9 +84,10 @@ class ModelCall:
 class Prompt(str):
     """A prompt text that also says how a provider may cache it; any `str` is a valid prompt too.
 
-    `breaks` are offsets where a provider that caches by blocks (Anthropic) may start a new block: the end of the
-    stable prefix (instructions, guides), the end of the history the previous call sent, the end of this history.
-    `marks` are those of `breaks` worth a cache marker. `cache_key` names the run (OpenAI's `prompt_cache_key`).
+    `breaks` are offsets where a provider that caches by blocks (Anthropic) may end a block: the end of the
+    stable prefix (instructions, guides), the end of what the previous call cached, the end of this history (the end
+    of the text, when only blank text follows it). `marks` are those of `breaks` worth a cache marker. `cache_key`
+    names the run (OpenAI's `prompt_cache_key`).
     """
 
     breaks: tuple[int, ...]
@@ -96,7 +97,7 @@ class Prompt(str):
     def __new__(cls, text: str, breaks: tuple[int, ...] = (), marks: tuple[int, ...] = (),
                 cache_key: str = "") -> Prompt:
         obj = super().__new__(cls, text)
-        obj.breaks = tuple(sorted({b for b in breaks if 0 < b < len(text)}))
+        obj.breaks = tuple(sorted({b for b in breaks if 0 < b <= len(text)}))
         obj.marks = tuple(m for m in marks if m in obj.breaks)
         obj.cache_key = cache_key
         return obj

@@ -315,6 +315,7 @@ EVENT_KINDS: dict[str, EventKind] = {
     "child_agent_running": EventKind("Child agent running", "child_running", in_report=False),
     "queued_child_agent": EventKind("Child agent queued"),
     "summary_failed": EventKind("Summary failed", in_prompt=False, in_report=False),
+    "results_shrunk": EventKind("Old results shrunk", in_prompt=False, in_report=False),
     "context_exceeded": EventKind("Prompt over the context window", in_prompt=False),
     "workspace_restored": EventKind("Files restored (undo)", "restore"),
     "hook_ran": EventKind("Hook", "hook", in_prompt=False),
