@@ -137,7 +137,7 @@ class ModelCalls:
                 exc.sent = exc.sent or self.sizing.gauge.tokens(len(prompt))
             self._tell(prompt, temperature, started, error=exc)
             raise
-        cost = ledger.count(reply if isinstance(reply, str) else "", attach)
+        cost = ledger.count(reply if isinstance(reply, str) else "", prompt, attach)
         self._tell(prompt, temperature, started, reply, cost=cost)
         self.sizing.check(prompt, reply)
         return reply
