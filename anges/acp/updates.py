@@ -204,6 +204,11 @@ class UpdateMapper:
                     self.send(update_agent_message_text(event.content))
             elif kind in ("action", "edit_file"):
                 self._finished(speaker, event)
+            elif kind == "reply_rejected":  # its thoughts, even its calls, may have gone out: they led nowhere
+                self._close(speaker.id, "Not run: the reply was rejected.")
+                after = "\n\n" if self._streaming.pop(speaker.id, None) else ""
+                lead = f"[{speaker.type}] " if speaker.depth else ""
+                self.send(update_agent_thought_text(f"{after}{lead}{event.content}\n\n"))
 
     def history(self, items: list[tuple[Event, Speaker]]) -> None:
         """Replay recorded events (children's after the event that ran them) as the live turns showed them."""

@@ -18,6 +18,7 @@ from anges.models.cancel import CallThread, CancelToken
 from anges.models.streaming import NOWHERE, listening
 from anges.prompt.parsing import ParsedReply, parse_reply
 from anges.prompt.templates import render_template
+from anges.store.events import Event
 from anges.util.clipping import clip, shorten
 from anges.util.waiting import wait_for
 
@@ -101,6 +102,7 @@ class ModelCalls:
             if invalid >= attempts:
                 raise RunStopped("invalid_replies", f"the model gave {attempts} invalid replies in a row; {problem}",
                                  last_error=error)
+            of_run(agent.run_state).context.record(rejected(error, reply, invalid, attempts))
             feedback = render_template("invalid_reply.j2", agent.config.prompt.template_dir, error=error,
                                        attempt=invalid, max_attempts=attempts)
 
@@ -216,10 +218,24 @@ class ModelCalls:
                 "call": self.count}
 
 
+def rejected(feedback: str, reply, attempt: int, attempts: int) -> Event:
+    """The `reply_rejected` event of an invalid reply the model is asked again for: why, and how the reply began."""
+    why = shorten(_why(feedback), 300)
+    text = f"reply rejected: {why} (asked again)"
+    return Event("reply_rejected", content=text, message=text,
+                 data={"reason": why, "began": _began(reply), "attempt": attempt, "max_attempts": attempts})
+
+
 def _problem(feedback: str, reply) -> str:
-    """What was wrong with an invalid reply, told to a person: how the reply began, and the feedback's first
-    sentence (written to the model, so "Your reply ..." becomes "it ...")."""
+    """What was wrong with an invalid reply, told to a person: how the reply began, and why."""
+    return f'last reply: "{_began(reply)}" ({_why(feedback)})'
+
+
+def _why(feedback: str) -> str:
+    """The feedback's first sentence, told to a person (written to the model, so "Your reply ..." becomes "it ...")."""
     why = re.split(r"(?<=\.)\s", feedback.strip(), maxsplit=1)[0].rstrip(".")
-    why = re.sub(r"^Your reply's\b", "its", re.sub(r"^Your reply\b", "it", why))
-    began = shorten(" ".join(str(reply).split()), 80)
-    return f'last reply: "{began}" ({why})'
+    return re.sub(r"^Your reply's\b", "its", re.sub(r"^Your reply\b", "it", why))
+
+
+def _began(reply) -> str:
+    return shorten(" ".join(str(reply).split()), 80)

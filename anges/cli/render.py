@@ -132,6 +132,8 @@ class Renderer:
                                   (status, colour))]
         if group == "restore":
             return [Text.assemble(("↺", "bold cyan"), f" {event.message or first_line(event.content)}")]
+        if group == "rejected":
+            return [Text.assemble(("↻", "bold yellow"), " ", (first_line(event.content), "yellow"))]
         result = ActionResult.of(event)
         if result is not None:
             return self._action(result, event.message)

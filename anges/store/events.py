@@ -316,6 +316,7 @@ EVENT_KINDS: dict[str, EventKind] = {
     "queued_child_agent": EventKind("Child agent queued"),
     "summary_failed": EventKind("Summary failed", in_prompt=False, in_report=False),
     "context_exceeded": EventKind("Prompt over the context window", in_prompt=False),
+    "reply_rejected": EventKind("Reply rejected", "rejected", in_prompt=False),  # the model reads the feedback
     "workspace_restored": EventKind("Files restored (undo)", "restore"),
 }
 """Every event type anges records, but a parent's `child_agent_<exit type>` (see `kind_of`)."""
@@ -335,8 +336,8 @@ def kind_of(event_type: str) -> EventKind:
 
 
 def group_of(event: Event) -> str:
-    """request, shell, tool, edit, answer, interrupted, approval, child_start, child_running, child_exit, restore or
-    other: what views show an event as."""
+    """request, shell, tool, edit, answer, interrupted, approval, child_start, child_running, child_exit, restore,
+    rejected or other: what views show an event as."""
     if event.type == "action":
         data = event.data
         shell = isinstance(data.get("command"), str)  # as `ShellRun.of` reads a command's result

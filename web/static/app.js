@@ -668,7 +668,7 @@
       item.appendChild(details);
     }
     const render = { shell: renderShell, edit: renderEdit, answer: renderAnswer, interrupted: renderInterrupted,
-      child_start: renderChildNote, child_exit: renderChildNote }[step.kind] || renderOther;
+      child_start: renderChildNote, child_exit: renderChildNote, rejected: renderNote }[step.kind] || renderOther;
     item.appendChild(render(step));
     if (step.restorable && !key) item.appendChild(restoreButton(step));
     return item;
@@ -865,6 +865,10 @@
     card.appendChild(el("div", "answer-label", label));
     card.appendChild(el("div", "interrupted-text", step.text));
     return card;
+  }
+
+  function renderNote(step) { // one line of the run's own: "reply rejected: ... (asked again)"
+    return el("div", "step-note", step.text);
   }
 
   function renderChildNote(step) {
