@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -27,6 +28,17 @@ if TYPE_CHECKING:
     from anges.agents.listening import Listener
     from anges.agents.run import RunState
     from anges.config.types import AgentConfig, Config
+
+
+MODEL_THREAD_PREFIX = "anges-model-"
+"""An agent calls its model on the thread `anges-model-<its id>`."""
+
+
+def calling_agent() -> str:
+    """The id of the agent whose model call runs on this thread ("" when none does): several agents of a tree share
+    one model, and what it is asked tells it nothing of who asks."""
+    name = threading.current_thread().name
+    return name[len(MODEL_THREAD_PREFIX):] if name.startswith(MODEL_THREAD_PREFIX) else ""
 
 
 class Caller(Protocol):
@@ -191,7 +203,7 @@ class ModelCalls:
         thread = self._thread
         pending = thread.start(streamed, token) if thread is not None else None
         if thread is None or pending is None:  # no thread yet, or it ended while idle
-            self._thread = thread = CallThread(f"anges-model-{self.agent.uid}")
+            self._thread = thread = CallThread(f"{MODEL_THREAD_PREFIX}{self.agent.uid}")
             pending = thread.start(streamed, token)
         if pending is None:
             raise RuntimeError("a new model call thread took no call")

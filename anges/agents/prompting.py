@@ -41,6 +41,8 @@ class Prompted(Protocol):
     secrets: list[str]
     readonly_shell: bool
 
+    def siblings(self) -> list[str]: ...
+
 
 class Prompter:
     """Renders one agent's prompt. The environment facts are read once per run: they belong to the prompt's stable
@@ -73,11 +75,12 @@ class Prompter:
         history = format_event_stream(stream, self.sizing.prompt)
         jobs, older_jobs = agent.run_safety.job_lines() if agent.run_safety else ([], 0)
         after_edit = bool(events) and events[-1].type == "edit_file"
-        text = self._render(history, jobs, older_jobs, after_edit, feedback)
+        siblings = agent.siblings()
+        text = self._render(history, jobs, older_jobs, after_edit, feedback, siblings)
         if 0 < limit < len(text):
             room = len(history) - (len(text) - limit)
             history = clip(history, room) if room > 0 else omission(len(history)).strip()
-            text = self._render(history, jobs, older_jobs, after_edit, feedback)
+            text = self._render(history, jobs, older_jobs, after_edit, feedback, siblings)
         return self._cacheable(text, history)
 
     def fixed_size(self) -> int:
@@ -85,14 +88,15 @@ class Prompter:
         text = self._render("", [], 0, False, "")
         return text.find(HISTORY_HEADING) + 1 or len(text)
 
-    def _render(self, history: str, jobs: list, older_jobs: int, after_edit: bool, feedback: str) -> str:
+    def _render(self, history: str, jobs: list, older_jobs: int, after_edit: bool, feedback: str,
+                siblings: list[str] | None = None) -> str:
         agent, config = self.agent, self.sizing.prompt
         return render_template(
             agent.agent_prompt_template, config.template_dir, **self.offered(),
             action_guides=[a.guide_prompt for a in agent.registered_actions], platform=self.facts(),
             project_files=self.project_files(), project_limit=config.max_agents_md_chars,
             notes=agent.notes, history=history, background_jobs=jobs, older_jobs=older_jobs,
-            after_edit=after_edit, feedback=feedback, agent=agent)
+            after_edit=after_edit, feedback=feedback, siblings=siblings or [], agent=agent)
 
     def _cacheable(self, text: str, history: str) -> Prompt:
         """The prompt with its cache breaks: the end of the stable prefix, of the history the last prompt showed

@@ -313,7 +313,7 @@ EVENT_KINDS: dict[str, EventKind] = {
     "new_child_agent": EventKind("Child agent started", "child_start"),
     "resume_child_agent": EventKind("Child agent resumed", "child_start"),
     "child_agent_running": EventKind("Child agent running", "child_running", in_report=False),
-    "queued_child_agent": EventKind("Child agent queued"),
+    "queued_child_agent": EventKind("Child agent queued", in_report=False),  # its request's event says it is queued
     "summary_failed": EventKind("Summary failed", in_prompt=False, in_report=False),
     "context_exceeded": EventKind("Prompt over the context window", in_prompt=False),
     "reply_rejected": EventKind("Reply rejected", "rejected", in_prompt=False),  # the model reads the feedback
