@@ -150,7 +150,7 @@ class AngesAgent:
             mcp = manager_for(config, mcp_config(mcp_servers) if mcp_servers else None)
         except AngesError as exc:
             raise RequestError(-32602, str(exc)) from None
-        session = Session(stream.uid, self.client, self.loop, os.path.abspath(cwd), run_secrets(config, (), mcp)[0],
+        session = Session(stream.uid, self.client, self.loop, os.path.abspath(cwd), run_secrets(config, None, mcp)[0],
                           self.wire)
         try:
             agent = agent_class(agent_type)(

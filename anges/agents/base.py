@@ -114,7 +114,7 @@ class BaseAgent(Delegation):
         self._interrupt_why, self.run_state = "", None
         self.run_safety = safety = self._share.begin(self.cmd_init_dir, self.approval)
         stream = self._open_stream(event_stream)
-        self.secrets, env = run_secrets(self.config, self.agent_config.pass_env, self.mcp)
+        self.secrets, env = run_secrets(self.config, self.agent_config, self.mcp, self.cmd_init_dir)
         with self.store.run_lock(stream.uid):
             self.store.clear_stop(stream.uid)
             if abandoned := abandoned_run(stream):

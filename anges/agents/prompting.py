@@ -15,6 +15,7 @@ from anges.util.clipping import clip, omission
 
 if TYPE_CHECKING:
     from anges.actions.base import Action
+    from anges.agents.run import RunState
     from anges.agents.sizing import Sizing
     from anges.config.types import AgentConfig, Config
     from anges.safety.run_safety import RunSafety
@@ -35,6 +36,7 @@ class Prompted(Protocol):
     registered_actions: list[Action]
     event_stream: EventStream | None
     run_safety: RunSafety | None
+    run_state: RunState | None
     notes: list[str]
     cmd_init_dir: str
     prefix_cmd: str
@@ -53,13 +55,14 @@ class Prompter:
         self.sizing = sizing
         """Holds the run's prompt limits (`config.prompt`, scaled down for a small context window)."""
         self._facts: dict | None = None
+        self._python3: str | None = None
         self._project: list[ProjectFile] | None = None
         self._history = ""
         """The history the last prompt showed: where the next one may hit the provider's cache."""
 
     def new_run(self) -> None:
         """Read the facts and the project's AGENTS.md again (either may differ) and render every action's guide."""
-        self._facts = None
+        self._facts = self._python3 = None
         self._project = None
         self._history = ""
         for action in self.agent.registered_actions:
@@ -93,24 +96,25 @@ class Prompter:
         agent, config = self.agent, self.sizing.prompt
         return render_template(
             agent.agent_prompt_template, config.template_dir, **self.offered(),
-            action_guides=[a.guide_prompt for a in agent.registered_actions], platform=self.facts(),
+            action_guides=[a.guide_prompt for a in agent.registered_actions],
+            platform={**self.facts(), "python3": self.python3()},
             project_files=self.project_files(), project_limit=config.max_agents_md_chars,
             notes=agent.notes, history=history, background_jobs=jobs, older_jobs=older_jobs,
             after_edit=after_edit, feedback=feedback, siblings=siblings or [], agent=agent)
 
     def _cacheable(self, text: str, history: str) -> Prompt:
         """The prompt with its cache breaks: the end of the stable prefix, of the history the last prompt showed
-        (the provider cached up to there) and of this history."""
-        key = f"anges-{self.agent.uid}"
+        (the provider cached up to there) and of this history; and the facts of this machine and folder it states."""
+        key, local = f"anges-{self.agent.uid}", {"workdir": self.agent.cmd_init_dir, "python3": self.python3()}
         fixed = text.find(HISTORY_HEADING) + 1
         if not fixed:
-            return Prompt(text, cache_key=key)
+            return Prompt(text, cache_key=key, local_facts=local)
         start = text.find(history, fixed)
         if start < 0:
-            return Prompt(text, (fixed,), (fixed,), key)
+            return Prompt(text, (fixed,), (fixed,), key, local)
         previous, self._history = self._history, history
         grown = start + len(previous) if previous and history.startswith(previous) else 0
-        return Prompt(text, (fixed, grown, start + len(history)), (fixed, start + len(history)), key)
+        return Prompt(text, (fixed, grown, start + len(history)), (fixed, start + len(history)), key, local)
 
     def project_files(self) -> list[ProjectFile]:
         """The project's AGENTS.md files (none when `prompt.agents_md` is off), read once per run: they belong to
@@ -154,3 +158,12 @@ class Prompter:
                            "cwd": agent.cmd_init_dir, "prefix_cmd": agent.prefix_cmd,
                            "sandbox": agent.run_safety.facts(agent.readonly_shell) if agent.run_safety else None}
         return self._facts
+
+    def python3(self) -> str:
+        """Where the run's commands find `python3` ("" when they find none, or before the run has its environment)."""
+        state = self.agent.run_state
+        if self._python3 is None and state is not None:
+            from anges.safety.python_env import commands_python
+
+            self._python3 = commands_python(state.context.env or os.environ)
+        return self._python3 or ""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +19,7 @@ from anges.store.events import action_input
 from anges.util.clipping import shorten
 
 if TYPE_CHECKING:
-    from anges.config.types import SafetyConfig
+    from anges.config.types import AgentConfig, SafetyConfig
 
 
 def approval_mode(configured: str, approval: Callable | str | None) -> tuple[str, Callable | None]:
@@ -290,10 +290,13 @@ def sandbox_works(safety: SafetyConfig, cwd: str) -> bool:
     return availability(safety.bwrap, SandboxSettings.for_run(safety, cwd).writable, quiet=True).ok
 
 
-def run_secrets(config, pass_env: Iterable[str] = (), mcp=None) -> tuple[list[str], dict[str, str]]:
+def run_secrets(config, agent_config: AgentConfig | None = None, mcp=None, cwd: str = ""
+                ) -> tuple[list[str], dict[str, str]]:
     """The secret values a run masks, and the environment its commands get: without any secret variable (see
     masking.is_secret_name), nor those the configuration names (each model's `api_key_env`, the variables given
-    to MCP servers), unless `pass_env` lists them."""
+    to MCP servers), unless the agent's `pass_env` lists them; and, for a run in `cwd`, without the virtualenv
+    anges runs from unless it is the project's (`python_env.without_anges_venv`)."""
+    from anges.safety.python_env import without_anges_venv
     from anges.safety.shell import scrubbed_environment
     from anges.util.masking import secret_values
 
@@ -301,4 +304,6 @@ def run_secrets(config, pass_env: Iterable[str] = (), mcp=None) -> tuple[list[st
     if mcp is not None:
         names += [name for spec in mcp.specs.values() for name in spec.env]
     secrets = secret_values(secret_names=names) + (mcp.secrets if mcp is not None else [])
-    return secrets, scrubbed_environment(pass_env, names)
+    env = scrubbed_environment(agent_config.pass_env if agent_config else (), names)
+    keep = agent_config is not None and agent_config.keep_anges_venv
+    return secrets, without_anges_venv(env, cwd, keep) if cwd else env
