@@ -168,6 +168,10 @@ def test_a_batch_grades_itself_and_stats_gives_its_pass_rate(tmp_path):
     assert "hangs completed" in out.stderr and "check failed (timed out)" in out.stderr
     assert "fails completed" in out.stderr and "check failed (exit code 1)" in out.stderr
     assert "passes completed" in out.stderr and "check passed" in out.stderr
+    table = {cells[0]: cells[1] for cells in map(str.split, out.stderr.splitlines())
+             if cells[:1] in (["succeeded"], ["failed"], ["total"])}
+    assert table == {"succeeded": "2", "failed": "2", "total": "4"}, "a failed check counts as failed, as listed below"
+    assert sum(line.startswith("failed: ") for line in out.stderr.splitlines()) == 2
 
     data = stats_json("--batch", "graded", cwd=tmp_path)
     assert data["checks"] == {"passed": 1, "failed": 2, "not_run": 0}
