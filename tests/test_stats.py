@@ -145,6 +145,24 @@ def test_an_old_stream_says_which_facts_it_did_not_record(tmp_path):
     assert "not recorded: 1 command(s) recorded no duration" in text
 
 
+def test_a_current_run_without_model_usage_is_not_called_an_old_stream(tmp_path):
+    from anges.store.event_store import EventStore
+    from anges.store.events import Event, EventStream
+
+    stream = EventStream(title="made in code")  # e.g. by a library user's own loop: facts, no model usage
+    for event in (Event("new_request", content="look"),
+                  Event("action", content="ls", data={"action_type": "RUN_SHELL_CMD", "command": "ls",
+                                                      "exit_code": 0, "duration": 0.1}),
+                  Event("task_completion", content="done")):
+        stream.add_event(event)
+    EventStore().sync(stream)
+
+    (run,) = stats_json(stream.uid, cwd=tmp_path)["runs"]
+    assert run["missing"] == {"calls": 1}
+    text = anges("stats", stream.uid, cwd=tmp_path).stdout
+    assert "0.1.x" not in text and "not recorded: 1 run(s) recorded steps but no model call with them" in text
+
+
 def test_a_batch_grades_itself_and_stats_gives_its_pass_rate(tmp_path):
     script = tmp_path / "answer.json"
     script.write_text(json.dumps([shell("echo 42 > answer.txt"), complete("Wrote the answer.")]))
