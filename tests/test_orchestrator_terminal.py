@@ -7,7 +7,6 @@ import os
 import re
 import time
 
-import pytest
 from terminal_screen import Terminal
 from wire_servers import prompt_of
 
