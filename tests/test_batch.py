@@ -224,6 +224,7 @@ def test_workers_run_tasks_in_fresh_copies_and_results_say_how_each_ended(tmp_pa
     # Never more than two at once, and two did overlap.
     assert max(map(int, (shared / "counts").read_text().split())) == 2
     assert "failed: broken error: setup command failed with exit code 3" in out.stderr
+    assert "stuck help_needed · 1 step, 1 call, " in out.stderr and " · 2 steps, 2 calls, " in out.stderr
     summary = [line.split() for line in out.stderr.splitlines() if line.startswith(("succeeded ", "failed ", "total "))]
     assert [line[:2] for line in summary] == [["succeeded", "4"], ["failed", "2"], ["total", "6"]]
 

@@ -42,6 +42,11 @@ class ChildRun:
         """The first line of its request, as its reports name it."""
         return shorten(next((line.strip() for line in self.request.splitlines() if line.strip()), ""), TASK_CHARS)
 
+    @property
+    def label(self) -> str:
+        """Who it is and what it does: `TASK_EXECUTOR k3Jd9aQw2LxZ (make the tests pass)`."""
+        return f"{self.name} ({self.task})"
+
 
 class CallChildAgent(Action):
     """Starts or resumes a child agent and records its report."""
@@ -70,11 +75,13 @@ class CallChildAgent(Action):
         return error(f"directive {args['directive']!r} is not valid: use `NEW_CHILD_AGENT <TYPE>` "
                      f"(TYPE one of {', '.join(_parent(ctx).child_types())}) or `RESUME_CHILD_AGENT <child id>`")
 
-    def requested(self, child: ChildRun) -> None:
-        """Record `new_child_agent` or `resume_child_agent` (the request) on the parent's stream."""
+    def requested(self, child: ChildRun, queued: bool = False) -> None:
+        """Record `new_child_agent` or `resume_child_agent` (the request) on the parent's stream; `queued`: it waits
+        for a running child to return before it starts."""
         stream, ctx = child.agent.event_stream, child.ctx
-        verb = "starts" if child.kind == "new_child_agent" else "resumes"
-        data = {"agent_id": stream.uid, "agent_type": child.agent.agent_type, "directive": child.directive}
+        verb = "queues" if queued else "starts" if child.kind == "new_child_agent" else "resumes"
+        data = {"agent_id": stream.uid, "agent_type": child.agent.agent_type, "directive": child.directive,
+                **({"queued": True} if queued else {})}
         ctx.record(Event(child.kind, reasoning=ctx.reply.reasoning, analysis=ctx.reply.analysis, content=child.request,
                          message=f"{verb} child agent {child.agent.agent_type} {stream.uid}",
                          data={**data, **({"approval": child.approval} if child.approval else {})}))
@@ -107,7 +114,7 @@ class CallChildAgent(Action):
         request = stream.events_list[min(child.start, len(stream.events_list) - 1)]
         after = took((exit_event.created_at - request.created_at).total_seconds())
         report, saved = _bounded(exit_event.content, child.ctx)
-        content = f"Child agent {child.name} ({child.task}) returned ({exit_event.type}) after {after}:\n" \
+        content = f"Child agent {child.label} returned ({exit_event.type}) after {after}:\n" \
             f"{report}{_open_plan(child.agent.run_state)}"
         return Event(
             type=f"child_agent_{exit_event.type}",
@@ -157,8 +164,8 @@ class WaitForChildren(Action):
 
     def waiting(self, running: list[ChildRun], queued: list[ChildRun]) -> Event:
         """The event of a wait for the next child to return (it keeps the reply's reasoning: the plan)."""
-        names = [child.name for child in running] + [f"{child.name} (queued)" for child in queued]
-        text = f"Waiting for the next child agent to return: {', '.join(names)}."
+        names = [child.label for child in running] + [f"queued {child.label}" for child in queued]
+        text = f"Waiting for the next child agent to return: {'; '.join(names)}."
         return Event("action", content=text, message="waits for its child agents",
                      data={"action_type": self.type,
                            "waiting_for": [child.agent.event_stream.uid for child in (*running, *queued)]})

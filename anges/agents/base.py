@@ -114,11 +114,11 @@ class BaseAgent(Delegation):
 
     def run_with_new_request(self, task_description: str, event_stream: EventStream | None = None) -> EventStream:
         """Record the request (new or follow-up) and work on it until the run ends; returns the stream."""
+        self._interrupted.clear()  # before the sandbox is probed: a stop asked for meanwhile holds for this run
+        self._interrupt_why, self.run_state = "", None
         self.run_safety = safety = self._share.begin(self.cmd_init_dir, self.approval, (event_stream or self).uid)
         stream = self._open_stream(event_stream)
-        self._interrupted.clear()
-        self._interrupt_why, self.run_state = "", None
-        self.secrets, env = run_secrets(self.config, self.agent_config.pass_env, self.mcp, self.apis)
+        self.secrets, env = run_secrets(self.config, self.agent_config, self.mcp, self.apis, self.cmd_init_dir)
         with self.store.run_lock(stream.uid):
             self.store.clear_stop(stream.uid)
             if abandoned := abandoned_run(stream):

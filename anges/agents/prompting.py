@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 
 HISTORY_HEADING = "\n# History\n"
 """Where the stable prefix of an agent prompt ends (the templates render this heading before the history)."""
-NOTHING_NOW = {"background_jobs": [], "older_jobs": 0, "plan": None, "children": [], "after_edit": False}
+NOTHING_NOW = {"background_jobs": [], "older_jobs": 0, "plan": None, "children": [], "siblings": [],
+               "after_edit": False}
 
 
 class Prompted(Protocol):
@@ -39,14 +40,16 @@ class Prompted(Protocol):
     registered_actions: list[Action]
     event_stream: EventStream | None
     run_safety: RunSafety | None
+    run_state: RunState | None
     notes: list[str]
     cmd_init_dir: str
     prefix_cmd: str
     secrets: list[str]
     readonly_shell: bool
-    run_state: RunState | None
 
     def running_children(self) -> list[dict]: ...
+
+    def siblings(self) -> list[str]: ...
 
 
 class Prompter:
@@ -58,13 +61,14 @@ class Prompter:
         self.sizing = sizing
         """Holds the run's prompt limits (`config.prompt`, scaled down for a small context window)."""
         self._facts: dict | None = None
+        self._python3: str | None = None
         self._project: list[ProjectFile] | None = None
         self._cached = ""
         """The last prompt up to the end of its history: where the next one may hit the provider's cache."""
 
     def new_run(self) -> None:
         """Read the facts and the project's AGENTS.md again (either may differ) and render every action's guide."""
-        self._facts = None
+        self._facts = self._python3 = None
         self._project = None
         self._cached = ""
         for action in self.agent.registered_actions:
@@ -80,7 +84,7 @@ class Prompter:
         last = next((event for event in reversed(events) if kind_of(event.type).group != "hook"), None)
         plan = agent.run_state.plan if agent.run_state is not None else None
         now = {"background_jobs": jobs, "older_jobs": older_jobs, "plan": plan if plan and plan.total else None,
-               "children": agent.running_children(),
+               "children": agent.running_children(), "siblings": agent.siblings(),
                "after_edit": last is not None and last.type == "edit_file"}  # a formatter's hook may have run since
         return self._fitted(lambda history: self._render(history, now, feedback), limit)
 
@@ -113,32 +117,34 @@ class Prompter:
 
     def _render(self, history: str, now: dict, feedback: str) -> str:
         """The prompt; `now` holds what its tail (`# Now`) shows: background jobs, the plan, running children, the
-        reminder after an edit."""
+        siblings working in the same folder, the reminder after an edit."""
         agent, config = self.agent, self.sizing.prompt
         return render_template(
             agent.agent_prompt_template, config.template_dir, **self.offered(), **now,
-            action_guides=[a.guide_prompt for a in agent.registered_actions], platform=self.facts(),
+            action_guides=[a.guide_prompt for a in agent.registered_actions],
+            platform={**self.facts(), "python3": self.python3()},
             project_files=self.project_files(), project_limit=config.max_agents_md_chars,
             notes=agent.notes, history=history, feedback=feedback, agent=agent)
 
     def _cacheable(self, text: str, history: str) -> Prompt:
         """The prompt with its cache breaks: the end of the stable prefix, of what the last prompt cached (the provider
-        reads it from there) and of this history. The history's block takes the blank lines after it (a provider
-        sends no blank block), so that the next prompt can break where the cached block ended."""
-        key = f"anges-{self.agent.uid}"
+        reads it from there) and of this history; and the facts of this machine and folder it states. The history's
+        block takes the blank lines after it (a provider sends no blank block), so that the next prompt can break
+        where the cached block ended."""
+        key, local = f"anges-{self.agent.uid}", {"workdir": self.agent.cmd_init_dir, "python3": self.python3()}
         fixed = text.find(HISTORY_HEADING) + 1
         if not fixed:
-            return Prompt(text, cache_key=key)
+            return Prompt(text, cache_key=key, local_facts=local)
         start = text.find(history, fixed)
         if start < 0:
-            return Prompt(text, (fixed,), (fixed,), key)
+            return Prompt(text, (fixed,), (fixed,), key, local)
         end = start + len(history)
         end += len(text) - end - len(text[end:].lstrip())
         grown = len(self._cached) if self._cached and text.startswith(self._cached) else 0
         if grown and not text[grown:end].strip():
             end = grown  # the same history: its block ends where the cached one did
         self._cached = text[:end]
-        return Prompt(text, (fixed, grown, end), (fixed, end), key)
+        return Prompt(text, (fixed, grown, end), (fixed, end), key, local)
 
     def project_files(self) -> list[ProjectFile]:
         """The project's AGENTS.md files (none when `prompt.agents_md` is off), read once per run: they belong to
@@ -182,3 +188,12 @@ class Prompter:
                            "cwd": agent.cmd_init_dir, "prefix_cmd": agent.prefix_cmd,
                            "sandbox": agent.run_safety.facts(agent.readonly_shell) if agent.run_safety else None}
         return self._facts
+
+    def python3(self) -> str:
+        """Where the run's commands find `python3` ("" when they find none, or before the run has its environment)."""
+        state = self.agent.run_state
+        if self._python3 is None and state is not None:
+            from anges.safety.python_env import commands_python
+
+            self._python3 = commands_python(state.context.env or os.environ)
+        return self._python3 or ""

@@ -137,6 +137,9 @@ class AgentConfig(Section):
     (head and tail) and a longer diff becomes a count of the lines it changes. The change itself is made."""
     pass_env: list[str] = Field(default_factory=list)
     """Credential environment variables that commands may see."""
+    keep_anges_venv: bool = False
+    """Commands keep the virtualenv anges runs from (its `bin` first on PATH, `VIRTUAL_ENV`): for a venv that is
+    also the project's. Off, they get the environment without it, unless it lies in the working directory."""
     notes: list[str] = Field(default_factory=list)
     """Notes added to every prompt of this agent type."""
     auto_entitle: bool = False

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,7 @@ from anges.store.outputs import tree_folder
 from anges.util.clipping import shorten
 
 if TYPE_CHECKING:
-    from anges.config.types import Config, SafetyConfig
+    from anges.config.types import AgentConfig, Config, SafetyConfig
     from anges.tools.openapi import APIs
 
 
@@ -319,11 +319,13 @@ def sandbox_works(safety: SafetyConfig, cwd: str) -> bool:
     return availability(safety.bwrap, SandboxSettings.for_run(safety, cwd).untrusted, quiet=True).ok
 
 
-def run_secrets(config, pass_env: Iterable[str] = (), mcp=None, apis: APIs | None = None
+def run_secrets(config, agent_config: AgentConfig | None = None, mcp=None, apis: APIs | None = None, cwd: str = ""
                 ) -> tuple[list[str], dict[str, str]]:
     """The secret values a run masks, and the environment its commands get: without any secret variable (see
     masking.is_secret_name), nor those the configuration names (each model's `api_key_env`, the variables given
-    to MCP servers, those web APIs' credentials come from), unless `pass_env` lists them."""
+    to MCP servers, those web APIs' credentials come from), unless the agent's `pass_env` lists them; and, for a
+    run in `cwd`, without the virtualenv anges runs from unless it is the project's (`python_env`)."""
+    from anges.safety.python_env import without_anges_venv
     from anges.safety.shell import scrubbed_environment
     from anges.util.masking import secret_values
 
@@ -334,4 +336,6 @@ def run_secrets(config, pass_env: Iterable[str] = (), mcp=None, apis: APIs | Non
         names += apis.env_names
     secrets = secret_values(secret_names=names) + (mcp.secrets if mcp is not None else [])
     secrets += apis.secrets if apis is not None else []
-    return secrets, scrubbed_environment(pass_env, names)
+    env = scrubbed_environment(agent_config.pass_env if agent_config else (), names)
+    keep = agent_config is not None and agent_config.keep_anges_venv
+    return secrets, without_anges_venv(env, cwd, keep) if cwd else env
