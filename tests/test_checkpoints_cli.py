@@ -142,3 +142,19 @@ def test_batch_tasks_keep_checkpoints_unless_the_batch_setting_turns_them_off(tm
     assert kept.events_list[1].data["checkpoint"] == {"id": 1}
     assert "checkpoint" not in EventStore().load("stream-off").events_list[1].data
     assert sorted(p.name for p in (anges_home / "data" / "checkpoints").iterdir()) == ["stream-kept"]
+
+
+def test_the_step_list_leaves_out_steps_that_changed_no_file_and_never_marks_them_undone(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    uid = run_task_in(work, tmp_path, shell("echo a > a.txt"), shell("cat a.txt"), shell("git log -1 || true"),
+                      shell("echo b > b.txt"), complete())
+    listed = anges("diff", uid, "--list", cwd=tmp_path).stdout.splitlines()
+    assert listed == ["2  RUN_SHELL_CMD echo a > a.txt", "5  RUN_SHELL_CMD echo b > b.txt",
+                      "(2 more steps with a checkpoint changed no file, e.g. RUN_SHELL_CMD cat a.txt)"]
+
+    assert anges("undo", uid, "--to", "2", "--yes", cwd=tmp_path).returncode == 0
+    listed = anges("diff", uid, "--list", cwd=tmp_path).stdout.splitlines()
+    assert listed[:3] == ["2  RUN_SHELL_CMD echo a > a.txt  (undone)", "5  RUN_SHELL_CMD echo b > b.txt  (undone)",
+                          "7  undo to before step 2"]
+    assert not any("cat a.txt" in line and "undone" in line for line in listed)

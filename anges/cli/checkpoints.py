@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from anges.config.arguments import positive
 from anges.exceptions import UsageError
+from anges.util.clipping import one_line
 from anges.util.printable import printable
 
 if TYPE_CHECKING:
@@ -106,10 +107,19 @@ def not_covered_lines(diff: Diff) -> list[str]:
 
 
 def step_lines(steps: list[Step]) -> list[str]:
-    """One line per step: its number, what it did, and whether it was undone."""
-    width = max(len(str(step.number)) for step in steps)
-    return [printable(f"{step.number:>{width}}  {step.label}" + ("  (undone)" if step.undone else "")
-                      + ("  (could change files elsewhere)" if step.entry.outside else "")) for step in steps]
+    """One line per step that changed files (as its checkpoints saw it), runs still, or could change files beyond
+    them, and per undo: its number, what it did, and whether it was undone; then how many changed nothing."""
+    shown = [step for step in steps if step.changed is not False or step.entry.outside or step.entry.kind == "undo"]
+    lines = []
+    if shown:
+        width = max(len(str(step.number)) for step in shown)
+        lines = [printable(f"{step.number:>{width}}  {step.label}" + ("  (undone)" if step.undone else "")
+                           + ("  (could change files elsewhere)" if step.entry.outside else "")) for step in shown]
+    quiet = [step for step in steps if step not in shown]
+    if quiet:
+        lines.append(f"({len(quiet)} more step{'s' if len(quiet) != 1 else ''} with a checkpoint changed no file, "
+                     f"e.g. {printable(one_line(quiet[0].label, 60))})")
+    return lines
 
 
 def plan_lines(plan: UndoPlan) -> list[str]:
