@@ -123,6 +123,7 @@ def test_a_diff_on_a_terminal_shows_escape_sequences_instead_of_obeying_them(tmp
     os.close(parent)
     assert done.returncode == 0
     assert b"\x1b]0;pwned" not in shown and b"^[]0;pwned^G" in shown
+    assert b"\x1b[1;32m+\x1b[0m" in shown, "an added line's + in green: colour on a terminal"
 
 
 def _batch_job(tmp_path, name):

@@ -80,11 +80,14 @@ def open_checkpoints(uid: str) -> Checkpoints:
 
 
 def write_diff(diff: Diff, out) -> None:
-    """The stat and the diff: raw bytes into a pipe or a file (`git apply` reads them), made printable on a
-    terminal."""
+    """The stat and the diff: raw bytes into a pipe or a file (`git apply` reads them), on a terminal made
+    printable and drawn as the session draws it (coloured, the code highlighted, long lines wrapped)."""
     if out.isatty():
-        out.write(printable(diff.text.encode(errors="surrogateescape").decode(errors="replace")))
-        out.flush()
+        from anges.cli.render import files_diff
+        from anges.cli.terminal import Display
+
+        display = Display.of(out)
+        display.write(files_diff(diff.text, display.styled, limit=sys.maxsize))
     else:
         out.flush()
         out.buffer.write(diff.text.encode(errors="surrogateescape"))

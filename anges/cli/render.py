@@ -170,7 +170,7 @@ class Renderer:
             return []
         head = Wrapped(Text.assemble(("$", "bold cyan"), " "), Text(one_line(shell.command, 2000), "bold"), "  ")
         lines: list[RenderableType] = [head]
-        lines += self._framed(self._clip([Text(line) for line in shell.output().splitlines()], self.output_lines))
+        lines += self._framed(self._output(shell))
         status = Text.assemble(("  └ ", "dim"), _shell_status(shell))
         if shell.cut and shell.printed_bytes is not None and not shell.yielded:
             status.append(f" · printed {shell.printed_lines:,} lines, {shell.printed_bytes:,} bytes (cut above)",
@@ -178,6 +178,17 @@ class Renderer:
         if event.data.get("sandbox") == "none":
             status.append(" · outside the sandbox" if event.data.get("escalated") else " · no sandbox", "yellow")
         return lines + [status]
+
+    def _output(self, shell: ShellRun) -> list[Text]:
+        """The first and last lines of a command's output; the marker between counts the lines it printed that are
+        not shown (of an output too large to keep, the record holds only its head and tail)."""
+        lines = [Text(line) for line in shell.output().splitlines()]
+        if not shell.cut or shell.printed_lines is None or len(lines) <= self.output_lines + 1:
+            return self._clip(lines, self.output_lines)
+        head = max(self.output_lines // 2, 1)
+        tail = max(self.output_lines - head, 1)
+        hidden = max(shell.printed_lines - head - tail, 0)
+        return [*lines[:head], Text(f"… {hidden:,} more line{'s' if hidden != 1 else ''} …", "dim"), *lines[-tail:]]
 
     def _tool_call(self, event: Event) -> list[RenderableType]:
         data = event.data
