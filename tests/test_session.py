@@ -81,7 +81,9 @@ def test_a_multi_line_task_streams_its_reply_in_place_and_ctrl_d_leaves(openai_s
     term.wait_for("completed in")
     lines = [line for line in term.lines() if line.strip()]
     assert sum(reasoning in line for line in lines) == 1, "the step's reasoning shows once"
-    assert not any("The folder looks small." in line for line in lines), "the live analysis left with its step"
+    analysed = [index for index, line in enumerate(lines) if "The folder looks small." in line]
+    assert len(analysed) == 1, "the analysis stays in the transcript once its step lands (dim), not twice"
+    assert analysed[0] < lines.index(next(line for line in lines if reasoning in line)), "above the reasoning"
     assert lines[lines.index(next(line for line in lines if reasoning in line)) + 1].startswith("$ ls")
     assert any(line.startswith("  └ exit 0 · ") for line in lines)
     assert "Two files" in lines and "# Two files" not in lines, "the answer is drawn as Markdown"

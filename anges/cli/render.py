@@ -157,16 +157,17 @@ class Renderer:
         return [head, *self._framed(self._clip([Text(line) for line in result.text.splitlines()], self.output_lines))]
 
     def _reasoning(self, event: Event) -> list[RenderableType]:
-        text = (event.reasoning or "").strip()
-        if self.verbose and event.analysis.strip():
-            text = f"{event.analysis.strip()}\n{text}".strip()
-        if not text:
-            return []
+        """The step's analysis (dim) and reasoning (dim italic), their first lines (all with --verbose): the
+        analysis the person watched stream in stays once its step lands."""
+        return [Text(line, style) for text, style in ((event.analysis, "dim"), (event.reasoning, "dim italic"))
+                for line in self._first_lines((text or "").strip())]
+
+    def _first_lines(self, text: str) -> list[str]:
         lines = text.splitlines()
         shown = lines[: self.reasoning_lines]
         if len(lines) > len(shown):
             shown[-1] += " …"
-        return [Text(line, "dim italic") for line in shown]
+        return shown
 
     def _command(self, event: Event) -> list[RenderableType]:
         shell = ShellRun.of(event)
