@@ -458,3 +458,29 @@ def test_a_dropped_model_call_that_ends_later_leaves_the_status_line_alone():
     release.set()
     call.join()
     assert status.activity == "thinking"
+
+
+def test_ctrl_o_shows_a_steps_whole_output_and_analysis_and_q_leaves_nothing_behind(tmp_path, sessions):
+    model = scripted(tmp_path, {"analysis": "THE-ANALYSIS of the numbers", "reasoning": "count",
+                                "actions": [{"action_type": "RUN_SHELL_CMD", "command": "seq 101 140"}]},
+                     shell("echo second"), complete("counted"))
+    term = sessions("--model", model, cwd=tmp_path, rows=30)
+    term.send("count\r")
+    finished(term)
+    assert "120" not in term.lines(), "the transcript shows the output's first and last lines only"
+    term.send("\x0f")  # Ctrl-O: the last step, the answer
+    term.wait_for("step 4 (3 of 3)", on_screen=True)
+    assert "counted" in "\n".join(term.display())
+    term.send("\x1b[D")  # ←: the step before
+    term.wait_for("step 3 (2 of 3)", on_screen=True)
+    term.send("\x1b[D")
+    term.wait_for("step 2 (1 of 3)", on_screen=True)
+    assert "  THE-ANALYSIS of the numbers" in term.display(), "the analysis"
+    term.send("\x1b[6~")  # PgDn
+    term.wait_until(lambda: "120" in term.display(), what="the middle of the output, which the transcript cut")
+    term.send("q")
+    term.wait_until(lambda: not any(line.startswith("step 2 (1 of 3)") for line in term.display()),
+                    what="the pager closed")
+    term.read_for(0.3)
+    assert "120" not in term.lines(), "the pager left nothing on the screen nor in the scrollback"
+    assert sum("THE-ANALYSIS" in line for line in term.lines()) == 1, "the analysis once: the transcript's"

@@ -2,9 +2,9 @@
 
 Events are numbered 1, 2, 3, ... in the order they were recorded, counting only the events the model reads
 (`EventKind.in_prompt`): an approval request, a hook's run, a failed summary or a prompt over the window takes no
-number, so the history has no gaps. Every view and command that names an event uses these numbers too: the history and the
-`workspace_restored` text the model reads, `/steps`, `/diff N`, `/undo N`, `anges diff --step`, `anges undo --to`,
-`anges stats` and the web chat. A number never changes once given (streams only grow at their end).
+number, so the history has no gaps. Every view and command that names an event uses these numbers too: the history
+and the `workspace_restored` text the model reads, `/steps`, `/diff N`, `/undo N`, `anges diff --step`,
+`anges undo --to`, `anges stats` and the web chat. A number never changes once given (streams only grow at their end).
 
 A stream's *position* of an event (1-based, every event counted) is its place in the file, what checkpoints and
 summaries record; `count_upto` and `position_of` convert.
