@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
-import sys
 import time
 import uuid
 
@@ -36,11 +35,6 @@ class Tmux:
                    f"exec {line}", env=environment)
         self._tmux("set", "-g", "window-size", "manual")  # resized by `resize` alone (not in the file: 3.3a dies)
 
-    @classmethod
-    def anges(cls, args: list[str], cwd, env: dict | None = None, columns: int = 100, rows: int = 30) -> Tmux:
-        """`anges ARGS` in a pane."""
-        return cls([sys.executable, "-m", "anges", *args], cwd, env, columns, rows)
-
     # -- reading -------------------------------------------------------------------------------------------------
 
     def screen(self) -> list[str]:
@@ -54,14 +48,6 @@ class Tmux:
             lines.pop()
         return lines
 
-    def scrollback(self) -> list[str]:
-        """The lines above the screen, right-stripped."""
-        history = int(self._tmux("display-message", "-p", "-t", "0", "#{history_size}").strip() or 0)
-        return self.lines()[:history] if history else []
-
-    def text(self) -> str:
-        return "\n".join(self.lines())
-
     def wait_for(self, text: str, timeout: float = 30, on_screen: bool = False) -> list[str]:
         """Wait until `text` shows (on the screen now, or anywhere in the scrollback); the lines then."""
         return self.wait_until(lambda: text in "\n".join(self.screen() if on_screen else self.lines()), timeout,
@@ -74,20 +60,6 @@ class Tmux:
                 raise AssertionError(f"timed out waiting for {what}; the pane:\n" + "\n".join(self.lines()[-80:]))
             time.sleep(0.05)
         return self.lines()
-
-    def settled(self, quiet: float = 0.5, timeout: float = 30) -> list[str]:
-        """Wait until the screen has not changed for `quiet` seconds (the live part redrawn after a resize);
-        the lines then."""
-        deadline = time.monotonic() + timeout
-        last, since = None, time.monotonic()
-        while time.monotonic() < deadline:
-            now = self.screen()
-            if now != last:
-                last, since = now, time.monotonic()
-            elif time.monotonic() - since >= quiet:
-                return self.lines()
-            time.sleep(0.05)
-        raise AssertionError("the screen never settled:\n" + "\n".join(self.lines()[-80:]))
 
     def redrawn(self, timeout: float = 30) -> list[str]:
         """Wait until the live part is drawn at the terminal's width now (its rule spans the new width)."""
@@ -112,9 +84,6 @@ class Tmux:
         """Resize the terminal, as dragging its window's corner does (tmux reflows what it shows)."""
         self.columns, self.rows = columns, rows
         self._tmux("resize-window", "-t", "0", "-x", str(columns), "-y", str(rows))
-
-    def exited(self) -> bool:
-        return self._tmux("display-message", "-p", "-t", "0", "#{pane_dead}").strip() == "1"
 
     def close(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, check=False, timeout=30)

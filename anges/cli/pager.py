@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from prompt_toolkit.filters import Condition
 from prompt_toolkit.key_binding import KeyBindings
@@ -13,10 +14,11 @@ from prompt_toolkit.layout import ConditionalContainer, Window
 from prompt_toolkit.layout.controls import FormattedTextControl
 
 from anges.cli.screen import Pane, Screen, wrap_columns
-from anges.store.events import Event, EventStream, is_step
-from anges.store.numbers import counts
-from anges.store.results import FileEdit, ShellRun
 from anges.util.printable import as_drawn, printable
+
+if TYPE_CHECKING:  # the store is loaded after the input box shows (start-up)
+    from anges.store.events import Event, EventStream
+    from anges.store.results import ShellRun
 
 MAX_READ = 4 * 1024 * 1024
 """Of a command's full-output file, the bytes read (its end, when it holds more)."""
@@ -42,6 +44,9 @@ class Pager(Pane):
 
     def show_last(self) -> None:
         """Open on the last step (on the screen's thread); says so when there is none yet."""
+        from anges.store.events import is_step
+        from anges.store.numbers import counts
+
         stream = self.stream_of()
         events = stream.events_list if stream is not None else []
         numbers = counts(events, len(events))
@@ -114,6 +119,8 @@ class Pager(Pane):
 def step_lines(number: int, event: Event) -> list[str]:
     """A step whole, as printable lines: what it was, the analysis, the reasoning, then all of its output that is
     kept (a command's full-output file while it exists), or its diff, or its text."""
+    from anges.store.results import FileEdit, ShellRun
+
     lines = [event.title] if event.title else []
     for label, text in (("analysis", event.analysis), ("reasoning", event.reasoning)):
         if (text or "").strip():

@@ -7,7 +7,7 @@ and the `workspace_restored` text the model reads, `/steps`, `/diff N`, `/undo N
 `anges undo --to`, `anges stats` and the web chat. A number never changes once given (streams only grow at their end).
 
 A stream's *position* of an event (1-based, every event counted) is its place in the file, what checkpoints and
-summaries record; `count_upto` and `position_of` convert.
+summaries record; `count_upto` gives the number at a position.
 """
 
 from __future__ import annotations
@@ -51,31 +51,3 @@ def count_upto(stream: EventStream, position: int) -> int:
     for event in events[len(known) - 1:]:
         known.append(known[-1] + numbered(event))
     return known[max(0, min(position, len(events)))]
-
-
-def number_of(stream: EventStream, position: int) -> int | None:
-    """The number of the event at `position` (1-based), or None when it has none (or there is no such event)."""
-    events = stream.events_list
-    if not 1 <= position <= len(events) or not numbered(events[position - 1]):
-        return None
-    return count_upto(stream, position)
-
-
-def last_number(stream: EventStream) -> int | None:
-    """The number of the stream's last event (None when it has none)."""
-    return number_of(stream, len(stream.events_list))
-
-
-def position_of(stream: EventStream, number: int) -> int | None:
-    """The position (1-based) of the event numbered `number`, or None when no event has that number."""
-    events = stream.events_list
-    if number < 1 or count_upto(stream, len(events)) < number:
-        return None
-    low, high = 1, len(events)
-    while low < high:  # the first position whose count reaches `number`
-        middle = (low + high) // 2
-        if count_upto(stream, middle) < number:
-            low = middle + 1
-        else:
-            high = middle
-    return low
