@@ -319,6 +319,9 @@ EVENT_KINDS: dict[str, EventKind] = {
     "workspace_restored": EventKind("Files restored (undo)", "restore"),
     "hook_ran": EventKind("Hook", "hook", in_prompt=False),
     "hook_feedback": EventKind("Hook", "hook"),  # a block's reason or a context: the model reads it
+    "plan_updated": EventKind("Plan", "plan", action="UPDATE_PLAN"),
+    "completion_held": EventKind("Completion held", "held"),
+    "completion_dropped": EventKind("Completion dropped", "held"),
 }
 """Every event type anges records, but a parent's `child_agent_<exit type>` (see `kind_of`)."""
 _CHILD_RETURN = EventKind("Child agent returned", "child_exit")
@@ -338,7 +341,7 @@ def kind_of(event_type: str) -> EventKind:
 
 def group_of(event: Event) -> str:
     """request, shell, tool, api, edit, answer, interrupted, approval, child_start, child_running, child_exit, restore,
-    hook or other: what views show an event as."""
+    hook, plan, held or other: what views show an event as."""
     if event.type == "action":
         data = event.data
         shell = isinstance(data.get("command"), str)  # as `ShellRun.of` reads a command's result
