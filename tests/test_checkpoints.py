@@ -437,3 +437,28 @@ def test_odd_file_names_are_checkpointed_and_undone_like_any_other(tmp_path):
     assert statuses["new\nline"] == "modified" and statuses["-n"] == "added" and statuses["a b"] == "added"
     agent.checkpoints.undo()
     assert tree(tmp_path) == before
+
+
+def test_steps_undo_and_the_model_use_the_numbers_of_the_models_own_history(tmp_path):
+    """An approval request takes no number in the history (its answer does); the steps, the undo and its text give
+    each event the number the model's own history gives it."""
+    import re
+
+    rules = [{"action": "RUN_SHELL_CMD", "match": "echo *", "decision": "ask", "reason": "a person looks"}]
+    config = load_config(overrides={"safety": {"rules": rules, "approval": "ask", "sandbox": "off"}})
+    agent = DefaultAgent(inference_func=ScriptedModel([shell("echo a > a.txt"), shell("cat a.txt"),
+                                                       shell("echo b > b.txt"), complete()]),
+                         cmd_init_dir=tmp_path, config=config, approval=lambda request: "allow")
+    agent.run_with_new_request("work")
+    assert sum(e.type == "approval_requested" for e in agent.event_stream.events_list) == 3
+    assert step_numbers(agent) == [3, 5, 7], "each command's number in the history, not its place in the file"
+
+    agent.checkpoints.undo(to=5)
+    run(tmp_path, complete("noted"), agent=agent, request="go on")
+    prompt = agent.inference_func.prompts[-1]
+    history = dict((int(n), kind) for n, kind in re.findall(r"^## Event (\d+) TYPE: (\w+)", prompt, re.M))
+    assert history[3] == history[5] == history[7] == "RUN_SHELL_CMD" and history[8] == "TASK_COMPLETE"
+    assert history[9] == "WORKSPACE_RESTORED" and history[10] == "FOLLOW_UP_REQUEST"
+    assert "as they were before event 5 (" in prompt and "The work of events 5, 7 on these files" in prompt
+    assert [(s.number, s.undone, s.changed) for s in agent.checkpoints.steps()] == [
+        (3, False, True), (5, True, False), (7, True, True), (9, False, True)]

@@ -123,6 +123,7 @@ def test_a_diff_on_a_terminal_shows_escape_sequences_instead_of_obeying_them(tmp
     os.close(parent)
     assert done.returncode == 0
     assert b"\x1b]0;pwned" not in shown and b"^[]0;pwned^G" in shown
+    assert b"\x1b[1;32m+\x1b[0m" in shown, "an added line's + in green: colour on a terminal"
 
 
 def _batch_job(tmp_path, name):
@@ -142,3 +143,19 @@ def test_batch_tasks_keep_checkpoints_unless_the_batch_setting_turns_them_off(tm
     assert kept.events_list[1].data["checkpoint"] == {"id": 1}
     assert "checkpoint" not in EventStore().load("stream-off").events_list[1].data
     assert sorted(p.name for p in (anges_home / "data" / "checkpoints").iterdir()) == ["stream-kept"]
+
+
+def test_the_step_list_leaves_out_steps_that_changed_no_file_and_never_marks_them_undone(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    uid = run_task_in(work, tmp_path, shell("echo a > a.txt"), shell("cat a.txt"), shell("git log -1 || true"),
+                      shell("echo b > b.txt"), complete())
+    listed = anges("diff", uid, "--list", cwd=tmp_path).stdout.splitlines()
+    assert listed == ["2  RUN_SHELL_CMD echo a > a.txt", "5  RUN_SHELL_CMD echo b > b.txt",
+                      "(2 more steps with a checkpoint changed no file, e.g. RUN_SHELL_CMD cat a.txt)"]
+
+    assert anges("undo", uid, "--to", "2", "--yes", cwd=tmp_path).returncode == 0
+    listed = anges("diff", uid, "--list", cwd=tmp_path).stdout.splitlines()
+    assert listed[:3] == ["2  RUN_SHELL_CMD echo a > a.txt  (undone)", "5  RUN_SHELL_CMD echo b > b.txt  (undone)",
+                          "7  undo to before step 2"]
+    assert not any("cat a.txt" in line and "undone" in line for line in listed)

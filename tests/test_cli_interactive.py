@@ -152,16 +152,22 @@ def test_the_transcript_is_as_wide_as_the_terminal_when_the_answer_goes_to_a_fil
     assert (tmp_path / "answer.md").read_text() == "# Answer\n\nsaved **here**\n", "the answer as written"
 
 
-def test_command_output_and_diff_lines_are_cut_at_the_edge_while_prose_wraps(tmp_path):
-    model = scripted(tmp_path, edit("NEW_FILE wide.txt", "d" * 150 + "\n"), shell("python3 -c \"print('w' * 150)\""),
-                     complete("done"))
+def test_command_output_diff_and_command_lines_wrap_under_their_gutter_at_the_edge(tmp_path):
+    change = "reverse=True if newest_first else False, key=" + "k" * 60
+    model = scripted(tmp_path, edit("NEW_FILE wide.py", "d" * 50 + change + "\n"),
+                     shell("python3 -c \"print('w' * 150)\" && echo " + "c" * 70), complete("done"))
     term = Terminal(["-q", "x", "--model", model], cwd=tmp_path, columns=60)
     try:
         assert term.wait() == 0
     finally:
         term.close()
     lines = term.lines()
-    assert "  │ " + "w" * 55 + "…" in lines, "the output line is cut at 60 columns, with a mark"
-    assert "  +" + "d" * 56 + "…" in lines, "so is a diff line"
-    assert not any(line and not line.strip("wd") for line in lines), "no rest of a cut line on a line of its own"
+    output = [line for line in lines if line.startswith("  │ w")]
+    assert output == ["  │ " + "w" * 56, "  │ " + "w" * 56, "  │ " + "w" * 38], "the output wrapped, under its │"
+    added = next(index for index, line in enumerate(lines) if line.startswith("  +" + "d" * 50))
+    assert "".join(line[3:] for line in lines[added:added + 3]) == "d" * 50 + change, "the whole change, in order"
+    assert all(line.startswith("   ") for line in lines[added + 1:added + 3]), "its rest right of the + column"
+    command = next(index for index, line in enumerate(lines) if line.startswith("$ python3"))
+    assert lines[command + 1].startswith("  ") and "c" * 20 in lines[command + 1], "the command wraps after its $"
+    assert not any("…" in line for line in lines[command:command + 6]), "nothing cut"
     assert "run python3 -c \"print('w' * 150)\"" in " ".join(lines), "the reasoning (prose) wraps, whole"

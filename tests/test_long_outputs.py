@@ -211,6 +211,8 @@ def test_show_reports_the_true_size_of_what_a_command_printed(work):
                            capture_output=True, text=True, cwd=work, timeout=60)
     assert shown.returncode == 0, shown.stderr
     assert f"printed 50,000 lines, {len(SEQ):,} bytes (cut above)" in shown.stdout
+    assert "  │ … 49,992 more lines …" in shown.stdout.splitlines(), "the lines not shown, of all it printed"
+    assert "  │ 4" in shown.stdout.splitlines() and "  │ 49997" in shown.stdout.splitlines()
     raw = json.loads(subprocess.run([sys.executable, "-m", "anges", "show", stream.uid, "--json"],
                                     capture_output=True, text=True, cwd=work, timeout=60).stdout)
     assert raw["events_list"][1]["data"]["stdout_bytes"] == len(SEQ)

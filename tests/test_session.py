@@ -81,7 +81,9 @@ def test_a_multi_line_task_streams_its_reply_in_place_and_ctrl_d_leaves(openai_s
     term.wait_for("completed in")
     lines = [line for line in term.lines() if line.strip()]
     assert sum(reasoning in line for line in lines) == 1, "the step's reasoning shows once"
-    assert not any("The folder looks small." in line for line in lines), "the live analysis left with its step"
+    analysed = [index for index, line in enumerate(lines) if "The folder looks small." in line]
+    assert len(analysed) == 1, "the analysis stays in the transcript once its step lands (dim), not twice"
+    assert analysed[0] < lines.index(next(line for line in lines if reasoning in line)), "above the reasoning"
     assert lines[lines.index(next(line for line in lines if reasoning in line)) + 1].startswith("$ ls")
     assert any(line.startswith("  └ exit 0 · ") for line in lines)
     assert "Two files" in lines and "# Two files" not in lines, "the answer is drawn as Markdown"
@@ -244,8 +246,9 @@ def test_undo_puts_the_files_back_once_you_say_yes(tmp_path, sessions):
     term.send("change things\r")
     finished(term)
     term.send("/steps\r")
-    steps = term.wait_for("3  RUN_SHELL_CMD cat kept.txt")
+    steps = term.wait_for("(1 more step with a checkpoint changed no file, e.g. RUN_SHELL_CMD cat kept.txt)")
     assert "2  RUN_SHELL_CMD echo after > kept.txt && echo new > new.txt" in steps, "each step by its number"
+    assert not any(line.startswith("3  ") for line in steps), "the cat changed no file: not listed as a step"
     term.send("/undo\r")
     shown = "\n".join(term.wait_for("undo this?", on_screen=True))
     text = term.text()
@@ -456,3 +459,29 @@ def test_a_dropped_model_call_that_ends_later_leaves_the_status_line_alone():
     release.set()
     call.join()
     assert status.activity == "thinking"
+
+
+def test_ctrl_o_shows_a_steps_whole_output_and_analysis_and_q_leaves_nothing_behind(tmp_path, sessions):
+    model = scripted(tmp_path, {"analysis": "THE-ANALYSIS of the numbers", "reasoning": "count",
+                                "actions": [{"action_type": "RUN_SHELL_CMD", "command": "seq 101 140"}]},
+                     shell("echo second"), complete("counted"))
+    term = sessions("--model", model, cwd=tmp_path, rows=30)
+    term.send("count\r")
+    finished(term)
+    assert "120" not in term.lines(), "the transcript shows the output's first and last lines only"
+    term.send("\x0f")  # Ctrl-O: the last step, the answer
+    term.wait_for("step 4 (3 of 3)", on_screen=True)
+    assert "counted" in "\n".join(term.display())
+    term.send("\x1b[D")  # ←: the step before
+    term.wait_for("step 3 (2 of 3)", on_screen=True)
+    term.send("\x1b[D")
+    term.wait_for("step 2 (1 of 3)", on_screen=True)
+    assert "  THE-ANALYSIS of the numbers" in term.display(), "the analysis"
+    term.send("\x1b[6~")  # PgDn
+    term.wait_until(lambda: "120" in term.display(), what="the middle of the output, which the transcript cut")
+    term.send("q")
+    term.wait_until(lambda: not any(line.startswith("step 2 (1 of 3)") for line in term.display()),
+                    what="the pager closed")
+    term.read_for(0.3)
+    assert "120" not in term.lines(), "the pager left nothing on the screen nor in the scrollback"
+    assert sum("THE-ANALYSIS" in line for line in term.lines()) == 1, "the analysis once: the transcript's"

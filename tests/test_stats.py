@@ -87,6 +87,9 @@ def test_stats_per_run_and_in_total_from_the_recorded_facts(tmp_path, openai_ser
     assert second["ends"] == {"interrupted (event_limit)": 1} and second["approvals"] == 1
     assert 0.4 <= second["seconds"]["approval_wait"] < second["seconds"]["wall"]
     assert second["estimated"] is True and second["cost"] is None
+    # the model's history: 1 the request, 2 the approval's answer (its request takes no number), 3 and 4 the
+    # commands, 5 the interruption; the stream's file holds them at 1, 3, 4, 5, 6
+    assert {step["number"] for step in second["slowest_steps"]} == {3, 4, 5}
 
     total = data["total"]
     assert total["runs"] == 2 and total["steps"] == first["steps"] + second["steps"]

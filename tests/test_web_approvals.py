@@ -106,6 +106,24 @@ def test_an_approved_command_runs_and_the_answer_is_recorded_as_the_web_chats(au
     assert answer_files(store) == []  # removed with the run
 
 
+def test_the_feed_numbers_steps_as_the_model_and_the_restore_dialog_do(auth, app, store, model, tmp_path):
+    """An approval's request takes no number: the page's numbers are the history's, and a restore names the same."""
+    model.enqueue(shell("touch approved.txt"), complete("touched"))
+    uid = start(auth)
+    assert answer(auth, uid, pending_request(store, uid)["request_id"], "allow").status_code == 202
+    wait_idle(app, uid)
+    client, headers = auth
+    events, _ = read_sse(client, f"/api/chats/{uid}/events", lambda events, comments: any(
+        step["type"] == "task_completion" for step in steps_of(events)))
+    numbers = [(step["type"], step["number"]) for step in steps_of(events)]
+    assert numbers == [("new_request", 1), ("approval_requested", None), ("approval_decided", 2), ("action", 3),
+                       ("task_completion", 4)]
+    prompt = model.prompts[-1]
+    assert "## Event 3 TYPE: RUN_SHELL_CMD" in prompt
+    plan = client.get(f"/api/chats/{uid}/restore?step=3", headers=headers).json
+    assert plan["step"] == 3 and plan["label"].endswith("touch approved.txt") and plan["steps"] == [3]
+
+
 def test_denied_with_feedback_the_model_is_told_why_and_the_command_never_runs(auth, app, store, model, tmp_path):
     model.enqueue(shell("touch denied.txt"), complete("fine"))
     uid = start(auth)

@@ -131,6 +131,8 @@ def test_restore_to_before_a_step_from_the_page(page, live, tmp_path):
     expect(page.locator("#stop")).to_be_hidden()  # the run is over (while it runs, the page says to stop it first)
     shell_step = steps(page).filter(has=page.locator(".card.shell"))
     assert page.locator(".step-answer .step-restore").count() == 0  # an answer changes no file
+    expect(shell_step.locator(".step-number")).to_have_text("#2")  # the number the dialog and the agent give it
+    expect(steps(page).first.locator(".step-number")).to_have_text("#1")
     shell_step.locator(".step-restore").click()
 
     dialog = page.locator("#restore")

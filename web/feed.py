@@ -26,6 +26,7 @@ from typing import Any
 
 from anges.exceptions import StreamNotFound
 from anges.store.events import RETURN_TO_PARENT_EVENT_TYPES, Event, child_reference, status_of
+from anges.store.numbers import numbered
 from anges.store.turns import reasoning_after, turn_reasoning
 from anges.util.printable import as_drawn
 
@@ -89,6 +90,8 @@ class Reader:
     """The streaming reply last sent for this block."""
     reasoning: str = ""
     """The reasoning of the turn read so far (a view shows each turn's once)."""
+    numbered: int = 0
+    """The number of the last numbered event read (`anges.store.numbers`: the model's and every view's)."""
 
 
 class ChatWatch:
@@ -240,7 +243,7 @@ def _steps(reader: Reader, records: list[dict], children: list[Reader],
     for record in records:
         kind = record.get("kind")
         if kind == "header":  # the file starts (again, if it was rewritten): count from scratch
-            reader.title, reader.stored = record.get("title") or reader.uid, "new"
+            reader.title, reader.stored, reader.numbered = record.get("title") or reader.uid, "new", 0
             if reader.totals is not None:
                 reader.totals = Totals()
         elif kind == "title":
@@ -256,6 +259,7 @@ def _steps(reader: Reader, records: list[dict], children: list[Reader],
             if reader.totals is not None:
                 reader.totals.add(event)
             fresh = index >= reader.next_index
+            reader.numbered += numbered(event)
             reasoning = turn_reasoning(event, reader.reasoning)
             reader.reasoning = reasoning_after(event, reader.reasoning)
             if event.type == "child_agent_running":
@@ -263,7 +267,8 @@ def _steps(reader: Reader, records: list[dict], children: list[Reader],
             if not fresh:
                 continue
             if event.type != "results_shrunk":  # the prompt's bookkeeping: nothing happened to show
-                steps.append(step_view(event, index, reader.cwd, reasoning))
+                steps.append(step_view(event, index, reader.cwd, reasoning,
+                                       reader.numbered if numbered(event) else None))
             reader.next_index = index + 1
             if reader.block and event.type in RETURN_TO_PARENT_EVENT_TYPES:
                 reader.done = True  # a child block shows one run of the child: up to its answer

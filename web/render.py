@@ -86,15 +86,17 @@ def markdown_html(text: str) -> str:
     )
 
 
-def step_view(event: Event, index: int, cwd: str = "", reasoning: str | None = None) -> dict:
+def step_view(event: Event, index: int, cwd: str = "", reasoning: str | None = None, number: int | None = None) -> dict:
     """What the chat shows of one event. Only the `*_html` fields are HTML (sanitized); the rest is text.
 
     Paths under `cwd` (the chat's working directory) are shown relative to it; `reasoning` is what to show of the
-    turn's reasoning (`anges.store.turns`: once per turn), the event's own when None.
+    turn's reasoning (`anges.store.turns`: once per turn), the event's own when None; `number` is the event's number
+    (`anges.store.numbers`), None for one that has none.
     """
     data = event.data or {}
     view: dict = {
         "index": index,
+        "number": number,
         "type": event.type,
         "kind": _kind(event),
         "time": event.created_at.isoformat(timespec="seconds"),

@@ -32,7 +32,8 @@ class Entry:
     """Folder -> what was left out of it (a `LeftOut` as a dict); only folders where something was."""
     time: str = ""
     event: int = 0
-    """The number (1-based) the step's event was expected to get in the stream."""
+    """The position (1-based, every event counted) the step's event was expected to take in the stream (views name
+    it by its number: `anges.store.numbers`)."""
     action: str = ""
     subject: str = ""
     """The step's command, file or tool, on one line."""

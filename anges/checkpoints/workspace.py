@@ -16,6 +16,7 @@ from anges.checkpoints.timeline import Entry
 from anges.checkpoints.undo import Conflict, Restore, apply_restore, plan_diff, plan_restore, plan_token
 from anges.exceptions import CheckpointError, UndoRefused
 from anges.store.events import Event, EventStream
+from anges.store.numbers import count_upto
 
 if TYPE_CHECKING:
     from anges.config.types import CheckpointsConfig
@@ -30,10 +31,14 @@ class Step:
     """A step that could change files, and the checkpoint taken just before it."""
 
     number: int
-    """Its event's number in the stream (1-based): what `--step` and `--to` take."""
+    """Its event's number, the one the model's history and every view give it (`anges.store.numbers`): what
+    `--step` and `--to` take."""
     entry: Entry
     undone: bool = False
     """A later undo took it back (and nothing restored it since)."""
+    changed: bool | None = None
+    """Whether the files the checkpoints cover changed while it ran (None: it runs still, or its end was not
+    checkpointed)."""
 
     @property
     def label(self) -> str:
@@ -81,10 +86,11 @@ class Checkpoints:
     def steps(self) -> list[Step]:
         """Every checkpointed step (undos too), oldest first."""
         entries = self.timeline.entries()
-        numbers = self._event_numbers()
+        positions = self._event_positions()
         in_effect = _in_effect(entries)
-        return [Step(numbers.get(entry.id, entry.event), entry, entry.id not in in_effect)
-                for entry in entries if entry.kind != "end"]
+        return [Step(self._number(positions.get(entry.id, entry.event)), entry, entry.id not in in_effect,
+                     _changed(entry, entries[index + 1] if index + 1 < len(entries) else None))
+                for index, entry in enumerate(entries) if entry.kind != "end"]
 
     def step(self, number: int) -> Step:
         """The step whose event is `number`; CheckpointError (naming those there are) when it has no checkpoint."""
@@ -145,8 +151,8 @@ class Checkpoints:
                 raise UndoRefused(f"someone other than the agent changed {names} after the checkpoint (or what "
                                   "they hold now is not saved); undo again with overwrite to replace them",
                                   [conflict.path for conflict in plan.conflicts])
-            number = len(self.stream.events_list) + 1
-            entry = self.timeline.append("undo", {r.git.root: r.now for r in plan.restores}, event=number,
+            position = len(self.stream.events_list) + 1
+            entry = self.timeline.append("undo", {r.git.root: r.now for r in plan.restores}, event=position,
                                          action="UNDO", subject=f"undo to before step {plan.to.number}",
                                          to=plan.to.entry.id)
             failed = [f"{restore.git.root}/{line}" for restore in plan.restores for line in apply_restore(restore)]
@@ -225,17 +231,30 @@ class Checkpoints:
             **facts, "checkpoint": {"id": entry.id}, "overwrote": overwrote[:LISTED], "by": by,
             "stat": plan.diff.stat_line, **({"failed": failed[:LISTED]} if failed else {})})
 
-    def _event_numbers(self) -> dict[int, int]:
-        """Checkpoint id -> the number of the event that recorded its step."""
-        numbers: dict[int, int] = {}
-        for number, event in enumerate(self.stream.events_list, 1):
+    def _event_positions(self) -> dict[int, int]:
+        """Checkpoint id -> the position (1-based) in the stream of the event that recorded its step."""
+        positions: dict[int, int] = {}
+        for position, event in enumerate(self.stream.events_list, 1):
             mark = (event.data or {}).get("checkpoint")
             if isinstance(mark, dict) and isinstance(mark.get("id"), int):
-                numbers.setdefault(mark["id"], number)
-        return numbers
+                positions.setdefault(mark["id"], position)
+        return positions
+
+    def _number(self, position: int) -> int:
+        """The number of the event at `position`; of one not recorded yet (the step running now), the number it
+        gets (every step's event is numbered)."""
+        recorded = len(self.stream.events_list)
+        return count_upto(self.stream, min(position, recorded)) + max(position - recorded, 0)
 
     def _shown(self, root: str):
         return lambda name: FileChange(root, name, "").shown(self.cwd)
+
+
+def _changed(entry: Entry, after: Entry | None) -> bool | None:
+    """Whether the covered files differ between `entry` and the entry `after` it (None when none follows yet)."""
+    if after is None:
+        return None
+    return any(after.roots.get(root, commit) != commit for root, commit in entry.roots.items())
 
 
 def _in_effect(entries: list[Entry]) -> set[int]:

@@ -25,7 +25,7 @@ from prompt_toolkit.layout.controls import FormattedTextControl
 from prompt_toolkit.utils import get_cwidth
 from prompt_toolkit.widgets import TextArea
 
-from anges.cli.screen import Pane
+from anges.cli.screen import Pane, wrap_columns
 from anges.safety.approval_text import READ_SECONDS, escalation, marked
 from anges.util.clipping import one_line
 from anges.util.printable import visible
@@ -33,6 +33,7 @@ from anges.util.printable import visible
 if TYPE_CHECKING:
     from anges.cli.screen import Screen
     from anges.safety.approval import ApprovalRequest, Decision
+    from anges.safety.approval_text import Shown
 
 TYPING_PAUSE = 1.5
 """Seconds without typing before a key answers a question: people pause between words and sentences for half a
@@ -46,33 +47,70 @@ ANSWER_KEYS = "ynatv"
 """The keys that answer (or open) a question; typed before it may be answered, they go into the input box."""
 
 
+GUTTER = "  │ "
+"""Before each line of a request's detail, and of each piece of a line too long for the screen."""
+READ_HINT = "  (read it: its keys work once it has been up a moment and you have stopped typing)"
+ALWAYS_HINT = "  Enter approves it for the rest of this run · any other key: not always"
+
+
 def approval_block(request: ApprovalRequest, rows: int, width: int, child: bool = False, viewed: bool = False
                    ) -> tuple[list[tuple[str, str]], bool]:
-    """What a pending request shows, as (style, line) pairs, within `rows` lines of `width` columns; and whether
-    that is all of its detail (else y and a wait for v, which prints it whole above: then it is `viewed`). What
-    any surface shows of a request (marks, size, head and tail, the words for leaving the sandbox) comes from
-    `anges.safety.approval_text`; the screen only cuts it further to the rows it has. A `child` agent's request
-    says which child asks."""
-    shown = request.shown()
+    """What a pending request shows, as (style, line) pairs, within `rows` rows of `width` columns with its keys
+    (their row is kept free); and whether that is all of its detail (else y and a wait for v, which prints it whole
+    above: then it is `viewed`). The detail is what shrinks: the reason, the sandbox's words, the scope and the keys
+    always show. What any surface shows of a request (marks, size, head and tail, the words for leaving the
+    sandbox) comes from `anges.safety.approval_text`; the screen only cuts it further to the rows it has. A `child`
+    agent's request says which child asks."""
+    full = request.shown()
     who = f" [{visible(request.agent_type)} {request.agent_id}]" if child else ""
-    lines = [("approval.head", f"? {request.action_type} needs your approval{who} — {visible(request.reason)} "
-                               f"[{request.rule}]")]
-    inner = max(width - 5, 10)
-    room = max(rows - 8 - get_cwidth(shown.size) // inner, 3)  # a size line that names many characters wraps
-    fits = sum(1 + get_cwidth(line) // inner for line in shown.lines) <= room
-    complete = shown.complete and fits
-    if not fits:  # the head and tail of the detail itself, so that the marker counts its lines
-        shown = request.shown(min(room, len(shown.lines)))
-    lines += [("", f"  │ {line}") for line in shown.lines]
+    head = [("approval.head", f"? {request.action_type} needs your approval{who} — {visible(request.reason)} "
+                              f"[{request.rule}]")]
+    tail = []
+    if request.escalate:
+        tail.append(("notice", f"  {one_line(escalation(request.justification), 400)}"))
+    tail.append(("hint", f"  always = for the rest of this run: {one_line(visible(request.scope), 300)}"))
+    cut_note = "; only part of it is shown: v shows it all, above"
+    fixed = sum(_rows(line, width) for _, line in (*head, *tail)) + _rows(f"  ({full.size}{cut_note})", width) \
+        + keys_rows(width)
+    inner = max(width - get_cwidth(GUTTER), 1)
+    shown = _fitting(request, full, max(rows - fixed, 1), inner)
+    complete = full.complete and shown is full
+    lines = head + [("", GUTTER + piece) for line in shown.lines for piece in wrap_columns(line, inner)]
     if viewed:
         lines.append(("hint", f"  ({shown.size}; the whole of it is printed above)"))
     else:
-        lines.append(("hint" if complete else "notice", f"  ({shown.size}"
-                      + ("" if complete else "; only part of it is shown: v shows it all, above") + ")"))
-    if request.escalate:
-        lines.append(("notice", f"  {one_line(escalation(request.justification), 400)}"))
-    lines.append(("hint", f"  always = for the rest of this run: {one_line(visible(request.scope), 300)}"))
-    return lines, complete or viewed
+        lines.append(("hint" if complete else "notice", f"  ({shown.size}{'' if complete else cut_note})"))
+    return lines + tail, complete or viewed
+
+
+def keys_rows(width: int) -> int:
+    """The rows the keys of a question (or what stands for them until they work) take at `width` columns."""
+    keys = ["  " + " · ".join(f"{key} {meaning}" for key, meaning in choice) for choice in (KEYS_ALL, KEYS_PART)]
+    return max(_rows(line, width) for line in (READ_HINT, ALWAYS_HINT, *keys))
+
+
+def _fitting(request: ApprovalRequest, full: Shown, room: int, inner: int) -> Shown:
+    """The detail as `full` has it when its lines fit `room` rows of `inner` columns, else the most of its head and
+    tail that does (one line at the least)."""
+    def fits(shown: Shown) -> bool:
+        return sum(len(wrap_columns(line, inner)) for line in shown.lines) <= room
+
+    if fits(full):
+        return full
+    low, high, best = 1, max(len(full.lines) - 1, 1), request.shown(1)
+    while low <= high:  # the most lines whose rows fit
+        middle = (low + high) // 2
+        shown = request.shown(middle)
+        if fits(shown):
+            low, best = middle + 1, shown
+        else:
+            high = middle - 1
+    return best
+
+
+def _rows(line: str, width: int) -> int:
+    """The rows `line` takes on the screen, wrapped at `width` columns."""
+    return max(1, -(-get_cwidth(line) // max(width, 1)))
 
 
 @dataclass
@@ -196,8 +234,8 @@ class ApprovalPane(Pane):
         """The block at the terminal's size now, and whether the person has all of the detail (on the screen, or
         printed above by `v`): a resize can cut what was whole."""
         screen, asking = self._on()
-        size = screen.app.output.get_size()
-        return approval_block(asking.request, size.rows, size.columns, asking.request.agent_id != self.root,
+        rows = screen.rows_for(self.container) - (1 if asking.telling else 0)  # the feedback box's row
+        return approval_block(asking.request, rows, screen.width(), asking.request.agent_id != self.root,
                               asking.viewed)
 
     def _block_text(self):
@@ -211,11 +249,10 @@ class ApprovalPane(Pane):
         if asking.telling:
             return fragments
         if asking.always:
-            return fragments + [("class:approval.keys", "  Enter"), ("class:hint", " approves it for the rest of this "
-                                "run · any other key: not always")]
+            key, rest = ALWAYS_HINT.split(" approves", 1)
+            return fragments + [("class:approval.keys", key), ("class:hint", " approves" + rest)]
         if not self.ready(time.monotonic()):
-            return fragments + [("class:hint", "  (read it: its keys work once it has been up a moment and you have "
-                                               "stopped typing)")]
+            return fragments + [("class:hint", READ_HINT)]
         for number, (key, meaning) in enumerate(KEYS_ALL if complete else KEYS_PART):
             fragments += [("", "  " if number == 0 else " · "), ("class:approval.keys", key),
                           ("class:hint", f" {meaning}")]

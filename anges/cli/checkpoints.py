@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from anges.config.arguments import positive
 from anges.exceptions import UsageError
+from anges.util.clipping import one_line
 from anges.util.printable import printable
 
 if TYPE_CHECKING:
@@ -79,11 +80,14 @@ def open_checkpoints(uid: str) -> Checkpoints:
 
 
 def write_diff(diff: Diff, out) -> None:
-    """The stat and the diff: raw bytes into a pipe or a file (`git apply` reads them), made printable on a
-    terminal."""
+    """The stat and the diff: raw bytes into a pipe or a file (`git apply` reads them), on a terminal made
+    printable and drawn as the session draws it (coloured, the code highlighted, long lines wrapped)."""
     if out.isatty():
-        out.write(printable(diff.text.encode(errors="surrogateescape").decode(errors="replace")))
-        out.flush()
+        from anges.cli.render import files_diff
+        from anges.cli.terminal import Display
+
+        display = Display.of(out)
+        display.write(files_diff(diff.text, display.styled, limit=sys.maxsize))
     else:
         out.flush()
         out.buffer.write(diff.text.encode(errors="surrogateescape"))
@@ -106,10 +110,19 @@ def not_covered_lines(diff: Diff) -> list[str]:
 
 
 def step_lines(steps: list[Step]) -> list[str]:
-    """One line per step: its number, what it did, and whether it was undone."""
-    width = max(len(str(step.number)) for step in steps)
-    return [printable(f"{step.number:>{width}}  {step.label}" + ("  (undone)" if step.undone else "")
-                      + ("  (could change files elsewhere)" if step.entry.outside else "")) for step in steps]
+    """One line per step that changed files (as its checkpoints saw it), runs still, or could change files beyond
+    them, and per undo: its number, what it did, and whether it was undone; then how many changed nothing."""
+    shown = [step for step in steps if step.changed is not False or step.entry.outside or step.entry.kind == "undo"]
+    lines = []
+    if shown:
+        width = max(len(str(step.number)) for step in shown)
+        lines = [printable(f"{step.number:>{width}}  {step.label}" + ("  (undone)" if step.undone else "")
+                           + ("  (could change files elsewhere)" if step.entry.outside else "")) for step in shown]
+    quiet = [step for step in steps if step not in shown]
+    if quiet:
+        lines.append(f"({len(quiet)} more step{'s' if len(quiet) != 1 else ''} with a checkpoint changed no file, "
+                     f"e.g. {printable(one_line(quiet[0].label, 60))})")
+    return lines
 
 
 def plan_lines(plan: UndoPlan) -> list[str]:

@@ -22,6 +22,7 @@ from prompt_toolkit.layout.controls import FormattedTextControl
 from anges import __version__
 from anges.cli.approvals import ApprovalPane
 from anges.cli.composer import Completions, Composer, History
+from anges.cli.pager import Pager
 from anges.cli.picker import Picker
 from anges.cli.screen import Pane, Screen
 from anges.cli.session import Session, TranscriptOutput, exit_code, interrupt_on_signals
@@ -104,7 +105,9 @@ class Interactive:
         self.picker = Picker(lambda: self.screen)
         self.composer = Composer(History(str(anges_home() / "history")), Completions(self.cwd, self.complete),
                                  self.send)
-        self.screen = Screen(self.display, self.status, above=[self.approvals, self.picker, QueuePane(self.queue)],
+        self.pager = Pager(lambda: self.screen, lambda: self._session.agent.event_stream if self._session else None)
+        self.screen = Screen(self.display, self.status, above=[self.approvals, self.picker, self.pager,
+                                                               QueuePane(self.queue)],
                              below=[self.composer], bindings=self._keys(), focus=self.composer.box)
         self.approvals.attach(self.screen)
 
@@ -375,6 +378,10 @@ class Interactive:
             else:
                 self._ctrl_c_at = time.monotonic()
                 self.screen.say("Ctrl-C again leaves (or Ctrl-D)")
+
+        @keys.add("c-o")
+        def _(event) -> None:
+            self.pager.show_last()
 
         @keys.add("c-d", filter=empty)
         def _(event) -> None:

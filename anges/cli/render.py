@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 from rich.padding import Padding
 from rich.text import Text
 
+from anges.cli.gutter import Wrapped
 from anges.cli.hook_view import hook_lines
 from anges.cli.terminal import seconds
 from anges.store.events import (
@@ -54,13 +55,17 @@ STOP_REASONS = {"interrupt": "interrupted", "timeout": "out of time", "event_lim
                 "model_setup": "the model is not usable", "abandoned": "its process ended without finishing",
                 "budget": "over budget", "context_window": "the prompt does not fit the model's context window",
                 "hook": "stopped by a hook"}
+T = TypeVar("T")
+
+
 class Cut(TypedDict):
     no_wrap: bool
     overflow: OverflowMethod
 
 
 OUTPUT: Cut = {"no_wrap": True, "overflow": "ellipsis"}
-"""Command output and diff lines are cut at the edge of the screen, never wrapped (prose wraps)."""
+"""One-line heads (a tool's call, an API's request) are cut at the edge of the screen; command output, commands
+and diff lines wrap under their gutter (`anges.cli.gutter`), prose wraps."""
 
 
 class Renderer:
@@ -157,24 +162,25 @@ class Renderer:
         return [head, *self._framed(self._clip([Text(line) for line in result.text.splitlines()], self.output_lines))]
 
     def _reasoning(self, event: Event) -> list[RenderableType]:
-        text = (event.reasoning or "").strip()
-        if self.verbose and event.analysis.strip():
-            text = f"{event.analysis.strip()}\n{text}".strip()
-        if not text:
-            return []
+        """The step's analysis (dim) and reasoning (dim italic), their first lines (all with --verbose): the
+        analysis the person watched stream in stays once its step lands."""
+        return [Text(line, style) for text, style in ((event.analysis, "dim"), (event.reasoning, "dim italic"))
+                for line in self._first_lines((text or "").strip())]
+
+    def _first_lines(self, text: str) -> list[str]:
         lines = text.splitlines()
         shown = lines[: self.reasoning_lines]
         if len(lines) > len(shown):
             shown[-1] += " …"
-        return [Text(line, "dim italic") for line in shown]
+        return shown
 
     def _command(self, event: Event) -> list[RenderableType]:
         shell = ShellRun.of(event)
         if shell is None:  # group_of says "shell" only of a command's result
             return []
-        head = Text.assemble(("$", "bold cyan"), " ", (one_line(shell.command), "bold"), **OUTPUT)
+        head = Wrapped(Text.assemble(("$", "bold cyan"), " "), Text(one_line(shell.command, 2000), "bold"), "  ")
         lines: list[RenderableType] = [head]
-        lines += self._framed(self._clip([Text(line) for line in shell.output().splitlines()], self.output_lines))
+        lines += self._framed(self._output(shell))
         status = Text.assemble(("  └ ", "dim"), _shell_status(shell))
         if shell.cut and shell.printed_bytes is not None and not shell.yielded:
             status.append(f" · printed {shell.printed_lines:,} lines, {shell.printed_bytes:,} bytes (cut above)",
@@ -182,6 +188,17 @@ class Renderer:
         if event.data.get("sandbox") == "none":
             status.append(" · outside the sandbox" if event.data.get("escalated") else " · no sandbox", "yellow")
         return lines + [status]
+
+    def _output(self, shell: ShellRun) -> list[Text]:
+        """The first and last lines of a command's output; the marker between counts the lines it printed that are
+        not shown (of an output too large to keep, the record holds only its head and tail)."""
+        lines = [Text(line) for line in shell.output().splitlines()]
+        if not shell.cut or shell.printed_lines is None or len(lines) <= self.output_lines + 1:
+            return self._clip(lines, self.output_lines)
+        head = max(self.output_lines // 2, 1)
+        tail = max(self.output_lines - head, 1)
+        hidden = max(shell.printed_lines - head - tail, 0)
+        return [*lines[:head], Text(f"… {hidden:,} more line{'s' if hidden != 1 else ''} …", "dim"), *lines[-tail:]]
 
     def _tool_call(self, event: Event) -> list[RenderableType]:
         data = event.data
@@ -267,11 +284,12 @@ class Renderer:
                                                                       limit if not self.verbose else 1000))]
 
     def _framed(self, lines: list[Text]) -> list[RenderableType]:
-        return [Text.assemble(("  │ ", "dim"), line, **OUTPUT) for line in lines]
+        return [Wrapped(Text("  │ ", "dim"), line) for line in lines]
 
-    def _clip(self, lines: list[Text], limit: int) -> list[Text]:
+    def _clip(self, lines: list[T], limit: int) -> list[T | Text]:
         """The first and last lines when there are more than `limit`, a dim `… N more lines …` between."""
-        return clip_lines(lines, limit, lambda n: Text(f"… {n} more line{'s' if n != 1 else ''} …", "dim"))
+        shown: list[T | Text] = list(lines)
+        return clip_lines(shown, limit, lambda n: Text(f"… {n} more line{'s' if n != 1 else ''} …", "dim"))
 
 
 def plan_lines(plan: Plan, whole: bool = True, steps: bool = True) -> list[RenderableType]:
@@ -325,14 +343,14 @@ def prefixed(prefix: Text | str, text: Text) -> Text:
     return Text.assemble(prefix, text, no_wrap=text.no_wrap, overflow=text.overflow)
 
 
-def diff_lines(diff: str, path: str, styled: bool) -> list[Text]:
+def diff_lines(diff: str, path: str, styled: bool) -> list[Text | Wrapped]:
     """A unified diff, two spaces in: added lines green, removed red, hunks cyan, and the code highlighted in the
     language of `path` (plain text, as written, unstyled)."""
     lines = diff.splitlines()
     if not styled:
-        return [Text("  " + line) for line in lines]
+        return [Wrapped("  " + line[:1], Text(line[1:]), "   ") for line in lines]
     highlight = _highlighter(path)
-    shown = []
+    shown: list[Text | Wrapped] = []
     for line in lines:
         if line.startswith(("---", "+++", "diff --git ", "index ")):
             shown.append(Text("  " + line, "dim", **OUTPUT))
@@ -343,13 +361,13 @@ def diff_lines(diff: str, path: str, styled: bool) -> list[Text]:
             code = highlight(line[1:])
             if mark:
                 code.stylize(f"on {'#005f00' if mark == 'green' else '#5f0000'}")  # the same in 256 colours
-            shown.append(Text.assemble("  ", (line[0], f"bold {mark}".strip()), code, **OUTPUT))
+            shown.append(Wrapped(Text.assemble("  ", (line[0], f"bold {mark}".strip())), code, "   "))
         else:
             shown.append(Text("  " + line, **OUTPUT))
     return shown
 
 
-def files_diff(text: str, styled: bool, limit: int = 3000) -> list[Text]:
+def files_diff(text: str, styled: bool, limit: int = 3000) -> list[Text | Wrapped]:
     """A diff of several files as `git diff --stat --patch` writes it (the stat, then each file's diff): each file
     coloured and highlighted in its own language; past `limit` lines, the first and last."""
     text = visible(text.encode(errors="surrogateescape").decode(errors="replace"))
@@ -359,7 +377,7 @@ def files_diff(text: str, styled: bool, limit: int = 3000) -> list[Text]:
         if line.startswith("diff --git "):
             files.append((line.rsplit(" b/", 1)[-1], []))
         (files[-1][1] if files else stat).append(line)
-    shown = [Text(line, **OUTPUT) for line in stat]
+    shown: list[Text | Wrapped] = [Text(line, **OUTPUT) for line in stat]
     for path, lines in files:
         shown += diff_lines("\n".join(lines), path, styled)
     return clip_lines(shown, limit, lambda n: Text(f"… {n} more lines …", "dim"))

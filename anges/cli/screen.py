@@ -26,10 +26,10 @@ from prompt_toolkit.key_binding import KeyBindings, merge_key_bindings
 from prompt_toolkit.layout import ConditionalContainer, HSplit, Layout, Window
 from prompt_toolkit.layout.controls import FormattedTextControl
 from prompt_toolkit.output.color_depth import ColorDepth
-from prompt_toolkit.output.vt100 import Vt100_Output
 from prompt_toolkit.styles import Style
 from prompt_toolkit.utils import get_cwidth
 
+from anges.cli.inline import Frame, InlineOutput
 from anges.cli.terminal import terminal_size
 from anges.util.printable import printable
 
@@ -180,7 +180,9 @@ class Screen:
                 self._pending.appendleft(pending)
             return
         renderer = self.app.renderer
+        self._frame.erase_if_resized()
         renderer.erase(leave_alternate_screen=False)
+        self._frame.forget()
         self.app.output.write_raw(pending.replace("\n", "\r\n"))
         self.app.output.flush()
         renderer.reset(leave_alternate_screen=False)
@@ -234,6 +236,7 @@ class Screen:
                                              height=1), Condition(lambda: bool(self.notice)))
         parts = [ConditionalContainer(live, Condition(lambda: bool(self.live))),
                  *(pane.container for pane in above), status, notice, *(pane.container for pane in below)]
+        self._parts = parts
         # of two bindings for the same key the later wins: a question's keys over the input box's, over the rest
         keys = [_stray_paste_end(), bindings, *(pane.bindings for pane in (*below, *above))]
         app: Application = Application(
@@ -241,13 +244,14 @@ class Screen:
             output=self._output(), input=keys_in, style=STYLE,
             color_depth=None if self.display.colour else ColorDepth.DEPTH_1_BIT, erase_when_done=True,
             mouse_support=False)
+        self._frame = Frame(app)
         app.key_processor.before_key_press += self._key_pressed
         app.key_processor.after_key_press += self._key_handled
         app.ttimeoutlen = 0.05  # Esc alone stops a run at once; Alt-Enter arrives as one read anyway
         app.timeoutlen = 0.5
         return app
 
-    def _output(self) -> Vt100_Output:
+    def _output(self) -> InlineOutput:
         stream = self.display.stream
 
         def size() -> Size:
@@ -255,11 +259,19 @@ class Screen:
             return Size(rows=rows, columns=columns)
 
         # no cursor position requests: their answers would arrive as input, and a test's terminal gives none
-        return Vt100_Output(stream, size, term=os.environ.get("TERM"), enable_cpr=False)
+        return InlineOutput(stream, size, term=os.environ.get("TERM"), enable_cpr=False)
 
     def width(self) -> int:
         """The columns of the terminal now."""
         return self.app.output.get_size().columns
+
+    def rows_for(self, container: Container) -> int:
+        """The rows `container` (one of the live part's) may take now: the screen's, less what the rest of the live
+        part takes and one more (a live part as tall as the screen scrolls it at each redraw)."""
+        size = self.app.output.get_size()
+        others = sum(part.preferred_height(size.columns, size.rows).preferred for part in self._parts
+                     if part is not container)
+        return max(size.rows - 1 - others, 1)
 
     def _live_text(self):
         return [("class:live", "\n".join(last_lines(self.live, max(self.width() - 1, 10))))]
@@ -280,15 +292,19 @@ def _stray_paste_end() -> KeyBindings:
 
 def last_lines(text: str, width: int, count: int = LIVE_LINES) -> list[str]:
     """The last `count` lines of `text` wrapped to `width` columns (wide characters take two)."""
+    return [line for paragraph in text.splitlines()[-count:] for line in wrap_columns(paragraph, width)][-count:]
+
+
+def wrap_columns(paragraph: str, width: int) -> list[str]:
+    """One line cut into lines of at most `width` columns (wide characters take two, a tab four)."""
     lines: list[str] = []
-    for paragraph in text.splitlines()[-count:]:
-        line, used = "", 0
-        for char in paragraph.expandtabs(4):
-            size = get_cwidth(char)
-            if used + size > width:
-                lines.append(line)
-                line, used = "", 0
-            line, used = line + char, used + size
-        lines.append(line)
-    return lines[-count:]
+    line, used = "", 0
+    for char in paragraph.expandtabs(4):
+        size = get_cwidth(char)
+        if used + size > width and line:
+            lines.append(line)
+            line, used = "", 0
+        line, used = line + char, used + size
+    lines.append(line)
+    return lines
 

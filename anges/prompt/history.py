@@ -1,7 +1,8 @@
 """The event history as the model reads it.
 
 The history is the user's requests and one rolling summary for the events folded so far, then every later event
-as `format_event` shows it, numbered as the model reads them (an event it does not read takes no number). An event
+as `format_event` shows it, by its number (`anges.store.numbers`: an event the model does not read takes none, and
+every view names events by the same numbers). An event
 is shown the same way at every step, so between two folds the history only grows at its end, and so does the head
 of the prompt (`templates.split_prompt`): the provider's prefix cache hits.
 """
@@ -15,15 +16,14 @@ from anges.config.types import PromptConfig
 from anges.prompt import shrinking
 from anges.prompt.shrinking import Candidate, whole
 from anges.store.attached import Attached
-from anges.store.events import EVENT_KINDS, REQUEST_EVENT_TYPES, kind_of
+from anges.store.events import REQUEST_EVENT_TYPES, kind_of
+from anges.store.numbers import counts, numbered
 from anges.store.turns import reasoning_after, turn_reasoning
 from anges.util.clipping import clip, omission
 
 if TYPE_CHECKING:
     from anges.store.events import Event, EventStream, EventSummary
 
-_HIDDEN = frozenset(name for name, kind in EVENT_KINDS.items() if not kind.in_prompt)
-"""Event types the model does not read (the event that follows says it all)."""
 _caches: Attached[dict] = Attached()
 """Per stream: the summaries in effect, and the history as formatted so far (see `_Formatted`)."""
 
@@ -66,7 +66,7 @@ def format_event_stream(stream: EventStream, config: PromptConfig) -> str:
 
 def shown_count(stream: EventStream, end: int) -> int:
     """How many of events 1..`end` the model reads: the number the history gives the last of them."""
-    return _shown_counts(stream.events_list, end)[end]
+    return counts(stream.events_list, end)[end]
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ def format_events(stream: EventStream, start: int, end: int, config: PromptConfi
     """Events `start`..`end` (1-based, inclusive) as the history shows them: a summary that falls inside the range
     stands in for its events, after the requests among them."""
     events = stream.events_list
-    numbers = _shown_counts(events, end)
+    numbers = counts(events, end)
     blocks: list[str] = []
     position = start
     for summary in covering_summaries(stream):
@@ -195,12 +195,12 @@ def _formatted(stream: EventStream, config: PromptConfig) -> _Formatted:
     formatted = cache.get("history")
     if formatted is None or formatted.key != key or formatted.upto > len(events):
         formatted = cache["history"] = _Formatted(key, format_events(stream, 1, settled, config), settled,
-                                                  upto=settled, shown=_shown_counts(events, settled)[settled])
+                                                  upto=settled, shown=counts(events, settled)[settled])
     for index in range(formatted.upto + 1, len(events) + 1):
         event = events[index - 1]
         if event.type == shrinking.SHRINKS:
             _shrink(formatted, events, event.data.get("events") or [], config)
-        elif event.type not in _HIDDEN:
+        elif numbered(event):
             formatted.shown += 1
             reasoning = turn_reasoning(event, formatted.reasoning)
             formatted.indexes.append(index)
@@ -241,20 +241,12 @@ def _choose_summaries(summaries: list[EventSummary]) -> list[EventSummary]:
     return chosen
 
 
-def _shown_counts(events: list, end: int) -> list[int]:
-    """For each n in 0..`end`: how many of events 1..n the model reads."""
-    counts = [0]
-    for event in events[:end]:
-        counts.append(counts[-1] + (event.type not in _HIDDEN))
-    return counts
-
-
 def _format_range(events: list, start: int, end: int, config: PromptConfig, numbers: list[int]) -> list[str]:
     """Events `start`..`end` in full; the first shown one has its reasoning, each later one only a new reasoning."""
     blocks, previous = [], ""
     for index in range(start, end + 1):
         event = events[index - 1]
-        if event.type not in _HIDDEN:
+        if numbered(event):
             blocks.append(format_event(numbers[index], event, config, turn_reasoning(event, previous)))
         previous = reasoning_after(event, previous)
     return blocks

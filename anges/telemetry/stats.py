@@ -24,6 +24,7 @@ from anges.store.events import (
     status_of,
     walk,
 )
+from anges.store.numbers import counts
 from anges.store.results import APICall, FileEdit, ShellRun
 from anges.util.clipping import one_line
 
@@ -38,7 +39,7 @@ class Step:
 
     stream_id: str
     number: int
-    """The event's number in its stream, from 1."""
+    """The event's number in its stream (`anges.store.numbers`: the one its history and every view give it)."""
     what: str
     seconds: float
     model: float | None = None
@@ -124,7 +125,8 @@ def run_stats(stream: EventStream, load: Loader) -> Stats:
         if depth == 0:
             request = _follow_request(stats, request, event, previous.get(owner.uid))
         if owner.uid not in numbers:
-            numbers[owner.uid] = {id(each): n for n, each in enumerate(owner.events_list, 1)}
+            found = counts(owner.events_list, len(owner.events_list))
+            numbers[owner.uid] = {id(each): found[n] for n, each in enumerate(owner.events_list, 1)}
         _count(stats, owner.uid, numbers[owner.uid][id(event)], event, previous.get(owner.uid), asked)
         previous[owner.uid] = event
     if request is not None:  # the last request has no end

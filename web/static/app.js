@@ -655,6 +655,11 @@
     const item = el("li", `step step-${step.kind}`);
     item.dataset.index = step.index;
     item.dataset.type = step.type;
+    if (step.number) { // the number the agent, /steps, anges diff and the restore dialog give this step
+      const number = el("span", "step-number", `#${step.number}`);
+      number.title = `Step ${step.number}`;
+      item.appendChild(number);
+    }
     if (step.kind === "request") {
       item.appendChild(el("div", "step-label", step.from_parent ? "Task from the parent agent" : "You"));
       item.appendChild(el("div", "request-text", step.text));
@@ -690,7 +695,7 @@
     const button = el("button", "btn btn-ghost step-restore", "Restore to before this step");
     button.type = "button";
     button.title = "Put the working directory's files back as they were before this step (shows the diff first)";
-    button.addEventListener("click", () => openRestore(step.index + 1));
+    button.addEventListener("click", () => openRestore(step.number));
     return button;
   }
 
