@@ -241,6 +241,16 @@ class Gate:
                 self.grants.add(verdict.grant)
         return Permit(decision.verdict == "allow", verdict, decision, request.id)
 
+    def ask(self, asker: Asker, request: ApprovalRequest) -> Decision:
+        """Ask the channel about a request no policy made (content to trust, say), recorded as `approval_requested`
+        while it waits; RunStopped when the run stops first. The caller records the decision."""
+        from anges.safety.policy import Verdict
+
+        asker.record(Event("approval_requested", content=_request_text(request), message=_request_text(request),
+                           data={**request.to_data(), "channel": channel_name(self.channel)}))
+        verdict = Verdict("ask", request.rule, request.reason, request.subject, escalate=request.escalate)
+        return self._wait(asker, request, verdict)
+
     def decided_event(self, asker: Asker, action_type: str, permit: Permit, skipped: int = 0) -> Event:
         """The `approval_decided` event: the facts, and for the model what happened and what to do."""
         from anges.prompt.templates import render_template

@@ -294,6 +294,12 @@ def terminal_approval(safety: SafetyConfig, cwd: str, channel: Callable | None =
     return chosen, notes
 
 
+def commands_may_write(safety: SafetyConfig, cwd: str) -> Callable[[str], bool]:
+    """Whether the commands of a run in `cwd` could write a path: what must not run outside the sandbox untrusted
+    (an MCP server's program, a hook's script)."""
+    return SandboxSettings.for_run(safety, cwd).can_write
+
+
 def sandbox_works(safety: SafetyConfig, cwd: str) -> bool:
     """Whether the sandbox runs for a run in `cwd` (never trying a bwrap its commands could have written)."""
     return availability(safety.bwrap, SandboxSettings.for_run(safety, cwd).untrusted, quiet=True).ok
