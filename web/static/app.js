@@ -177,6 +177,21 @@
 
   function showDisconnected(down) {
     $("offline").hidden = !down;
+    if (down === (app.dataset.connection === "down")) return;
+    app.dataset.connection = down ? "down" : "up"; // the sidebar's dots read as unknown meanwhile
+    if (state.status) showRunState(state.status);
+  }
+
+  // What the status line says of the run: while the server cannot be reached, nobody knows (the run may have
+  // ended with it), so it says that rather than the last state it heard.
+  function showRunState(status) {
+    const down = app.dataset.connection === "down";
+    const pill = $("status-pill");
+    pill.dataset.status = down ? "unknown" : status.status;
+    pill.textContent = down ? "Disconnected" : statusLabel(status.status, status.reason);
+    pill.title = down ? "The server cannot be reached: how the run stands is unknown until it answers again" : "";
+    $("working").hidden = down || !status.running;
+    $("stop").hidden = down || !status.running;
   }
 
   // -- the sidebar -----------------------------------------------------------------------------------------
@@ -459,7 +474,7 @@
       checkSession();
     } else {
       setFeedState("retrying");
-      if (hub === "refused") checkSession(); // redirects to the login, or shows that the server is gone
+      checkSession(); // redirects to the login, or shows at once that the server is gone
     }
   }
 
@@ -614,9 +629,7 @@
   function updateStatus(status) {
     const before = state.status;
     state.status = status;
-    const pill = $("status-pill");
-    pill.dataset.status = status.status;
-    pill.textContent = statusLabel(status.status, status.reason);
+    showRunState(status);
     $("status-steps").textContent = `${status.steps} step${status.steps === 1 ? "" : "s"}`;
     const tokens = status.input_tokens + status.output_tokens;
     const cached = status.cached_tokens ? ` (${Math.round(status.cache_hit_ratio * 100)}% of input cached)` : "";
@@ -625,8 +638,6 @@
       `${status.output_tokens} out`;
     $("status-cost").textContent = status.cost === null || status.cost === undefined ? "" : `$${status.cost.toFixed(4)}`;
     $("status-model").textContent = status.model || "";
-    $("working").hidden = !status.running;
-    $("stop").hidden = !status.running;
     $("stop").disabled = false;
     if (!status.running && state.stopping) {
       state.stopping = false;
