@@ -436,3 +436,17 @@ def test_the_plan_survives_a_wait_a_report_names_its_task_and_a_queued_child_is_
     assert re.search(r"TYPE: WAIT_FOR_CHILDREN\nREASONING:\nPLAN v2: FIRST is done; SECOND runs; then finish\n"
                      rf"CONTENT:\nWaiting for the next child agent to return: TASK_EXECUTOR {second}\.", later)
     assert f"Child agent TASK_EXECUTOR {second} (write SECOND.txt) returned (task_completion)" in later
+
+
+def test_children_given_tasks_that_start_alike_get_titles_that_tell_them_apart(tmp_path):
+    where = f"In {tmp_path}/workspace/project,"
+    model = RoutedModel(
+        orchestrator=[reply(child("NEW_CHILD_AGENT TASK_EXECUTOR", f"{where} create add.py with add(a, b)"),
+                            child("NEW_CHILD_AGENT TASK_EXECUTOR", f"{where} create sub.py with sub(a, b)")),
+                      wait(), complete("both")],
+        task_executor=[complete("done")] * 2,
+    )
+    stream = orchestrator(tmp_path, model).run_with_new_request("go")
+    children = [e.data["agent_id"] for e in stream.events_list if e.type == "new_child_agent"]
+    titles = [EventStore().load(uid).title for uid in children]
+    assert titles == ["Create add.py with add(a, b)", "Create sub.py with sub(a, b)"]
