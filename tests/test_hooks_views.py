@@ -75,7 +75,8 @@ def test_in_the_terminal_session_the_trust_question_is_answered_by_one_key_and_d
     try:
         term.wait_for("Ctrl-D leaves")
         term.send("make a\r")
-        term.wait_until(lambda: "TRUST needs your approval" in "\n".join(term.display()), what="the trust question")
+        term.wait_until(lambda: "TRUST needs your approval" in "\n".join(term.display())
+                        and "y yes · n no" in "\n".join(term.display()), what="the trust question, answerable")
         term.send("n")
         term.wait_for("first")
         term.send("make b\r")

@@ -12,7 +12,7 @@ from anges.prompt.agents_md import ProjectFile, read_agents_md
 from anges.prompt.history import format_event_stream
 from anges.prompt.templates import render_template
 from anges.store.events import kind_of
-from anges.util.clipping import clip, omission
+from anges.util.clipping import clip
 
 if TYPE_CHECKING:
     from anges.actions.base import Action
@@ -77,8 +77,8 @@ class Prompter:
         after_edit = last is not None and last.type == "edit_file"  # a formatter's hook may have run since
         text = self._render(history, jobs, older_jobs, after_edit, feedback)
         if 0 < limit < len(text):
-            room = len(history) - (len(text) - limit)
-            history = clip(history, room) if room > 0 else omission(len(history)).strip()
+            room = max(len(history) - (len(text) - limit), min(len(history), limit // 2))
+            history = clip(history, room)  # a fixed part past the limit is cut by the call's clip, keeping the end
             text = self._render(history, jobs, older_jobs, after_edit, feedback)
         return self._cacheable(text, history)
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from anges.exceptions import ConfigError
-from anges.util.paths import open_directory, open_nofollow, resolve
+from anges.util.paths import open_directory, open_nofollow, resolve, write_file_in
 
 if TYPE_CHECKING:
     from anges.config.types import HookConfig
@@ -156,13 +156,7 @@ class TrustStore:
                  "folder": subject.folder, "trusted_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
         directory = open_directory(self._real_root(), create=True)
         try:
-            name = self._name(subject)
-            temporary = f".{name}.{os.getpid()}.tmp"
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                         dir_fd=directory)
-            with os.fdopen(fd, "w", encoding="utf-8") as file:
-                json.dump(entry, file)
-            os.rename(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
+            write_file_in(directory, self._name(subject), json.dumps(entry).encode())
         finally:
             os.close(directory)
 

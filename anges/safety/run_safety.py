@@ -279,7 +279,7 @@ def terminal_approval(safety: SafetyConfig, cwd: str, channel: Callable | None =
     """The CLI's approval channel for a run in `cwd` when a person can answer on the terminal (None otherwise):
     `channel` (the live screen's question), or the line prompt; and what to tell them up front (no terminal to ask
     on; unsandboxed commands no one can approve)."""
-    from anges.safety.approval import TerminalPrompt
+    from anges.safety.terminal_prompt import TerminalPrompt
 
     chosen, notes = None, []
     if safety.approval in ("", "ask"):
