@@ -15,6 +15,7 @@ from anges.exceptions import AngesError, ModelSetupError, StreamBusy, StreamNotF
 from anges.store.event_store import EventStore
 from anges.store.events import Event, EventStream, status_of
 from anges.tools.mcp import manager_for
+from anges.util.clipping import one_line
 
 from .approvals import AnswerBox, WebApproval
 from .logs import log
@@ -113,7 +114,7 @@ class Run:
     def ending(self) -> str:
         """How the run ended, for the log: the status its last events set, or why it failed."""
         if self.failure or self.agent is None or self.agent.event_stream is None:
-            return f"failed: {self.failure}" if self.failure else "never started"
+            return f"failed: {one_line(self.failure, 300)}" if self.failure else "never started"
         events = self.agent.event_stream.events_list
         return next((status for event in reversed(events) if (status := status_of(event.type))), "new")
 
@@ -204,13 +205,12 @@ class Runs:
         except StreamNotFound:
             pass  # the chat was deleted before the run began
         except ModelSetupError as exc:
-            run.failure = self._record_failure(run.uid, known, text, "model_setup", f"No model is available: {exc}")
+            self._record_failure(run, known, text, "model_setup", f"No model is available: {exc}")
         except AngesError as exc:
-            run.failure = self._record_failure(run.uid, known, text, "error", f"The run could not start: {exc}")
+            self._record_failure(run, known, text, "error", f"The run could not start: {exc}")
         except Exception as exc:  # the edge of a background thread: show the failure in the chat, never hang
             log.exception("run of chat %s failed", run.uid)
-            run.failure = self._record_failure(run.uid, known, text, "error",
-                                               f"The run failed: {type(exc).__name__}: {exc}")
+            self._record_failure(run, known, text, "error", f"The run failed: {type(exc).__name__}: {exc}")
         finally:
             if run.approvals is not None:
                 run.approvals.close()
@@ -243,16 +243,15 @@ class Runs:
             approval=approvals,
         )
 
-    def _record_failure(self, uid: str, known: int | None, text: str, reason: str, message: str) -> str:
-        """Record the request (unless the agent did) and a `task_interrupted` event that says what went wrong;
-        returns `message`."""
+    def _record_failure(self, run: Run, known: int | None, text: str, reason: str, message: str) -> None:
+        """Record the request (unless the agent did) and a `task_interrupted` event that says what went wrong."""
+        run.failure = message
         try:
-            stream = self.store.load(uid)
+            stream = self.store.load(run.uid)
         except AngesError:
-            return message  # deleted meanwhile: nobody is left to tell
+            return  # deleted meanwhile: nobody is left to tell
         if known is None or len(stream.events_list) <= known:
             kind = "follow_up_request" if stream.events_list else "new_request"
             stream.add_event(Event(kind, content=text, message=text))
         stream.add_event(Event("task_interrupted", content=message, message=message, data={"reason": reason}))
         self.store.sync(stream)
-        return message
