@@ -12,6 +12,13 @@ import urllib.parse
 import urllib.request
 from http.cookiejar import CookieJar
 
+from anges.web import create_app
+
+from anges.config.loading import load_config
+from anges.exceptions import ModelSetupError
+from anges.store.event_store import EventStore
+from anges.store.events import Event, EventStream
+
 PASSWORD = "a lamp on the sill at dusk"
 TIME = r"\d\d:\d\d:\d\d "
 
@@ -112,3 +119,22 @@ def test_with_v_every_request_is_logged_as_plain_text_without_its_token(tmp_path
     assert re.search(f'^{TIME}127.0.0.1 "GET /no-such-page HTTP/1.1" 404', log, re.MULTILINE)
     assert "\x1b" not in log and "\x07" not in log, "no colour codes, and nothing a client sent acts on a terminal"
     assert 'GET /^[[2J^[]0;owned^G HTTP/1.1" 403' in log
+
+
+def test_a_run_that_could_not_start_is_logged_with_why(tmp_path, caplog):
+    def no_model(name, config, agent_type):
+        raise ModelSetupError("no model is configured: set OPENAI_API_KEY\x1b[2J" + " and more" * 100)
+
+    app = create_app(load_config(), EventStore(), password=PASSWORD, model_factory=no_model,
+                     default_dir=str(tmp_path))
+    stream = EventStream(title="no model")
+    stream.add_event(Event("new_request", content="hi"))
+    EventStore().save(stream)
+    runs = app.extensions["anges"].runs
+    with caplog.at_level("INFO", logger="anges.web"):
+        runs.start(stream.uid, "again")
+        assert runs.wait(stream.uid, 20)
+    lines = [record.getMessage() for record in caplog.records if record.name == "anges.web"]
+    assert lines[0] == f"chat {stream.uid}: run started"
+    assert lines[1].startswith(f"chat {stream.uid}: run ended, failed: No model is available: no model is "
+                               "configured: set OPENAI_API_KEY") and len(lines[1]) < 360, "one bounded line"
