@@ -122,8 +122,7 @@ SMALL_TARGETS = """() => [...document.querySelectorAll("#app button, #app summar
   .map(([node, box]) => `${node.tagName.toLowerCase()}.${node.className} ${Math.round(box.width)}x${Math.round(box.height)}`)"""
 
 
-def test_on_a_phone_every_target_is_44_px_and_escape_closes_the_drawer(browser, tmp_path):  # noqa: F811
-    live = LiveServer(ScriptedModel(), tmp_path)
+def test_on_a_phone_every_target_is_44_px_and_escape_closes_the_drawer(browser, live, tmp_path):  # noqa: F811
     context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
     context.set_default_timeout(WAIT)
     page = context.new_page()
@@ -146,68 +145,66 @@ def test_on_a_phone_every_target_is_44_px_and_escape_closes_the_drawer(browser, 
         assert page.evaluate("document.activeElement.id") == "menu", "the focus goes back to the button that opened it"
     finally:
         context.close()
-        live.close()
 
 
 def chat_order(page):
     return page.locator("#chat-list .chat-link .chat-name").all_inner_texts()
 
 
-def test_the_sidebar_keeps_its_order_while_chats_change(browser, tmp_path):  # noqa: F811
-    live = LiveServer(ScriptedModel(), tmp_path)
-    context = browser.new_context(viewport={"width": 1280, "height": 820})
-    context.set_default_timeout(WAIT)
-    page = context.new_page()
-    try:
-        older, newer = (EventStream(title=title) for title in ("Older chat", "Newer chat"))
-        for stream in (older, newer):
-            stream.add_event(Event("new_request", content=stream.title))
-            live.store.save(stream)
-        log_in(page, live)
-        expect(page.locator("#chat-list .chat-link")).to_have_count(2)
-        assert chat_order(page) == ["Newer chat", "Older chat"]
-        latest = EventStream(title="Latest chat")
-        latest.add_event(Event("new_request", content="latest"))
-        live.store.save(latest)
-        older.add_event(Event("action", data={"command": "true", "exit_code": 0}))  # a step in the older chat,
-        live.store.sync(older)  # which the server now lists first
-        assert [info.title for info in live.store.list()][0] == "Older chat"
-        page.evaluate("document.dispatchEvent(new Event('visibilitychange'))")  # the list is asked for again
-        expect(page.locator("#chat-list .chat-link")).to_have_count(3)
-        assert chat_order(page) == ["Latest chat", "Newer chat", "Older chat"], "a step moves no chat"
-    finally:
-        context.close()
-        live.close()
+@pytest.fixture
+def live(tmp_path):
+    server = LiveServer(ScriptedModel(), tmp_path)
+    yield server
+    server.close()
 
 
-def test_tab_from_the_message_box_reaches_the_conversation_past_one_chat(browser, tmp_path):  # noqa: F811
-    live = LiveServer(ScriptedModel(), tmp_path)
+@pytest.fixture
+def page(browser):  # noqa: F811
     context = browser.new_context(viewport={"width": 1280, "height": 820})
     context.set_default_timeout(WAIT)
-    page = context.new_page()
-    try:
-        uids = [stored_chat(live.store, f"Chat {n}") for n in range(12)]
-        log_in(page, live)
-        page.goto(f"{live.url}/chat/{uids[5]}")
-        expect(page.locator("#chat-list .chat-link")).to_have_count(12)
-        page.focus("#message")
-        visited = []
-        for _ in range(30):
-            page.keyboard.press("Tab")
-            visited.append(page.evaluate("""() => { const a = document.activeElement;
-                return a.closest('#transcript') ? 'transcript' : a.classList.contains('chat-link') ? 'chat' : a.id || a.className; }"""))
-            if visited[-1] == "transcript":
-                break
-        assert visited[-1] == "transcript" and visited.count("chat") == 1, visited
-        assert "skip-link" in visited, "a skip link comes first"
-        page.focus("#chat-list .chat-link.active")
-        page.keyboard.press("ArrowDown")
-        focused = page.evaluate("document.activeElement.dataset.uid")
-        assert focused != uids[5] and page.evaluate("document.activeElement.tabIndex") == 0
-        page.keyboard.press("Enter")
-        expect(page).to_have_url(f"{live.url}/chat/{focused}")
-        page.keyboard.press("Shift+Tab")  # back from the list to what comes before it, in one step
-        assert page.evaluate("document.activeElement.id") == "search"
-    finally:
-        context.close()
-        live.close()
+    yield context.new_page()
+    context.close()
+
+
+def test_the_sidebar_keeps_its_order_while_chats_change(live, page):
+    older, newer = (EventStream(title=title) for title in ("Older chat", "Newer chat"))
+    for stream in (older, newer):
+        stream.add_event(Event("new_request", content=stream.title))
+        live.store.save(stream)
+    log_in(page, live)
+    expect(page.locator("#chat-list .chat-link")).to_have_count(2)
+    assert chat_order(page) == ["Newer chat", "Older chat"]
+    latest = EventStream(title="Latest chat")
+    latest.add_event(Event("new_request", content="latest"))
+    live.store.save(latest)
+    older.add_event(Event("action", data={"command": "true", "exit_code": 0}))  # a step in the older chat,
+    live.store.sync(older)  # which the server now lists first
+    assert [info.title for info in live.store.list()][0] == "Older chat"
+    page.evaluate("document.dispatchEvent(new Event('visibilitychange'))")  # the list is asked for again
+    expect(page.locator("#chat-list .chat-link")).to_have_count(3)
+    assert chat_order(page) == ["Latest chat", "Newer chat", "Older chat"], "a step moves no chat"
+
+
+def test_tab_from_the_message_box_reaches_the_conversation_past_one_chat(live, page):
+    uids = [stored_chat(live.store, f"Chat {n}") for n in range(12)]
+    log_in(page, live)
+    page.goto(f"{live.url}/chat/{uids[5]}")
+    expect(page.locator("#chat-list .chat-link")).to_have_count(12)
+    page.focus("#message")
+    visited = []
+    for _ in range(30):
+        page.keyboard.press("Tab")
+        visited.append(page.evaluate("""() => { const a = document.activeElement;
+            return a.closest('#transcript') ? 'transcript' : a.classList.contains('chat-link') ? 'chat' : a.id || a.className; }"""))
+        if visited[-1] == "transcript":
+            break
+    assert visited[-1] == "transcript" and visited.count("chat") == 1, visited
+    assert "skip-link" in visited, "a skip link comes first"
+    page.focus("#chat-list .chat-link.active")
+    page.keyboard.press("ArrowDown")
+    focused = page.evaluate("document.activeElement.dataset.uid")
+    assert focused != uids[5] and page.evaluate("document.activeElement.tabIndex") == 0
+    page.keyboard.press("Enter")
+    expect(page).to_have_url(f"{live.url}/chat/{focused}")
+    page.keyboard.press("Shift+Tab")  # back from the list to what comes before it, in one step
+    assert page.evaluate("document.activeElement.id") == "search"
