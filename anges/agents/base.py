@@ -14,6 +14,7 @@ from anges.actions import Action, ActionContext, LegacyAction, apis_for, is_buil
 from anges.agents.budget import Budget, Ledger
 from anges.agents.calls import ModelCalls
 from anges.agents.checkpointing import StepCheckpoints
+from anges.agents.completion import CompletionCheck
 from anges.agents.delegation import Delegation
 from anges.agents.history import History
 from anges.agents.listening import Listener, listeners_for
@@ -45,8 +46,8 @@ class BaseAgent(Delegation):
 
     agent_type = "default"
     template = "agents/default.j2"
-    action_types: tuple[str, ...] = ("RUN_SHELL_CMD", "EDIT_FILE", "READ_MIME_FILES", "TASK_COMPLETE", "HELP_NEEDED",
-                                     "AGENT_TEXT_RESPONSE")
+    action_types: tuple[str, ...] = ("RUN_SHELL_CMD", "EDIT_FILE", "READ_MIME_FILES", "UPDATE_PLAN", "TASK_COMPLETE",
+                                     "HELP_NEEDED", "AGENT_TEXT_RESPONSE")
     """The actions this type offers, by registered name (`extra_actions` in its config adds more)."""
     can_be_child = False
     """An orchestrator may start agents of this type (NEW_CHILD_AGENT <TYPE>)."""
@@ -86,19 +87,17 @@ class BaseAgent(Delegation):
         self.message_handlers: list[Callable] = list(message_handlers)
         self.listeners: list[Listener] = listeners_for(self.config) if listeners is None else list(listeners)
         """Told of each recorded event and model call (telemetry, `anges.agents.listening`); a child shares them."""
-        self.auto_entitle = auto_entitle or self.agent_config.auto_entitle
-        self.budget = budget  # a parent's: this agent's requests draw from it too
+        self.auto_entitle, self.budget = auto_entitle or self.agent_config.auto_entitle, budget  # a parent's budget
         self.remaining_depth = self.agent_config.max_depth if remaining_depth is None else remaining_depth
         self.status, self.mcp = "new", mcp
         self.apis = apis if apis is not None else apis_for(self.config, self.cmd_init_dir)  # `tools.openapi`
         names = (*self.action_types, *self.agent_config.extra_actions) if actions is None else ()
         self.registered_actions: list[Action] = offered_actions(names, mcp, actions or (), self.apis, self.mcp_tools)
-        self.agent_prompt_template = self.template
-        self.approval = approval
+        self.agent_prompt_template, self.approval = self.template, approval
         """Who answers an `ask`: a channel `f(ApprovalRequest) -> Decision`, or a mode: ask, auto, deny."""
         self.run_safety: RunSafety | None = None
         """The sandbox, policy and approval gate of the current run (its child agents share them)."""
-        self._share = SafetyShare(self.config, parent=parent_safety, apis=self.apis)
+        self._share = SafetyShare(self.config, parent=parent_safety, apis=self.apis, store=self.store)
         self._calls = ModelCalls(self)
         self._prompter = Prompter(self, self._calls.sizing)
         self.delta_handlers = self._calls.delta_handlers
@@ -115,11 +114,11 @@ class BaseAgent(Delegation):
 
     def run_with_new_request(self, task_description: str, event_stream: EventStream | None = None) -> EventStream:
         """Record the request (new or follow-up) and work on it until the run ends; returns the stream."""
-        self.run_safety = safety = self._share.begin(self.cmd_init_dir, self.approval)
-        stream = self._open_stream(event_stream)
-        self._interrupted.clear()
+        self._interrupted.clear()  # before the sandbox is probed: a stop asked for meanwhile holds for this run
         self._interrupt_why, self.run_state = "", None
-        self.secrets, env = run_secrets(self.config, self.agent_config.pass_env, self.mcp, self.apis)
+        self.run_safety = safety = self._share.begin(self.cmd_init_dir, self.approval, (event_stream or self).uid)
+        stream = self._open_stream(event_stream)
+        self.secrets, env = run_secrets(self.config, self.agent_config, self.mcp, self.apis, self.cmd_init_dir)
         with self.store.run_lock(stream.uid):
             self.store.clear_stop(stream.uid)
             if abandoned := abandoned_run(stream):
@@ -187,7 +186,7 @@ class BaseAgent(Delegation):
     def _step(self) -> bool:
         """One reply and its actions; True when a returning action ended the run."""
         self.check_limits()
-        of_run(self.run_state).history.fold_if_due(self.agent_config.max_consecutive_actions_to_summarize)
+        of_run(self.run_state).history.before_step(self.agent_config.max_consecutive_actions_to_summarize)
         return self._execute(self._query())
 
     def _query(self) -> ParsedReply:
@@ -195,13 +194,17 @@ class BaseAgent(Delegation):
         return self._calls.ask()
 
     def _execute(self, reply: ParsedReply) -> bool:
-        """The reply's actions in order, each through the approval gate; True when one ended the run."""
-        actions, safety = self.actions_by_type(), of_run(self.run_safety)
-        ctx = replace(of_run(self.run_state).context, reply=reply)
+        """The reply's actions in order, each past the completion check, hooks and gate; True if one ended the run."""
+        actions, safety, state = self.actions_by_type(), of_run(self.run_safety), of_run(self.run_state)
+        ctx = replace(state.context, reply=reply)
+        state.completion.reply_starts(len(of_run(self.event_stream).events_list))
         for index, args in enumerate(reply.actions):
             self.check_limits()
-            of_run(self.run_state).count_repeats(args)
+            state.count_repeats(args)
             action, left = actions[args["action_type"]], len(reply.actions) - index - 1
+            if (held := state.completion.held(action, args)) is not None:  # a TASK_COMPLETE held or dropped
+                self._record_outcome(held, reply)
+                return False
             if self.hooks.blocks(action.type, args, action.returning_action, left):
                 return False  # a hook blocked it: the model reads why and plans again
             permit = safety.permit(ctx, action.type, args, left, self.readonly_shell)
@@ -230,8 +233,7 @@ class BaseAgent(Delegation):
 
     def _record_outcome(self, event: Event, reply: ParsedReply, permit: Permit | None = None,
                         args: dict | None = None) -> None:
-        """Record an action's event with the reply's reasoning, the action's input and the approval it got; then the
-        after_action hooks (for an action that does not end the run: `args` given)."""
+        """Record an action's event with its reasoning, input and approval; then after_action hooks (`args` given)."""
         self._record(with_outcome(event, reply, permit, args))
         if args is not None:
             self.hooks.after(str(args["action_type"]), args, event)
@@ -289,8 +291,9 @@ class BaseAgent(Delegation):
             prefix_cmd=self.prefix_cmd, interrupt_check=self.stop_requested, reply=ParsedReply("", "", [], ""),
             record=self._record, agent_type=self.agent_type, secrets=self.secrets, env=env, charge=ledger.charge,
             render_guide=self._prompter.guide, delegator=self, output_sink=self._calls.output_sink)
-        history = History(stream, self.store, self._calls.sizing.prompt, self._calls.reply, self._record, self.logger)
-        return RunState(self.agent_config, budget, ledger, context, history, ending_jobs=self._share.ending_jobs)
+        history = History(stream, self.store, self._prompter, self._calls.reply, self._record, self.logger)
+        return RunState(self.agent_config, budget, ledger, context, history, CompletionCheck(self),
+                        ending_jobs=self._share.ending_jobs)
 
     def actions_by_type(self) -> dict[str, Action]:
         """The actions this agent offers, by type (upper case)."""

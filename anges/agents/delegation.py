@@ -50,6 +50,12 @@ class Delegation:
     readonly_shell = False
     """It delegates every change: its own commands run in the read-only sandbox, never asked about, never let out
     (a deny rule still holds)."""
+    working_siblings: Callable[[], list[str]] | None = None
+    """Set by a parent whose children run at once: its other children working in this agent's folder now."""
+
+    def siblings(self) -> list[str]:
+        """The parent's other children working in this agent's folder at this moment (`TASK_EXECUTOR id (task)`)."""
+        return self.working_siblings() if self.working_siblings is not None else []
 
     def make_child(self: Parent, agent_type: str, event_stream: EventStream) -> Any:
         """A child agent that inherits this agent's model, config, store, directory, notes, handlers (delta handlers
@@ -62,6 +68,11 @@ class Delegation:
             delta_handlers=self.delta_handlers, budget=self.run_state.budget if self.run_state else None,
             mcp=self.mcp, apis=self.apis, approval=self.approval, parent_safety=self.run_safety,
             remaining_depth=self.remaining_depth - 1, listeners=self.listeners)
+
+    def running_children(self) -> list[dict]:
+        """The children started and not returned yet (an orchestrator's): name, task, state (running or queued) and
+        the progress of their plan ("" without one)."""
+        return []
 
     def child_types(self: Parent, any_depth: bool = False) -> list[str]:
         """The agent types (upper case) this agent may start; those that delegate too only while depth is left."""

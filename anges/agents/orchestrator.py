@@ -1,7 +1,8 @@
 """The orchestrator: plans with analyzers, delegates to executors and nested orchestrators, re-plans.
 
 Its children run while it waits: at most `max_concurrent_children` at a time (more wait their turn), and the
-orchestrator gets a turn each time one returns, so it can react to a failure while the others go on.
+orchestrator gets a turn each time one returns, so it can react to a failure while the others go on. A reply that
+neither starts, resumes nor waits for a child (its own commands, a plan) comes back at once.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ class Children:
         self.action = action
         self.waiting: deque[ChildRun] = deque()
         self.running: dict[concurrent.futures.Future, ChildRun] = {}
+        self.working: tuple[ChildRun, ...] = ()
+        """The children whose run goes on, as their own threads read them (replaced whole, never changed)."""
+        self._working_lock = threading.Lock()
         self.stops: dict[str, threading.Event] = {}
         self.failures: dict[str, str] = {}
         """Why a child's run raised (its own stream says, unless it failed before recording anything)."""
@@ -51,7 +55,9 @@ class Children:
         stop, inherited = threading.Event(), child.agent.interrupt_check
         child.agent.interrupt_check = lambda: stop.is_set() or inherited()  # holds even before its run begins
         self.stops[child.agent.uid] = stop
-        self.action.requested(child)
+        child.agent.working_siblings = lambda: [other.label for other in self.working if other is not child
+                                                and other.agent.cmd_init_dir == child.agent.cmd_init_dir]
+        self.action.requested(child, queued=len(self.running) >= self.limit)
         self.waiting.append(child)
         self.start_waiting()
         if child in self.waiting:
@@ -64,7 +70,19 @@ class Children:
             self.action.started(child)
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(self.limit, thread_name_prefix="anges-child")
-            self.running[self._pool.submit(self.action.execute, child)] = child
+            self._work(child, True)
+            self.running[self._pool.submit(self._execute, child)] = child
+
+    def _execute(self, child: ChildRun) -> ChildRun:
+        try:
+            return self.action.execute(child)
+        finally:
+            self._work(child, False)
+
+    def _work(self, child: ChildRun, working: bool) -> None:
+        with self._working_lock:
+            others = tuple(other for other in self.working if other is not child)
+            self.working = (*others, child) if working else others
 
     def returned(self, stop: Callable[[], bool]) -> list[ChildRun]:
         """Wait until a running child returns (or `stop()`); the children that have returned, in starting order."""
@@ -106,8 +124,8 @@ class Orchestrator(BaseAgent):
 
     agent_type = "orchestrator"
     template = "agents/orchestrator.j2"
-    action_types = ("CALL_CHILD_AGENT", "WAIT_FOR_CHILDREN", "RUN_SHELL_CMD", "TASK_COMPLETE", "HELP_NEEDED",
-                    "AGENT_TEXT_RESPONSE")
+    action_types = ("CALL_CHILD_AGENT", "WAIT_FOR_CHILDREN", "RUN_SHELL_CMD", "UPDATE_PLAN", "TASK_COMPLETE",
+                    "HELP_NEEDED", "AGENT_TEXT_RESPONSE")
     can_be_child = True
     mcp_tools = False  # it delegates; its children get the tools
     children_run_concurrently = True
@@ -129,21 +147,27 @@ class Orchestrator(BaseAgent):
             raise
 
     def _execute(self, reply: ParsedReply) -> bool:
-        """The reply's actions (starting a child does not wait for it); then, unless one of them went wrong, wait
-        until a child returns. A returning action first stops the children still running."""
-        actions = self.actions_by_type()
-        if self._children and any(actions[a["action_type"]].returning_action for a in reply.actions):
-            self._stop_children(STOPPED_BY_PARENT)
+        """The reply's actions (starting a child does not wait for it); then, when the reply started, resumed or
+        waited for a child and none of its actions went wrong, wait until a child returns. Otherwise (its own
+        commands, say) the results come back at once."""
         stream = of_run(self.event_stream)
         before = len(stream.events_list)
         if super()._execute(reply):
             return True
-        if self._children and not any(e.data.get("error") or e.data.get("decision") == "deny"
-                                      for e in stream.events_list[before:]):
+        delegated = any(a["action_type"] in (CallChildAgent.type, WaitForChildren.type) for a in reply.actions)
+        if self._children and delegated and not any(e.data.get("error") or e.data.get("decision") == "deny"
+                                                    for e in stream.events_list[before:]):
             self._record_returns(self._children.returned(self.stop_requested))
         return False
 
+    def running_children(self) -> list[dict]:
+        team = self._children
+        return [_progress(child, "running") for child in list(team.running.values())] + \
+            [_progress(child, "queued") for child in list(team.waiting)]
+
     def _run_action(self, action: Action, args: dict, ctx: ActionContext, permit: Permit | None = None) -> bool:
+        if action.returning_action:  # the turn ends (its completion was accepted): the children stop first
+            self._stop_children(STOPPED_BY_PARENT)
         if isinstance(action, WaitForChildren) and self._children:  # the wait comes once the whole reply has run
             team = self._children
             self._record_outcome(action.waiting(list(team.running.values()), list(team.waiting)), ctx.reply, permit)
@@ -190,9 +214,16 @@ class Orchestrator(BaseAgent):
             self._record(error(f"the child agent asked for with {child.directive!r} was not started: {why} first"))
 
 
+def _progress(child: ChildRun, state: str) -> dict:
+    run = child.agent.run_state
+    plan = run.plan if run is not None and state == "running" else None
+    return {"name": child.name, "task": child.task, "state": state,
+            "plan": plan.progress() if plan is not None and plan.total else ""}
+
+
 def _others(running: list[ChildRun], waiting: list[ChildRun]) -> str:
     if not running and not waiting:
         return "No other child agent is running."
-    parts = [f"Still running: {', '.join(c.name for c in running)}." if running else "",
-             f"Waiting to start: {', '.join(c.name for c in waiting)}." if waiting else ""]
+    parts = [f"Still running: {'; '.join(c.label for c in running)}." if running else "",
+             f"Waiting to start: {'; '.join(c.label for c in waiting)}." if waiting else ""]
     return " ".join(part for part in parts if part)

@@ -8,10 +8,13 @@ import time
 from dataclasses import dataclass, field
 
 from anges.cli.terminal import seconds
+from anges.store.plans import Plan
 from anges.util.clipping import one_line, shorten
 from anges.util.printable import printable
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+RUNNING = "running "
+"""How the activity of a command begins: `running ls -la`."""
 
 
 @dataclass
@@ -71,16 +74,24 @@ class Status:
     sandbox: str = ""
     approval: str = ""
     activity: str = ""
-    """thinking, running `ls`, stopping...; empty when no request runs."""
+    """thinking, running `ls`, waiting for 2 child agents, stopping...; empty when no request runs."""
     started: float = 0.0
     runs: int = 0
     """Requests begun so far: what a model call of an earlier one says is not this one's."""
     run: Usage = field(default_factory=Usage)
     session: Usage = field(default_factory=Usage)
+    plan: Plan | None = None
+    """The top agent's plan, while it has steps (`plan 2/5` on the line)."""
     window: dict = field(default_factory=dict)
     """The model's context window as the run's events last said it (`context_window`, `context_window_source`,
     `context_window_detail`, `token_count`): what the status line and `/status` show."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    held: str = ""
+    """What the line says whatever the agents do (a question waiting for the user's answer); "" when nothing."""
+    agents: dict[str, str] = field(default_factory=dict, repr=False)
+    """What each agent of the request's tree does now, by its id, the latest last (the line says the latest)."""
+    children: set[str] = field(default_factory=set, repr=False)
+    """The child agents running (their parents wait for them)."""
 
     def describe(self, agent, safety) -> None:
         """Say which model the agent uses and which sandbox and approval mode its run gets."""
@@ -97,32 +108,70 @@ class Status:
         with self.lock:
             self.run, self.started, self.activity = Usage(), time.monotonic(), "thinking"
             self.runs += 1
+            self.held = ""
+            self.agents.clear()
+            self.children.clear()
 
     def end(self) -> None:
         """The request ended."""
         with self.lock:
             self.activity = ""
 
-    def recorded(self, event) -> None:
-        """An event was recorded (any agent of the tree); one that tells the model's window updates it."""
+    def recorded(self, event, agent: str = "", depth: int = 0) -> None:
+        """An event was recorded by `agent` (any agent of the tree: `depth` 0 is the top one's): the command it ran,
+        or the step it took, is done (what it does next, it says); one that tells the model's window updates it, and
+        the top agent's plan update the plan."""
+        from anges.store.events import ChildReturn, ShellRun
+
+        plan = Plan.of(event) if depth == 0 else None
         with self.lock:
             self.run.add(event)
             self.session.add(event)
+            if not self.agents.get(agent, "").startswith(RUNNING) or ShellRun.of(event) is not None:
+                self.agents.pop(agent, None)
+            if event.type == "child_agent_running":
+                self.children.add(str(event.data.get("agent_id", "")))
+            elif (returned := ChildReturn.of(event)) is not None:
+                self.children.discard(returned.agent_id)
             data = event.data if isinstance(getattr(event, "data", None), dict) else {}
             if isinstance(data.get("context_window"), int):
                 self.window = {key: data[key] for key in WINDOW_FACTS if key in data}
+            if plan is not None:
+                self.plan = plan if plan.total else None
+            self._settle()
 
     def window_text(self) -> str:
         """`8,192-token window (server)`: the window and where it came from (empty before a run said it)."""
         tokens = self.window.get("context_window")
         return f"{tokens:,}-token window ({self.window.get('context_window_source', '?')})" if tokens else ""
 
-    def doing(self, activity: str, run: int | None = None) -> None:
-        """What the request does now; unless it is stopping or over, or `run` (a number of `runs`) is an earlier
-        one's (a dropped model call can end after its request)."""
+    def doing(self, activity: str, run: int | None = None, agent: str | None = None) -> None:
+        """What the request does now (`agent`: what that agent of it does, "" to say it does nothing the line can
+        name); unless it is stopping or over, or `run` (a number of `runs`) is an earlier one's (a dropped model call
+        can end after its request)."""
         with self.lock:
-            if self.activity not in ("", "stopping") and run in (None, self.runs):
+            if self.activity in ("", "stopping") or run not in (None, self.runs):
+                return
+            if agent is None:
                 self.activity = activity
+                return
+            self.agents.pop(agent, None)
+            if activity:
+                self.agents[agent] = activity
+            self._settle()
+
+    def hold(self, activity: str) -> None:
+        """Say `activity` (a question asked) whatever the agents do, until `hold("")`."""
+        with self.lock:
+            self.held = activity
+            self._settle()
+
+    def _settle(self) -> None:
+        if self.activity in ("", "stopping"):
+            return
+        waiting = len(self.children)
+        self.activity = self.held or next(reversed(self.agents.values()), "") or (
+            f"waiting for {waiting} child agent{'s' if waiting != 1 else ''}" if waiting else "working")
 
     @property
     def working(self) -> bool:
@@ -143,7 +192,8 @@ class Status:
                 return _fit(parts, width)
             glyph = SPINNER[int(now * 10) % len(SPINNER)]
             activity = self.activity
-            parts = [seconds(now - self.started), *self.run.parts(), *settings[:-1], "Esc stops"]
+            plan = [f"plan {self.plan.done}/{self.plan.total}"] if self.plan is not None else []
+            parts = [seconds(now - self.started), *plan, *self.run.parts(), *settings[:-1], "Esc stops"]
         for keep in range(len(parts), 0, -1):
             rest = " · " + " · ".join(parts[:keep])
             room = width - len(rest) - 2
@@ -169,14 +219,16 @@ class WatchedModel:
         self.name = getattr(model, "name", "")
 
     def __call__(self, prompt: str, temperature: float = 0.0):
-        run = self.status.runs
-        self.status.doing("thinking", run)
+        from anges.agents.calls import calling_agent
+
+        run, agent = self.status.runs, calling_agent()
+        self.status.doing("thinking", run, agent)
         reply = None
         try:
             reply = self.model(prompt, temperature=temperature)
             return reply
         finally:
-            self.status.doing(printable(activity(reply)), run)
+            self.status.doing(printable(activity(reply)), run, agent)
 
     def __getattr__(self, name: str):
         return getattr(self.model, name)
@@ -189,4 +241,4 @@ def activity(reply) -> str:
         command = next(a["command"] for a in actions if a.get("action_type", "").upper() == "RUN_SHELL_CMD")
     except (TypeError, ValueError, AttributeError, KeyError, StopIteration):
         return "working"
-    return f"running {one_line(str(command), 80)}"
+    return f"{RUNNING}{one_line(str(command), 80)}"
