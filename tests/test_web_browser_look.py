@@ -58,6 +58,10 @@ def every_kind_of_step(tmp_path) -> EventStream:
     stream.add_event(Event("edit_file", reasoning="Fix it.", data={
         "directive": "EDIT", "path": str(tmp_path / "greet.py"), "operation": "replace", "lines_added": 1,
         "lines_removed": 1, "diff": "--- a/greet.py\n+++ b/greet.py\n@@ -1 +1 @@\n-print('hi')\n+print('hello')\n"}))
+    stream.add_event(Event("plan_updated", data={"plan": [{"step": "Read the tests", "status": "completed"},
+                                                          {"step": "Fix greet", "status": "in_progress"},
+                                                          {"step": "Run them again", "status": "pending"}]}))
+    stream.add_event(Event("completion_held", content="The tests still fail.", data={"causes": ["pytest failed"]}))
     stream.add_event(Event("hook_ran", data={"hook": "ruff check", "hook_event": "after_action", "outcome": "failed",
                                              "effect": "blocked", "exit_code": 1, "duration": 0.2,
                                              "reason": "E501 line too long", "output": "greet.py:1: E501\n"}))
@@ -88,6 +92,8 @@ def test_the_page_follows_the_systems_colour_scheme_with_readable_text_everywher
         expect(page.locator(".card.interrupted")).to_be_visible()
         expect(page.locator(".card.hook")).to_be_visible()
         expect(page.locator("pre.diff")).to_be_visible()
+        expect(page.locator("#plan-panel")).to_be_visible()
+        expect(page.locator(".held")).to_be_visible()
         looks.append(page.evaluate(COLOURS))
         page.click("#new-chat")
         model.enqueue(reply({"action_type": "RUN_SHELL_CMD", "command": "touch approved"}))
