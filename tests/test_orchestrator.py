@@ -502,3 +502,17 @@ def test_each_brief_is_shown_once_and_a_long_report_is_bounded_with_the_whole_a_
     read = [e for e in stream.events_list if e.type == "action"][-1]
     assert read.data["sandbox"] == "read-only" and read.data["stdout"] == f"{len(report)}\n- finding 399: the " \
                                                                           "helper behaves as its docstring says\n"
+
+
+def test_children_given_tasks_that_start_alike_get_titles_that_tell_them_apart(tmp_path):
+    where = f"In {tmp_path}/workspace/project,"
+    model = RoutedModel(
+        orchestrator=[reply(child("NEW_CHILD_AGENT TASK_EXECUTOR", f"{where} create add.py with add(a, b)"),
+                            child("NEW_CHILD_AGENT TASK_EXECUTOR", f"{where} create sub.py with sub(a, b)")),
+                      wait(), complete("both")],
+        task_executor=[complete("done")] * 2,
+    )
+    stream = orchestrator(tmp_path, model).run_with_new_request("go")
+    children = [e.data["agent_id"] for e in stream.events_list if e.type == "new_child_agent"]
+    titles = [EventStore().load(uid).title for uid in children]
+    assert titles == ["Create add.py with add(a, b)", "Create sub.py with sub(a, b)"]

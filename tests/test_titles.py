@@ -5,8 +5,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from anges.store.event_store import EventStore
-from anges.store.events import EventStream
+from anges.store.events import EventStream, title_from
 
 ANGES = [sys.executable, "-m", "anges"]
 SECRET = "tok-SECRET-0123456789"
@@ -46,3 +48,18 @@ def test_the_store_masks_a_title_whoever_set_it(monkeypatch):
     assert store.info(stream.uid).title == "renamed [REDACTED]"
     assert SECRET not in (store.root / f"{stream.uid}.jsonl").read_text()
     assert SECRET not in (store.root / f"{stream.uid}.meta.json").read_text()
+
+
+@pytest.mark.parametrize("task, title", [
+    ("In /tmp/pytest-of-root/pytest-12/test_x0/orchestrator, create add.py", "Create add.py"),
+    ("in ~/code/proj: fix the failing tests", "Fix the failing tests"),
+    ("Inside the directory ./src run pytest", "Run pytest"),
+    ("In `/srv/www/site` - update the CSS", "Update the CSS"),
+    ("Fix /home/me/proj/src/app.py now", "Fix …/src/app.py now"),
+    ("In Python, write a parser", "In Python, write a parser"),  # no path: a sentence, kept
+    ("In /tmp", "In /tmp"),  # nothing after the place: kept
+    ("Look at /etc/hosts", "Look at /etc/hosts"),
+    ("read https://x.example/a/b/c/d.html", "read https://x.example/a/b/c/d.html"),
+])
+def test_a_title_drops_the_place_a_task_starts_with_and_shortens_long_paths(task, title):
+    assert title_from(task) == title

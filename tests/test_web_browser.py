@@ -635,11 +635,16 @@ def test_the_page_says_when_the_server_is_gone_and_recovers(browser, model, tmp_
         live.close()
         expect(page.locator("#offline")).to_be_visible()
         expect(page.locator("#offline")).to_contain_text("Disconnected from the server")
+        # the run may have ended with the server: the status line says nothing it cannot know
+        expect(page.locator("#status-pill")).to_have_text("Disconnected")
+        expect(page.locator("#stop")).to_be_hidden()
+        expect(page.locator("#working")).to_be_hidden()
         live.start(port)
         release.set()
         # the page retries with a growing delay (up to 10 s): it may be waiting out one when the server is back
         expect(page.locator(".answer-task_completion")).to_contain_text("Finished after the restart.", timeout=25_000)
         expect(page.locator("#offline")).to_be_hidden()
+        expect(page.locator("#status-pill")).to_have_text("Completed")
     finally:
         context.close()
         live.close()

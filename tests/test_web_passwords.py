@@ -99,11 +99,7 @@ def test_a_password_file_can_be_standard_input_and_an_empty_one_is_refused(tmp_p
 
 
 def test_off_localhost_on_a_terminal_anges_ui_asks_for_the_password(tmp_path):
-    (tmp_path / "ui.yaml").write_text("web: {allow_unsandboxed: true}\n")  # whatever bwrap this machine has
-    leader, terminal = pty.openpty()
-    server = start_ui(tmp_path, "--host", "0.0.0.0", "--config", str(tmp_path / "ui.yaml"), stdin=terminal,
-                      stderr=terminal, start_new_session=True)
-    os.close(terminal)
+    server, leader = asked_on_a_terminal(tmp_path)
     try:
         said = read_until(leader, "Password: ")
         assert "it needs a password (12 characters or more; set ANGES_UI_PASSWORD" in said
@@ -127,3 +123,52 @@ def read_until(fd, text, limit=20000):
         assert chunk and len(seen) < limit, f"never saw {text!r} in {seen!r}"
         seen += chunk
     return seen
+
+
+def asked_on_a_terminal(tmp_path):
+    """`anges ui` off localhost with its stdin and stderr on a pty: (process, the pty's other end)."""
+    (tmp_path / "ui.yaml").write_text("web: {allow_unsandboxed: true}\n")  # whatever bwrap this machine has
+    leader, terminal = pty.openpty()
+    server = start_ui(tmp_path, "--host", "0.0.0.0", "--config", str(tmp_path / "ui.yaml"), stdin=terminal,
+                      stderr=terminal, start_new_session=True)
+    os.close(terminal)
+    return server, leader
+
+
+def test_a_weak_or_mistyped_password_on_the_terminal_is_asked_again(tmp_path):
+    server, leader = asked_on_a_terminal(tmp_path)
+    try:
+        read_until(leader, "Password: ")
+        os.write(leader, b"hunter2hunter2\n")
+        said = read_until(leader, "Password: ")
+        assert "that password is one character or text repeated; try again (a few random words" in said
+        assert "The same again" not in said, "a weak password is not asked twice"
+        os.write(leader, f"{PASSWORD}\n".encode())
+        read_until(leader, "The same again: ")
+        os.write(leader, f"{PASSWORD}.\n".encode())
+        said += read_until(leader, "Password: ")
+        assert "the two passwords differ; try again." in said
+        assert "ANGES_UI_PASSWORD, --password-file" not in said, "the message fits a typed password"
+        os.write(leader, f"{PASSWORD}\n".encode())
+        read_until(leader, "The same again: ")
+        os.write(leader, f"{PASSWORD}\n".encode())
+        base = server.stdout.readline().strip()
+        log_in(base.replace("0.0.0.0", "127.0.0.1"), PASSWORD)
+    finally:
+        stop(server)
+        os.close(leader)
+
+
+def test_the_terminal_asks_three_times_at_most(tmp_path):
+    server, leader = asked_on_a_terminal(tmp_path)
+    try:
+        said = ""
+        for _ in range(3):
+            said += read_until(leader, "Password: ")
+            os.write(leader, b"short\n")
+        said += read_until(leader, "after 3 tries")
+        assert server.wait(20) == 2 and said.count("that password is too short") == 3
+        assert "anges ui: no password set after 3 tries" in said
+    finally:
+        stop(server)
+        os.close(leader)

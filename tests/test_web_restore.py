@@ -104,6 +104,17 @@ def test_deleting_a_chat_removes_its_checkpoints(auth, app, model, anges_home, t
     assert not (anges_home / "data" / "checkpoints" / uid).exists()
 
 
+# The checkbox of a label, and where the label's words begin.
+CHECKBOX_AND_WORDS = """(id) => {
+  const row = document.getElementById(id);
+  const words = document.createRange();
+  words.selectNodeContents([...row.childNodes].find((node) => node.nodeType === 3 && node.textContent.trim()));
+  const first = [...words.getClientRects()].find((rect) => rect.width > 0);
+  const box = row.querySelector("input[type=checkbox]").getBoundingClientRect();
+  return [{ width: box.width, right: box.right, top: box.top }, { left: first.left, top: first.top }];
+}"""
+
+
 @pytest.fixture
 def live(tmp_path):
     server = LiveServer(ScriptedModel(), tmp_path)
@@ -153,6 +164,10 @@ def test_restore_to_before_a_step_from_the_page(page, live, tmp_path):
     (tmp_path / "notes.md").write_text("mine\n")  # now someone else changes it: the page says so first
     steps(page).filter(has=page.locator(".card.shell")).locator(".step-restore").click()
     expect(page.locator("#restore-notes .conflict")).to_contain_text("notes.md: changed after the checkpoint")
+    expect(page.locator("#restore-overwrite-row")).to_be_visible()
+    box, words = page.evaluate(CHECKBOX_AND_WORDS, "restore-overwrite-row")
+    assert box["width"] < 30 and 0 <= words["left"] - box["right"] < 16 and abs(words["top"] - box["top"]) < 16, \
+        f"the checkbox sits beside the first words of its label: {box}, {words}"
     page.click("#restore-confirm")
     expect(page.locator("#restore-error")).to_contain_text("tick the box")
     assert (tmp_path / "notes.md").read_text() == "mine\n"

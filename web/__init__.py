@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import logging
 import os
 import re
 import secrets
@@ -26,6 +27,7 @@ from anges.exceptions import AngesError, ConfigError
 from anges.store.event_store import EventStore
 
 from .auth import SESSIONS_FILE, Guard, is_loopback, load_secret
+from .logs import request_log, setup_logging
 from .passwords import WHERE, check_secret, chosen_password
 from .runs import ChatBusy, ModelFactory, Runs, default_model_factory, unsandboxed_problem
 
@@ -195,13 +197,12 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 class _QuietTokenHandler(WSGIRequestHandler):
-    """werkzeug's request handler, with the token left out of the request lines it logs."""
+    """werkzeug's request handler, logging each request (with `-v`) in plain text, the token left out."""
 
     def log_request(self, code="-", size="-") -> None:
-        # Called once the app has read the request: what is logged no longer matters to it.
-        self.path = TOKEN_IN_URL.sub(r"\1token=[hidden]", self.path)
-        self.requestline = TOKEN_IN_URL.sub(r"\1token=[hidden]", self.requestline)
-        super().log_request(code, size)
+        if request_log.isEnabledFor(logging.INFO):
+            line = TOKEN_IN_URL.sub(r"\1token=[hidden]", self.requestline)
+            request_log.info('%s "%s" %s %s', self.address_string(), line, code, size)
 
 
 def main_ui(argv: list[str] | None = None) -> int:
@@ -218,6 +219,8 @@ def main_ui(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-token", action="store_true",
                         help="without a password, do not ask for the per-launch token: every account on this "
                              "machine can then use the chat (for single-user machines)")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="also log every request (by default: logins, runs started and ended, errors)")
     add_config_flag(parser)
     safety = parser.add_argument_group("safety of the chat's runs (see docs/safety.md)")
     add_safety_flags(safety, "where commands may write: the working directory (default), nowhere but a private /tmp, "
@@ -225,6 +228,7 @@ def main_ui(argv: list[str] | None = None) -> int:
                      "what an action that needs approval gets: a card in the chat to approve or deny (default), "
                      "approved, or declined")
     args = parser.parse_args(argv)
+    setup_logging(args.verbose)
     try:
         config = load_config(args.config, config_overrides(args) or None)
         password = chosen_password(args.password, args.password_file, args.host or config.web.host,

@@ -18,6 +18,7 @@ from flask import Flask, abort, g, jsonify, redirect, request, session, url_for
 
 from anges.util.paths import write_file
 
+from .logs import log
 from .sessions import SessionRegistry
 
 SECRET_FILE = "web_secret"
@@ -198,6 +199,7 @@ class Guard:
             g.shut_out = not self.logged_in()
             abort(403, f"wrong token. {token_needed()}")
         self.log_in()
+        log.info("login with the token from %s", request.remote_addr)
         rest = [(key, value) for key, value in request.args.items(multi=True) if key != "token"]
         return redirect(request.path + (f"?{urlencode(rest)}" if rest else ""))
 

@@ -16,6 +16,9 @@ from .auth import is_loopback
 
 MIN_SECRET_LENGTH = 12
 """Characters a password (or a chosen token) needs at least."""
+PROMPT_TRIES = 3
+"""How many times the terminal asks for a password before `anges ui` gives up."""
+PASSPHRASE_TIP = " (a few random words make a passphrase that is long and easy to type)"
 WHERE = "ANGES_UI_PASSWORD, --password-file or web.password"
 """Where a password can come from, for messages."""
 COMMAND_LINE_WARNING = (
@@ -56,7 +59,7 @@ def check_secret(what: str, value: str) -> None:
     """ConfigError when `value` (when set) is too weak, saying why and how to choose a better one."""
     why = weakness(value) if value else ""
     if why:
-        raise ConfigError(f"{what} is {why} (a few random words make a passphrase that is long and easy to type)")
+        raise ConfigError(f"{what} is {why}{PASSPHRASE_TIP}")
 
 
 def chosen_password(password: str | None, password_file: str | None, host: str, configured: str) -> str | None:
@@ -94,17 +97,22 @@ def password_from_file(path: str) -> str:
     return password
 
 
-def prompt_password() -> str:
-    """Ask for a new password on the terminal, twice."""
+def prompt_password(tries: int = PROMPT_TRIES) -> str:
+    """Ask for a new password on the terminal, twice; a weak one, or a repeat that differs, is asked again (up to
+    `tries` times)."""
     import getpass
 
     print(f"anges ui: other machines can reach this chat, so it needs a password ({MIN_SECRET_LENGTH} characters "
           "or more; set ANGES_UI_PASSWORD to skip this question).", file=sys.stderr)
-    try:
-        first = getpass.getpass("Password: ")
-        again = getpass.getpass("The same again: ")
-    except (EOFError, KeyboardInterrupt):
-        raise ConfigError("no password given") from None
-    if first != again:
-        raise ConfigError("the two passwords differ")
-    return first
+    for _ in range(tries):
+        try:
+            first = getpass.getpass("Password: ")
+            why = weakness(first)
+            again = "" if why else getpass.getpass("The same again: ")
+        except (EOFError, KeyboardInterrupt):
+            raise ConfigError("no password given") from None
+        if not why and first == again:
+            return first
+        problem = f"that password is {why}" if why else "the two passwords differ"
+        print(f"{problem}; try again{PASSPHRASE_TIP if why else ''}.", file=sys.stderr)
+    raise ConfigError(f"no password set after {tries} tries")

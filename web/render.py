@@ -22,6 +22,7 @@ from anges.store.events import (
     stop_explanation,
 )
 from anges.store.plans import Plan
+from anges.util.markdown import literal_code_words
 from anges.util.printable import as_drawn, printable_texts
 
 # No <img>: a picture in model output would be fetched from wherever it points (a tracking pixel); Markdown
@@ -56,7 +57,7 @@ def _markdown():
 
     # html=False: raw HTML in the source is shown as text, never passed through; nh3 is the second wall.
     md = MarkdownIt("commonmark", {"html": False, "linkify": False, "breaks": False}).enable(
-        ["table", "strikethrough"])
+        ["table", "strikethrough"]).use(literal_code_words)
     md.add_render_rule("image", _image_as_link)
     return md
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
@@ -14,15 +13,16 @@ from typing import TYPE_CHECKING
 from anges.config.types import Config
 from anges.exceptions import AngesError, ModelSetupError, StreamBusy, StreamNotFound
 from anges.store.event_store import EventStore
-from anges.store.events import Event, EventStream
+from anges.store.events import Event, EventStream, status_of
 from anges.tools.mcp import manager_for
+from anges.util.clipping import one_line
 
 from .approvals import AnswerBox, WebApproval
+from .logs import log
 
 if TYPE_CHECKING:
     from anges.agents.base import BaseAgent
 
-log = logging.getLogger("anges.web")
 
 ModelFactory = Callable[[str | None, Config, str], Callable]
 
@@ -92,6 +92,7 @@ class Run:
     agent: BaseAgent | None = None
     stop_requested: bool = False
     approvals: WebApproval | None = None
+    failure: str = ""
     live: dict[str, dict] = field(default_factory=dict)
     """The reply streaming now in each agent of the run, by stream id: its call, and its analysis, reasoning and
     answer so far, then the latest output of the command it runs (until the agent records its next event)."""
@@ -109,6 +110,13 @@ class Run:
     def on_message(self, message) -> None:
         """Message handler: the agent recorded an event, which shows the reply from now on."""
         self.live.pop(message.agent_id, None)
+
+    def ending(self) -> str:
+        """How the run ended, for the log: the status its last events set, or why it failed."""
+        if self.failure or self.agent is None or self.agent.event_stream is None:
+            return f"failed: {one_line(self.failure, 300)}" if self.failure else "never started"
+        events = self.agent.event_stream.events_list
+        return next((status for event in reversed(events) if (status := status_of(event.type))), "new")
 
 
 class Runs:
@@ -143,6 +151,7 @@ class Runs:
                 raise ChatBusy("this chat is already running: wait for it to finish or stop it first")
             run = self._runs[uid] = Run(uid)
             run.thread = threading.Thread(target=self._work, args=(run, text), name=f"anges-run-{uid}", daemon=True)
+        log.info("chat %s: run started", uid)
         run.thread.start()
 
     def stop(self, uid: str) -> bool:
@@ -196,15 +205,16 @@ class Runs:
         except StreamNotFound:
             pass  # the chat was deleted before the run began
         except ModelSetupError as exc:
-            self._record_failure(run.uid, known, text, "model_setup", f"No model is available: {exc}")
+            self._record_failure(run, known, text, "model_setup", f"No model is available: {exc}")
         except AngesError as exc:
-            self._record_failure(run.uid, known, text, "error", f"The run could not start: {exc}")
+            self._record_failure(run, known, text, "error", f"The run could not start: {exc}")
         except Exception as exc:  # the edge of a background thread: show the failure in the chat, never hang
             log.exception("run of chat %s failed", run.uid)
-            self._record_failure(run.uid, known, text, "error", f"The run failed: {type(exc).__name__}: {exc}")
+            self._record_failure(run, known, text, "error", f"The run failed: {type(exc).__name__}: {exc}")
         finally:
             if run.approvals is not None:
                 run.approvals.close()
+            log.info("chat %s: run ended, %s", run.uid, run.ending())
             with self._lock:
                 self._runs.pop(run.uid, None)
 
@@ -233,10 +243,11 @@ class Runs:
             approval=approvals,
         )
 
-    def _record_failure(self, uid: str, known: int | None, text: str, reason: str, message: str) -> None:
+    def _record_failure(self, run: Run, known: int | None, text: str, reason: str, message: str) -> None:
         """Record the request (unless the agent did) and a `task_interrupted` event that says what went wrong."""
+        run.failure = message
         try:
-            stream = self.store.load(uid)
+            stream = self.store.load(run.uid)
         except AngesError:
             return  # deleted meanwhile: nobody is left to tell
         if known is None or len(stream.events_list) <= known:

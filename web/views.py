@@ -33,6 +33,7 @@ from anges.util.printable import printable, printable_texts
 from .approvals import ANSWERS, CHANNEL_NAME, MAX_FEEDBACK
 from .auth import request_is_local, token_needed
 from .feed import BadCursor, feed, parse_blocks, parse_watches, shared_feed, shown_status
+from .logs import log
 from .restore import checkpoints, preview
 from .runs import ChatBusy, sandbox_summary, unsandboxed_problem, user_notes
 
@@ -108,9 +109,11 @@ def login():
         elif web.guard.check_password(request.form.get("password", "")):
             delay.succeed(client)
             web.guard.log_in()
+            log.info("login from %s", request.remote_addr)
             return redirect(target)
         else:
             error, status = "Wrong password.", 401
+            log.warning("wrong password from %s", request.remote_addr)  # as often as the login delay allows
     response = Response(render_template("login.html", error=error, next=target,
                                         csrf_token=web.guard.csrf_token()), status)
     if status == 429:

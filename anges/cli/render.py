@@ -412,13 +412,22 @@ def markdown(text: str) -> RenderableType:
 
 @lru_cache(maxsize=1)
 def _markdown_class():
+    from markdown_it import MarkdownIt
     from rich.markdown import Heading, Markdown
+
+    from anges.util.markdown import literal_code_words
 
     class LeftHeading(Heading):
         LEVEL_ALIGN = dict.fromkeys(Heading.LEVEL_ALIGN, "left")
 
+    parser = MarkdownIt().enable("strikethrough").enable("table").use(literal_code_words)  # rich's, and the plug-in
+
     class LeftMarkdown(Markdown):
         elements = {**Markdown.elements, "heading_open": LeftHeading}
+
+        def __init__(self, markup: str, **options) -> None:
+            super().__init__("", **options)
+            self.markup, self.parsed = markup, parser.parse(markup)
 
     return LeftMarkdown
 

@@ -13,8 +13,8 @@ from typing import Any, TypeGuard
 
 from anges.exceptions import InvalidStreamId, StreamNotFound
 from anges.store.results import COMMAND_DEFAULTS, APICall, FileEdit, ShellRun
-from anges.util.clipping import one_line
 from anges.util.printable import strip_escapes
+from anges.util.titles import task_title
 
 RETURN_TO_PARENT_EVENT_TYPES = ["task_interrupted", "task_completion", "agent_requested_help", "agent_text_response"]
 REQUEST_EVENT_TYPES = ("new_request", "follow_up_request", "new_request_from_parent", "follow_up_request_from_parent")
@@ -34,8 +34,8 @@ def is_valid_id(uid: object) -> TypeGuard[str]:
 
 
 def title_from(text: str, limit: int = 80) -> str:
-    """A one-line title made from a request, cut at a word boundary."""
-    return one_line(text, limit)
+    """A one-line title made from a request, cut at a word boundary (`anges.util.titles`)."""
+    return task_title(text, limit)
 
 
 def _parse_time(value: Any) -> datetime:

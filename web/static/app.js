@@ -50,6 +50,7 @@
     draftSettings: {},
     collapsed: new Set(),
     openBatches: new Set(), // batch groups of the sidebar the reader opened
+    places: new Map(), // each chat's place in the sidebar: {at, running} (see stableOrder)
     approvals: new Map(), // approval cards by request id: {id, uid, node, state, channel, ...}
     live: new Map(), // the reply streaming now in the chat ("") or a child block: its <li>, shown as text
     plan: null, // the chat's latest plan step (UPDATE_PLAN), shown in the plan panel while it is in force
@@ -178,6 +179,21 @@
 
   function showDisconnected(down) {
     $("offline").hidden = !down;
+    if (down === (app.dataset.connection === "down")) return;
+    app.dataset.connection = down ? "down" : "up"; // the sidebar's dots read as unknown meanwhile
+    if (state.status) showRunState(state.status);
+  }
+
+  // What the status line says of the run: while the server cannot be reached, nobody knows (the run may have
+  // ended with it), so it says that rather than the last state it heard.
+  function showRunState(status) {
+    const down = app.dataset.connection === "down";
+    const pill = $("status-pill");
+    pill.dataset.status = down ? "unknown" : status.status;
+    pill.textContent = down ? "Disconnected" : statusLabel(status.status, status.reason);
+    pill.title = down ? "The server cannot be reached: how the run stands is unknown until it answers again" : "";
+    $("working").hidden = down || !status.running;
+    $("stop").hidden = down || !status.running;
   }
 
   // -- the sidebar -----------------------------------------------------------------------------------------
@@ -185,7 +201,7 @@
   async function refreshChats() {
     try {
       const data = await api("GET", "/api/chats");
-      state.chats = data.chats;
+      state.chats = stableOrder(data.chats);
       renderChatList();
       // A run started elsewhere (the CLI, another tab) while this page's feed was closed: follow it.
       const current = state.chats.find((chat) => chat.uid === state.chatId);
@@ -199,8 +215,21 @@
     }
   }
 
+  // The sidebar keeps its order while chats run, so that what the pointer is over stays there: a chat takes its
+  // place by when it was last active as this page first saw it, and moves up only when a new run starts in it.
+  function stableOrder(chats) {
+    for (const chat of chats) {
+      const place = state.places.get(chat.uid);
+      if (!place || (chat.running && !place.running)) state.places.set(chat.uid, { at: chat.updated_at, running: chat.running });
+      else place.running = chat.running;
+    }
+    const at = (chat) => state.places.get(chat.uid).at;
+    return [...chats].sort((a, b) => (at(a) < at(b) ? 1 : at(a) > at(b) ? -1 : 0));
+  }
+
   function renderChatList() {
     const list = $("chat-list");
+    const focused = list.contains(document.activeElement) ? listKey(document.activeElement) : null;
     const query = $("search").value.trim().toLowerCase();
     const byId = new Map(state.chats.map((c) => [c.uid, c]));
     const children = new Map();
@@ -237,7 +266,7 @@
         if (shownRuns.length) entry = batchItem(chat.batch_id, runs, shownRuns, children, matches, query);
       }
       if (!entry) continue;
-      const label = dayLabel(chat.updated_at);
+      const label = dayLabel(state.places.get(chat.uid).at);
       if (label !== group) {
         group = label;
         list.appendChild(el("h3", "day", label));
@@ -250,6 +279,48 @@
     if (!shown) {
       list.appendChild(el("p", "muted small list-empty", query ? "No chat matches." : "No chats yet."));
     }
+    rovingFocus(list, focused);
+  }
+
+  // The chat list is one stop for Tab (the current chat, else the first); the arrow keys move within it, Right and
+  // Left open and close a chat's children or a batch.
+  function listItems(list) {
+    return [...list.querySelectorAll(".chat-link, .batch-row .tree-toggle")];
+  }
+
+  function listKey(node) {
+    return node.dataset.uid ? `chat:${node.dataset.uid}` : node.closest("[data-batch]") ? `batch:${node.closest("[data-batch]").dataset.batch}` : null;
+  }
+
+  function rovingFocus(list, focused) {
+    const items = listItems(list);
+    for (const toggle of list.querySelectorAll(".tree-toggle")) toggle.tabIndex = -1;
+    const current = items.find((item) => listKey(item) === focused) || items.find((item) => item.classList.contains("active"))
+      || items[0];
+    for (const item of items) item.tabIndex = item === current ? 0 : -1;
+    if (current && focused) current.focus();
+  }
+
+  function onListKey(event) {
+    const list = $("chat-list");
+    const items = listItems(list);
+    const at = items.indexOf(document.activeElement);
+    if (at < 0) return;
+    const toggle = document.activeElement.closest(".chat-row").querySelector(".tree-toggle");
+    const expanded = toggle && toggle.getAttribute("aria-expanded") === "true";
+    let next = null;
+    if (event.key === "ArrowDown") next = items[Math.min(at + 1, items.length - 1)];
+    else if (event.key === "ArrowUp") next = items[Math.max(at - 1, 0)];
+    else if (event.key === "Home") next = items[0];
+    else if (event.key === "End") next = items[items.length - 1];
+    else if ((event.key === "ArrowRight" && toggle && !expanded) || (event.key === "ArrowLeft" && expanded)) {
+      event.preventDefault();
+      toggle.click(); // the list is drawn again, and the focus kept on the same entry
+      return;
+    } else return;
+    event.preventDefault();
+    for (const item of items) item.tabIndex = item === next ? 0 : -1;
+    next.focus();
   }
 
   function batchItem(batchId, runs, shownRuns, children, matches, query) {
@@ -462,7 +533,7 @@
       checkSession();
     } else {
       setFeedState("retrying");
-      if (hub === "refused") checkSession(); // redirects to the login, or shows that the server is gone
+      checkSession(); // redirects to the login, or shows at once that the server is gone
     }
   }
 
@@ -622,9 +693,7 @@
   function updateStatus(status) {
     const before = state.status;
     state.status = status;
-    const pill = $("status-pill");
-    pill.dataset.status = status.status;
-    pill.textContent = statusLabel(status.status, status.reason);
+    showRunState(status);
     $("status-steps").textContent = `${status.steps} step${status.steps === 1 ? "" : "s"}`;
     const tokens = status.input_tokens + status.output_tokens;
     const cached = status.cached_tokens ? ` (${Math.round(status.cache_hit_ratio * 100)}% of input cached)` : "";
@@ -633,8 +702,6 @@
       `${status.output_tokens} out`;
     $("status-cost").textContent = status.cost === null || status.cost === undefined ? "" : `$${status.cost.toFixed(4)}`;
     $("status-model").textContent = status.model || "";
-    $("working").hidden = !status.running;
-    $("stop").hidden = !status.running;
     $("stop").disabled = false;
     if (!status.running && state.stopping) {
       state.stopping = false;
@@ -1391,12 +1458,15 @@
     app.classList.add("drawer-open");
     $("backdrop").hidden = false;
     $("menu").setAttribute("aria-expanded", "true");
+    $("new-chat").focus();
   }
 
   function closeDrawer() {
+    const inside = $("sidebar").contains(document.activeElement);
     app.classList.remove("drawer-open");
     $("backdrop").hidden = true;
     $("menu").setAttribute("aria-expanded", "false");
+    if (inside && getComputedStyle($("menu")).display !== "none") $("menu").focus(); // not lost in a hidden drawer
   }
 
   // -- the chat's actions (on a phone: behind one button) ---------------------------------------------------
@@ -1438,7 +1508,18 @@
     showActions($("more").getAttribute("aria-expanded") !== "true");
   });
   document.addEventListener("click", () => showActions(false)); // a pick, or a tap anywhere else, closes it
-  document.addEventListener("keydown", (event) => { if (event.key === "Escape") showActions(false); });
+  document.addEventListener("keydown", (event) => {
+    if (event.key !== "Escape") return;
+    showActions(false);
+    if (app.classList.contains("drawer-open")) closeDrawer();
+  });
+  $("chat-list").addEventListener("keydown", onListKey);
+  for (const skip of document.querySelectorAll(".skip-link")) {
+    skip.addEventListener("click", (event) => { // focus, not a #fragment: the address stays the chat's
+      event.preventDefault();
+      $(skip.dataset.target).focus();
+    });
+  }
   $("menu").addEventListener("click", () => (app.classList.contains("drawer-open") ? closeDrawer() : openDrawer()));
   $("backdrop").addEventListener("click", closeDrawer);
   $("parent-link").addEventListener("click", (event) => {
