@@ -6,6 +6,7 @@ change the agent (`idle_only`) wait for no run: they are refused while one works
 
 from __future__ import annotations
 
+import datetime
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 from rich.text import Text
 
 from anges.exceptions import UsageError
+from anges.util.printable import printable
 
 if TYPE_CHECKING:
     from anges.cli.build import Setup
@@ -133,6 +135,10 @@ def _streams(session: Interactive, argument: str) -> list[tuple[str, str]]:
     return [(info.uid, (info.title or "")[:60]) for info in _recent(session)]
 
 
+PICKED_RUNS = 200
+"""Runs the /resume picker offers (the most recent)."""
+
+
 def _recent(session: Interactive, count: int = 12) -> list:
     return [info for info in session.setup.store.list() if not info.parent_ids][:count]
 
@@ -155,23 +161,49 @@ def new_stream(session: Interactive, argument: str) -> None:
     session.say("a new stream: the next request starts afresh", "dim")
 
 
-@command("/resume [ID]", "continue an earlier run (without ID: choose one)", idle_only=True, complete=_streams)
+@command("/resume [ID]", "continue an earlier run (without ID: choose one, by age, folder or title)", idle_only=True,
+         complete=_streams)
 def resume(session: Interactive, argument: str) -> None:
     if argument:
         session.use(session.setup.store.load(argument))
         session.say(f"resumed {argument}: the next request continues it", "dim")
         return
-    recent = _recent(session)
+    recent = _recent(session, count=PICKED_RUNS)
     if not recent:
         session.say("no earlier runs yet", "yellow")
         return
-    choices = [(info.uid, f"{info.uid}  {info.status:<11}  {(info.title or '')[:70]}") for info in recent]
+    now = datetime.datetime.now()
+    choices = [(info.uid, f"{age(now - info.updated_at):>9}  {shown_folder(info.folder, 28):<28}  {info.status:<11}  "
+                          f"{printable(info.title or '')[:60]}  {info.uid}") for info in recent]
 
     def chosen(uid: str | None) -> None:
         if uid is not None:
             session.run_in_background(lambda: resume(session, uid))
 
-    session.screen.in_loop(lambda: session.picker.offer("resume which run?", choices, chosen))
+    session.screen.in_loop(lambda: session.picker.offer("resume which run? (newest first)", choices, chosen,
+                                                        filter=True))
+
+
+def age(elapsed: datetime.timedelta) -> str:
+    """`just now`, `5 min ago`, `3 h ago`, `2 days ago`."""
+    seconds = max(elapsed.total_seconds(), 0)
+    if seconds < 60:
+        return "just now"
+    if seconds < 3600:
+        return f"{seconds // 60:.0f} min ago"
+    if seconds < 86400:
+        return f"{seconds // 3600:.0f} h ago"
+    days = seconds // 86400
+    return f"{days:.0f} day{'s' if days != 1 else ''} ago"
+
+
+def shown_folder(folder: str, width: int) -> str:
+    """A working directory as a person reads it: `~/src/app`, its end when it is long."""
+    home = os.path.expanduser("~")
+    if folder == home or folder.startswith(home + os.sep):
+        folder = "~" + folder[len(home):]
+    folder = printable(folder) or "?"
+    return folder if len(folder) <= width else "…" + folder[-(width - 1):]
 
 
 @command("/list", "recent runs, children under their parent")
@@ -182,12 +214,21 @@ def list_runs(session: Interactive, argument: str) -> None:
     session.transcript.print(format_list(infos, limit=15) if infos else [Text("no runs yet", "dim")])
 
 
-@command("/model [NAME]", "the model of the next requests (a preset, PROVIDER:MODEL-ID, ...)", idle_only=True,
-         complete=_models)
+@command("/model [NAME]", "the model of the next requests (a preset, PROVIDER:MODEL-ID, ...; without NAME: choose)",
+         idle_only=True, complete=_models)
 def model(session: Interactive, argument: str) -> None:
     if not argument:
-        presets = ", ".join(session.setup.config.models)
-        session.say(f"model: {session.status.model} (presets: {presets}; or PROVIDER:MODEL-ID)", "dim")
+        presets = session.setup.config.models
+        current = session.status.model
+        choices = [(name, f"{name:<14} {preset.provider}:{preset.model}" + ("  (now)" if current.startswith(
+            f"{name}:") else "")) for name, preset in presets.items()]
+
+        def chosen(name: str | None) -> None:
+            if name is not None:
+                session.run_in_background(lambda: model(session, name))
+
+        session.say(f"model now: {current} (or type /model PROVIDER:MODEL-ID)", "dim")
+        session.screen.in_loop(lambda: session.picker.offer("which model?", choices, chosen, filter=True))
         return
     agent = session.session.agent
     session.setup.model_for(agent.agent_type, argument)  # a name that cannot be used says why, and changes nothing
@@ -341,7 +382,6 @@ def export(session: Interactive, argument: str) -> None:
     from anges.cli.streams import writable_roots, write_report
     from anges.store.export import to_markdown
     from anges.util.paths import links_on_the_way, links_text
-    from anges.util.printable import printable
 
     stream = session.stream
     path = os.path.join(session.cwd(), os.path.expanduser(argument or f"anges-{stream.uid}.md"))
