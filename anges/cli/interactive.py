@@ -67,6 +67,10 @@ class SessionOutput(TranscriptOutput):
         self.transcript.note(status_line(outcome, hint=False))
 
 
+class Typed(str):
+    """Text the person typed into the box (a `!command` in it runs as one; a custom command's request never does)."""
+
+
 class QueuePane(Pane):
     """Requests typed while one runs, shown until their turn."""
 
@@ -236,19 +240,57 @@ class Interactive:
     # -- requests --------------------------------------------------------------------------------------------------
 
     def send(self, text: str) -> None:
-        """What the person sent (on the screen's thread): a slash command, a request, or one to queue."""
+        """What the person sent (on the screen's thread): a slash command, a request or a `!command`, or one to
+        queue."""
         if text.strip().startswith("/"):
             self._command(text.strip())
-        elif self.running:
+        else:
+            self.request(text, typed=True)
+
+    def request(self, text: str, echo: bool = True, typed: bool = False) -> None:
+        """Send `text` (a `!command` when `typed` so), or queue it while a run works; on the screen's thread."""
+        text = Typed(text) if typed else text
+        if self.running:
             self.queue.append(text)
         else:
-            self._start(text)
+            self._start(text, echo)
 
-    def _start(self, text: str) -> None:
+    def _start(self, text: str, echo: bool = True) -> None:
         self.running = True
         self.status.begin()
-        self._echo(text)
-        threading.Thread(target=self._work, args=(text,), name="anges-run", daemon=True).start()
+        if echo:
+            self._echo(text)
+        shell = isinstance(text, Typed) and text.strip().startswith("!")
+        work = self._shell if shell else self._work
+        threading.Thread(target=work, args=(text,), name="anges-run", daemon=True).start()
+
+    def _shell(self, line: str) -> None:
+        """A `!command`: run in the sandbox, drawn, and recorded for the model's next step."""
+        from anges.agents.user_command import run_user_command
+
+        self.ready.wait()
+        command = line.strip()[1:].strip()
+        try:
+            if self._session is None or not command:
+                if self._session is not None:
+                    self.say("!COMMAND runs COMMAND in the working directory, in the sandbox (e.g. !git status)")
+                return
+            session = self._session
+            session.stopping = False
+            self.status.doing(f"running {one_line(command, 80)} (yours)")
+            event = run_user_command(session.agent, command, stop=lambda: session.stopping)
+            self.screen.show_live("")
+            self.status.recorded(event)
+            self.transcript.print(self.transcript.renderer.event(event))
+            self.say("the agent reads it (and its output) at its next step", "dim")
+        except (AngesError, UsageError, ValueError, OSError) as exc:
+            self.screen.show_live("")
+            self.fail(exc)
+        except Exception as exc:  # noqa: BLE001  (a session survives a failed command)
+            self.fail(exc, unexpected=True)
+        finally:
+            self.status.end()
+            self.screen.in_loop(self._finished)
 
     def _work(self, text: str) -> None:
         self.ready.wait()

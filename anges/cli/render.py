@@ -163,7 +163,8 @@ class Renderer:
         shell = ShellRun.of(event)
         if shell is None:  # group_of says "shell" only of a command's result
             return []
-        head = Text.assemble(("$", "bold cyan"), " ", (one_line(shell.command), "bold"), **OUTPUT)
+        mark = "!" if event.type == "user_command" else "$"  # a command the user ran (`!command`), or the agent
+        head = Text.assemble((mark, "bold cyan"), " ", (one_line(shell.command), "bold"), **OUTPUT)
         lines: list[RenderableType] = [head]
         lines += self._framed(self._clip([Text(line) for line in shell.output().splitlines()], self.output_lines))
         status = Text.assemble(("  └ ", "dim"), _shell_status(shell))

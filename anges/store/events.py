@@ -17,6 +17,8 @@ from anges.util.clipping import one_line
 from anges.util.printable import strip_escapes
 
 RETURN_TO_PARENT_EVENT_TYPES = ["task_interrupted", "task_completion", "agent_requested_help", "agent_text_response"]
+USER_EVENT_TYPES = ("user_command",)
+"""What the user did that is not a request (a command of their own): never a step of the model's."""
 REQUEST_EVENT_TYPES = ("new_request", "follow_up_request", "new_request_from_parent", "follow_up_request_from_parent")
 SETTINGS_KEYS: tuple[str, ...] = ("cmd_init_dir", "model", "prefix_cmd", "agent_type", "notes", "mcp_config")
 SETTINGS_KEYS += ("batch_id", "batch_task")  # a run started by `anges batch`: its batch and task ids
@@ -317,6 +319,7 @@ EVENT_KINDS: dict[str, EventKind] = {
     "summary_failed": EventKind("Summary failed", in_prompt=False, in_report=False),
     "context_exceeded": EventKind("Prompt over the context window", in_prompt=False),
     "workspace_restored": EventKind("Files restored (undo)", "restore"),
+    "user_command": EventKind("Command run by the user", "shell"),  # `!command` in the terminal session
 }
 """Every event type anges records, but a parent's `child_agent_<exit type>` (see `kind_of`)."""
 _CHILD_RETURN = EventKind("Child agent returned", "child_exit")
@@ -362,7 +365,8 @@ def is_step(event: Event) -> bool:
     approval that came before an action (a declined action's decision is its only event, so it counts)."""
     kind = kind_of(event.type)
     bookkeeping = not kind.in_report or not kind.in_prompt  # summary_failed, context_exceeded
-    if event.type in (*REQUEST_EVENT_TYPES, "approval_requested", "workspace_restored") or bookkeeping:
+    if event.type in (*REQUEST_EVENT_TYPES, *USER_EVENT_TYPES, "approval_requested", "workspace_restored") \
+            or bookkeeping:
         return False
     return event.type != "approval_decided" or (event.data or {}).get("decision") != "allow"
 
