@@ -4,10 +4,11 @@ person reads it (pyte)."""
 import json
 import os
 import re
+from pathlib import Path
 
 import pytest
-from terminal_screen import ENTER, ESC
-from test_cli import complete, only_stream, scripted, types
+from terminal_screen import ENTER, ESC, TAB
+from test_cli import complete, edit, only_stream, scripted, shell, types
 from test_session import BOX, finished, sessions  # noqa: F401  (the fixture)
 
 from anges.store.event_store import EventStore
@@ -54,6 +55,86 @@ def test_a_bang_command_in_the_sandbox_cannot_write_outside_the_working_director
     assert not (outside / "escaped.txt").exists() and (work / "inside.txt").exists()
     facts = only_stream().events_list[0].data
     assert facts["sandbox"] == "workspace" and facts["exit_code"] != 0
+
+
+def test_status_says_what_the_session_runs_with_and_the_status_line_gauges_the_window(openai_server, tmp_path,
+                                                                                       sessions):  # noqa: F811
+    (tmp_path / "AGENTS.md").write_text("Run the tests with make test.\n")
+    openai_server.enqueue_text(json.dumps(complete("hi")))
+    term = sessions("--model", "openai:gpt-test", cwd=tmp_path, env={**os.environ, **openai_server.env},
+                    columns=220)
+    term.send("hello\r")
+    finished(term)
+    pattern = re.compile(r"(\d[\d,]*)-token window \((\w+)\) ([▰▱]{10}) (\d+)%")
+    term.wait_until(lambda: pattern.search("\n".join(term.display())), what="the gauge on the status line")
+    gauge = pattern.search("\n".join(term.display()))
+    term.send("/status\r")
+    lines = term.wait_for("this session")
+    report = "\n".join(lines[next(i for i, line in enumerate(lines) if "› /status" in line):])
+    window = int(gauge.group(1).replace(",", ""))
+    taken = int(re.search(r"the last prompt took ([\d,]+) tokens", report).group(1).replace(",", ""))
+    assert taken == openai_server.count_prompt(openai_server.requests[-1]), "the tokens the server counted"
+    assert int(gauge.group(4)) == round(100 * taken / window)
+    assert f"{window:,} tokens" in report and "model" in report and "openai:gpt-test" in report
+    assert f"{tmp_path}/AGENTS.md" in report and str(tmp_path) in report
+    assert only_stream().uid in report and "approvals" in report and "sandbox" in report
+    assert re.search(r"MCP servers +none", report) and re.search(r"hooks +", report)
+
+
+def test_compact_folds_the_history_now_keeping_what_you_name(openai_server, tmp_path, sessions):  # noqa: F811
+    for reply in (shell("echo step-one"), complete("first done")):
+        openai_server.enqueue_text(json.dumps(reply))
+    openai_server.enqueue_text("SUMMARY: ran echo step-one; the port is 8123")
+    openai_server.enqueue_text(json.dumps(complete("second done")))
+    term = sessions("--model", "openai:gpt-test", cwd=tmp_path, env={**os.environ, **openai_server.env})
+    term.send("first\r")
+    finished(term)
+    term.send("/compact the port number\r")
+    term.wait_for("compacted: events 1–3")
+    text = term.text()
+    assert "compacting: the history is being folded" in text and "SUMMARY: ran echo step-one" in text
+    fold = json.dumps(openai_server.requests[2].body)
+    assert "Summarize the agent's progress" in fold and "keep this in particular: the port number" in fold
+    summary = only_stream().event_summaries_list[-1]
+    assert (summary.start_event_idx, summary.end_event_idx) == (1, 3) and summary.data["keep"] == "the port number"
+    term.send("/compact\r")
+    term.wait_for("nothing to compact")
+    term.send("second\r")
+    finished(term, 2)
+    prompt = json.dumps(openai_server.requests[3].body)
+    assert "SUMMARY: ran echo step-one" in prompt and "step-one\\n" not in prompt.split("SUMMARY")[0][-200:]
+    term.send("/cost\r")
+    assert "3 model calls" in "\n".join(term.wait_for("this session: ")), "the fold's call counts"
+
+
+def test_init_asks_the_agent_for_an_agents_md(tmp_path, sessions):  # noqa: F811
+    model = scripted(tmp_path, edit("NEW_FILE AGENTS.md", "# Agents\nmake test\n"), complete("wrote AGENTS.md"))
+    term = sessions("--model", model, cwd=tmp_path)
+    term.send("/init mention the Makefile\r")
+    finished(term)
+    request = only_stream().events_list[0].content
+    assert "AGENTS.md" in request and str(tmp_path) in request and "The user adds: mention the Makefile" in request
+    assert (tmp_path / "AGENTS.md").read_text() == "# Agents\nmake test\n"
+
+
+def test_your_own_commands_are_requests_with_their_arguments_in_help_and_tab(tmp_path, sessions):  # noqa: F811
+    commands = Path(os.environ["ANGES_HOME"]) / "commands"  # the test's own ANGES_HOME (conftest.py)
+    commands.mkdir(parents=True)
+    (commands / "review.md").write_text("---\ndescription: review a part of the code\nargument-hint: [PART]\n---\n"
+                                        "Review $ARGUMENTS for bugs; list them.\n")
+    (commands / "help.md").write_text("never used: /help is built in\n")
+    (commands / "Bad Name.md").write_text("not a command\n")
+    term = sessions("--model", scripted(tmp_path, complete("reviewed")), cwd=tmp_path)
+    term.send("/rev")
+    term.send(TAB)
+    term.wait_for(f"{BOX} /review", on_screen=True)
+    term.send(" the parser\r")
+    finished(term)
+    assert only_stream().events_list[0].content == "Review the parser for bugs; list them."
+    term.send("/help\r")
+    help_text = "\n".join(term.wait_for("your commands"))
+    assert re.search(r"/review \[PART\]\s+review a part of the code \(~/.anges/commands\)", help_text)
+    assert "never used" not in help_text and "Bad Name" not in help_text
 
 
 def test_resume_picker_shows_age_and_folder_and_filters(tmp_path, sessions):  # noqa: F811

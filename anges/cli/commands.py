@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import datetime
 import os
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from rich.text import Text
 
+from anges.cli.custom_commands import CustomCommand, custom_commands, project_commands
 from anges.exceptions import UsageError
 from anges.util.printable import printable
 
@@ -57,6 +59,8 @@ class Interactive(Protocol):
     picker: Picker
     display: Display
     running: bool
+    cancel: threading.Event | None
+    """Set when Esc asks a command's long work (a fold) to stop; the command sets it up and takes it away."""
 
     def use(self, stream, show_earlier: bool = True, new_model: bool = False) -> None: ...
     def request(self, text: str, echo: bool = True, typed: bool = False) -> None:
@@ -97,8 +101,11 @@ def run_command(session: Interactive, line: str) -> None:
     """Run the command `line` (`/name argument`); an unknown one says which exist."""
     name, _, argument = line.lstrip("/").partition(" ")
     found = COMMANDS.get(ALIASES.get(name.lower(), name.lower()))
-    if found is None:
-        known = ", ".join(f"/{name}" for name in COMMANDS)
+    custom = your_commands(session) if found is None else {}
+    if name.lower() in custom:
+        run_custom(session, custom[name.lower()], argument.strip())
+    elif found is None:
+        known = ", ".join(f"/{name}" for name in [*COMMANDS, *custom])
         session.say(f"unknown command /{name}: the commands are {known} (/help says more)", "yellow")
     elif found.idle_only and session.running:
         session.say(f"/{found.name} changes the agent: it waits for no run (Esc stops the one working)", "yellow")
@@ -112,11 +119,34 @@ def is_command(text: str) -> bool:
     return bool(name) and ALIASES.get(name, name) in COMMANDS
 
 
+def your_commands(session: Interactive) -> dict[str, CustomCommand]:
+    """The commands of your Markdown files (and the trusted project's) by name, but for the built-in names."""
+    reserved = {*COMMANDS, *ALIASES}
+    if not session.loaded():
+        return custom_commands(None, None, reserved)
+    return custom_commands(session.cwd(), session.setup.config.safety, reserved)
+
+
+def run_custom(session: Interactive, custom: CustomCommand, arguments: str) -> None:
+    """Send a command file's request (queued while a run works)."""
+    if custom.problem:
+        session.say(f"/{custom.name}: {custom.path} is {custom.problem.removeprefix('not usable: ')}", "yellow")
+        return
+    text = custom.request(arguments)
+    if not text:
+        session.say(f"/{custom.name}: {custom.path} holds no request", "yellow")
+        return
+    lines = text.count("\n") + 1
+    session.say(f"/{custom.name}: the request of {custom.path} ({lines} line{'s' if lines != 1 else ''})", "dim")
+    session.screen.in_loop(lambda: session.request(text, echo=False))
+
+
 def completions(session: Interactive, before: str) -> list[tuple[str, str]]:
     """(completion, meaning) pairs for the text before the cursor, a line starting with `/`."""
     name, space, argument = before.lstrip("/").partition(" ")
     if not space:
-        return [(f"/{found.name}", found.help) for found in COMMANDS.values()]
+        return [*((f"/{found.name}", found.help) for found in COMMANDS.values()),
+                *((f"/{custom.name}", custom.help) for custom in your_commands(session).values())]
     found = COMMANDS.get(name)
     return list(found.complete(session, argument)) if found is not None and found.complete else []
 
@@ -147,10 +177,19 @@ def _recent(session: Interactive, count: int = 12) -> list:
 
 @command("/help", "the commands and keys")
 def show_help(session: Interactive, argument: str) -> None:
-    width = max(len(found.usage) for found in COMMANDS.values())
+    custom = your_commands(session)
+    width = max(len(usage) for usage in [*(found.usage for found in COMMANDS.values()),
+                                         *(found.usage for found in custom.values())])
     lines = [Text("commands", "bold")]
     lines += [Text.assemble(("  " + found.usage.ljust(width), "cyan"), "  " + found.help)
               for found in COMMANDS.values()]
+    if custom:
+        lines.append(Text("your commands (a request each)", "bold"))
+        lines += [Text.assemble(("  " + found.usage.ljust(width), "cyan"), "  " + printable(found.help))
+                  for found in custom.values()]
+    _, untrusted = project_commands(session.cwd(), session.setup.config.safety)
+    if untrusted:
+        lines.append(Text(printable(untrusted), "dim"))
     lines.append(Text("keys", "bold"))
     key_width = max(len(key) for key, _ in KEYS)
     lines += [Text.assemble(("  " + key.ljust(key_width), "cyan"), "  " + meaning) for key, meaning in KEYS]

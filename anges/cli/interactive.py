@@ -100,6 +100,8 @@ class Interactive:
         self.running = False
         self.leaving = False
         self._ctrl_c_at = 0.0
+        self.cancel: threading.Event | None = None
+        """Set by Esc: what a command does at length (a `/compact` fold) stops."""
         self._commands = threading.Lock()
         self.approvals = ApprovalPane(give_back=lambda text: self.composer.box.buffer.insert_text(text))
         self.picker = Picker(lambda: self.screen)
@@ -350,7 +352,7 @@ class Interactive:
         threading.Thread(target=self._run_command, args=(line,), name="anges-command", daemon=True).start()
 
     def _run_command(self, line: str) -> None:
-        from anges.cli.commands import run_command
+        from anges.cli.every_command import run_command
 
         self.run_in_background(lambda: run_command(self, line))
 
@@ -368,7 +370,7 @@ class Interactive:
                 self.fail(exc, unexpected=True)
 
     def complete(self, before: str):
-        from anges.cli.commands import completions
+        from anges.cli.every_command import completions
 
         return completions(self, before)
 
@@ -387,9 +389,12 @@ class Interactive:
         running = Condition(lambda: self.running)
         empty = Condition(lambda: not self.composer.text)
 
-        @keys.add("escape", filter=running)
+        @keys.add("escape", filter=running | Condition(lambda: self.cancel is not None))
         def _(event) -> None:
-            self.stop("Esc")
+            if self.running:
+                self.stop("Esc")
+            elif self.cancel is not None:
+                self.cancel.set()
 
         @keys.add("c-c")
         @keys.add("<sigint>")

@@ -33,16 +33,18 @@ def fold_end(stream: EventStream, config: PromptConfig) -> int | None:
     return end if end > folded_until(stream) else None
 
 
-def fold_prompt(stream: EventStream, end: int, config: PromptConfig) -> str:
-    """The prompt that asks the model for the rolling summary of events 1..`end`."""
+def fold_prompt(stream: EventStream, end: int, config: PromptConfig, keep: str = "") -> str:
+    """The prompt that asks the model for the rolling summary of events 1..`end` (`keep`: what the user asked it
+    to keep, `/compact`)."""
     return render_template("summary.j2", config.template_dir, end=shown_count(stream, end), max_words=SUMMARY_WORDS,
-                           has_summary=folded_until(stream) > 0, history=format_events(stream, 1, end, config))
+                           has_summary=folded_until(stream) > 0, history=format_events(stream, 1, end, config),
+                           keep=keep)
 
 
-def fold(model, stream: EventStream, end: int, reason: str, config: PromptConfig) -> EventSummary:
+def fold(model, stream: EventStream, end: int, reason: str, config: PromptConfig, keep: str = "") -> EventSummary:
     """Ask the model for the rolling summary of events 1..`end` (cut to `max_summary_chars`); model errors (and
     FormatError for a reply cut off while thinking) propagate to the caller."""
-    reply = model(fold_prompt(stream, end, config))
+    reply = model(fold_prompt(stream, end, config, keep))
     text = strip_thinking(reply.strip()) if isinstance(reply, str) else ""
     if not text:
         raise ModelReplyError("the model returned an empty summary", kind="empty")
