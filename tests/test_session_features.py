@@ -137,6 +137,40 @@ def test_your_own_commands_are_requests_with_their_arguments_in_help_and_tab(tmp
     assert "never used" not in help_text and "Bad Name" not in help_text
 
 
+def test_rewind_goes_back_to_a_request_with_its_files_and_keeps_the_record(tmp_path, sessions):  # noqa: F811
+    (tmp_path / "kept.txt").write_text("before\n")
+    model = scripted(tmp_path, shell("echo first > kept.txt"), complete("first done"),
+                     shell("echo second > kept.txt"), complete("second done"), complete("redone"))
+    term = sessions("--model", model, cwd=tmp_path)
+    term.send("first change\r")
+    finished(term)
+    term.send("second change\r")
+    finished(term, 2)
+    old = only_stream()
+    term.send(ESC + ESC)  # at an empty box: /rewind
+    screen = "\n".join(term.wait_for("rewind to before which request?", on_screen=True))
+    picker = screen[screen.index("rewind to before which request?"):]
+    assert picker.index("second change") < picker.index("first change"), "the newest first"
+    term.send(ENTER)  # before "second change"
+    term.wait_for("take the files back to before event 4 too?", on_screen=True)
+    term.send(ENTER)  # the conversation and the files
+    term.wait_for("rewound to before event 4")
+    term.wait_for(f"{BOX} second change", on_screen=True)
+    assert (tmp_path / "kept.txt").read_text() == "first\n", "the files as they were before that request"
+    term.send(ENTER)
+    finished(term, 3)
+    streams = {info.uid: EventStore().load(info.uid) for info in EventStore().list()}
+    assert len(streams) == 2
+    kept = streams[old.uid]
+    assert [e.type for e in kept.events_list][:len(old.events_list)] == types(old), "nothing of the old one lost"
+    assert kept.events_list[-1].type == "workspace_restored"
+    new = next(stream for uid, stream in streams.items() if uid != old.uid)
+    assert types(new) == ["new_request", "action", "task_completion", "conversation_rewound", "follow_up_request",
+                          "task_completion"]
+    assert new.agent_settings["forked_from"] == {"stream": old.uid, "before_event": 4}
+    assert "The files were taken back too" in new.events_list[3].content
+
+
 def test_resume_picker_shows_age_and_folder_and_filters(tmp_path, sessions):  # noqa: F811
     for folder, title in (("alpha", "alpha task"), ("beta", "beta task")):
         (tmp_path / folder).mkdir()

@@ -374,6 +374,11 @@ class Interactive:
 
         return completions(self, before)
 
+    def edit(self, text: str) -> None:
+        """Put `text` into the input box to be edited (on the screen's thread)."""
+        self.composer.text = text
+        self.screen.refresh()
+
     def cwd(self) -> str:
         session = self._session
         return session.agent.cmd_init_dir if session is not None else "."
@@ -408,6 +413,10 @@ class Interactive:
             else:
                 self._ctrl_c_at = time.monotonic()
                 self.screen.say("Ctrl-C again leaves (or Ctrl-D)")
+
+        @keys.add("escape", "escape", filter=empty & ~running & Condition(lambda: self.cancel is None))
+        def _(event) -> None:
+            self._command("/rewind")
 
         @keys.add("c-d", filter=empty)
         def _(event) -> None:

@@ -17,8 +17,8 @@ from anges.util.clipping import one_line
 from anges.util.printable import strip_escapes
 
 RETURN_TO_PARENT_EVENT_TYPES = ["task_interrupted", "task_completion", "agent_requested_help", "agent_text_response"]
-USER_EVENT_TYPES = ("user_command",)
-"""What the user did that is not a request (a command of their own): never a step of the model's."""
+USER_EVENT_TYPES = ("user_command", "conversation_rewound")
+"""What the user did that is not a request (a command of their own, a rewind): never a step of the model's."""
 REQUEST_EVENT_TYPES = ("new_request", "follow_up_request", "new_request_from_parent", "follow_up_request_from_parent")
 SETTINGS_KEYS: tuple[str, ...] = ("cmd_init_dir", "model", "prefix_cmd", "agent_type", "notes", "mcp_config")
 SETTINGS_KEYS += ("batch_id", "batch_task")  # a run started by `anges batch`: its batch and task ids
@@ -320,6 +320,7 @@ EVENT_KINDS: dict[str, EventKind] = {
     "context_exceeded": EventKind("Prompt over the context window", in_prompt=False),
     "workspace_restored": EventKind("Files restored (undo)", "restore"),
     "user_command": EventKind("Command run by the user", "shell"),  # `!command` in the terminal session
+    "conversation_rewound": EventKind("Conversation taken back (rewind)", "restore"),
 }
 """Every event type anges records, but a parent's `child_agent_<exit type>` (see `kind_of`)."""
 _CHILD_RETURN = EventKind("Child agent returned", "child_exit")
