@@ -1,14 +1,16 @@
-"""Plug-ins: installed packages that add actions, model providers and agent types.
+"""Plug-ins: installed packages (and files in ANGES_HOME/extensions) that add actions, model providers and agent
+types, and act at the points of a run.
 
-A plug-in is a module named by an entry point of the `anges.plugins` group whose hook functions are marked
-`@hookimpl` (the hooks are the methods of `Hooks`). Plug-ins are loaded once, the first time a registry is
-asked for a name it does not know or for all its names: never by `import anges` or `anges --help`.
-See docs/plugins.md.
+A plug-in is a module named by an entry point of the `anges.plugins` group, or a `.py` file in ANGES_HOME/extensions,
+whose hook functions are marked `@hookimpl` (the hooks are the methods of `Hooks`). Plug-ins are loaded once, the
+first time a registry is asked for a name it does not know or for all its names, or a run has Python hooks to call:
+never by `import anges` or `anges --help`. See docs/plugins.md and docs/hooks.md.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any, Protocol
 
@@ -43,6 +45,38 @@ class Hooks:
     def register_agent_types(self, register: Register) -> None:
         """Add `BaseAgent` subclasses; the name is the class's `agent_type` unless given."""
 
+    # The points of a run (docs/hooks.md). Each gets `run` (an `anges.hooks.RunView`: read-only) and `data` (what a
+    # command hook reads on stdin), and returns None (go on), `anges.hooks.Block(reason)`, `anges.hooks.Context(text)`
+    # or a dict as a command hook prints it.
+
+    @hookspec
+    def run_start(self, run: Any, data: dict) -> Any:
+        """A run starts (a new request or a follow-up); a `Context` is read by the model."""
+
+    @hookspec
+    def request(self, run: Any, data: dict) -> Any:
+        """The request, before the model reads it (`data["request"]`): a `Block` refuses it, a `Context` adds to it."""
+
+    @hookspec
+    def before_action(self, run: Any, data: dict) -> Any:
+        """An action is about to run (`data["action"]`): a `Block` stops it, and the model reads the reason."""
+
+    @hookspec
+    def after_action(self, run: Any, data: dict) -> Any:
+        """An action ran (`data["result"]`): a `Context` is read by the model with the result."""
+
+    @hookspec
+    def before_complete(self, run: Any, data: dict) -> Any:
+        """The model ends the run (TASK_COMPLETE, HELP_NEEDED, an answer): a `Block` sends it back with the reason."""
+
+    @hookspec
+    def run_end(self, run: Any, data: dict) -> Any:
+        """The run ended (`data["outcome"]`)."""
+
+    @hookspec
+    def approval_needed(self, run: Any, data: dict) -> Any:
+        """A person is asked to approve something (`data["approval"]`)."""
+
 
 class Plugins:
     """The plug-in manager, loaded on first use, and what went wrong loading plug-ins."""
@@ -54,6 +88,8 @@ class Plugins:
         """Plug-in name -> why it was left out (it failed to import or has a hook anges does not know)."""
         self.generation = 0
         """Grows whenever the set of plug-ins changes, so registries know to ask the hooks again."""
+        self.sources: dict[str, str] = {}
+        """Plug-in name -> where it came from: installed, extension or code (`register`)."""
 
     def manager(self) -> pluggy.PluginManager:
         """The plug-in manager, with the installed plug-ins loaded the first time."""
@@ -68,6 +104,7 @@ class Plugins:
         """Add a plug-in object (a module or any object with hooks) from code, as an installed one would be."""
         with self._lock:
             self._add(plugin, name)
+            self.sources[self.manager().get_name(plugin) or str(name)] = "code"
             self.generation += 1
 
     def unregister(self, plugin: object) -> None:
@@ -80,7 +117,7 @@ class Plugins:
         """Find the installed plug-ins again (after installing one while the process runs)."""
         with self._lock:
             self._manager = None
-            self.failures = {}
+            self.failures, self.sources = {}, {}
             self.generation += 1
 
     def call(self, hook: str, register: Register) -> None:
@@ -97,8 +134,28 @@ class Plugins:
         for entry in entry_points(group=GROUP):
             try:
                 self._add(entry.load(), entry.name)
+                self.sources[entry.name] = "installed"
             except Exception as exc:  # noqa: BLE001  (a broken plug-in must not break anges)
                 self._fail(entry.name, f"{type(exc).__name__}: {exc}")
+        self.load_extensions()
+
+    def load_extensions(self) -> list[str]:
+        """Load the files of ANGES_HOME/extensions not loaded yet (a changed one is not loaded again: restart); the
+        names of the extensions there now (`extension:FILE-NAME`)."""
+        names = []
+        with self._lock:
+            for path in extension_files():
+                name = f"extension:{path}"
+                names.append(name)
+                if name in self.sources or name in self.failures:
+                    continue
+                try:
+                    self._add(_import_file(path, name), name)
+                    self.sources[name] = "extension"
+                    self.generation += 1
+                except Exception as exc:  # noqa: BLE001  (a broken extension must not break anges)
+                    self._fail(name, f"{type(exc).__name__}: {exc}")
+        return names
 
     def _add(self, plugin: object, name: str | None) -> None:
         manager = self.manager()
@@ -114,6 +171,42 @@ class Plugins:
         if name not in self.failures:
             self.failures[name] = why
             log.warning("anges plug-in %s is left out: %s", name, why)
+
+
+def extensions_folder() -> str:
+    """ANGES_HOME/extensions (ANGES_HOME as `anges.config.anges_home` finds it: this module sits below config)."""
+    return os.path.join(os.path.expanduser(os.environ.get("ANGES_HOME") or os.path.join("~", ".anges")), "extensions")
+
+
+def extension_files() -> list[str]:
+    """The `.py` files of ANGES_HOME/extensions, sorted by name (none when the folder does not exist)."""
+    folder = extensions_folder()
+    try:
+        names = sorted(entry.name for entry in os.scandir(folder) if entry.name.endswith(".py") and entry.is_file())
+    except OSError:
+        return []
+    return [os.path.join(folder, name) for name in names if not name.startswith((".", "_"))]
+
+
+def _import_file(path: str, name: str) -> Any:
+    """The module in a file that is not on the import path (an extension), imported once under its own name."""
+    import hashlib
+    import importlib.util
+    import sys
+
+    stem = os.path.splitext(os.path.basename(path))[0]
+    module_name = f"anges_extensions.{stem}_{hashlib.sha256(path.encode()).hexdigest()[:8]}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path} cannot be imported")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    return module
 
 
 plugins = Plugins()

@@ -2,12 +2,15 @@
 
 Framework time = the whole step minus the model call minus the shell command. Checkpoints (before each
 command) are off unless --checkpoints: their cost is `checkpoints.py`'s to measure. Run:
-    python benchmarks/overhead.py [--steps 1000] [--telemetry] [--checkpoints]
+    python benchmarks/overhead.py [--steps 1000] [--telemetry] [--checkpoints] [--hooks N]
 
 With --telemetry the run is traced (`pip install 'anges[otel]'`): every model call, command and the run become spans
 through the SDK's batch span processor (exported on its own thread, to an exporter that counts and drops them), and
 the metrics are recorded. The spans are made on the telemetry thread; the process's CPU per step counts that work
 wherever it ran.
+
+With --hooks N, N command hooks (`true`) run after each command (`after_action`): each a process outside the sandbox.
+Without it, no hook is configured: the run pays for none.
 """
 
 import argparse
@@ -31,6 +34,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--telemetry", action="store_true", help="trace the run (OpenTelemetry SDK)")
     parser.add_argument("--checkpoints", action="store_true", help="take a checkpoint before each step (the default)")
+    parser.add_argument("--hooks", type=int, default=0, metavar="N", help="N after_action command hooks per step")
     options = parser.parse_args()
     steps = options.steps
     listeners, exported = (traced() if options.telemetry else (None, None))
@@ -61,7 +65,8 @@ def main() -> None:
     anges.safety.shell.run_command = timed_run
     config = load_config(overrides={"agents": {"common": {
         "max_number_of_events_to_exhaust": 0, "max_model_calls": 0, "max_repeated_actions": 0}},
-        "checkpoints": {"enabled": options.checkpoints}})
+        "checkpoints": {"enabled": options.checkpoints},
+        "hooks": [{"event": "after_action", "command": "true"}] * options.hooks})
     with tempfile.TemporaryDirectory() as work:
         agent = DefaultAgent(inference_func=model, cmd_init_dir=work, config=config, listeners=listeners)
         started, cpu = time.perf_counter(), time.process_time()

@@ -14,6 +14,7 @@ LAYERS = {
     "cli": 10, "web": 9, "batch": 9, "acp": 9,
     "agents": 8,  # the loop and the agent types
     "telemetry": 7,  # listens to what agents do; `anges stats`
+    "hooks": 7,  # the user's and the plug-ins' hooks at the points of a run
     "actions": 7, "safety": 6, "tools": 5, "checkpoints": 5, "prompt": 4, "models": 4,
     "store": 3,  # the record: events, streams, their files
     "config": 2,

@@ -10,10 +10,11 @@ from anges.agents import DefaultAgent, Orchestrator
 from anges.config.loading import load_config
 from anges.exceptions import ConfigError
 from anges.models.scripted import ScriptedModel
-from anges.safety.approval import Decision, TerminalPrompt, as_decision, preview_edit
+from anges.safety.approval import Decision, as_decision, preview_edit
 from anges.safety.policy import Policy
 from anges.safety.run_safety import RunSafety, approval_mode
 from anges.safety.sandbox import SandboxSettings
+from anges.safety.terminal_prompt import TerminalPrompt
 
 pytestmark = pytest.mark.packaged_safety  # the policy as a user without bwrap has it, too (see optional_groups.py)
 RULES = [{"action": "RUN_SHELL_CMD", "match": "echo allowed*", "decision": "allow"},

@@ -4,6 +4,8 @@ person reads it (pyte)."""
 import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,9 +62,10 @@ def test_a_bang_command_in_the_sandbox_cannot_write_outside_the_working_director
 def test_status_says_what_the_session_runs_with_and_the_status_line_gauges_the_window(openai_server, tmp_path,
                                                                                        sessions):  # noqa: F811
     (tmp_path / "AGENTS.md").write_text("Run the tests with make test.\n")
+    (tmp_path / "hooks.yaml").write_text("hooks:\n  - {event: run_end, command: 'true', name: notify}\n")
     openai_server.enqueue_text(json.dumps(complete("hi")))
-    term = sessions("--model", "openai:gpt-test", cwd=tmp_path, env={**os.environ, **openai_server.env},
-                    columns=220)
+    term = sessions("--config", "hooks.yaml", "--model", "openai:gpt-test", cwd=tmp_path,
+                    env={**os.environ, **openai_server.env}, columns=220)
     term.send("hello\r")
     finished(term)
     pattern = re.compile(r"(\d[\d,]*)-token window \((\w+)\) ([▰▱]{10}) (\d+)%")
@@ -78,7 +81,7 @@ def test_status_says_what_the_session_runs_with_and_the_status_line_gauges_the_w
     assert f"{window:,} tokens" in report and "model" in report and "openai:gpt-test" in report
     assert f"{tmp_path}/AGENTS.md" in report and str(tmp_path) in report
     assert only_stream().uid in report and "approvals" in report and "sandbox" in report
-    assert re.search(r"MCP servers +none", report) and re.search(r"hooks +", report)
+    assert re.search(r"MCP servers +none", report) and re.search(r"hooks +run_end: notify", report)
 
 
 def test_compact_folds_the_history_now_keeping_what_you_name(openai_server, tmp_path, sessions):  # noqa: F811
@@ -135,6 +138,28 @@ def test_your_own_commands_are_requests_with_their_arguments_in_help_and_tab(tmp
     help_text = "\n".join(term.wait_for("your commands"))
     assert re.search(r"/review \[PART\]\s+review a part of the code \(~/.anges/commands\)", help_text)
     assert "never used" not in help_text and "Bad Name" not in help_text
+
+
+def test_a_projects_commands_are_used_only_once_you_trusted_exactly_them(tmp_path, sessions):  # noqa: F811
+    commands = tmp_path / ".anges" / "commands"
+    commands.mkdir(parents=True)
+    (commands / "deploy.md").write_text("Deploy to $ARGUMENTS, carefully.\n")
+    term = sessions("--model", scripted(tmp_path, complete("deployed"), complete("again")), cwd=tmp_path)
+    term.send("/help\r")
+    assert "commands in " + str(tmp_path) + "/.anges/commands are not used until you trust" in \
+        " ".join(term.wait_for("(anges trust)"))
+    term.send("/deploy staging\r")
+    term.wait_for("unknown command /deploy")
+    trusted = subprocess.run([sys.executable, "-m", "anges", "trust", "--yes", str(tmp_path)], capture_output=True,
+                             text=True, timeout=60)
+    assert trusted.returncode == 0, trusted.stderr
+    term.send("/deploy staging\r")
+    finished(term)
+    assert only_stream().events_list[0].content == "Deploy to staging, carefully."
+    (commands / "deploy.md").write_text("Deploy to $ARGUMENTS and delete the backups.\n")  # as the model could
+    term.send("/deploy prod\r")
+    term.wait_for("unknown command /deploy")
+    assert len(only_stream().events_list) == 2, "the changed command sent nothing"
 
 
 def test_rewind_goes_back_to_a_request_with_its_files_and_keeps_the_record(tmp_path, sessions):  # noqa: F811

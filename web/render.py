@@ -21,7 +21,7 @@ from anges.store.events import (
     shown_path,
     stop_explanation,
 )
-from anges.util.printable import as_drawn
+from anges.util.printable import as_drawn, printable_texts
 
 # No <img>: a picture in model output would be fetched from wherever it points (a tracking pixel); Markdown
 # images become links instead (see _image_as_link).
@@ -45,6 +45,8 @@ APPROVAL_FACTS = {
                          "feedback", "escalate", "skipped"),
 }
 LONG_OUTPUT_LINES = 20
+HOOK_FACTS = ("hook", "source", "hook_event", "on_action", "subject", "outcome", "effect", "exit_code", "duration",
+              "output", "reason", "context")
 
 
 @lru_cache(maxsize=1)
@@ -133,6 +135,9 @@ def step_view(event: Event, index: int, cwd: str = "", reasoning: str | None = N
         # Shown as every approval surface shows it (safety/approval_text.py): nothing unseen, its size, and whether
         # the card must be opened whole before it offers Approve.
         view["approval"] = approval_view(facts)
+        view["message"] = event.message
+    elif kind == "hook":
+        view["hook"] = printable_texts({key: data.get(key) for key in HOOK_FACTS})
         view["message"] = event.message
     elif kind == "interrupted":
         view["reason"] = data.get("reason", "")

@@ -211,6 +211,7 @@ class Runs:
     def _build_agent(self, stream: EventStream, interrupt_check: Callable[[], bool],
                      approvals: WebApproval) -> BaseAgent:
         from anges.agents import agent_class
+        from anges.safety.run_safety import commands_may_write
 
         settings = stream.get_settings()
         agent_type = settings.get("agent_type") or stream.agent_type or "default"
@@ -218,7 +219,7 @@ class Runs:
         if not os.path.isdir(cwd):
             raise AngesError(f"the working directory {cwd!r} does not exist; change it in the chat settings")
         model = self.model_factory(settings.get("model") or None, self.config, agent_type)
-        mcp = manager_for(self.config, settings.get("mcp_config") or None)
+        mcp = manager_for(self.config, settings.get("mcp_config") or None, commands_may_write(self.config.safety, cwd))
         return agent_class(agent_type)(
             inference_func=model,
             event_stream=stream,

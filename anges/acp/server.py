@@ -135,7 +135,7 @@ class AngesAgent:
     def _open(self, stream, cwd: str, mcp_servers) -> Session:
         """A session on `stream` working in `cwd`, with the client's MCP servers (plus the configured ones)."""
         from anges.agents import agent_class
-        from anges.safety.run_safety import run_secrets
+        from anges.safety.run_safety import commands_may_write, run_secrets
         from anges.tools.mcp import manager_for
 
         if not os.path.isabs(cwd) or not os.path.isdir(cwd):
@@ -147,7 +147,8 @@ class AngesAgent:
         stream.agent_type = agent_type
         try:
             model = self._model(agent_type)
-            mcp = manager_for(config, mcp_config(mcp_servers) if mcp_servers else None)
+            mcp = manager_for(config, mcp_config(mcp_servers) if mcp_servers else None,
+                              commands_may_write(config.safety, cwd))
         except AngesError as exc:
             raise RequestError(-32602, str(exc)) from None
         session = Session(stream.uid, self.client, self.loop, os.path.abspath(cwd), run_secrets(config, (), mcp)[0],

@@ -9,8 +9,6 @@ mapping from its events alone: each tool call then starts when its first event c
 
 from __future__ import annotations
 
-import os
-import re
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -40,6 +38,7 @@ from acp.schema import (
 
 from anges.acp import diffs, facts
 from anges.acp.plan import plan_entries
+from anges.acp.shown import decider, declined, describe, fenced, request_text
 from anges.exceptions import FormatError
 from anges.prompt.parsing import parse_reply
 from anges.safety import approval_text
@@ -54,9 +53,6 @@ NOT_TOOL_CALLS = (*RETURNING_ACTIONS, "WAIT_FOR_CHILDREN")
 """Actions that are no tool call: the turn's answer, or an orchestrator waiting for its children."""
 KINDS: dict[str, ToolKind] = {"RUN_SHELL_CMD": "execute", "EDIT_FILE": "edit", "READ_MIME_FILES": "read",
                               "CALL_CHILD_AGENT": "think", "CALL_API": "fetch", "DESCRIBE_API_OPERATION": "read"}
-TITLE_CHARS = 160
-DECIDERS = {"editor": "you", "approval=deny": "--approval deny", "no_one": "no one (no one can approve here)",
-            "limit": "anges (too long to be shown whole)"}
 
 
 @dataclass(frozen=True)
@@ -167,7 +163,7 @@ class UpdateMapper:
         with self._lock:
             call = self._waiting(speaker.id, "RUN_SHELL_CMD", started=True)
             if call is not None and call.status == "in_progress":
-                text = _fenced(as_drawn(delta.output)) + "\n\nRunning…"
+                text = fenced(as_drawn(delta.output)) + "\n\nRunning…"
                 self.send(update_tool_call(call.id, content=[tool_content(text_block(text))]))
 
     def event(self, event: Event, speaker: Speaker, step: Event | None = None) -> None:
@@ -204,6 +200,8 @@ class UpdateMapper:
                     self.send(update_agent_message_text(event.content))
             elif kind in ("action", "edit_file"):
                 self._finished(speaker, event)
+            elif kind in ("hook_ran", "hook_feedback"):
+                self._hooked(speaker, event)
 
     def history(self, items: list[tuple[Event, Speaker]]) -> None:
         """Replay recorded events (children's after the event that ran them) as the live turns showed them."""
@@ -227,12 +225,12 @@ class UpdateMapper:
                 call = self._open(speaker, request.action_type, {"subject": request.subject}, "pending")
                 call.request = request.id
                 self._by_request[request.id] = call
-            content: list[Content] = [tool_content(text_block(_request_text(request)))]
+            content: list[Content] = [tool_content(text_block(request_text(request)))]
             if request.action_type == "EDIT_FILE":
                 parts = diffs.hunk_texts(visible(request.detail))
                 content += [tool_diff_content(request.subject, new, old) for old, new in parts]
             elif request.action_type != "RUN_SHELL_CMD":
-                content.append(tool_content(text_block(_fenced("\n".join(approval_text.marked(request.detail))))))
+                content.append(tool_content(text_block(fenced("\n".join(approval_text.marked(request.detail))))))
             return ToolCallUpdate(tool_call_id=call.id, title=call.title, kind=call.kind, status=call.status,
                                   content=content, locations=call.locations)
 
@@ -252,9 +250,9 @@ class UpdateMapper:
         call = self._by_request.pop(facts.request_id(event), None) or self._waiting(speaker.id, action_type)
         if approval["decision"] == "allow":
             if call is not None:
-                self._update(call, "in_progress", f"Approved by {_decider(approval)}.")
+                self._update(call, "in_progress", f"Approved by {decider(approval)}.")
             return
-        self._done(speaker, call, action_type, facts.action_args(event), "failed", [_declined(approval)],
+        self._done(speaker, call, action_type, facts.action_args(event), "failed", [declined(approval)],
                    facts.raw_input(event))
         for _ in range(approval["skipped"]):
             rest = self._waiting(speaker.id)
@@ -262,6 +260,17 @@ class UpdateMapper:
                 break
             self._done(speaker, rest, rest.action_type, {}, "failed",
                        [tool_content(text_block("Not run: an earlier action of the same reply was declined."))])
+
+    def _hooked(self, speaker: Speaker, event) -> None:
+        """A hook ran: a tool call of its own, done at once. An action it blocked fails with the reason the model reads,
+        and so does the rest of its reply, which did not run either."""
+        data = event.data
+        failed = data.get("outcome") in ("failed", "timeout", "unreadable") or data.get("effect") == "blocked"
+        text = "\n\n".join(part for part in (event.message, str(data.get("output") or "")) if part)
+        self._done(speaker, None, "HOOK", {"subject": f"{data.get('hook', '')} ({data.get('hook_event', '')})"},
+                   "failed" if failed else "completed", [tool_content(text_block(text))])
+        if data.get("effect") == "blocked" and data.get("hook_event") == "before_action":
+            self._close(speaker.id, event.content)
 
     def _delegated(self, speaker: Speaker, event) -> None:
         child = facts.child_id(event)
@@ -291,7 +300,7 @@ class UpdateMapper:
     def _result(self, event, action_type: str) -> list:
         if action_type == "RUN_SHELL_CMD":
             output = facts.command_text(event)
-            text = (_fenced(output) if output.strip() else "(no output)") + f"\n\n{facts.command_status(event)}"
+            text = (fenced(output) if output.strip() else "(no output)") + f"\n\n{facts.command_status(event)}"
             return [tool_content(text_block(text))]
         if action_type == "EDIT_FILE" and not facts.error(event):
             path, diff = facts.edit_path(event), facts.edit_diff_text(event)
@@ -301,7 +310,7 @@ class UpdateMapper:
                 return [tool_diff_content(path, new, old) for old, new in parts]
             return [tool_content(text_block(diff or "(no change)"))]
         if action_type == "CALL_API":
-            return [tool_content(text_block(_fenced(event.content)))]
+            return [tool_content(text_block(fenced(event.content)))]
         return [tool_content(text_block(event.content))]
 
     # -- thoughts and plan ----------------------------------------------------------------------------------------
@@ -344,7 +353,7 @@ class UpdateMapper:
 
     def _open(self, speaker: Speaker, action_type: str, args: dict, status: ToolCallStatus,
               raw_input: dict | None = None) -> Call:
-        title, locations = self._describe(speaker, action_type, args)
+        title, locations = describe(speaker.type, speaker.depth, action_type, args, self.cwd)
         call = Call(f"call-{next(self._ids)}", speaker.id, action_type, title, KINDS.get(action_type, "other"),
                     locations, status, args)
         self._calls.setdefault(speaker.id, []).append(call)
@@ -369,7 +378,7 @@ class UpdateMapper:
               content: list, raw_input: dict | None = None) -> None:
         """Finish a call with its result; one that was never announced starts and ends in one update."""
         if call is None:
-            title, locations = self._describe(speaker, action_type, args)
+            title, locations = describe(speaker.type, speaker.depth, action_type, args, self.cwd)
             self.send(start_tool_call(f"call-{next(self._ids)}", title, kind=KINDS.get(action_type, "other"),
                                       status=status, content=content, locations=locations, raw_input=raw_input))
             return
@@ -384,36 +393,6 @@ class UpdateMapper:
             self._done(self._speakers.get(agent, Speaker(agent)), call, call.action_type, {}, "failed",
                        [tool_content(text_block(why))])
 
-    def _describe(self, speaker: Speaker, action_type: str, args: dict) -> tuple[str, list[ToolCallLocation] | None]:
-        """A tool call's title and the file it touches, from the action's arguments or an event's facts."""
-        subject = str(args.get("subject") or "")
-        path = ""
-        if action_type == "RUN_SHELL_CMD":
-            title = _one_line(str(args.get("command") or subject or "a command"))
-            if args.get("escalate"):
-                title += " (outside the sandbox)"
-        elif action_type == "EDIT_FILE":
-            path = str(args.get("path") or _edit_path(args.get("directive_line") or args.get("directive"), self.cwd)
-                       or subject)
-            title = f"Edit {_shown(path, self.cwd)}" if path else "Edit a file"
-        elif action_type == "CALL_CHILD_AGENT":
-            title = _delegation(str(args.get("directive") or subject))
-        elif action_type == "USE_MCP_TOOL":
-            server, tool = args.get("mcp_server_name") or args.get("server"), args.get("tool_name") or args.get("tool")
-            title = f"{server}.{tool}" if server and tool else subject or "an MCP tool"
-        elif action_type in ("CALL_API", "DESCRIBE_API_OPERATION"):
-            name = ".".join(str(args[key]) for key in ("api", "operation") if args.get(key))
-            title = f"{args['method']} {args['url']}" if args.get("url") else name or subject or "a web API"
-        elif action_type == "READ_MIME_FILES":
-            inputs = args.get("inputs") or []
-            names = [str(i.get("source", i) if isinstance(i, dict) else i) for i in inputs] if isinstance(
-                inputs, list) else []
-            title = f"Read {', '.join(names)}" if names else "Read files"
-        else:
-            title = action_type or "an action"
-        title = _one_line(f"[{speaker.type}] {title}" if speaker.depth else title)
-        return title, [ToolCallLocation(path=path)] if path else None
-
 
 def _step_of(items: list[tuple[Event, Speaker]], index: int) -> Event | None:
     """The event that ended the step whose approval request is `items[index]`: the same agent's next event that is
@@ -425,66 +404,3 @@ def _step_of(items: list[tuple[Event, Speaker]], index: int) -> Event | None:
         return event
     return None
 
-
-def _request_text(request) -> str:
-    """What a person reads to decide on a permission request, as every approval surface shows it
-    (`approval_text`): its size, the command whole with every unseen character marked, leaving the sandbox."""
-    lines = [f"{visible(request.reason)} [{request.rule}]", f"({approval_text.size(request.detail)})"]
-    if request.action_type == "RUN_SHELL_CMD":
-        lines.append(_fenced("\n".join(approval_text.marked(request.detail))))
-    if request.escalate:
-        lines.append(f"**{approval_text.ESCALATION_NOTE}** The agent says why: {visible(request.justification or '-')}")
-    lines.append(f"“Always allow” approves {visible(request.scope)} until this prompt is done.")
-    return "\n\n".join(lines)
-
-
-def _declined(approval: dict):
-    if approval["decision"] == "cancelled":
-        text = "Not run: the run stopped before an answer."
-    else:
-        text = f"Declined by {_decider(approval)}" + (f": {approval['feedback']}" if approval["feedback"] else ".")
-    return tool_content(text_block(text))
-
-
-def _decider(approval: dict) -> str:
-    if approval["by"] == "rule":
-        return f"rule {approval['rule']} ({approval['reason']})"
-    return DECIDERS.get(approval["by"], approval["by"] or "the policy")
-
-
-def _delegation(directive: str) -> str:
-    words = directive.split()
-    if len(words) == 2 and words[0].upper() == "NEW_CHILD_AGENT":
-        return f"Delegate to {words[1].lower()}"
-    if len(words) == 2 and words[0].upper() == "RESUME_CHILD_AGENT":
-        return f"Resume child agent {words[1]}"
-    return directive or "Delegate to a child agent"
-
-
-def _edit_path(directive: object, cwd: str) -> str:
-    from anges.tools.fileedit import EditError, edit_target
-
-    if not isinstance(directive, str):
-        return ""
-    try:
-        return edit_target(directive, cwd)[1]
-    except EditError:
-        return ""
-
-
-def _shown(path: str, cwd: str) -> str:
-    relative = os.path.relpath(path, cwd) if cwd else path
-    return path if relative.startswith(os.pardir) else relative
-
-
-def _one_line(text: str, limit: int = TITLE_CHARS) -> str:
-    """A tool call's title: one line, every character a person could not see marked, as on every approval surface."""
-    line = " ".join(visible(text).split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def _fenced(text: str) -> str:
-    """`text` in a Markdown code block whose fence no line of it can close."""
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}\n{text.rstrip()}\n{fence}"

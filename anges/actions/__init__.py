@@ -28,15 +28,15 @@ AgentTextResponseAction = AgentTextResponse
 def offered_actions(names: Iterable[str], mcp: MCPManager | None = None, given: Iterable[Action] = (),
                     apis: APIs | None = None, tools: bool = True) -> list[Action]:
     """The `given` actions, one of each action named (a registered name or module:Class; the first of a type
-    wins), and with `tools`: USE_MCP_TOOL when `mcp` has a server with tools, CALL_API and DESCRIBE_API_OPERATION
-    with `apis`."""
+    wins), and with `tools`: USE_MCP_TOOL when `mcp` has a server with tools (or one that awaits the user's trust:
+    the servers then start once the run has asked), CALL_API and DESCRIBE_API_OPERATION with `apis`."""
     from anges.registry import actions
 
     offered: dict[str, Action] = {action.type.upper(): action for action in given}
     for name in names:
         action = actions.get(name)()
         offered.setdefault(action.type.upper(), action)
-    if tools and mcp is not None and any(mcp.tools().values()):
+    if tools and mcp is not None and (mcp.awaiting_trust() or any(mcp.tools().values())):
         from anges.actions.mcp import UseMCPTool
 
         offered.setdefault(UseMCPTool.type, UseMCPTool(mcp))

@@ -7,6 +7,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 from anges.actions import Action, ActionContext, LegacyAction, apis_for, is_builtin_style, offered_actions
@@ -17,15 +18,16 @@ from anges.agents.delegation import Delegation
 from anges.agents.history import History
 from anges.agents.listening import Listener, listeners_for
 from anges.agents.prompting import Prompter
-from anges.agents.record import AgentMessage, cap_event, mask_event, masked_title
-from anges.agents.run import RunState, abandoned_run, of_run, saved_notes, stop_event
+from anges.agents.record import AgentMessage, cap_event, failed_action, mask_event, masked_title, with_outcome
+from anges.agents.run import RunState, abandoned_run, explained, of_run, saved_notes, stop_event
 from anges.config.loading import default_config
 from anges.exceptions import RunStopped
+from anges.hooks.dispatch import Hooks
 from anges.models import get_model
 from anges.prompt.parsing import ParsedReply
 from anges.safety.run_safety import SafetyShare, run_secrets
 from anges.store.event_store import EventStore, status_of
-from anges.store.events import ChildReturn, Event, EventStream, action_input, new_id
+from anges.store.events import Event, EventStream, new_id
 
 if TYPE_CHECKING:
     from anges.checkpoints import Checkpoints
@@ -108,6 +110,8 @@ class BaseAgent(Delegation):
         """The request being run: its budget, ledger, action context and history (None before the first)."""
         self.secrets: list[str] = []
         """The secret values of the current run, masked in everything it records."""
+        self.hooks = Hooks(self, self._interrupt_requested)
+        """The run's hook points (`anges.hooks`): the loop tells them where it is; with no hooks, they do nothing."""
 
     def run_with_new_request(self, task_description: str, event_stream: EventStream | None = None) -> EventStream:
         """Record the request (new or follow-up) and work on it until the run ends; returns the stream."""
@@ -131,7 +135,7 @@ class BaseAgent(Delegation):
             if first and self.auto_entitle:
                 state.history.entitle(task_description, self.secrets)
             try:
-                self._run()
+                self._run(task_description, not first)
             finally:
                 self._share.end(safety)  # every process of the run ends here (a child's: with its parent)
                 self._checkpointing.end()
@@ -165,13 +169,15 @@ class BaseAgent(Delegation):
 
     # -- the loop: run → step → query → execute → record ------------------------------------------------------
 
-    def _run(self) -> None:
+    def _run(self, request: str, follow_up: bool) -> None:
+        step: Callable[[], bool] = partial(self.hooks.begin, request, follow_up)  # first: the run's start hooks
         while True:
             try:
-                if self._step():
+                if step():
                     return
+                step = self._step
             except RunStopped as stop:
-                self._record(stop_event(self._explained(stop)))
+                self._record(stop_event(explained(stop, self.check_limits)))
                 return
             except BaseException as exc:  # a bug or Ctrl-C: end the stream cleanly, then let it propagate
                 reason = "interrupt" if isinstance(exc, KeyboardInterrupt) else "internal_error"
@@ -195,8 +201,10 @@ class BaseAgent(Delegation):
         for index, args in enumerate(reply.actions):
             self.check_limits()
             of_run(self.run_state).count_repeats(args)
-            action = actions[args["action_type"]]
-            permit = safety.permit(ctx, action.type, args, len(reply.actions) - index - 1, self.readonly_shell)
+            action, left = actions[args["action_type"]], len(reply.actions) - index - 1
+            if self.hooks.blocks(action.type, args, action.returning_action, left):
+                return False  # a hook blocked it: the model reads why and plans again
+            permit = safety.permit(ctx, action.type, args, left, self.readonly_shell)
             if permit is None:
                 return False  # declined: the model reads why and plans again
             if self._run_action(action, args, replace(ctx, **safety.equipment(permit)), permit):
@@ -213,9 +221,8 @@ class BaseAgent(Delegation):
             raise
         except Exception as exc:  # an action's failure is a result the model sees, not the end of the run
             self.logger.debug("action %s failed", action.type, exc_info=True)
-            self._record(Event("action", reasoning=ctx.reply.reasoning, content=f"{action.type} FAILED: {exc}",
-                               message=f"{action.type} failed: {exc}",
-                               data={"action_type": action.type, "error": f"{type(exc).__name__}: {exc}"}))
+            self._record(failed := failed_action(action.type, ctx.reply, exc))
+            self.hooks.after(action.type, args, failed)
             return False
         if event is not None:
             self._record_outcome(event, ctx.reply, permit, None if action.returning_action else args)
@@ -223,17 +230,15 @@ class BaseAgent(Delegation):
 
     def _record_outcome(self, event: Event, reply: ParsedReply, permit: Permit | None = None,
                         args: dict | None = None) -> None:
-        """Record an action's event with the reply's reasoning, the action's input and the approval it got."""
-        event.reasoning = event.reasoning or reply.reasoning
-        event.analysis = event.analysis or reply.analysis
-        if args is not None and ChildReturn.of(event) is None:  # a child's return: its start event has the input
-            event.data.setdefault("input", action_input(args))
-        if permit is not None and permit.facts():
-            event.data.setdefault("approval", permit.facts())
-        self._record(event)
+        """Record an action's event with the reply's reasoning, the action's input and the approval it got; then the
+        after_action hooks (for an action that does not end the run: `args` given)."""
+        self._record(with_outcome(event, reply, permit, args))
+        if args is not None:
+            self.hooks.after(str(args["action_type"]), args, event)
 
     def _record(self, event: Event, notify: bool = True) -> None:
         """The bookkeeping every event gets once: usage, secrets masked, texts capped, stored, status, handlers."""
+        self.hooks.ending(event)  # the event that ends the run: run_end hooks first, so it stays the stream's last
         if self.run_state is not None:
             self.run_state.note(event)
         self._checkpointing.attach(event)
@@ -245,6 +250,7 @@ class BaseAgent(Delegation):
         self.status = status_of(event.type) or self.status
         for listener in self.listeners:
             listener.recorded(self, event)
+        self.hooks.recorded(event)
         if notify and event.message:
             self.handle_user_visible_messages(AgentMessage(event.message, self, event))
 
@@ -256,15 +262,6 @@ class BaseAgent(Delegation):
                              **({"by": why} if why else {}))
         if self.run_state is not None:
             self.run_state.check()
-
-    def _explained(self, stop: RunStopped) -> RunStopped:
-        """A stop noticed while waiting (on an approval, say) as the limits tell it: which interrupt, or the time."""
-        if stop.reason == "interrupt":
-            try:
-                self.check_limits()
-            except RunStopped as precise:
-                return precise
-        return stop
 
     def _interrupt_requested(self) -> bool:
         return self._interrupted.is_set() or self.interrupt_check() or self.store.stop_requested(self.uid)

@@ -11,7 +11,8 @@ from anges.models.base import Prompt
 from anges.prompt.agents_md import ProjectFile, read_agents_md
 from anges.prompt.history import format_event_stream
 from anges.prompt.templates import render_template
-from anges.util.clipping import clip, omission
+from anges.store.events import kind_of
+from anges.util.clipping import clip
 
 if TYPE_CHECKING:
     from anges.actions.base import Action
@@ -72,11 +73,12 @@ class Prompter:
         events = stream.events_list
         history = format_event_stream(stream, self.sizing.prompt)
         jobs, older_jobs = agent.run_safety.job_lines() if agent.run_safety else ([], 0)
-        after_edit = bool(events) and events[-1].type == "edit_file"
+        last = next((event for event in reversed(events) if kind_of(event.type).group != "hook"), None)
+        after_edit = last is not None and last.type == "edit_file"  # a formatter's hook may have run since
         text = self._render(history, jobs, older_jobs, after_edit, feedback)
         if 0 < limit < len(text):
-            room = len(history) - (len(text) - limit)
-            history = clip(history, room) if room > 0 else omission(len(history)).strip()
+            room = max(len(history) - (len(text) - limit), min(len(history), limit // 2))
+            history = clip(history, room)  # a fixed part past the limit is cut by the call's clip, keeping the end
             text = self._render(history, jobs, older_jobs, after_edit, feedback)
         return self._cacheable(text, history)
 

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from anges.store.events import Event, title_from
+from anges.store.events import ChildReturn, Event, action_input, title_from
 from anges.tools.fileedit import summarize_diff
 from anges.util.clipping import clip
 from anges.util.masking import mask_secrets
+
+if TYPE_CHECKING:
+    from anges.prompt.parsing import ParsedReply
+    from anges.safety.approval import Permit
 
 
 class Speaker(Protocol):
@@ -39,6 +43,24 @@ class AgentMessage(str):
         obj.depth = len(agent.parent_ids)
         obj.event = event
         return obj
+
+
+def with_outcome(event: Event, reply: ParsedReply, permit: Permit | None = None, args: dict | None = None) -> Event:
+    """An action's event with the reply's reasoning, the action's input (`args`) and the approval it got."""
+    event.reasoning = event.reasoning or reply.reasoning
+    event.analysis = event.analysis or reply.analysis
+    if args is not None and ChildReturn.of(event) is None:  # a child's return: its start event has the input
+        event.data.setdefault("input", action_input(args))
+    if permit is not None and permit.facts():
+        event.data.setdefault("approval", permit.facts())
+    return event
+
+
+def failed_action(action_type: str, reply: ParsedReply, exc: Exception) -> Event:
+    """The event of an action that raised: a result the model reads, not the end of the run."""
+    return Event("action", reasoning=reply.reasoning, content=f"{action_type} FAILED: {exc}",
+                 message=f"{action_type} failed: {exc}",
+                 data={"action_type": action_type, "error": f"{type(exc).__name__}: {exc}"})
 
 
 def masked_title(text: str, secrets: list[str]) -> str:

@@ -83,6 +83,16 @@ def abandoned_run(stream: EventStream) -> Event | None:
     return Event("task_interrupted", content=content, message=content, data={"reason": "abandoned"})
 
 
+def explained(stop: RunStopped, check_limits: Callable[[], None]) -> RunStopped:
+    """A stop noticed while waiting (on an approval, say) as the limits tell it: which interrupt, or the time."""
+    if stop.reason == "interrupt":
+        try:
+            check_limits()
+        except RunStopped as precise:
+            return precise
+    return stop
+
+
 def stop_event(stop: RunStopped) -> Event:
     """The `task_interrupted` event that records how a run stopped."""
     return interrupted_event(stop.reason, str(stop), **jsonable(stop.details))

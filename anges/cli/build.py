@@ -51,7 +51,7 @@ class Setup:
         asking `channel` (the terminal's question, when a person can answer there); `model` (a previous agent's,
         as it was watched) carries on where that agent left it."""
         from anges.agents import agent_class
-        from anges.safety.run_safety import terminal_approval
+        from anges.safety.run_safety import commands_may_write, terminal_approval
         from anges.tools.mcp import manager_for
 
         args = self.args
@@ -68,7 +68,7 @@ class Setup:
             inference_func=model, event_stream=stream, cmd_init_dir=workdir, prefix_cmd=prefix,
             config=self.config, store=self.store, notes=notes(args, self.config.safety, workdir),
             message_handlers=[output.on_message],
-            mcp=manager_for(self.config, mcp_file), approval=channel)
+            mcp=manager_for(self.config, mcp_file, commands_may_write(self.config.safety, workdir)), approval=channel)
         agent.delta_handlers.append(output.on_delta)
         return agent
 

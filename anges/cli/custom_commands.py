@@ -12,7 +12,6 @@ Optional front matter, as other agents' command files have it, gives a descripti
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 import stat
@@ -112,17 +111,18 @@ def parse(name: str, path: str, text: str, origin: str = "yours") -> CustomComma
 
 def project_commands(cwd: str, safety) -> tuple[dict[str, str], str]:
     """The commands of the project's `.anges/commands/` (NAME -> text) once the user trusted exactly that content,
-    and a note when there are some that are not used; ({}, "") without the trusted-content helper in this build."""
-    try:
-        trust = importlib.import_module("anges.config.trust")
-    except ImportError:  # the hooks branch brings anges/config/trust.py
-        return {}, ""
+    and a note when there are some that are not used."""
+    from anges.config.trust import TrustStore, load_project
+    from anges.exceptions import ConfigError
     from anges.safety.sandbox import SandboxSettings
 
-    project = trust.load_project(cwd, SandboxSettings.for_run(safety, cwd).can_write)
+    try:
+        project = load_project(cwd, SandboxSettings.for_run(safety, cwd).can_write)
+    except ConfigError as exc:
+        return {}, f"the project's commands are not used: {exc}"
     if project is None or not project.commands:
         return {}, ""
-    if trust.TrustStore().trusts(project.subject):
+    if TrustStore().trusts(project.subject):
         return dict(project.commands), ""
     return {}, (f"the project's {len(project.commands)} commands in {project.root}/.anges/commands are not used "
                 "until you trust its .anges folder (anges trust)")

@@ -103,6 +103,9 @@ class Interactive:
         self.cancel: threading.Event | None = None
         """Set by Esc: what a command does at length (a `/compact` fold) stops."""
         self._commands = threading.Lock()
+        self._sent_commands = threading.Condition()
+        self._pending_commands = 0
+        """Slash commands sent and not yet done: a request sent after them waits for them (`/model`, then a request)."""
         self.approvals = ApprovalPane(give_back=lambda text: self.composer.box.buffer.insert_text(text))
         self.picker = Picker(lambda: self.screen)
         self.composer = Composer(History(str(anges_home() / "history")), Completions(self.cwd, self.complete),
@@ -296,6 +299,8 @@ class Interactive:
 
     def _work(self, text: str) -> None:
         self.ready.wait()
+        with self._sent_commands:
+            self._sent_commands.wait_for(lambda: not self._pending_commands)
         try:
             if self._session is None:  # the session could not start: that was said, and it closes
                 return
@@ -349,12 +354,19 @@ class Interactive:
 
     def _command(self, line: str) -> None:
         self._echo(line)
+        with self._sent_commands:
+            self._pending_commands += 1
         threading.Thread(target=self._run_command, args=(line,), name="anges-command", daemon=True).start()
 
     def _run_command(self, line: str) -> None:
         from anges.cli.every_command import run_command
 
-        self.run_in_background(lambda: run_command(self, line))
+        try:
+            self.run_in_background(lambda: run_command(self, line))
+        finally:
+            with self._sent_commands:
+                self._pending_commands -= 1
+                self._sent_commands.notify_all()
 
     def run_in_background(self, work) -> None:
         """Run a command's `work` here, one at a time, once the agent is ready; its errors are said."""

@@ -136,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     models = commands.add_parser("models", help="the model presets and their context windows")
     add_config_flag(models)
     add_checkpoint_parsers(commands, [verbose])
+    import_module("anges.cli.trust").add_parser(commands, [verbose])
     commands.add_parser("ui", add_help=False, help="start the web chat (see: anges ui --help)")
     commands.add_parser("batch", add_help=False, help="run many tasks from a file (see: anges batch --help)")
     commands.add_parser("acp", add_help=False, help="serve editors (Agent Client Protocol; see: anges acp --help)")
@@ -430,7 +431,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int] | str] = {
     "run": run_task, "list": "list_streams", "show": "show_stream", "export": "export_stream",
     "import": "import_stream", "rm": "remove_streams", "stats": "anges.cli.stats:show_stats",
     "diff": "anges.cli.checkpoints:diff_command", "undo": "anges.cli.checkpoints:undo_command",
-    "models": "anges.cli.models:list_models"}
+    "models": "anges.cli.models:list_models", "trust": "anges.cli.trust:trust_command"}
 """Subcommand -> its function here, or the name of one in `anges.cli.streams` (or `module:function`), imported when
 used."""
 

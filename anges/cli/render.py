@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, TypedDict
 from rich.padding import Padding
 from rich.text import Text
 
+from anges.cli.hook_view import hook_lines
 from anges.cli.terminal import seconds
 from anges.store.events import (
     ChildReturn,
@@ -50,7 +51,8 @@ STOP_REASONS = {"interrupt": "interrupted", "timeout": "out of time", "event_lim
                 "invalid_replies": "the model's replies were invalid", "model_error": "the model failed",
                 "reply_cut_off": "the model's replies were cut off at max_output_tokens",
                 "model_setup": "the model is not usable", "abandoned": "its process ended without finishing",
-                "budget": "over budget", "context_window": "the prompt does not fit the model's context window"}
+                "budget": "over budget", "context_window": "the prompt does not fit the model's context window",
+                "hook": "stopped by a hook"}
 class Cut(TypedDict):
     no_wrap: bool
     overflow: OverflowMethod
@@ -122,6 +124,8 @@ class Renderer:
             draw = {"shell": self._command, "tool": self._tool_call, "api": self._api_call,
                     "edit": self._edit}.get(group, self._approval)
             return draw(event)
+        if group == "hook":
+            return list(hook_lines(event, self.verbose))
         if group == "child_start":
             verb = "starts" if kind == "new_child_agent" else "resumes"
             head = Text.assemble(("⇢", "bold magenta"), f" {verb} ", (data.get("agent_type", "child"), "bold"),
@@ -239,6 +243,8 @@ class Renderer:
         decision, by = str(data.get("decision")), data.get("by", "")
         mark, colour, verb = {"allow": ("✓", "green", "approved"), "deny": ("✗", "red", "declined")}.get(
             decision, ("■", "yellow", "not decided (interrupted)"))
+        if data.get("rule") == "trust":  # content to trust (a project's hooks, an MCP server): its own words
+            return [Text.assemble((mark, f"bold {colour}"), " ", one_line(visible(event.message), 400))]
         who = APPROVERS.get(by, f"by {by}")
         if by == "rule":
             who = f"by rule {data.get('rule', '')} ({data.get('reason', '')})"

@@ -22,8 +22,8 @@ def status_lines(session: Interactive) -> list[tuple[str, str]]:
     if stream is not None:
         saved = f"{len(stream.events_list)} events" if stream.events_list else "new: nothing recorded yet"
         lines.append(("stream", f"{stream.uid} ({saved})"))
-    lines += [("AGENTS.md", _agents_md(agent, config)), ("MCP servers", _mcp(agent)), ("hooks", _hooks(config)),
-              ("commands", _commands(session))]
+    lines += [("AGENTS.md", _agents_md(agent, config)), ("MCP servers", _mcp(agent)),
+              ("hooks", _hooks(config, agent.cmd_init_dir)), ("commands", _commands(session))]
     totals = status.session.parts()
     lines.append(("this session", " · ".join(totals)))
     return [(what, printable(value)) for what, value in lines]
@@ -80,11 +80,22 @@ def _mcp(agent) -> str:
                      for name in manager.specs)
 
 
-def _hooks(config) -> str:
-    hooks = getattr(config, "hooks", None)  # the configured hooks, where this build has them (docs/hooks.md)
-    if hooks is None:
-        return "not in this build"
-    return ", ".join(f"{hook.event}: {hook.name or hook.command}" for hook in hooks) or "none"
+def _hooks(config, cwd: str) -> str:
+    from anges.config.trust import TrustStore, load_project
+    from anges.exceptions import ConfigError
+    from anges.safety.sandbox import SandboxSettings
+
+    parts = [f"{hook.event}: {hook.name or hook.command}" for hook in config.hooks]
+    parts += [f"plug-in {name}" for name in config.plugin_hooks]
+    try:
+        project = load_project(cwd, SandboxSettings.for_run(config.safety, cwd).can_write)
+    except ConfigError as exc:
+        return ", ".join([*parts, f"the project's: not used ({exc})"])
+    if project is not None and project.hooks:
+        trusted = TrustStore().trusts(project.subject)
+        parts += [f"{hook.event}: {hook.name or hook.command} (the project's" + (")" if trusted else
+                  ", not trusted: not run)") for hook in project.hooks]
+    return ", ".join(parts) or "none"
 
 
 def _commands(session: Interactive) -> str:

@@ -9,7 +9,7 @@ _EXPORTS = {
     **dict.fromkeys(("load_config", "default_config", "anges_home", "resource_path"), "anges.config.loading"),
     **dict.fromkeys(("Config", "AgentConfig", "ModelPreset", "ModelSettings", "RetryConfig", "Price", "PromptConfig",
                      "WebConfig", "MCPConfig", "MimeReaderConfig", "SafetyRule", "SafetyConfig", "TelemetryConfig",
-                     "ToolsConfig", "OpenAPISource", "OpenAPIAuth"),
+                     "ToolsConfig", "OpenAPISource", "OpenAPIAuth", "HookConfig", "HookMatch"),
                     "anges.config.types"),
 }
 __all__ = list(_EXPORTS)

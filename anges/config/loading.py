@@ -79,6 +79,22 @@ def default_config() -> Config:
     return _from_layers([(str(path), _read_yaml(path))])
 
 
+PROJECT_KEYS = ("hooks",)
+"""What a project's `.anges/config.yaml` may set (once the user trusts it)."""
+
+
+def project_hooks(data: bytes, source: str) -> list:
+    """The hooks of a project's `.anges/config.yaml` (its bytes, as read once); ConfigError naming the file."""
+    from anges.config.types import Config
+
+    raw = _parse_yaml(data, Path(source))
+    unknown = [key for key in raw if key not in PROJECT_KEYS]
+    if unknown:
+        raise ConfigError(f"{source}: unknown key '{unknown[0]}' (a project's config may set only: "
+                          f"{', '.join(PROJECT_KEYS)})")
+    return list(_validated(Config, raw, source).hooks)
+
+
 def _from_layers(layers: list[tuple[str, dict]]) -> Config:
     from anges.config.types import AgentConfig, Config
 
@@ -202,15 +218,22 @@ def _resolve_aliases(raw: dict, source: str) -> dict:
 
 
 def _read_yaml(path: Path) -> dict:
+    try:
+        return _parse_yaml(path.read_bytes(), path)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from None
+
+
+def _parse_yaml(data: bytes, path: Path) -> dict:
     import yaml
 
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yaml.safe_load(data.decode("utf-8"))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         raise ConfigError(f"{path}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: cannot read: {exc}") from None
     if raw is None:
         return {}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import re
 
-from anges.safety.sandbox import VCS_DIRS, SandboxSettings, startup_places
+from anges.safety.sandbox import PROJECT_DIRS, VCS_DIRS, SandboxSettings, startup_places
 from anges.util.paths import inside, resolve
 
 _READ_ONLY_MARKS = ("Read-only file system",)
@@ -56,6 +56,8 @@ def _protected_reason(kept: str) -> str:
     if os.path.basename(kept) in VCS_DIRS:
         return (f"{kept} is a repository's own directory, read-only in the sandbox (its hooks and config would run "
                 "outside it), so committing, branching or bisecting fails there")
+    if os.path.basename(kept) in PROJECT_DIRS:
+        return f"{kept} is the project's anges folder (its hooks run outside the sandbox), read-only in the sandbox"
     if kept in {resolve(path) for path in startup_places()}:
         return f"{kept} is a startup place of the shell, git, Python or an editor, read-only in the sandbox"
     return f"{kept} holds code anges itself runs, read-only in the sandbox"

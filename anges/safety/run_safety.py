@@ -279,7 +279,7 @@ def terminal_approval(safety: SafetyConfig, cwd: str, channel: Callable | None =
     """The CLI's approval channel for a run in `cwd` when a person can answer on the terminal (None otherwise):
     `channel` (the live screen's question), or the line prompt; and what to tell them up front (no terminal to ask
     on; unsandboxed commands no one can approve)."""
-    from anges.safety.approval import TerminalPrompt
+    from anges.safety.terminal_prompt import TerminalPrompt
 
     chosen, notes = None, []
     if safety.approval in ("", "ask"):
@@ -292,6 +292,12 @@ def terminal_approval(safety: SafetyConfig, cwd: str, channel: Callable | None =
         notes.append("commands run without a sandbox need approval, and none can be given here: add --approval auto "
                      "to run them")
     return chosen, notes
+
+
+def commands_may_write(safety: SafetyConfig, cwd: str) -> Callable[[str], bool]:
+    """Whether the commands of a run in `cwd` could write a path: what must not run outside the sandbox untrusted
+    (an MCP server's program, a hook's script)."""
+    return SandboxSettings.for_run(safety, cwd).can_write
 
 
 def sandbox_works(safety: SafetyConfig, cwd: str) -> bool:

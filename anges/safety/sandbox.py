@@ -48,6 +48,8 @@ MAX_SEALED_ENTRIES = 5000
 """A sealed directory with more entries than this is made read-only as a whole instead."""
 VCS_DIRS = (".git", ".hg")
 """A repository's own directory in a writable one stays read-only: its hooks and config run outside the sandbox."""
+PROJECT_DIRS = (".anges",)
+"""A project's own anges folder (its hooks, run outside the sandbox once trusted) stays read-only too."""
 TRUSTED_BWRAP_DIRS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin", "/run/current-system/sw/bin",
                       "/nix/var/nix/profiles/default/bin")
 """Where `bwrap` is looked for (never on PATH, which a project's environment may change); `safety.bwrap` names
@@ -222,12 +224,12 @@ def awaited_credentials() -> tuple[str, ...]:
 
 
 def protected_paths(writable: tuple[str, ...]) -> tuple[str, ...]:
-    """What stays read-only inside the writable directories: each one's `.git` (`.hg`) and the code this process
-    runs (the interpreter's prefixes, the anges package, `sys.path`) where they exist, and the startup places and
-    anges' own places (hidden where they exist) whether they exist or not."""
+    """What stays read-only inside the writable directories: each one's `.git` (`.hg`) and `.anges`, the code this
+    process runs (the interpreter's prefixes, the anges package, `sys.path`) where they exist, and the startup places
+    and anges' own places (hidden where they exist) whether they exist or not."""
     code = code_paths()
     found = []
-    for path in [os.path.join(root, name) for root in writable for name in VCS_DIRS] + code:
+    for path in [os.path.join(root, name) for root in writable for name in (*VCS_DIRS, *PROJECT_DIRS)] + code:
         real = resolve(path)
         if real in writable:
             if path in code:

@@ -319,6 +319,8 @@ EVENT_KINDS: dict[str, EventKind] = {
     "summary_failed": EventKind("Summary failed", in_prompt=False, in_report=False),
     "context_exceeded": EventKind("Prompt over the context window", in_prompt=False),
     "workspace_restored": EventKind("Files restored (undo)", "restore"),
+    "hook_ran": EventKind("Hook", "hook", in_prompt=False),
+    "hook_feedback": EventKind("Hook", "hook"),  # a block's reason or a context: the model reads it
     "user_command": EventKind("Command run by the user", "shell"),  # `!command` in the terminal session
     "conversation_rewound": EventKind("Conversation taken back (rewind)", "restore"),
 }
@@ -339,8 +341,8 @@ def kind_of(event_type: str) -> EventKind:
 
 
 def group_of(event: Event) -> str:
-    """request, shell, tool, api, edit, answer, interrupted, approval, child_start, child_running, child_exit, restore
-    or other: what views show an event as."""
+    """request, shell, tool, api, edit, answer, interrupted, approval, child_start, child_running, child_exit, restore,
+    hook or other: what views show an event as."""
     if event.type == "action":
         data = event.data
         shell = isinstance(data.get("command"), str)  # as `ShellRun.of` reads a command's result
@@ -369,7 +371,10 @@ def is_step(event: Event) -> bool:
     if event.type in (*REQUEST_EVENT_TYPES, *USER_EVENT_TYPES, "approval_requested", "workspace_restored") \
             or bookkeeping:
         return False
-    return event.type != "approval_decided" or (event.data or {}).get("decision") != "allow"
+    data = event.data or {}
+    if event.type == "hook_feedback":  # a blocked action's only event counts; a context is the action's own step
+        return data.get("effect") == "blocked"
+    return event.type != "approval_decided" or (data.get("decision") != "allow" and data.get("rule") != "trust")
 
 
 def status_of(event_type: str) -> str | None:

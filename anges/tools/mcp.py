@@ -20,13 +20,14 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, TextIO, cast
 
 from anges.exceptions import AngesError, ConfigError
-from anges.tools.mcp_config import ServerSpec, load_mcp_servers, specs_from_config
+from anges.tools.mcp_config import ServerSpec, load_mcp_servers, specs_from_config, untrusted_servers
 from anges.util.masking import mask_secrets
 from anges.util.waiting import future_done, wait_for
 
 if TYPE_CHECKING:
     from mcp import ClientSession
 
+    from anges.config.trust import Subject
     from anges.config.types import MCPConfig
 
 __all__ = ["MCPCallError", "MCPManager", "ServerSpec", "ToolInfo", "ToolResult", "load_mcp_servers", "manager_for",
@@ -41,11 +42,13 @@ STDERR_TAIL_CHARS = 2000
 WAIT_MARGIN = 5.0
 
 
-def manager_for(config, extra: str | os.PathLike | Mapping | None = None) -> MCPManager | None:
-    """A manager of the configured MCP servers plus those of `extra`; None when there are none."""
+def manager_for(config, extra: str | os.PathLike | Mapping | None = None,
+                writable: Callable[[str], bool] | None = None) -> MCPManager | None:
+    """A manager of the configured MCP servers plus those of `extra`; None when there are none. `writable` says
+    where the run's commands may write (`SandboxSettings.can_write`): see `MCPManager`."""
     if not (extra or config.mcp.config_file or config.mcp.servers):
         return None
-    return MCPManager.from_config(config.mcp, extra)
+    return MCPManager.from_config(config.mcp, extra, writable)
 
 
 # -- the manager ------------------------------------------------------------------------------------------------
@@ -104,17 +107,22 @@ class MCPManager:
 
     Thread-safe: an agent and its children (in other threads) share one manager. A server that fails to
     start or dies is logged once, recorded in `failures` (name -> reason) and its tools are left out.
+
+    With `writable` (where the run's commands may write), a stdio server whose program or script lies there is not
+    started until its exact content is trusted (`anges.config.trust`): it awaits trust (`awaiting_trust`) until the
+    run asks (then `admit` starts it, or `refuse` leaves it out with the reason).
     """
 
     def __init__(self, specs: Mapping[str, ServerSpec], startup_timeout: float = 30.0,
-                 tool_timeout: float = DEFAULT_TOOL_TIMEOUT):
+                 tool_timeout: float = DEFAULT_TOOL_TIMEOUT, writable: Callable[[str], bool] | None = None):
         if specs:
             _require_sdk()
         self.specs = dict(specs)
         self.startup_timeout = startup_timeout
         self.tool_timeout = tool_timeout
         self.failures: dict[str, str] = {}
-        self._servers = {name: _Server(spec) for name, spec in self.specs.items()}
+        self._awaiting = untrusted_servers(self.specs, writable) if writable is not None else {}
+        self._servers = {name: _Server(spec) for name, spec in self.specs.items() if name not in self._awaiting}
         self._lock = threading.Lock()
         self._state = "new"
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -122,10 +130,11 @@ class MCPManager:
         self._startup: concurrent.futures.Future | None = None
 
     @classmethod
-    def from_config(cls, config: MCPConfig, extra: str | os.PathLike | Mapping | None = None) -> MCPManager:
+    def from_config(cls, config: MCPConfig, extra: str | os.PathLike | Mapping | None = None,
+                    writable: Callable[[str], bool] | None = None) -> MCPManager:
         """A manager for the servers of the `mcp` config section plus `extra` (the --mcp-config file)."""
         return cls(specs_from_config(config, extra), startup_timeout=config.startup_timeout,
-                   tool_timeout=config.tool_timeout)
+                   tool_timeout=config.tool_timeout, writable=writable)
 
     @property
     def secrets(self) -> list[str]:
@@ -136,18 +145,43 @@ class MCPManager:
         """`text` with every server secret (and `extra`) replaced by [REDACTED]."""
         return mask_secrets(text, [*self.secrets, *extra])
 
+    # -- trust ----------------------------------------------------------------------------------------------
+
+    def awaiting_trust(self) -> dict[str, Subject]:
+        """The servers not started until their content is trusted, with what to trust."""
+        with self._lock:
+            return dict(self._awaiting)
+
+    def admit(self, name: str) -> None:
+        """Start a server that awaited trust (its content is trusted now)."""
+        with self._lock:
+            self._awaiting.pop(name)
+            server = self._servers[name] = _Server(self.specs[name])
+            running = self._state == "running"
+            if running:
+                self._run_loop()
+        if running and self._loop is not None:
+            asyncio.run_coroutine_threadsafe(self._start_one(server), self._loop).result()
+            if server.failed:
+                self._report(server, server.failed)
+
+    def refuse(self, name: str, reason: str) -> None:
+        """Leave out a server that awaited trust, with the reason."""
+        with self._lock:
+            self._awaiting.pop(name, None)
+        self._report(_Server(self.specs[name]), reason)
+
     # -- lifecycle ------------------------------------------------------------------------------------------
 
     def start(self) -> MCPManager:
-        """Start every server (in parallel) and list its tools; later calls wait for that once. Returns self."""
+        """Start every server (in parallel) and list its tools; later calls wait for that once. Returns self. A server
+        awaiting trust is not started (`admit` starts it)."""
         with self._lock:
             if self._state == "new":
                 self._state = "running"
                 if self._servers:
-                    self._loop = asyncio.new_event_loop()
-                    self._thread = threading.Thread(target=self._loop.run_forever, name="anges-mcp", daemon=True)
-                    self._thread.start()
-                    atexit.register(self.close)
+                    self._run_loop()
+                    assert self._loop is not None
                     self._startup = asyncio.run_coroutine_threadsafe(self._start_all(), self._loop)
             startup = self._startup
         if startup is not None:
@@ -156,6 +190,14 @@ class MCPManager:
                 if server.failed:
                     self._report(server, server.failed)
         return self
+
+    def _run_loop(self) -> None:
+        """Start the event loop's thread (once; called holding the lock)."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(target=self._loop.run_forever, name="anges-mcp", daemon=True)
+            self._thread.start()
+            atexit.register(self.close)
 
     def close(self) -> None:
         """Shut every server down (stdio processes are stopped, HTTP sessions ended) and stop the loop."""
@@ -240,15 +282,15 @@ class MCPManager:
     # -- internals (event loop thread) ----------------------------------------------------------------------
 
     async def _start_all(self) -> None:
-        for server in self._servers.values():
-            server.task = asyncio.create_task(self._serve(server), name=f"mcp:{server.spec.name}")
-        readies = [s.ready for s in self._servers.values()]
-        await asyncio.wait(readies, timeout=self.startup_timeout)
-        for server in self._servers.values():
-            if not server.ready.done():
-                # The server's own task cancels its connection at the same deadline, in the background.
-                server.failed = self._failure_text(server, f"no answer within {self.startup_timeout:g} s")
-                server.ready.set_result(None)
+        await asyncio.gather(*(self._start_one(server) for server in list(self._servers.values())))
+
+    async def _start_one(self, server: _Server) -> None:
+        server.task = asyncio.create_task(self._serve(server), name=f"mcp:{server.spec.name}")
+        await asyncio.wait([server.ready], timeout=self.startup_timeout)
+        if not server.ready.done():
+            # The server's own task cancels its connection at the same deadline, in the background.
+            server.failed = self._failure_text(server, f"no answer within {self.startup_timeout:g} s")
+            server.ready.set_result(None)
 
     async def _stop_all(self) -> None:
         for server in self._servers.values():

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+import shlex
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,6 +15,7 @@ from anges.exceptions import ConfigError
 from anges.util.masking import MIN_SECRET_LENGTH, REDACTED
 
 if TYPE_CHECKING:
+    from anges.config.trust import Subject
     from anges.config.types import MCPConfig
 
 HTTP_TYPES = ("http", "streamable-http", "streamable_http", "streamablehttp")
@@ -104,6 +106,26 @@ def specs_from_config(config: MCPConfig, extra: str | os.PathLike | Mapping | No
         if source:
             specs.update(load_mcp_servers(source))
     return specs
+
+
+def untrusted_servers(specs: Mapping[str, ServerSpec], writable: Callable[[str], bool],
+                      cwd: str | None = None) -> dict[str, Subject]:
+    """The stdio servers whose program or script lies where commands may write (`writable`) and whose exact content
+    the user has not trusted, with what to trust. A server without a `cwd` of its own starts in `cwd` (default:
+    this process's)."""
+    from anges.config.trust import TrustStore, command_subject
+
+    store, found = TrustStore(), {}
+    for name, spec in specs.items():
+        if spec.url:
+            continue
+        start = os.path.realpath(os.path.expanduser(spec.cwd or cwd or "."))
+        argv = [spec.command, *spec.args]
+        subject = command_subject("mcp_server", f"{name} in {start}", f"MCP server `{name}`", [argv], start, writable,
+                                  shlex.join(argv))
+        if subject is not None and not store.trusts(subject):
+            found[name] = subject
+    return found
 
 
 def _read_json(path: Path) -> Any:

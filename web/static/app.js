@@ -669,8 +669,8 @@
       item.appendChild(details);
     }
     const render = { shell: renderShell, api: renderApi, edit: renderEdit, answer: renderAnswer,
-      interrupted: renderInterrupted, child_start: renderChildNote, child_exit: renderChildNote }[step.kind]
-      || renderOther;
+      interrupted: renderInterrupted, child_start: renderChildNote, child_exit: renderChildNote, hook: renderHook
+    }[step.kind] || renderOther;
     item.appendChild(render(step));
     if (step.restorable && !key) item.appendChild(restoreButton(step));
     return item;
@@ -913,6 +913,37 @@
     head.appendChild(badges);
     card.appendChild(head);
     if (step.text) card.appendChild(outputBlock(step.text, step.text.split("\n").length > 20, "Details"));
+    return card;
+  }
+
+  // -- a hook's run: which hook, on what, its outcome and time; why it blocked, what it told the model ----------
+
+  const HOOK_OUTCOMES = { ok: ["ok", "ok"], blocked: ["blocked", "warn"], failed: ["failed", "bad"],
+    timeout: ["timed out", "bad"], stopped: ["stopped", "warn"], unreadable: ["unreadable answer", "bad"] };
+
+  function renderHook(step) {
+    const facts = step.hook || {};
+    const card = el("div", `card hook hook-${facts.effect || "none"}`);
+    const head = cardHead();
+    head.appendChild(el("span", "hook-label", "Hook"));
+    head.appendChild(el("code", "command", facts.hook || ""));
+    const on = [facts.hook_event, facts.on_action, facts.on_action ? facts.subject : ""].filter(Boolean).join(" ");
+    head.appendChild(el("span", "hook-on muted small", on));
+    const badges = el("span", "badges");
+    const [word, tone] = HOOK_OUTCOMES[facts.outcome] || [facts.outcome || "?", ""];
+    if (facts.effect === "blocked") {
+      const what = facts.hook_event === "before_complete" ? "sent back" : facts.hook_event === "request" ? "refused" : "blocked";
+      badges.appendChild(el("span", "badge warn", facts.outcome === "blocked" ? what : `${word}: ${what}`));
+    } else {
+      badges.appendChild(el("span", `badge ${tone}`, word));
+      if (facts.effect === "context") badges.appendChild(el("span", "badge approved", "told the model"));
+    }
+    if (typeof facts.duration === "number") badges.appendChild(el("span", "badge", `${facts.duration.toFixed(1)} s`));
+    head.appendChild(badges);
+    card.appendChild(head);
+    const said = facts.outcome === "ok" ? facts.context : facts.reason;
+    if (said) card.appendChild(el("p", "hook-said", said));
+    if (facts.output) card.appendChild(outputBlock(facts.output, true, "What it printed"));
     return card;
   }
 
