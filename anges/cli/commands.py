@@ -37,6 +37,8 @@ KEYS = [("Enter", "send the request (queued while a run works)"), ("Alt-Enter, C
         ("Up, Down", "earlier requests (this and past sessions); Up also takes back a queued request"),
         ("Ctrl-R", "search the earlier requests"), ("Tab", "complete a command, or a file after @"),
         ("Esc, Ctrl-C", "stop the run (what was queued comes back into the box)"),
+        ("Esc Esc", "rewind: back to an earlier request (at an empty box)"),
+        ("!COMMAND", "run COMMAND yourself, in the sandbox; the agent reads its output"),
         ("y n a t v", "answer an approval: yes, no, always, no and tell why, view it all"),
         ("Ctrl-C twice, Ctrl-D", "leave (at an empty box)")]
 
