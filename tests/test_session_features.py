@@ -239,3 +239,17 @@ def test_esc_stops_a_bang_command_at_once_and_it_is_recorded_as_stopped(tmp_path
     term.wait_for("the agent reads it")
     facts = only_stream().events_list[0].data
     assert facts["interrupted"] and "never" not in facts["stdout"] and facts["duration"] < 30
+
+
+def test_a_large_paste_is_collapsed_in_the_box_and_sent_whole(tmp_path, sessions):  # noqa: F811
+    term = sessions("--model", scripted(tmp_path, complete("read it")), cwd=tmp_path)
+    log = "".join(f"line {number} of the log\n" for number in range(1, 31))
+    term.paste(log)
+    term.wait_for(f"{BOX} [pasted 30 lines]", on_screen=True)
+    assert "line 17 of the log" not in "\n".join(term.display())
+    term.send(" why does it fail?")
+    term.paste("short\n")  # a small paste stays as it is
+    term.send(ENTER)
+    finished(term)
+    assert only_stream().events_list[0].content == log + " why does it fail?short\n"
+    assert "… 20 more lines (all of them sent)" in term.text()

@@ -14,10 +14,12 @@ from prompt_toolkit.document import Document
 from prompt_toolkit.filters import Condition, has_focus
 from prompt_toolkit.history import FileHistory
 from prompt_toolkit.key_binding import KeyBindings
+from prompt_toolkit.keys import Keys
 from prompt_toolkit.layout import ConditionalContainer, HSplit, Window
 from prompt_toolkit.layout.menus import CompletionsMenu
 from prompt_toolkit.widgets import SearchToolbar, TextArea
 
+from anges.cli.pastes import Pastes
 from anges.cli.screen import Pane
 from anges.util.paths import open_file, write_file
 
@@ -118,11 +120,12 @@ class Completions(Completer):
 
 
 class Composer(Pane):
-    """The input box: Enter sends, Alt-Enter or Ctrl-J adds a line, a paste arrives whole; Up and Ctrl-R reach the
-    history, Tab completes."""
+    """The input box: Enter sends, Alt-Enter or Ctrl-J adds a line, a paste arrives whole (a large one shown as
+    `[pasted 30 lines]`); Up and Ctrl-R reach the history, Tab completes."""
 
     def __init__(self, history: History, completer: Completer, send: Callable[[str], None]):
         self.send = send
+        self.pastes = Pastes()
         self.completer = completer
         self.search = SearchToolbar()
         self.box = TextArea(multiline=True, prompt=[("class:prompt", "› ")], history=history, completer=completer,
@@ -138,11 +141,13 @@ class Composer(Pane):
 
     @property
     def text(self) -> str:
-        return self.box.text
+        """What the box holds, a collapsed paste in full."""
+        return self.pastes.expand(self.box.text)
 
     @text.setter
     def text(self, value: str) -> None:
         """Put `value` in the box as a new entry (the history stays as it was)."""
+        self.pastes.clear()
         self.box.buffer.reset(Document(value, len(value)))
 
     def _keys(self, typing) -> KeyBindings:
@@ -155,12 +160,17 @@ class Composer(Pane):
             if state is not None and state.current_completion is not None:
                 buffer.apply_completion(state.current_completion)
                 return
-            text = buffer.text
+            text = self.text
             if not text.strip():
                 return
-            buffer.append_to_history()
+            buffer.history.append_string(text)
             buffer.reset()
+            self.pastes.clear()
             self.send(text)
+
+        @keys.add(Keys.BracketedPaste, filter=typing)
+        def _(event) -> None:
+            event.current_buffer.insert_text(self.pastes.collapse(event.data))
 
         @keys.add("escape", "enter", filter=typing)
         @keys.add("c-j", filter=typing)

@@ -39,6 +39,8 @@ T = TypeVar("T")
 LEAVE_AGAIN = 3.0
 """Seconds in which a second Ctrl-C at an empty input box leaves."""
 STOPPING = "stopping the run (its command ends within a second)"
+ECHO_LINES = 12
+"""Lines of a long request (a paste) shown in the transcript; all of it is sent and recorded."""
 WELCOME = "Enter sends · Alt-Enter: new line · /help · @file · Esc stops · Ctrl-D leaves"
 
 
@@ -350,7 +352,10 @@ class Interactive:
         """What the person sent, into the transcript."""
         from rich.text import Text
 
-        self.transcript.print([Text(), Text("› ", "bold blue") + Text("\n  ".join(text.strip().splitlines()), "bold")])
+        lines = text.strip().splitlines()
+        if len(lines) > ECHO_LINES:
+            lines = [*lines[:ECHO_LINES - 1], f"… {len(lines) - ECHO_LINES + 1} more lines (all of them sent)"]
+        self.transcript.print([Text(), Text("› ", "bold blue") + Text("\n  ".join(lines), "bold")])
 
     def _command(self, line: str) -> None:
         self._echo(line)
