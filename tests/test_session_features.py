@@ -253,3 +253,31 @@ def test_a_large_paste_is_collapsed_in_the_box_and_sent_whole(tmp_path, sessions
     finished(term)
     assert only_stream().events_list[0].content == log + " why does it fail?short\n"
     assert "… 20 more lines (all of them sent)" in term.text()
+
+
+def test_at_finds_a_file_fuzzily_past_gitignore_and_attaches_it_but_not_a_hidden_one(tmp_path, sessions):  # noqa: F811
+    work, secrets = tmp_path / "work", tmp_path / "secrets"
+    (work / "src" / "parser").mkdir(parents=True)
+    (work / "build").mkdir()
+    secrets.mkdir()
+    (work / ".gitignore").write_text("build/\n")
+    (work / "src" / "parser" / "tokenizer.py").write_text("def tokenize(text):\n    return text.split()\n")
+    (work / "build" / "tokenizer.py").write_text("generated\n")
+    (secrets / "token.txt").write_text("sk-not-for-the-model\n")
+    (work / "token.txt").symlink_to(secrets / "token.txt")
+    (work / "hide.yaml").write_text(f"safety:\n  hidden_paths: [{secrets}]\n")
+    (work / "shot.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(100))
+    term = sessions("--config", "hide.yaml", "--model", scripted(work, complete("explained")), cwd=work)
+    term.send("explain @tknz")
+    term.send(TAB)  # one file matches: build/ is ignored
+    term.wait_for(f"{BOX} explain @src/parser/tokenizer.py", on_screen=True)
+    term.send(" and @token.txt, @shot.png\r")
+    finished(term)
+    request = only_stream().events_list[0].content
+    assert request.startswith("explain @src/parser/tokenizer.py and @token.txt, @shot.png\n\n--- attached with @ ---")
+    assert "shot.png: image/png, not included here: read it with READ_MIME_FILES" in request
+    assert '<file path="src/parser/tokenizer.py">\ndef tokenize(text):\n    return text.split()\n' in request
+    assert "sk-not-for-the-model" not in request
+    text = term.text()
+    assert "@src/parser/tokenizer.py: attached (2 lines)" in text and "@token.txt: not attached: the sandbox hides it" \
+        in text

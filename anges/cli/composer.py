@@ -79,12 +79,16 @@ class History(FileHistory):
 
 
 class Completions(Completer):
-    """File paths after `@` (relative to the working directory), and slash commands with their arguments."""
+    """File paths after `@` (relative to the working directory: those of the folder typed, then the project's files
+    that match it fuzzily), and slash commands with their arguments."""
 
-    def __init__(self, cwd: Callable[[], str], commands: Callable[[str], Iterable[tuple[str, str]]]):
+    def __init__(self, cwd: Callable[[], str], commands: Callable[[str], Iterable[tuple[str, str]]],
+                 find: Callable[[str], list[str]] = lambda typed: []):
         self.cwd = cwd
         self.commands = commands
         """`commands(text before the cursor)`: (completion, meaning) pairs for a line that starts with `/`."""
+        self.find = find
+        """`find(typed)`: the project's files that match what was typed after `@`, best first."""
 
     def get_completions(self, document: Document, complete_event) -> Iterator[Completion]:
         before = document.text_before_cursor
@@ -96,7 +100,15 @@ class Completions(Completer):
             return
         match = _AT_PATH.search(before)
         if match:
-            yield from self._paths(match.group(1))
+            typed = match.group(1)
+            given = set()
+            for completion in self._paths(typed):
+                given.add(typed[:len(typed) + completion.start_position] + completion.text)
+                yield completion
+            if not typed.endswith("/"):
+                for path in self.find(typed):
+                    if path not in given:
+                        yield Completion(path, -len(typed), display=path, display_meta="")
 
     def _paths(self, typed: str) -> Iterator[Completion]:
         folder, _, stem = typed.rpartition("/")

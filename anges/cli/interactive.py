@@ -14,6 +14,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, TypeVar
 
+from prompt_toolkit.completion import ThreadedCompleter
 from prompt_toolkit.filters import Condition
 from prompt_toolkit.key_binding import KeyBindings
 from prompt_toolkit.layout import ConditionalContainer, Window
@@ -22,6 +23,7 @@ from prompt_toolkit.layout.controls import FormattedTextControl
 from anges import __version__
 from anges.cli.approvals import ApprovalPane
 from anges.cli.composer import Completions, Composer, History
+from anges.cli.mentions import Mentions
 from anges.cli.picker import Picker
 from anges.cli.screen import Pane, Screen
 from anges.cli.session import Session, TranscriptOutput, exit_code, interrupt_on_signals
@@ -110,8 +112,9 @@ class Interactive:
         """Slash commands sent and not yet done: a request sent after them waits for them (`/model`, then a request)."""
         self.approvals = ApprovalPane(give_back=lambda text: self.composer.box.buffer.insert_text(text))
         self.picker = Picker(lambda: self.screen)
-        self.composer = Composer(History(str(anges_home() / "history")), Completions(self.cwd, self.complete),
-                                 self.send)
+        self.mentions = Mentions(self.cwd, self._hidden)
+        completions = Completions(self.cwd, self.complete, self.mentions.find)
+        self.composer = Composer(History(str(anges_home() / "history")), ThreadedCompleter(completions), self.send)
         self.screen = Screen(self.display, self.status, above=[self.approvals, self.picker, QueuePane(self.queue)],
                              below=[self.composer], bindings=self._keys(), focus=self.composer.box)
         self.approvals.attach(self.screen)
@@ -184,6 +187,7 @@ class Interactive:
             self.screen.close()
         finally:
             self.ready.set()
+        self.mentions.prepare()
         if first is not None and self._session is not None:
             self.screen.in_loop(lambda: self.send(first))
 
@@ -306,7 +310,7 @@ class Interactive:
         try:
             if self._session is None:  # the session could not start: that was said, and it closes
                 return
-            outcome = self._session.run(text)
+            outcome = self._session.run(self._attached(text) if isinstance(text, Typed) else text)
             self.output.finished(outcome, exit_code(outcome))
         except (AngesError, UsageError) as exc:
             self.fail(exc)
@@ -315,6 +319,21 @@ class Interactive:
         finally:
             self.status.end()
             self.screen.in_loop(self._finished)
+
+    def _attached(self, text: str) -> str:
+        """The request with the files it mentions (`@path`) attached, each said."""
+        text, said = self.mentions.attach(text, self.setup.config.prompt.template_dir)
+        for line in said:
+            self.say(line, "dim")
+        return text
+
+    def _hidden(self):
+        """The sandbox's rule of the places it hides (None before the configuration is loaded)."""
+        from anges.safety.sandbox import SandboxSettings
+
+        if not self.loaded():
+            return None
+        return SandboxSettings.for_run(self.setup.config.safety, self.cwd()).is_hidden
 
     def _finished(self) -> None:
         self.running = False

@@ -13,15 +13,13 @@ import datetime
 from typing import TYPE_CHECKING
 
 from anges.cli.commands import Interactive, age, command
+from anges.cli.mentions import MENTIONS_MARK
 from anges.store.events import REQUEST_EVENT_TYPES, Event, EventStream, EventSummary
 from anges.util.clipping import one_line
 from anges.util.printable import printable
 
 if TYPE_CHECKING:
     from anges.checkpoints.workspace import UndoPlan
-
-MENTIONS_MARK = "\n\n--- attached with @ ---\n"
-"""Where the files a request attached begin (`anges.cli.mentions`): what comes back into the box stops there."""
 
 
 @command("/rewind", "take the conversation (and the files, if you like) back to before one of your requests",
