@@ -1,6 +1,7 @@
 """The session's everyday features (issue 40's "Missing" list), driven through a real pseudo-terminal and read as a
 person reads it (pyte)."""
 
+import ast
 import json
 import os
 import re
@@ -281,3 +282,47 @@ def test_at_finds_a_file_fuzzily_past_gitignore_and_attaches_it_but_not_a_hidden
     text = term.text()
     assert "@src/parser/tokenizer.py: attached (2 lines)" in text and "@token.txt: not attached: the sandbox hides it" \
         in text
+
+
+FAKE_EDITOR = """import os, stat, sys
+path = sys.argv[1]
+facts = {"path": path, "mode": oct(stat.S_IMODE(os.stat(path).st_mode)),
+         "folder_mode": oct(stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode)), "text": open(path).read()}
+open(os.environ["EDITOR_LOG"], "w").write(repr(facts))
+open(path, "a").write("\\nand keep the tests green\\n")
+"""
+
+
+def test_ctrl_g_edits_the_request_in_your_editor_through_a_private_file(tmp_path, sessions):  # noqa: F811
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "editor.py").write_text(FAKE_EDITOR)
+    log = tmp_path / "editor.log"
+    env = {**os.environ, "EDITOR": f"{sys.executable} {tmp_path / 'editor.py'}", "EDITOR_LOG": str(log)}
+    env.pop("VISUAL", None)
+    term = sessions("--model", scripted(work, complete("edited")), cwd=work, env=env)
+    term.send("fix the parser")
+    term.send("\x07")  # Ctrl-G
+    term.wait_until(log.exists, what="the editor")
+    facts = ast.literal_eval(log.read_text())
+    assert facts["text"] == "fix the parser" and facts["mode"] == "0o600" and facts["folder_mode"] == "0o700"
+    assert facts["path"].startswith(os.environ["ANGES_HOME"]) and not facts["path"].startswith(str(work))
+    term.wait_for("and keep the tests green", on_screen=True)
+    assert not os.path.exists(facts["path"]), "the draft is removed once read back"
+    term.send(ENTER)
+    finished(term)
+    assert only_stream().events_list[0].content == "fix the parser\nand keep the tests green"
+
+
+def test_shift_enter_adds_a_line_where_the_terminal_reports_it(tmp_path, sessions):  # noqa: F811
+    term = sessions("--model", scripted(tmp_path, complete("two lines")), cwd=tmp_path)
+    term.send("first")
+    term.send("\x1b[27;2;13~")  # Shift-Enter, xterm's modifyOtherKeys
+    term.send("second")
+    term.send("\x1b[13;2u")  # Shift-Enter, the kitty keyboard protocol (CSI u)
+    term.send("third")
+    term.wait_for("  third", on_screen=True)
+    assert EventStore().list() == [], "nothing was sent"
+    term.send(ENTER)
+    finished(term)
+    assert only_stream().events_list[0].content == "first\nsecond\nthird"

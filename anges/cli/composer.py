@@ -131,12 +131,27 @@ class Completions(Completer):
                 return
 
 
+SHIFT_ENTER = ("\x1b[27;2;13~", "\x1b[13;2u")
+"""What Shift-Enter sends where the terminal reports it: xterm's modifyOtherKeys, the kitty keyboard protocol."""
+
+
+def read_shift_enter() -> None:
+    """Shift-Enter reads as Alt-Enter (a new line): prompt_toolkit reads the first as Enter, the second not at all."""
+    from prompt_toolkit.input.ansi_escape_sequences import ANSI_SEQUENCES
+
+    for sequence in SHIFT_ENTER:
+        ANSI_SEQUENCES[sequence] = (Keys.Escape, Keys.ControlM)
+
+
 class Composer(Pane):
     """The input box: Enter sends, Alt-Enter or Ctrl-J adds a line, a paste arrives whole (a large one shown as
-    `[pasted 30 lines]`); Up and Ctrl-R reach the history, Tab completes."""
+    `[pasted 30 lines]`); Up and Ctrl-R reach the history, Tab completes, Ctrl-G opens your editor."""
 
-    def __init__(self, history: History, completer: Completer, send: Callable[[str], None]):
+    def __init__(self, history: History, completer: Completer, send: Callable[[str], None],
+                 say: Callable[[str], None] = lambda text: None):
         self.send = send
+        self.say = say
+        read_shift_enter()
         self.pastes = Pastes()
         self.completer = completer
         self.search = SearchToolbar()
@@ -179,6 +194,16 @@ class Composer(Pane):
             buffer.reset()
             self.pastes.clear()
             self.send(text)
+
+        @keys.add("c-g", filter=typing)
+        def _(event) -> None:
+            from anges.cli.editor import edit
+
+            def edited(text: str) -> None:
+                self.text = text
+                event.app.invalidate()
+
+            event.app.create_background_task(edit(self.text, edited, self.say))
 
         @keys.add(Keys.BracketedPaste, filter=typing)
         def _(event) -> None:

@@ -114,7 +114,8 @@ class Interactive:
         self.picker = Picker(lambda: self.screen)
         self.mentions = Mentions(self.cwd, self._hidden)
         completions = Completions(self.cwd, self.complete, self.mentions.find)
-        self.composer = Composer(History(str(anges_home() / "history")), ThreadedCompleter(completions), self.send)
+        self.composer = Composer(History(str(anges_home() / "history")), ThreadedCompleter(completions), self.send,
+                                 say=lambda text: self.screen.say(text))
         self.screen = Screen(self.display, self.status, above=[self.approvals, self.picker, QueuePane(self.queue)],
                              below=[self.composer], bindings=self._keys(), focus=self.composer.box)
         self.approvals.attach(self.screen)
