@@ -147,6 +147,7 @@ actions = Registry("action", "register_actions", {
     "RUN_SHELL_CMD": "anges.actions.shell:RunShellCommand",
     "EDIT_FILE": "anges.actions.edit:EditFile",
     "READ_MIME_FILES": "anges.actions.mime:ReadMimeFiles",
+    "UPDATE_PLAN": "anges.actions.plan:UpdatePlan",
     "TASK_COMPLETE": "anges.actions.replies:TaskComplete",
     "HELP_NEEDED": "anges.actions.replies:HelpNeeded",
     "AGENT_TEXT_RESPONSE": "anges.actions.replies:AgentTextResponse",

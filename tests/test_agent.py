@@ -502,7 +502,7 @@ def test_the_public_attributes_of_an_agent(tmp_path):
     uid = agent.uid
     assert uid and agent.status == "new" and agent.event_stream is None
     assert {"RUN_SHELL_CMD", "EDIT_FILE", "TASK_COMPLETE", "HELP_NEEDED", "AGENT_TEXT_RESPONSE",
-            "READ_MIME_FILES"} == {a.type for a in agent.registered_actions}
+            "READ_MIME_FILES", "UPDATE_PLAN"} == {a.type for a in agent.registered_actions}
     assert agent.agent_prompt_template == "agents/default.j2" and agent.agent_config.shell_cmd_timeout == 600
     stream = agent.run_with_new_request("go")
     assert stream.uid == uid == agent.uid and agent.event_stream is stream and agent.status == "completed"

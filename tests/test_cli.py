@@ -714,11 +714,12 @@ def test_finishing_with_a_job_still_running_ends_it_and_says_so(tmp_path):
                                      {"action_type": "RUN_SHELL_CMD", "command": "sleep 0.5"},
                                      {"action_type": "RUN_SHELL_CMD", "command": f"sleep {token}",
                                       "run_in_background": True}),
-                     complete("The server is up."))
+                     complete("Done?"), complete("The server is up."))
     out = anges("--model", model, "-q", "serve it", cwd=tmp_path)
 
     assert out.returncode == 0, out.stderr
-    final = only_stream().events_list[-1]
+    held, final = only_stream().events_list[-2:]
+    assert held.type == "completion_held" and f"`sleep {token}` is still running" in held.content, "held once"
     pid = final.data["ended_jobs"][0]["pid"]
     assert final.data["ended_jobs"] == [{"pid": pid, "command": f"sleep {token}"}], "a job that had ended is not listed"
     assert f"ended with the run: pid {pid} (sleep {token})" in out.stderr.splitlines()[-1], "the footer says so"

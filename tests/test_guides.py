@@ -75,7 +75,7 @@ def test_edit_file_keeps_the_bytes_it_is_given_as_its_guide_says(tmp_path):
     assert (tmp_path / "tabs.txt").read_bytes() == b"\tindented  \n\nLAST, no newline\t\n"
     assert (tmp_path / "crlf.txt").read_bytes() == b"one\r\ntwo\r\nthree  \r\nfour"
     guide = model.prompts[0].split("## EDIT_FILE")[1].split("\n## ")[0]
-    assert "tabs stay tabs, trailing spaces and blank lines are kept" in guide
-    assert "NEW_FILE ends the file with a newline if\n`content` lacks one" in guide
-    assert "REPLACE_TEXT puts exactly `content` where `old_text` was and adds nothing" in guide
-    assert "in the file's own style (LF or CRLF), and a file without a final newline keeps none" in guide
+    assert "tabs stay tabs (`\\t` in JSON), trailing spaces and blank lines are kept" in guide
+    assert "NEW_FILE adds a final newline if `content` lacks one" in guide
+    assert "REPLACE_TEXT puts exactly `content` where\n`old_text` was" in guide
+    assert "in the file's own style (LF or CRLF); a file without a final newline keeps none" in guide

@@ -106,7 +106,7 @@ def test_arguments_no_system_call_takes_get_an_error_and_nothing_else_stops(tmp_
 
     steps = [reply(shell(f"sleep {token}", run_in_background=True))]
     steps += [reply(action) for action in bad_arguments(tmp_path)]
-    steps += [after_the_bad_ones, complete()]
+    steps += [after_the_bad_ones, complete(), complete()]  # the first is held: the background job still runs
     stream = agent_for(tmp_path, steps, safety={"approval": "auto", "sandbox": sandbox}).run_with_new_request("go")
 
     events = [e for e in stream.events_list if e.type in ("action", "edit_file")]

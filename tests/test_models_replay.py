@@ -143,6 +143,16 @@ def test_a_replay_refuses_a_divergent_prompt_by_default(tmp_path, caplog):
     assert "+TWO" in caplog.text, "the whole diff is logged too (a transcript may show one line of the error)"
 
 
+def test_a_replay_takes_a_prompt_that_differs_only_in_how_long_commands_took(tmp_path):
+    path = recording(tmp_path, ["COMMAND: make\nEXIT CODE: 0 after 1.2 s", "returned (task_completion) after 2 min 3 s"])
+    replay = get_model(f"replay:{path}")
+    assert replay("COMMAND: make\nEXIT CODE: 0 after 0.35 s") == "echo: COMMAND: make\nEXIT CODE: 0 after 1.2 s"
+    assert replay("returned (task_completion) after 58.1 s").startswith("echo: returned")
+    again = get_model(f"replay:{path}")
+    with pytest.raises(ModelError, match="the prompt differs"):
+        again("COMMAND: make\nEXIT CODE: 1 after 1.2 s")
+
+
 def test_a_long_diff_is_cut_to_an_excerpt(tmp_path):
     path = recording(tmp_path, ["\n".join(f"line {n}" for n in range(500))])
     replay = ReplayModel(path, strict=False)

@@ -431,7 +431,8 @@ def test_the_plan_survives_a_wait_a_report_names_its_task_and_a_queued_child_is_
     assert f"Child agent TASK_EXECUTOR {second} is queued: it starts when one of your 1 running children returns." \
            in history
     assert history.index(f"TASK_EXECUTOR {second} is queued") < history.index(f"TASK_EXECUTOR {first} (write FIRST")
-    assert f"Child agent TASK_EXECUTOR {first} (write FIRST.txt) returned (task_completion):\nwrote it" in history
+    assert re.search(rf"Child agent TASK_EXECUTOR {first} \(write FIRST.txt\) returned \(task_completion\) after "
+                     r"\d+\.\d\d? s:\nwrote it", history), "the report says how long the child took"
     later = after_second.split("# History")[1]
     assert re.search(r"TYPE: WAIT_FOR_CHILDREN\nREASONING:\nPLAN v2: FIRST is done; SECOND runs; then finish\n"
                      rf"CONTENT:\nWaiting for the next child agent to return: TASK_EXECUTOR {second}\.", later)

@@ -20,6 +20,7 @@ class StubAction:
     params: dict = field(default_factory=dict)
     unique_action: bool = False
     returning_action: bool = False
+    may_end_reply: bool = False
 
 
 class LegacyAction:
@@ -32,7 +33,8 @@ class LegacyAction:
 
 def _returning(name: str) -> StubAction:
     content = Param(str, non_empty=True, description="the message for the user")
-    return StubAction(name, {"content": content}, unique_action=True, returning_action=True)
+    return StubAction(name, {"content": content}, unique_action=True, returning_action=True,
+                      may_end_reply=name == "TASK_COMPLETE")
 
 
 REGISTRY = {
@@ -83,7 +85,7 @@ def test_corpus_is_well_formed_and_covers_the_known_failures():
         "reply_null_value", "text_null", "text_number", "text_empty_list", "empty_string", "whitespace_only",
         "lone_json_string", "truncated_mid_string", "truncated_mid_array", "nested_fences", "two_json_objects",
         "json_with_comments", "single_quoted_python_dict", "unknown_action_type", "lowercase_type_with_spaces",
-        "missing_content_task_complete", "task_complete_with_run_shell", "timeout_abc", "timeout_as_string_30",
+        "missing_content_task_complete", "task_complete_before_run_shell", "timeout_abc", "timeout_as_string_30",
         "background_yes", "actions_as_string", "actions_null", "huge_reply_3mb", "binary_garbage",
         "html_error_page", "markdown_only",
     } <= names

@@ -309,7 +309,7 @@ def test_completion_of_files_after_at_and_of_slash_commands(tmp_path, sessions):
     term.send(CTRL_C)
     term.send("/bogus\r")
     term.wait_for("unknown command /bogus: the commands are /help, /new, /resume, /list, /model, /sandbox, "
-                  "/approval, /cost, /diff, /steps, /undo, /jobs, /export, /exit")
+                  "/approval, /cost, /diff, /steps, /undo, /jobs, /plan, /export, /exit")
 
 
 def test_children_show_indented_under_their_parent(tmp_path, sessions):
@@ -347,10 +347,11 @@ def test_jobs_lists_the_background_jobs_and_kills_one(tmp_path, sessions):
 
 def test_a_job_the_run_ended_is_said_once(tmp_path, sessions):
     token = sleep_token()
-    model = scripted(tmp_path, shell(f"sleep {token}", run_in_background=True), complete("serving"))
+    model = scripted(tmp_path, shell(f"sleep {token}", run_in_background=True), complete("done?"), complete("serving"))
     term = sessions("--model", model, cwd=tmp_path, columns=160)
     term.send("serve it\r")
     finished(term)
+    assert "⏸ completion held" in term.lines(), "the first completion was held: the job still ran"
     assert term.text().count(f"(sleep {token})") == 1, "under the answer, not again in the footer"
     assert not pids_running(token)
 

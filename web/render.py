@@ -21,6 +21,7 @@ from anges.store.events import (
     shown_path,
     stop_explanation,
 )
+from anges.store.plans import Plan
 from anges.util.printable import as_drawn, printable_texts
 
 # No <img>: a picture in model output would be fetched from wherever it points (a tracking pixel); Markdown
@@ -143,6 +144,11 @@ def step_view(event: Event, index: int, cwd: str = "", reasoning: str | None = N
         view["reason"] = data.get("reason", "")
         why = stop_explanation(event)  # the card's label says the run stopped
         view["text"] = why[:1].upper() + why[1:]
+    elif kind == "plan" and (plan := Plan.of(event)) is not None:
+        view.update(plan=plan.to_data(), done=plan.done, total=plan.total)
+    elif kind == "held":
+        view["causes"] = [str(c.get("text", "")) for c in data.get("causes") or [] if isinstance(c, dict)]
+        view["text"] = event.content
     elif kind in ("child_start", "child_running", "child_exit"):
         child_id, start = child_reference(event)
         view["child"] = {"uid": child_id or data.get("agent_id"), "starting_from": start,

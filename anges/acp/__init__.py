@@ -7,7 +7,7 @@ plug-ins, any ACP client). Needs the `agent-client-protocol` SDK: pip install "a
 | `session.py` | one session: its agent, its prompt turns, the editor as approval channel |
 | `updates.py` | replies and events as session updates (thoughts, tool calls, answers, plan); replay |
 | `facts.py` | every `Event.data` key the mapping reads |
-| `diffs.py`, `plan.py` | an edit's diff as old/new text; the orchestrator's plan tracker as plan entries |
+| `diffs.py`, `plan.py` | an edit's diff as old/new text; the plan as entries (a child's: its progress) |
 | `stdio.py` | stdout kept for the protocol; stdin and stdout as pipes or files |
 | `wire.py` | what passes on the connection: open permission requests (voided on cancel), answers to file requests |
 """

@@ -1,5 +1,5 @@
 """A run of an agent tree as ACP session updates: thoughts, one tool call per action with its status, answers, and
-the orchestrator's plan.
+the plan (UPDATE_PLAN: the top agent's as the session's plan, a child's as the progress of the call that runs it).
 
 Live, three things feed it: the pieces of a reply's analysis and reasoning as it streams (thought chunks), each
 model reply once it has arrived (its thoughts, unless they streamed; its actions start as pending tool calls) and
@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from acp import (
-    plan_entry,
     start_tool_call,
     text_block,
     tool_content,
@@ -28,7 +27,6 @@ from acp import (
 from acp.schema import (
     ContentToolCallContent,
     FileEditToolCallContent,
-    PlanEntryStatus,
     TerminalToolCallContent,
     ToolCallLocation,
     ToolCallStatus,
@@ -37,20 +35,21 @@ from acp.schema import (
 )
 
 from anges.acp import diffs, facts
-from anges.acp.plan import plan_entries
+from anges.acp.plan import SessionPlan, child_progress
 from anges.acp.shown import decider, declined, describe, fenced, request_text
 from anges.exceptions import FormatError
 from anges.prompt.parsing import parse_reply
 from anges.safety import approval_text
 from anges.store.events import REQUEST_EVENT_TYPES, RETURN_TO_PARENT_EVENT_TYPES, Event, action_input
+from anges.store.plans import Plan
 from anges.util.printable import as_drawn, visible
 
 Content = ContentToolCallContent | FileEditToolCallContent | TerminalToolCallContent
 """What a tool call can show."""
 ANSWER_TYPES = ("task_completion", "agent_text_response", "agent_requested_help")
 RETURNING_ACTIONS = ("TASK_COMPLETE", "HELP_NEEDED", "AGENT_TEXT_RESPONSE")
-NOT_TOOL_CALLS = (*RETURNING_ACTIONS, "WAIT_FOR_CHILDREN")
-"""Actions that are no tool call: the turn's answer, or an orchestrator waiting for its children."""
+NOT_TOOL_CALLS = (*RETURNING_ACTIONS, "WAIT_FOR_CHILDREN", "UPDATE_PLAN")
+"""Actions that are no tool call: the turn's answer, an orchestrator waiting for its children, a plan."""
 KINDS: dict[str, ToolKind] = {"RUN_SHELL_CMD": "execute", "EDIT_FILE": "edit", "READ_MIME_FILES": "read",
                               "CALL_CHILD_AGENT": "think", "CALL_API": "fetch", "DESCRIBE_API_OPERATION": "read"}
 
@@ -82,6 +81,7 @@ class Call:
     """The approval request asked about it."""
     child: str = ""
     """The child agent it runs."""
+    brief: str = ""  # what it shows while the child runs: its request (and then the progress of its plan)
 
 
 class _AnyAction(Mapping):
@@ -117,7 +117,7 @@ class UpdateMapper:
         self._thought: dict[str, str] = {}
         self._streaming: dict[str, tuple[int, str]] = {}
         """The call and field of the reply each agent streams now (its thoughts went out as chunks)."""
-        self._plan: list[tuple[str, PlanEntryStatus]] = []
+        self._plan = SessionPlan()
 
     # -- what feeds it ------------------------------------------------------------------------------------------
 
@@ -133,6 +133,7 @@ class UpdateMapper:
             except FormatError:
                 return  # the agent asks again; nothing of this reply runs
             self._close(speaker.id, "Not run: the run went on without it.")
+            self._plan.explicit |= not speaker.depth and any(a["action_type"] == "UPDATE_PLAN" for a in reply.actions)
             if self._streaming.pop(speaker.id, None) is None:
                 self._thought.pop(speaker.id, None)  # a new reply: its thoughts show even when they repeat the last
                 self._think(speaker, reply.analysis, reply.reasoning)
@@ -179,6 +180,8 @@ class UpdateMapper:
                 return
             if kind == "child_agent_running":
                 return
+            if kind == "plan_updated":  # before its thoughts: its reasoning is no plan tracker then
+                self._planned_step(speaker, event)
             if step is not None:
                 self._think(speaker, step.analysis, step.reasoning)
             self._think(speaker, event.analysis, event.reasoning)
@@ -202,6 +205,8 @@ class UpdateMapper:
                 self._finished(speaker, event)
             elif kind in ("hook_ran", "hook_feedback"):
                 self._hooked(speaker, event)
+            elif kind in ("completion_held", "completion_dropped"):  # a thought of its own, after the reply's
+                self.send(update_agent_thought_text(f"\n\n{f'[{speaker.type}] ' * bool(speaker.depth)}{event.message}"))
 
     def history(self, items: list[tuple[Event, Speaker]]) -> None:
         """Replay recorded events (children's after the event that ran them) as the live turns showed them."""
@@ -276,9 +281,9 @@ class UpdateMapper:
         child = facts.child_id(event)
         call = self._waiting(speaker.id, "CALL_CHILD_AGENT") or self._open(
             speaker, "CALL_CHILD_AGENT", facts.action_args(event), "in_progress", facts.raw_input(event))
-        call.child = child
+        call.child, call.brief = child, f"{event.message}:\n\n{event.content}"
         self._by_child[child] = call
-        self._update(call, "in_progress", f"{event.message}:\n\n{event.content}")
+        self._update(call, "in_progress", call.brief)
 
     def _child_returned(self, speaker: Speaker, event) -> None:
         call = self._by_child.pop(facts.child_id(event), None)
@@ -325,13 +330,18 @@ class UpdateMapper:
         self.send(update_agent_thought_text(f"[{speaker.type}] {text}" if speaker.depth else text))
         self._show_plan(speaker, reasoning)
 
+    def _planned_step(self, speaker: Speaker, event: Event) -> None:
+        """An UPDATE_PLAN: the top agent's is the session's plan; a child's, the progress of the call that runs it."""
+        plan, call = Plan.of(event), self._by_child.get(speaker.id) if speaker.depth else None
+        if plan is not None and speaker.depth == 0 and (entries := self._plan.updated(plan)) is not None:
+            self.send(update_plan(entries))
+        elif plan is not None and call is not None:
+            self._update(call, "in_progress", f"{call.brief}\n\n{child_progress(plan)}")
+
     def _show_plan(self, speaker: Speaker, reasoning: str) -> None:
-        """The orchestrator's plan, from its reasoning, when it changed."""
-        if speaker.type == "orchestrator" and speaker.depth == 0:
-            entries = plan_entries(reasoning or "")
-            if entries and entries != self._plan:
-                self._plan = entries
-                self.send(update_plan([plan_entry(step, status=status) for step, status in entries]))
+        """The orchestrator's plan, from its reasoning, when it changed (unless it keeps one with UPDATE_PLAN)."""
+        if speaker.type == "orchestrator" and speaker.depth == 0 and (entries := self._plan.from_reasoning(reasoning)):
+            self.send(update_plan(entries))
 
     # -- tool calls -----------------------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from anges.actions.api import apis_for
 from anges.actions.base import Action, ActionContext, LegacyAction, is_builtin_style
 from anges.actions.edit import EditFile
 from anges.actions.mime import ReadMimeFiles
+from anges.actions.plan import UpdatePlan
 from anges.actions.replies import AgentTextResponse, HelpNeeded, TaskComplete
 from anges.actions.shell import RunShellCommand
 from anges.prompt.parsing import Param
@@ -51,6 +52,6 @@ def offered_actions(names: Iterable[str], mcp: MCPManager | None = None, given: 
 __all__ = [
     "Action", "ActionContext", "Param", "LegacyAction", "apis_for", "is_builtin_style", "offered_actions",
     "RunShellCommand",
-    "EditFile", "TaskComplete", "HelpNeeded", "AgentTextResponse", "ReadMimeFiles", "RunShellCMDAction",
+    "EditFile", "TaskComplete", "HelpNeeded", "AgentTextResponse", "ReadMimeFiles", "UpdatePlan", "RunShellCMDAction",
     "EditFileAction", "TaskCompleteAction", "AgentHelpNeededAction", "AgentTextResponseAction",
 ]

@@ -110,6 +110,8 @@ class Action:
     user_visible = False
     unique_action = False
     returning_action = False
+    may_end_reply = False
+    """A unique action that may also come last in a reply of other actions (TASK_COMPLETE)."""
     params: dict[str, Param] = {}
     guide_template = ""
     """A template under prompt_templates/actions/ rendered into `guide_prompt` by the agent."""

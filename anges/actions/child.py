@@ -9,6 +9,7 @@ from anges.actions.base import Action, ActionContext, Delegator
 from anges.exceptions import InvalidStreamId, StreamNotFound
 from anges.prompt.parsing import Param
 from anges.store.events import Event, EventStream
+from anges.store.results import took
 from anges.util.clipping import shorten
 
 TASK_CHARS = 100
@@ -102,7 +103,10 @@ class CallChildAgent(Action):
         parent's other children are doing."""
         stream = child.agent.event_stream
         exit_event = stream.events_list[-1]
-        content = f"Child agent {child.name} ({child.task}) returned ({exit_event.type}):\n{exit_event.content}"
+        request = stream.events_list[min(child.start, len(stream.events_list) - 1)]
+        after = took((exit_event.created_at - request.created_at).total_seconds())
+        content = f"Child agent {child.name} ({child.task}) returned ({exit_event.type}) after {after}:\n" \
+            f"{exit_event.content}{_open_plan(child.agent.run_state)}"
         return Event(
             type=f"child_agent_{exit_event.type}",
             content=f"{content}\n\n{others}" if others else content,
@@ -156,6 +160,15 @@ class WaitForChildren(Action):
         return Event("action", content=text, message="waits for its child agents",
                      data={"action_type": self.type,
                            "waiting_for": [child.agent.event_stream.uid for child in (*running, *queued)]})
+
+
+def _open_plan(state: Any) -> str:
+    """What a child's plan left open when it returned (its parent reads it with the report)."""
+    plan = state.plan if state is not None else None
+    if plan is None or not plan.open_steps:
+        return ""
+    steps = "; ".join(step.step for step in plan.open_steps)
+    return f"\n(Its plan: {plan.progress()}; open: {steps}.)"
 
 
 def _parent(ctx: ActionContext) -> Delegator:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from anges.actions.base import Action, ActionContext
 from anges.prompt.parsing import Param
 from anges.store.events import Event
+from anges.store.results import took
 from anges.tools.schemas import compact_schema
 from anges.util.clipping import clipped, shorten
 from anges.util.masking import mask_secrets
@@ -81,7 +82,7 @@ class UseMCPTool(Action):
 
     def _result_event(self, ctx: ActionContext, facts: dict, result, duration: float) -> Event:
         cap = ctx.config.shell_output_cap
-        status = "ERROR (the tool reported a failure)" if result.is_error else "OK"
+        status = ("ERROR (the tool reported a failure)" if result.is_error else "OK") + f" after {took(duration)}"
         parts = [f"MCP TOOL {facts['server']}.{facts['tool']}: {status}"]
         # Masked before the cap (which could split a secret); ctx.secrets holds the servers' secrets too.
         text = mask_secrets(result.text, ctx.secrets)

@@ -7,6 +7,7 @@ import time
 from anges.actions.base import Action, ActionContext
 from anges.prompt.parsing import Param
 from anges.store.events import Event
+from anges.store.results import took
 
 
 class ReadMimeFiles(Action):
@@ -62,7 +63,7 @@ class ReadMimeFiles(Action):
                               started, answer=text)
             facts["output_path"] = str(path)
         names = ", ".join(item["source"] for item in facts["inputs"])
-        head = f"ANSWER (also written to {output})" if output else "ANSWER"
+        head = f"ANSWER after {took(facts['duration'])}" + (f" (also written to {output})" if output else "")
         return Event(type="action", content=f"READ_MIME_FILES {names}\n{head}:\n{text}",
                      message=f"read {names}" + (f" -> {output}" if output else ""), data={**facts, "is_error": False})
 

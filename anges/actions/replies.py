@@ -28,6 +28,8 @@ class TaskComplete(_ReturningAction):
     type = "TASK_COMPLETE"
     event_type = "task_completion"
     guide_template = "actions/task_complete.j2"
+    may_end_reply = True
+    params = {**_ReturningAction.params, "only_if_succeeded": Param(bool, required=False)}
 
 
 class HelpNeeded(_ReturningAction):

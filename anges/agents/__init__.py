@@ -19,7 +19,7 @@ class TaskExecutor(BaseAgent):
 
     agent_type = "task_executor"
     template = "agents/task_executor.j2"
-    action_types = ("RUN_SHELL_CMD", "EDIT_FILE", "READ_MIME_FILES", "TASK_COMPLETE", "HELP_NEEDED")
+    action_types = ("RUN_SHELL_CMD", "EDIT_FILE", "READ_MIME_FILES", "UPDATE_PLAN", "TASK_COMPLETE", "HELP_NEEDED")
     can_be_child = True
 
 
@@ -28,7 +28,8 @@ class TaskAnalyzer(BaseAgent):
 
     agent_type = "task_analyzer"
     template = "agents/task_analyzer.j2"
-    action_types = ("RUN_SHELL_CMD", "READ_MIME_FILES", "TASK_COMPLETE", "HELP_NEEDED", "AGENT_TEXT_RESPONSE")
+    action_types = ("RUN_SHELL_CMD", "READ_MIME_FILES", "UPDATE_PLAN", "TASK_COMPLETE", "HELP_NEEDED",
+                    "AGENT_TEXT_RESPONSE")
     can_be_child = True
 
 

@@ -14,6 +14,7 @@ from anges.actions import Action, ActionContext, LegacyAction, apis_for, is_buil
 from anges.agents.budget import Budget, Ledger
 from anges.agents.calls import ModelCalls
 from anges.agents.checkpointing import StepCheckpoints
+from anges.agents.completion import CompletionCheck
 from anges.agents.delegation import Delegation
 from anges.agents.history import History
 from anges.agents.listening import Listener, listeners_for
@@ -45,8 +46,8 @@ class BaseAgent(Delegation):
 
     agent_type = "default"
     template = "agents/default.j2"
-    action_types: tuple[str, ...] = ("RUN_SHELL_CMD", "EDIT_FILE", "READ_MIME_FILES", "TASK_COMPLETE", "HELP_NEEDED",
-                                     "AGENT_TEXT_RESPONSE")
+    action_types: tuple[str, ...] = ("RUN_SHELL_CMD", "EDIT_FILE", "READ_MIME_FILES", "UPDATE_PLAN", "TASK_COMPLETE",
+                                     "HELP_NEEDED", "AGENT_TEXT_RESPONSE")
     """The actions this type offers, by registered name (`extra_actions` in its config adds more)."""
     can_be_child = False
     """An orchestrator may start agents of this type (NEW_CHILD_AGENT <TYPE>)."""
@@ -86,15 +87,13 @@ class BaseAgent(Delegation):
         self.message_handlers: list[Callable] = list(message_handlers)
         self.listeners: list[Listener] = listeners_for(self.config) if listeners is None else list(listeners)
         """Told of each recorded event and model call (telemetry, `anges.agents.listening`); a child shares them."""
-        self.auto_entitle = auto_entitle or self.agent_config.auto_entitle
-        self.budget = budget  # a parent's: this agent's requests draw from it too
+        self.auto_entitle, self.budget = auto_entitle or self.agent_config.auto_entitle, budget  # a parent's budget
         self.remaining_depth = self.agent_config.max_depth if remaining_depth is None else remaining_depth
         self.status, self.mcp = "new", mcp
         self.apis = apis if apis is not None else apis_for(self.config, self.cmd_init_dir)  # `tools.openapi`
         names = (*self.action_types, *self.agent_config.extra_actions) if actions is None else ()
         self.registered_actions: list[Action] = offered_actions(names, mcp, actions or (), self.apis, self.mcp_tools)
-        self.agent_prompt_template = self.template
-        self.approval = approval
+        self.agent_prompt_template, self.approval = self.template, approval
         """Who answers an `ask`: a channel `f(ApprovalRequest) -> Decision`, or a mode: ask, auto, deny."""
         self.run_safety: RunSafety | None = None
         """The sandbox, policy and approval gate of the current run (its child agents share them)."""
@@ -195,13 +194,17 @@ class BaseAgent(Delegation):
         return self._calls.ask()
 
     def _execute(self, reply: ParsedReply) -> bool:
-        """The reply's actions in order, each through the approval gate; True when one ended the run."""
-        actions, safety = self.actions_by_type(), of_run(self.run_safety)
-        ctx = replace(of_run(self.run_state).context, reply=reply)
+        """The reply's actions in order, each past the completion check, hooks and gate; True if one ended the run."""
+        actions, safety, state = self.actions_by_type(), of_run(self.run_safety), of_run(self.run_state)
+        ctx = replace(state.context, reply=reply)
+        state.completion.reply_starts(len(of_run(self.event_stream).events_list))
         for index, args in enumerate(reply.actions):
             self.check_limits()
-            of_run(self.run_state).count_repeats(args)
+            state.count_repeats(args)
             action, left = actions[args["action_type"]], len(reply.actions) - index - 1
+            if (held := state.completion.held(action, args)) is not None:  # a TASK_COMPLETE held or dropped
+                self._record_outcome(held, reply)
+                return False
             if self.hooks.blocks(action.type, args, action.returning_action, left):
                 return False  # a hook blocked it: the model reads why and plans again
             permit = safety.permit(ctx, action.type, args, left, self.readonly_shell)
@@ -230,8 +233,7 @@ class BaseAgent(Delegation):
 
     def _record_outcome(self, event: Event, reply: ParsedReply, permit: Permit | None = None,
                         args: dict | None = None) -> None:
-        """Record an action's event with the reply's reasoning, the action's input and the approval it got; then the
-        after_action hooks (for an action that does not end the run: `args` given)."""
+        """Record an action's event with its reasoning, input and approval; then after_action hooks (`args` given)."""
         self._record(with_outcome(event, reply, permit, args))
         if args is not None:
             self.hooks.after(str(args["action_type"]), args, event)
@@ -290,7 +292,8 @@ class BaseAgent(Delegation):
             record=self._record, agent_type=self.agent_type, secrets=self.secrets, env=env, charge=ledger.charge,
             render_guide=self._prompter.guide, delegator=self, output_sink=self._calls.output_sink)
         history = History(stream, self.store, self._calls.sizing.prompt, self._calls.reply, self._record, self.logger)
-        return RunState(self.agent_config, budget, ledger, context, history, ending_jobs=self._share.ending_jobs)
+        return RunState(self.agent_config, budget, ledger, context, history, CompletionCheck(self),
+                        ending_jobs=self._share.ending_jobs)
 
     def actions_by_type(self) -> dict[str, Action]:
         """The actions this agent offers, by type (upper case)."""

@@ -63,6 +63,11 @@ class Delegation:
             mcp=self.mcp, apis=self.apis, approval=self.approval, parent_safety=self.run_safety,
             remaining_depth=self.remaining_depth - 1, listeners=self.listeners)
 
+    def running_children(self) -> list[dict]:
+        """The children started and not returned yet (an orchestrator's): name, task, state (running or queued) and
+        the progress of their plan ("" without one)."""
+        return []
+
     def child_types(self: Parent, any_depth: bool = False) -> list[str]:
         """The agent types (upper case) this agent may start; those that delegate too only while depth is left."""
         return [name.upper() for name, cls in registry.agent_types.classes() if cls.can_be_child and (

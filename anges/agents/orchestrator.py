@@ -1,7 +1,8 @@
 """The orchestrator: plans with analyzers, delegates to executors and nested orchestrators, re-plans.
 
 Its children run while it waits: at most `max_concurrent_children` at a time (more wait their turn), and the
-orchestrator gets a turn each time one returns, so it can react to a failure while the others go on.
+orchestrator gets a turn each time one returns, so it can react to a failure while the others go on. A reply that
+neither starts, resumes nor waits for a child (its own commands, a plan) comes back at once.
 """
 
 from __future__ import annotations
@@ -106,8 +107,8 @@ class Orchestrator(BaseAgent):
 
     agent_type = "orchestrator"
     template = "agents/orchestrator.j2"
-    action_types = ("CALL_CHILD_AGENT", "WAIT_FOR_CHILDREN", "RUN_SHELL_CMD", "TASK_COMPLETE", "HELP_NEEDED",
-                    "AGENT_TEXT_RESPONSE")
+    action_types = ("CALL_CHILD_AGENT", "WAIT_FOR_CHILDREN", "RUN_SHELL_CMD", "UPDATE_PLAN", "TASK_COMPLETE",
+                    "HELP_NEEDED", "AGENT_TEXT_RESPONSE")
     can_be_child = True
     mcp_tools = False  # it delegates; its children get the tools
     children_run_concurrently = True
@@ -129,21 +130,27 @@ class Orchestrator(BaseAgent):
             raise
 
     def _execute(self, reply: ParsedReply) -> bool:
-        """The reply's actions (starting a child does not wait for it); then, unless one of them went wrong, wait
-        until a child returns. A returning action first stops the children still running."""
-        actions = self.actions_by_type()
-        if self._children and any(actions[a["action_type"]].returning_action for a in reply.actions):
-            self._stop_children(STOPPED_BY_PARENT)
+        """The reply's actions (starting a child does not wait for it); then, when the reply started, resumed or
+        waited for a child and none of its actions went wrong, wait until a child returns. Otherwise (its own
+        commands, say) the results come back at once."""
         stream = of_run(self.event_stream)
         before = len(stream.events_list)
         if super()._execute(reply):
             return True
-        if self._children and not any(e.data.get("error") or e.data.get("decision") == "deny"
-                                      for e in stream.events_list[before:]):
+        delegated = any(a["action_type"] in (CallChildAgent.type, WaitForChildren.type) for a in reply.actions)
+        if self._children and delegated and not any(e.data.get("error") or e.data.get("decision") == "deny"
+                                                    for e in stream.events_list[before:]):
             self._record_returns(self._children.returned(self.stop_requested))
         return False
 
+    def running_children(self) -> list[dict]:
+        team = self._children
+        return [_progress(child, "running") for child in list(team.running.values())] + \
+            [_progress(child, "queued") for child in list(team.waiting)]
+
     def _run_action(self, action: Action, args: dict, ctx: ActionContext, permit: Permit | None = None) -> bool:
+        if action.returning_action:  # the turn ends (its completion was accepted): the children stop first
+            self._stop_children(STOPPED_BY_PARENT)
         if isinstance(action, WaitForChildren) and self._children:  # the wait comes once the whole reply has run
             team = self._children
             self._record_outcome(action.waiting(list(team.running.values()), list(team.waiting)), ctx.reply, permit)
@@ -188,6 +195,13 @@ class Orchestrator(BaseAgent):
         self._record_returns(ran, stopped=True)
         for child in never_started:
             self._record(error(f"the child agent asked for with {child.directive!r} was not started: {why} first"))
+
+
+def _progress(child: ChildRun, state: str) -> dict:
+    run = child.agent.run_state
+    plan = run.plan if run is not None and state == "running" else None
+    return {"name": child.name, "task": child.task, "state": state,
+            "plan": plan.progress() if plan is not None and plan.total else ""}
 
 
 def _others(running: list[ChildRun], waiting: list[ChildRun]) -> str:

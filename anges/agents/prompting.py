@@ -12,10 +12,11 @@ from anges.prompt.agents_md import ProjectFile, read_agents_md
 from anges.prompt.history import format_event_stream
 from anges.prompt.templates import render_template
 from anges.store.events import kind_of
-from anges.util.clipping import clip
+from anges.util.clipping import clip, omission
 
 if TYPE_CHECKING:
     from anges.actions.base import Action
+    from anges.agents.run import RunState
     from anges.agents.sizing import Sizing
     from anges.config.types import AgentConfig, Config
     from anges.safety.run_safety import RunSafety
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
 HISTORY_HEADING = "\n# History\n"
 """Where the stable prefix of an agent prompt ends (the templates render this heading before the history)."""
+NOTHING_NOW = {"background_jobs": [], "older_jobs": 0, "plan": None, "children": [], "after_edit": False}
 
 
 class Prompted(Protocol):
@@ -41,6 +43,9 @@ class Prompted(Protocol):
     prefix_cmd: str
     secrets: list[str]
     readonly_shell: bool
+    run_state: RunState | None
+
+    def running_children(self) -> list[dict]: ...
 
 
 class Prompter:
@@ -74,27 +79,33 @@ class Prompter:
         history = format_event_stream(stream, self.sizing.prompt)
         jobs, older_jobs = agent.run_safety.job_lines() if agent.run_safety else ([], 0)
         last = next((event for event in reversed(events) if kind_of(event.type).group != "hook"), None)
-        after_edit = last is not None and last.type == "edit_file"  # a formatter's hook may have run since
-        text = self._render(history, jobs, older_jobs, after_edit, feedback)
+        plan = agent.run_state.plan if agent.run_state is not None else None
+        now = {"background_jobs": jobs, "older_jobs": older_jobs, "plan": plan if plan and plan.total else None,
+               "children": agent.running_children(),
+               "after_edit": last is not None and last.type == "edit_file"}  # a formatter's hook may have run since
+        text = self._render(history, now, feedback)
         if 0 < limit < len(text):
-            room = max(len(history) - (len(text) - limit), min(len(history), limit // 2))
-            history = clip(history, room)  # a fixed part past the limit is cut by the call's clip, keeping the end
-            text = self._render(history, jobs, older_jobs, after_edit, feedback)
+            room = len(history) - (len(text) - limit)
+            if room <= 0 and self.sizing.window is None:  # the fixed part alone is past max_prompt_chars: the call's
+                room = limit // 2  # clip cuts its middle, and the history's end (the request) stays
+            history = clip(history, room) if room > 0 else omission(len(history)).strip()
+            text = self._render(history, now, feedback)
         return self._cacheable(text, history)
 
     def fixed_text(self) -> str:
         """The prompt's fixed part: everything before the `# History` heading."""
-        text = self._render("", [], 0, False, "")
+        text = self._render("", NOTHING_NOW, "")
         return text[:text.find(HISTORY_HEADING) + 1 or len(text)]
 
-    def _render(self, history: str, jobs: list, older_jobs: int, after_edit: bool, feedback: str) -> str:
+    def _render(self, history: str, now: dict, feedback: str) -> str:
+        """The prompt; `now` holds what its tail (`# Now`) shows: background jobs, the plan, running children, the
+        reminder after an edit."""
         agent, config = self.agent, self.sizing.prompt
         return render_template(
-            agent.agent_prompt_template, config.template_dir, **self.offered(),
+            agent.agent_prompt_template, config.template_dir, **self.offered(), **now,
             action_guides=[a.guide_prompt for a in agent.registered_actions], platform=self.facts(),
             project_files=self.project_files(), project_limit=config.max_agents_md_chars,
-            notes=agent.notes, history=history, background_jobs=jobs, older_jobs=older_jobs,
-            after_edit=after_edit, feedback=feedback, agent=agent)
+            notes=agent.notes, history=history, feedback=feedback, agent=agent)
 
     def _cacheable(self, text: str, history: str) -> Prompt:
         """The prompt with its cache breaks: the end of the stable prefix, of the history the last prompt showed

@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING, TypeVar
 from anges.agents.record import jsonable
 from anges.exceptions import RunStopped
 from anges.store.events import RETURN_TO_PARENT_EVENT_TYPES, Event, EventStream, interrupted_event, is_step
+from anges.store.plans import Plan, carried_plan
 
 if TYPE_CHECKING:
     from anges.actions.base import ActionContext
     from anges.agents.budget import Budget, Ledger
+    from anges.agents.completion import CompletionCheck
     from anges.agents.history import History
     from anges.config.types import AgentConfig
 
@@ -29,18 +31,26 @@ class RunState:
     ledger: Ledger
     context: ActionContext
     history: History
+    completion: CompletionCheck
+    """Judges each TASK_COMPLETE before it takes effect (`anges.agents.completion`)."""
     last_action: str = ""
     repeats: int = 0
     steps: int = 0
     """The run's events that are steps (`events.is_step`: not approvals before an action, not bookkeeping)."""
     ending_jobs: Callable[[], list[dict]] = list
     """The background jobs still running that the end of the run will end (pid and command)."""
+    plan: Plan | None = None
+    """The plan the agent works to (UPDATE_PLAN): its latest, or an earlier request's that still has open steps."""
+
+    def __post_init__(self) -> None:
+        self.plan = carried_plan(self.history.stream.events_list)
 
     def note(self, event: Event) -> None:
-        """Take a new event into the run's accounts: the usage it carries, whether it is a step, and on the event
-        that ends the run (an answer, a stop), the jobs the run ends with it (`ended_jobs`)."""
+        """Take a new event into the run's accounts: the usage it carries, whether it is a step, the plan it sets,
+        and on the event that ends the run (an answer, a stop), the jobs the run ends with it (`ended_jobs`)."""
         self.ledger.attach(event)
         self.steps += is_step(event)
+        self.plan = Plan.of(event) or self.plan
         ended = self.ending_jobs() if event.type in RETURN_TO_PARENT_EVENT_TYPES else []
         if ended:
             event.data["ended_jobs"] = ended
@@ -71,6 +81,16 @@ def of_run(value: T | None) -> T:
     return value
 
 
+def explained(stop: RunStopped, check_limits: Callable[[], None]) -> RunStopped:
+    """A stop noticed while waiting (on an approval, say) as the limits tell it: which interrupt, or the time."""
+    if stop.reason == "interrupt":
+        try:
+            check_limits()
+        except RunStopped as precise:
+            return precise
+    return stop
+
+
 def abandoned_run(stream: EventStream) -> Event | None:
     """The `task_interrupted` event for a stream whose last run's process died before it could record how the run
     ended (call it holding the stream's run lock); None when the last run ended properly."""
@@ -81,16 +101,6 @@ def abandoned_run(stream: EventStream) -> Event | None:
     content = ("The previous run on this stream ended without finishing: its process exited or was killed "
                "before it could record how the run ended.")
     return Event("task_interrupted", content=content, message=content, data={"reason": "abandoned"})
-
-
-def explained(stop: RunStopped, check_limits: Callable[[], None]) -> RunStopped:
-    """A stop noticed while waiting (on an approval, say) as the limits tell it: which interrupt, or the time."""
-    if stop.reason == "interrupt":
-        try:
-            check_limits()
-        except RunStopped as precise:
-            return precise
-    return stop
 
 
 def stop_event(stop: RunStopped) -> Event:

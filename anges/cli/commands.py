@@ -423,6 +423,20 @@ def jobs(session: Interactive, argument: str) -> None:
                     f"(log: {job.log_path})")
 
 
+@command("/plan", "the plan the agent keeps, every step of it")
+def plan(session: Interactive, argument: str) -> None:
+    from anges.cli.render import plan_lines
+    from anges.store.export import printable_event
+    from anges.store.plans import Plan
+
+    latest = next((event for event in reversed(session.stream.events_list) if event.type == "plan_updated"), None)
+    found = Plan.of(printable_event(latest)) if latest is not None else None
+    if found is None or not found.total:
+        session.say("no plan: the agent keeps one (UPDATE_PLAN) on a task of several steps", "dim")
+        return
+    session.transcript.print(plan_lines(found))
+
+
 @command("/export [FILE]", "the stream as a Markdown report (default: anges-ID.md here)")
 def export(session: Interactive, argument: str) -> None:
     from anges.cli.streams import writable_roots, write_report

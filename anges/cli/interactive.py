@@ -197,6 +197,7 @@ class Interactive:
         model of the agent before it, or the one set up (`new_model`, or there is no agent yet)."""
         from anges.cli.build import close_agent
         from anges.cli.runs import stream_transcript
+        from anges.store.plans import carried_plan
 
         if show_earlier and stream.events_list:
             self.transcript.print(stream_transcript(stream, self.setup.store, self.display.styled))
@@ -210,6 +211,7 @@ class Interactive:
         close_agent(old)
         self.approvals.root = agent.uid
         self.status.describe(agent, self.setup.config.safety)
+        self.status.plan = carried_plan(stream.events_list)
         self.screen.refresh()
 
     def _end(self) -> None:

@@ -4,6 +4,8 @@ JSON lines, one object each:
 - `{"type": "run_started", "stream_id", "agent_type", "model", "request", "resumed", "cwd", "time"}`
 - `{"type": "event", "stream_id", "agent_type", "parent_ids", "depth", "event": {Event.to_dict()}}` for each
   event, children's included, as it is recorded
+- `{"type": "plan", "stream_id", "agent_type", "parent_ids", "depth", "plan": [{"step", "status"}, ...], "done",
+  "total"}` after the event of each UPDATE_PLAN (every agent's: a child's plan is its own)
 - `{"type": "delta", "stream_id", "agent_type", "parent_ids", "depth", "call", "field", "text"}` as a reply
   streams: `text` was added to its `field` ("analysis", "reasoning", or "answer": the `content` of a TASK_COMPLETE,
   AGENT_TEXT_RESPONSE or HELP_NEEDED); `call` numbers the agent's model calls
@@ -19,6 +21,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from anges.store.plans import Plan
 from anges.util.jsonlines import JsonLines
 
 if TYPE_CHECKING:
@@ -40,8 +43,12 @@ class JsonLinesOutput(JsonLines):
                    "time": datetime.now().isoformat()})
 
     def on_message(self, message) -> None:
-        self.emit({"type": "event", "stream_id": message.agent_id, "agent_type": message.agent_type,
-                   "parent_ids": list(message.parent_ids), "depth": message.depth, "event": message.event.to_dict()})
+        who = {"stream_id": message.agent_id, "agent_type": message.agent_type,
+               "parent_ids": list(message.parent_ids), "depth": message.depth}
+        self.emit({"type": "event", **who, "event": message.event.to_dict()})
+        plan = Plan.of(message.event)
+        if plan is not None:
+            self.emit({"type": "plan", **who, "plan": plan.to_data(), "done": plan.done, "total": plan.total})
 
     def on_delta(self, delta) -> None:
         record = {"type": "delta", "stream_id": delta.agent_id, "agent_type": delta.agent_type,

@@ -28,6 +28,7 @@ from anges.store.events import (
     stop_explanation,
 )
 from anges.store.export import drawn_output, printable_event
+from anges.store.plans import MARKS, Plan
 from anges.store.results import ActionResult, APICall, ports_text
 from anges.store.turns import reasoning_after, turn_reasoning
 from anges.util.clipping import clip_lines, shorten
@@ -137,6 +138,12 @@ class Renderer:
                                   (status, colour))]
         if group == "restore":
             return [Text.assemble(("↺", "bold cyan"), f" {event.message or first_line(event.content)}")]
+        if group == "plan" and (plan := Plan.of(event)) is not None:
+            return plan_lines(plan, whole=False, steps=not depth)
+        if group == "held":
+            head = Text.assemble(("⏸", "bold yellow"), " ", (kind_of(kind).title.lower(), "yellow"))
+            causes = [str(cause.get("text", "")) for cause in data.get("causes") or [] if isinstance(cause, dict)]
+            return [head, *self._framed([Text(one_line(cause, 300)) for cause in causes or [event.content]])]
         result = ActionResult.of(event)
         if result is not None:
             return self._action(result, event.message)
@@ -268,6 +275,21 @@ class Renderer:
     def _clip(self, lines: list[Text], limit: int) -> list[Text]:
         """The first and last lines when there are more than `limit`, a dim `… N more lines …` between."""
         return clip_lines(lines, limit, lambda n: Text(f"… {n} more line{'s' if n != 1 else ''} …", "dim"))
+
+
+def plan_lines(plan: Plan, whole: bool = True, steps: bool = True) -> list[RenderableType]:
+    """A plan as a checklist: its progress, then each step ticked off (`whole`: wrapped, else cut at the edge); without
+    `steps`, the progress and the step at work on one line (a child's plan, as its parent shows it)."""
+    head = Text.assemble(("☰", "bold cyan"), " ", ("plan:", "bold"), f" {plan.progress()}")
+    current = plan.current
+    if not steps:
+        if current is not None:
+            head.append(f" · {MARKS[current.status]} {current.step}", "dim")
+        return [Text.assemble(head, **OUTPUT)]
+    style = {"completed": "dim", "in_progress": "bold", "pending": ""}
+    lines = [Text.assemble("  ", (f"{MARKS.get(step.status, '○')} {step.step}", style.get(step.status, "")))
+             for step in plan.steps]
+    return [head, *(lines if whole else [Text.assemble(line, **OUTPUT) for line in lines])]
 
 
 def _shell_status(shell: ShellRun) -> Text:

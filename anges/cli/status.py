@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from anges.cli.terminal import seconds
 from anges.models.base import estimate_tokens
+from anges.store.plans import Plan
 from anges.util.clipping import one_line, shorten
 from anges.util.printable import printable
 
@@ -81,6 +82,8 @@ class Status:
     """Requests begun so far: what a model call of an earlier one says is not this one's."""
     run: Usage = field(default_factory=Usage)
     session: Usage = field(default_factory=Usage)
+    plan: Plan | None = None
+    """The top agent's plan, while it has steps (`plan 2/5` on the line)."""
     window: dict = field(default_factory=dict)
     """The model's context window as the run's events last said it (`context_window`, `context_window_source`,
     `context_window_detail`, `token_count`): what the status line and `/status` show."""
@@ -109,14 +112,18 @@ class Status:
         with self.lock:
             self.activity = ""
 
-    def recorded(self, event) -> None:
-        """An event was recorded (any agent of the tree); one that tells the model's window updates it."""
+    def recorded(self, event, depth: int = 0) -> None:
+        """An event was recorded (any agent of the tree: `depth` 0 is the top one's); one that tells the model's
+        window updates it, and the top agent's plan update the plan."""
+        plan = Plan.of(event) if depth == 0 else None
         with self.lock:
             self.run.add(event)
             self.session.add(event)
             data = event.data if isinstance(getattr(event, "data", None), dict) else {}
             if isinstance(data.get("context_window"), int):
                 self.window = {key: data[key] for key in WINDOW_FACTS if key in data}
+            if plan is not None:
+                self.plan = plan if plan.total else None
 
     def charged(self, usage: dict | None, cost: float | None) -> None:
         """Model usage outside a request (a `/compact` fold): the session's totals count it."""
@@ -171,7 +178,8 @@ class Status:
                 return _fit(parts, width)
             glyph = SPINNER[int(now * 10) % len(SPINNER)]
             activity = self.activity
-            parts = [seconds(now - self.started), *self.run.parts(), *settings[:-1], "Esc stops"]
+            plan = [f"plan {self.plan.done}/{self.plan.total}"] if self.plan is not None else []
+            parts = [seconds(now - self.started), *plan, *self.run.parts(), *settings[:-1], "Esc stops"]
         for keep in range(len(parts), 0, -1):
             rest = " · " + " · ".join(parts[:keep])
             room = width - len(rest) - 2

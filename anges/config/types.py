@@ -7,7 +7,7 @@ Imported on first use of a config type (`anges.config.loading` forwards the name
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, field_validator
 
@@ -146,6 +146,16 @@ class AgentConfig(Section):
     """Nesting depth of orchestrators."""
     max_concurrent_children: int = 2
     """Children an orchestrator runs at a time, whichever reply started them; more wait their turn."""
+    completion_check: Literal["evidence", "always", "off"] = "evidence"
+    """Before a TASK_COMPLETE takes effect: `evidence` holds it once when the run shows a cause (its background
+    jobs still running, open plan steps, a failed check with files edited after it, a failed action of the same
+    reply), `always` holds the first of each request for one more check, `off` never (YAML's unquoted off, false,
+    is read as off)."""
+
+    @field_validator("completion_check", mode="before")
+    @classmethod
+    def _unquoted_off(cls, value: Any) -> Any:
+        return "off" if value is False else value
 
 
 class PromptConfig(Section):

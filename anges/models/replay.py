@@ -7,6 +7,7 @@ import errno
 import json
 import logging
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ logger = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 LENIENT = "lenient:"
 """After `replay:`, asks for a replay that goes on when a prompt differs from the recording."""
+TOOK = re.compile(r"\bafter (?:\d+ min )?\d+(?:\.\d+)? s\b")
+"""How long a command (a tool, a child) took, as its result says it: a replay never takes the same time."""
 
 
 def redact(text: str) -> str:
@@ -135,7 +138,7 @@ class ReplayModel:
                           latency=entry.get("latency", 0.0), finish_reason=entry.get("finish_reason", "stop"))
 
     def _compare(self, index: int, actual: str, recorded: str) -> None:
-        if actual == recorded:
+        if actual == recorded or TOOK.sub("after … s", actual) == TOOK.sub("after … s", recorded):
             return
         divergence = Divergence(index, len(self.entries), _diff(recorded, actual))
         with self._lock:

@@ -314,7 +314,12 @@ def _validate_actions(reply: dict, registry: Mapping[str, object]) -> list[dict]
     if problems:
         raise FormatError(f"{_join(problems)} Valid action types: {', '.join(valid_types) or '(none)'}.")
 
-    lonely = [name for _, name, handler, _ in resolved if getattr(handler, "unique_action", False)]
+    last = len(resolved) - 1
+    lonely = [name for position, (_, name, handler, _) in enumerate(resolved)
+              if getattr(handler, "unique_action", False)
+              and not (position == last and getattr(handler, "may_end_reply", False))]
+    if lonely and len(resolved) > 1 and all(getattr(registry[name], "may_end_reply", False) for name in lonely):
+        raise FormatError(f"{lonely[0]} must be the last action of its reply (or the only one): move it to the end.")
     if lonely and len(resolved) > 1:
         sent = ", ".join(name for _, name, _, _ in resolved)
         advice = (f"Choose one of {' and '.join(lonely)}." if len(lonely) > 1 else

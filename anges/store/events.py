@@ -17,8 +17,7 @@ from anges.util.clipping import one_line
 from anges.util.printable import strip_escapes
 
 RETURN_TO_PARENT_EVENT_TYPES = ["task_interrupted", "task_completion", "agent_requested_help", "agent_text_response"]
-USER_EVENT_TYPES = ("user_command", "conversation_rewound")
-"""What the user did that is not a request (a command of their own, a rewind): never a step of the model's."""
+USER_EVENT_TYPES = ("user_command", "conversation_rewound", "workspace_restored")  # the user's doing: never a step
 REQUEST_EVENT_TYPES = ("new_request", "follow_up_request", "new_request_from_parent", "follow_up_request_from_parent")
 SETTINGS_KEYS: tuple[str, ...] = ("cmd_init_dir", "model", "prefix_cmd", "agent_type", "notes", "mcp_config")
 SETTINGS_KEYS += ("batch_id", "batch_task")  # a run started by `anges batch`: its batch and task ids
@@ -321,6 +320,9 @@ EVENT_KINDS: dict[str, EventKind] = {
     "workspace_restored": EventKind("Files restored (undo)", "restore"),
     "hook_ran": EventKind("Hook", "hook", in_prompt=False),
     "hook_feedback": EventKind("Hook", "hook"),  # a block's reason or a context: the model reads it
+    "plan_updated": EventKind("Plan", "plan", action="UPDATE_PLAN"),
+    "completion_held": EventKind("Completion held", "held"),
+    "completion_dropped": EventKind("Completion dropped", "held"),
     "user_command": EventKind("Command run by the user", "shell"),  # `!command` in the terminal session
     "conversation_rewound": EventKind("Conversation taken back (rewind)", "restore"),
 }
@@ -342,7 +344,7 @@ def kind_of(event_type: str) -> EventKind:
 
 def group_of(event: Event) -> str:
     """request, shell, tool, api, edit, answer, interrupted, approval, child_start, child_running, child_exit, restore,
-    hook or other: what views show an event as."""
+    hook, plan, held or other: what views show an event as."""
     if event.type == "action":
         data = event.data
         shell = isinstance(data.get("command"), str)  # as `ShellRun.of` reads a command's result
@@ -368,8 +370,7 @@ def is_step(event: Event) -> bool:
     approval that came before an action (a declined action's decision is its only event, so it counts)."""
     kind = kind_of(event.type)
     bookkeeping = not kind.in_report or not kind.in_prompt  # summary_failed, context_exceeded
-    if event.type in (*REQUEST_EVENT_TYPES, *USER_EVENT_TYPES, "approval_requested", "workspace_restored") \
-            or bookkeeping:
+    if bookkeeping or event.type in (*REQUEST_EVENT_TYPES, *USER_EVENT_TYPES, "approval_requested"):
         return False
     data = event.data or {}
     if event.type == "hook_feedback":  # a blocked action's only event counts; a context is the action's own step

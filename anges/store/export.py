@@ -8,6 +8,7 @@ import re
 from typing import TYPE_CHECKING
 
 from anges.store.events import ChildReturn, Event, StepUsage, kind_of, stream_status, walk
+from anges.store.plans import Plan
 from anges.store.results import APICall, FileEdit, ShellRun
 from anges.store.turns import reasoning_after, turn_reasoning
 from anges.util.printable import as_drawn, printable, printable_texts
@@ -94,6 +95,10 @@ def _section(event: Event, depth: int, child: EventStream | None, number: int, r
     elif event.type == "task_interrupted":
         reason = data.get("reason")
         out.append(event.content + (f" (reason: `{reason}`)" if reason else ""))
+    elif (plan := Plan.of(event)) is not None:
+        out += [f"{plan.progress()}:", ""] + [f"- [{'x' if step.done else ' '}] {step.step}"
+                                              + (" (in progress)" if step.status == "in_progress" else "")
+                                              for step in plan.steps]
     elif event.type in ("new_child_agent", "resume_child_agent"):
         out += [f"{data.get('agent_type', 'child')} `{data.get('agent_id', '')}`:", ""]
         out += _fence(event.content, "text")

@@ -13,8 +13,9 @@ from typing import Any, Protocol
 
 from anges.util.clipping import clip, shorten
 
-RESULT_FORMAT = 2
-"""The layout of results recorded now (`result_format` in an event's data; absent = 1)."""
+RESULT_FORMAT = 3
+"""The layout of results recorded now (`result_format` in an event's data; absent = 1; 3 says how long a command
+took)."""
 COMMAND_CHARS, COMMAND_LINES = 1200, 16
 """How much of a long command (a heredoc, say) its result repeats: head and tail."""
 FIRST_LINES, FIRST_LINE_CHARS = 10, 200
@@ -206,8 +207,21 @@ def ports_text(numbers) -> str:
 
 
 def _status(run: ShellRun) -> str:
+    if run.result_format >= 3 and run.state != "timed_out":
+        return f"KILLED after {took(run.duration)}: the run was interrupted" if run.state == "interrupted" else \
+            f"EXIT CODE: {run.exit_code} after {took(run.duration)}"
     return {"timed_out": f"KILLED after the timeout ({run.duration:.0f} s)",
             "interrupted": "KILLED: the run was interrupted"}.get(run.state, f"EXIT CODE: {run.exit_code}")
+
+
+def took(seconds: float) -> str:
+    """How long something took, briefly: `0.04 s`, `12.3 s`, `4 min 7 s`."""
+    if seconds < 1:
+        return f"{max(seconds, 0.01):.2f} s"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s"
 
 
 def _sandbox_note(run: ShellRun) -> list[str]:

@@ -52,6 +52,7 @@
     openBatches: new Set(), // batch groups of the sidebar the reader opened
     approvals: new Map(), // approval cards by request id: {id, uid, node, state, channel, ...}
     live: new Map(), // the reply streaming now in the chat ("") or a child block: its <li>, shown as text
+    plan: null, // the chat's latest plan step (UPDATE_PLAN), shown in the plan panel while it is in force
   };
 
   // -- small helpers ---------------------------------------------------------------------------------------
@@ -352,6 +353,8 @@
     state.stick = true;
     state.seenUpdate = null;
     $("steps").replaceChildren();
+    state.plan = null;
+    showPlan();
     $("working").hidden = true;
     $("stop").hidden = true;
     $("status-batch").hidden = true;
@@ -549,7 +552,11 @@
         state.lastIndex = step.index;
         const item = renderStep(step, "");
         if (item) main.appendChild(item);
+        if (step.kind === "plan") state.plan = step;
+        // a new request ends a finished plan (one with open steps goes on, as the agent's prompt shows it)
+        else if (step.kind === "request" && state.plan && state.plan.done === state.plan.total) state.plan = null;
       }
+      showPlan();
       return;
     }
     const block = state.blocks.get(key);
@@ -559,6 +566,7 @@
       block.last = step.index;
       const item = renderStep(step, key);
       if (item) block.list.appendChild(item);
+      if (step.kind === "plan") block.progress.textContent = `plan: ${step.done} of ${step.total} steps done`;
       if (RETURN_TYPES.has(step.type)) {
         block.done = true;
         showBlockStatus(block, RETURN_STATUS[step.type]);
@@ -669,8 +677,8 @@
       item.appendChild(details);
     }
     const render = { shell: renderShell, api: renderApi, edit: renderEdit, answer: renderAnswer,
-      interrupted: renderInterrupted, child_start: renderChildNote, child_exit: renderChildNote, hook: renderHook
-    }[step.kind] || renderOther;
+      interrupted: renderInterrupted, child_start: renderChildNote, child_exit: renderChildNote, hook: renderHook,
+      plan: renderPlan, held: renderHeld }[step.kind] || renderOther;
     item.appendChild(render(step));
     if (step.restorable && !key) item.appendChild(restoreButton(step));
     return item;
@@ -904,6 +912,48 @@
     return note;
   }
 
+  // -- the plan: a card per update in the transcript, and the chat's latest in the panel above it ----------------
+
+  const PLAN_MARKS = { completed: "\u2713", in_progress: "\u25B8", pending: "\u25CB" };
+
+  function planItems(plan) {
+    return plan.map((item) => {
+      const entry = el("li", "plan-step", `${PLAN_MARKS[item.status] || PLAN_MARKS.pending} ${item.step}`);
+      entry.dataset.status = item.status;
+      return entry;
+    });
+  }
+
+  function renderPlan(step) {
+    const card = el("div", "card plan");
+    const head = cardHead();
+    head.appendChild(el("span", "edit-label", "Plan"));
+    head.appendChild(el("span", "muted", `${step.done} of ${step.total} steps done`));
+    card.appendChild(head);
+    const list = el("ol", "plan-steps");
+    list.replaceChildren(...planItems(step.plan));
+    card.appendChild(list);
+    return card;
+  }
+
+  function showPlan() {
+    const plan = state.plan;
+    $("plan-panel").hidden = !plan || !plan.total;
+    if (!plan) return;
+    $("plan-progress").textContent = `${plan.done} of ${plan.total} steps done`;
+    $("plan-steps").replaceChildren(...planItems(plan.plan));
+  }
+
+  function renderHeld(step) {
+    const card = el("div", "card held");
+    card.appendChild(el("div", "answer-label", step.type === "completion_dropped"
+      ? "Completion dropped: an action of the reply failed" : "Completion held for a check"));
+    const causes = el("ul", "held-causes");
+    for (const cause of step.causes.length ? step.causes : [step.text]) causes.appendChild(el("li", null, cause));
+    card.appendChild(causes);
+    return card;
+  }
+
   function renderOther(step) {
     const card = el("div", "card other");
     const head = cardHead();
@@ -957,6 +1007,8 @@
     summary.appendChild(name);
     const pill = el("span", "pill small", "");
     summary.appendChild(pill);
+    const progress = el("span", "child-progress muted small", "");
+    summary.appendChild(progress);
     if (uid) {
       const open = el("a", "child-open", "Open");
       open.href = "/chat/" + encodeURIComponent(uid);
@@ -972,7 +1024,8 @@
     details.appendChild(list);
     item.appendChild(details);
     // The page's feed sends this child's steps under the block's key (see web/feed.py).
-    const block = { list, pill, name, uid, last: ((step.child && step.child.starting_from) || 0) - 1, done: !uid };
+    const block = { list, pill, name, progress, uid, last: ((step.child && step.child.starting_from) || 0) - 1,
+      done: !uid };
     state.blocks.set(parentKey ? `${parentKey}/${step.index}` : String(step.index), block);
     showBlockStatus(block, "running");
     return item;
