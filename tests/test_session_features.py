@@ -93,8 +93,11 @@ def test_compact_folds_the_history_now_keeping_what_you_name(openai_server, tmp_
     term = sessions("--model", "openai:gpt-test", cwd=tmp_path, env={**os.environ, **openai_server.env})
     term.send("first\r")
     finished(term)
+    term.wait_until(lambda: re.search("[▰▱]{10}", "\n".join(term.display())), what="the window gauge")
     term.send("/compact the port number\r")
     term.wait_for("compacted: events 1–3")
+    term.wait_until(lambda: not re.search("[▰▱]{10}", "\n".join(term.display())),
+                    what="the gauge gone until the next prompt")
     text = term.text()
     assert "compacting: the history is being folded" in text and "SUMMARY: ran echo step-one" in text
     fold = json.dumps(openai_server.requests[2].body)
@@ -128,6 +131,8 @@ def test_your_own_commands_are_requests_with_their_arguments_in_help_and_tab(tmp
                                         "Review $ARGUMENTS for bugs; list them.\n")
     (commands / "help.md").write_text("never used: /help is built in\n")
     (commands / "Bad Name.md").write_text("not a command\n")
+    (tmp_path / "secret.txt").write_text("the contents of a file the link points to\n")
+    (commands / "evil.md").symlink_to(tmp_path / "secret.txt")
     term = sessions("--model", scripted(tmp_path, complete("reviewed")), cwd=tmp_path)
     term.send("/rev")
     term.send(TAB)
@@ -139,6 +144,11 @@ def test_your_own_commands_are_requests_with_their_arguments_in_help_and_tab(tmp
     help_text = "\n".join(term.wait_for("your commands"))
     assert re.search(r"/review \[PART\]\s+review a part of the code \(~/.anges/commands\)", help_text)
     assert "never used" not in help_text and "Bad Name" not in help_text
+    assert re.search(r"/evil\s+not usable: a link \(not followed\)", help_text)
+    term.send("/evil\r")
+    said = f"/evil: {commands / 'evil.md'} is a link (not followed)"
+    term.wait_until(lambda: said.replace(" ", "") in "".join(term.text().split()), what=said)  # however it wraps
+    assert len(only_stream().events_list) == 2, "nothing sent"
 
 
 def test_a_projects_commands_are_used_only_once_you_trusted_exactly_them(tmp_path, sessions):  # noqa: F811

@@ -51,6 +51,7 @@ def compact(session: Interactive, argument: str) -> None:
         return
     summary = done.summary
     session.status.charged(summary.data.get("usage"), summary.data.get("cost"))
+    session.status.prompted(0)  # the gauge showed the fold's prompt: the next prompt is what it measures
     text = printable(summary.summary).splitlines()
     shown = [Text("  " + line, "dim") for line in text[:SUMMARY_LINES]]
     if len(text) > SUMMARY_LINES:
