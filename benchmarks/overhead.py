@@ -24,6 +24,7 @@ os.environ.setdefault("ANGES_HOME", tempfile.mkdtemp(prefix="anges-bench-"))
 import anges.safety.shell  # noqa: E402
 from anges.agents import DefaultAgent  # noqa: E402
 from anges.config.loading import load_config  # noqa: E402
+from anges.models.scripted import is_summary_prompt  # noqa: E402
 
 STEP = '{"reasoning": "step", "actions": [{"action_type": "RUN_SHELL_CMD", "command": "true"}]}'
 DONE = '{"reasoning": "done", "actions": [{"action_type": "TASK_COMPLETE", "content": "done"}]}'
@@ -45,7 +46,7 @@ def main() -> None:
 
     def model(prompt: str, temperature: float = 0.0) -> str:
         started = time.perf_counter()
-        if prompt.startswith("# Summarize"):
+        if is_summary_prompt(prompt):
             reply = "Ran `true` several times; each exited 0."
         else:
             step_starts.append(started)

@@ -19,7 +19,7 @@ os.environ.setdefault("ANGES_HOME", tempfile.mkdtemp(prefix="anges-bench-"))
 
 from anges.agents import DefaultAgent  # noqa: E402
 from anges.config.loading import load_config  # noqa: E402
-from anges.models.scripted import SUMMARY_PROMPT_MARK  # noqa: E402
+from anges.models.scripted import is_summary_prompt  # noqa: E402
 from anges.prompt.templates import split_prompt  # noqa: E402
 
 STEP = '{"reasoning": "step %d", "actions": [{"action_type": "RUN_SHELL_CMD", "command": "%s"}]}'
@@ -41,7 +41,7 @@ def main() -> None:
 
     def model(prompt: str, temperature: float = 0.0) -> str:
         nonlocal steps
-        if prompt.startswith(SUMMARY_PROMPT_MARK):
+        if is_summary_prompt(prompt):
             calls.append(("fold", prompt))
             return SUMMARY % sum(kind == "fold" for kind, _ in calls)
         calls.append(("step", prompt))

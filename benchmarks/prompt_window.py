@@ -19,7 +19,7 @@ os.environ.setdefault("ANGES_HOME", tempfile.mkdtemp(prefix="anges-bench-"))
 from anges.agents import DefaultAgent  # noqa: E402
 from anges.config.loading import load_config  # noqa: E402
 from anges.models.base import Completion, Usage  # noqa: E402
-from anges.models.scripted import SUMMARY_PROMPT_MARK  # noqa: E402
+from anges.models.scripted import is_summary_prompt  # noqa: E402
 from anges.models.window import prompt_room  # noqa: E402
 
 STEP = '{"reasoning": "step %d", "actions": [{"action_type": "RUN_SHELL_CMD", "command": "%s"}]}'
@@ -36,7 +36,7 @@ def run(window: int, steps: int) -> dict:
     calls: list[tuple[str, str]] = []
 
     def model(prompt: str, temperature: float = 0.0) -> Completion:
-        kind = "fold" if prompt.startswith(SUMMARY_PROMPT_MARK) else "step"
+        kind = "fold" if is_summary_prompt(prompt) else "step"
         calls.append((kind, prompt))
         done = sum(k == "step" for k, _ in calls)
         text = (SUMMARY % sum(k == "fold" for k, _ in calls) if kind == "fold" else

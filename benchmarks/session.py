@@ -40,11 +40,12 @@ def long_session(work: str) -> str:
     """A stored stream of STEPS steps made by the real agent; its id."""
     from anges.agents import DefaultAgent
     from anges.config.loading import load_config
+    from anges.models.scripted import is_summary_prompt
 
     steps = iter(range(STEPS + 1))
 
     def model(prompt: str, temperature: float = 0.0) -> str:
-        if prompt.startswith("# Summarize"):
+        if is_summary_prompt(prompt):
             return "Echoed numbers and wrote notes; all went well."
         n = next(steps)
         if n == STEPS:

@@ -125,11 +125,12 @@ def trivial_steps(root: Path, count: int = 100) -> tuple[float, float]:
     stored now (format 3), and as format 2 stored the same events (every field and fact, content left out)."""
     from anges.agents import DefaultAgent
     from anges.config.loading import load_config
+    from anges.models.scripted import is_summary_prompt
 
     calls = []
 
     def model(prompt: str, temperature: float = 0.0) -> str:
-        if prompt.startswith("# Summarize"):
+        if is_summary_prompt(prompt):
             return "Ran `echo hi` several times."
         calls.append(prompt)
         return STEP if len(calls) <= count else DONE

@@ -12,7 +12,7 @@ from anges.actions import Action
 from anges.agents import DefaultAgent, TaskAnalyzer, TaskExecutor
 from anges.config.loading import load_config
 from anges.exceptions import ModelError
-from anges.models.scripted import ScriptedModel
+from anges.models.scripted import ScriptedModel, is_summary_prompt
 from anges.store.event_store import EventStore
 from anges.store.events import Event, EventStream
 
@@ -241,7 +241,7 @@ def test_failed_summary_keeps_history_and_is_recorded(tmp_path):
     original = model.__call__
 
     def call(prompt, temperature=0.0):
-        if prompt.startswith("# Summarize"):
+        if is_summary_prompt(prompt):
             return summary_fails(prompt)
         return original(prompt, temperature)
 
@@ -415,6 +415,31 @@ def test_token_budget_ends_the_run(tmp_path):
     assert stop.type == "task_interrupted" and stop.data["reason"] == "budget"
     assert stop.data["spent"] >= 1500 and stop.data["limit"] == 1500
     assert model.calls < 20
+
+
+def test_a_model_of_plain_text_is_charged_for_its_prompts_too(tmp_path):
+    """A plug-in provider or an `inference_func` returns a bare string: the prompt it read counts (estimated)."""
+    prompts = []
+
+    def plain(prompt, temperature=0.0):
+        prompts.append(prompt)
+        return json.dumps(reply(shell(f"echo {len(prompts)}")))
+
+    def answer(prompt, temperature=0.0):
+        prompts.append(prompt)
+        return json.dumps(complete())
+
+    DefaultAgent(inference_func=answer, cmd_init_dir=tmp_path).run_with_new_request("go")
+    budget = 3 * len(prompts.pop()) // 4  # three prompts' worth: the replies alone (a few tokens each) never reach it
+    config = load_config(overrides={"agents": {"common": {"max_tokens": budget, "max_repeated_actions": 0,
+                                                           "max_number_of_events_to_exhaust": 20}}})
+    stream = DefaultAgent(inference_func=plain, cmd_init_dir=tmp_path, config=config).run_with_new_request("go")
+
+    usage = stream.events_list[1].data["usage"]
+    assert usage["estimated"] is True
+    assert usage["input_tokens"] == (len(prompts[0]) + 3) // 4 and usage["output_tokens"] > 0
+    stop = stream.events_list[-1]
+    assert stop.data["reason"] == "budget" and 2 <= len(prompts) <= 4
 
 
 def test_cost_budget_uses_configured_prices(tmp_path):

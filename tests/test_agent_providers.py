@@ -24,8 +24,9 @@ def test_edit_run_complete_through_the_sdk(request, tmp_path, monkeypatch, fixtu
                                "content": "print(6 * 7)\n"}), input_tokens=1200, output_tokens=40, cached_tokens=800)
     server.enqueue_text(reply({"action_type": "RUN_SHELL_CMD", "command": "python3 app.py"}),
                         input_tokens=1300, output_tokens=30)
-    # the window is full before the third step: the history is folded into a summary first
-    server.enqueue_text("Created app.py and ran it; it printed 42.", input_tokens=500, output_tokens=15)
+    # the window is full before the third step: the history is folded into a summary first (its prompt is the
+    # agent's own, with the request for the summary at its end)
+    server.enqueue_text("Created app.py and ran it; it printed 42.", input_tokens=1500, output_tokens=15)
     server.enqueue_text(reply({"action_type": "TASK_COMPLETE", "content": "app.py prints 42"}),
                         input_tokens=1400, output_tokens=20)
 
@@ -42,9 +43,9 @@ def test_edit_run_complete_through_the_sdk(request, tmp_path, monkeypatch, fixtu
     assert stream.events_list[2].data["usage"]["input_tokens"] == 1300
     summary = stream.event_summaries_list[0]
     assert (summary.start_event_idx, summary.end_event_idx) == (1, 2) and summary.summary.startswith("Created app.py")
-    assert summary.data["usage"]["input_tokens"] == 500
+    assert summary.data["usage"]["input_tokens"] == 1500
     completion = stream.events_list[3].data["usage"]  # the summary call counts with the step it came before
-    assert (completion["model_calls"], completion["input_tokens"], completion["output_tokens"]) == (2, 1900, 35)
+    assert (completion["model_calls"], completion["input_tokens"], completion["output_tokens"]) == (2, 2900, 35)
     assert "Created app.py and ran it" in json.dumps(server.requests[3].body)
     assert len(server.requests) == 4
     assert "write app.py" in json.dumps(server.requests[0].body)

@@ -224,6 +224,7 @@ def test_workers_run_tasks_in_fresh_copies_and_results_say_how_each_ended(tmp_pa
     # Never more than two at once, and two did overlap.
     assert max(map(int, (shared / "counts").read_text().split())) == 2
     assert "failed: broken error: setup command failed with exit code 3" in out.stderr
+    assert "stuck help_needed · 1 step, 1 call, " in out.stderr and " · 2 steps, 2 calls, " in out.stderr
     summary = [line.split() for line in out.stderr.splitlines() if line.startswith(("succeeded ", "failed ", "total "))]
     assert [line[:2] for line in summary] == [["succeeded", "4"], ["failed", "2"], ["total", "6"]]
 
@@ -354,18 +355,21 @@ def test_a_task_writes_only_its_own_folder_unless_the_batch_allows_more(tmp_path
 
 @pytest.mark.sandbox
 def test_a_task_cannot_see_the_rest_of_anges_home(tmp_path, monkeypatch, outside):
-    # ANGES_HOME holds the work dirs, but commands see only their own folder of it, not conversations or config.
+    # ANGES_HOME holds the work dirs, but commands see only their own folder of it (and of the outputs their history
+    # points to), not conversations, other sessions' outputs or config.
     home = outside / "home"
     monkeypatch.setenv("ANGES_HOME", str(home))
     subprocess.run([*ANGES, "-q", "a private conversation", "--model", script(tmp_path, "c.json", complete())],
                    cwd=tmp_path, capture_output=True, check=True)
     (home / "config.yaml").write_text("# private\n")
-    model = script(tmp_path, "r.json", shell(f"ls -A {home} {home}/data; cat {home}/config.yaml; echo x > mine"),
-                   complete())
+    look = f"ls -A {home} {home}/data {home}/data/outputs; cat {home}/config.yaml; echo x > mine"
+    model = script(tmp_path, "r.json", shell(look), complete())
     assert batch(str(task_file(tmp_path, {"id": "t", "task": "look"})), "--model", model, "--batch-id", "b",
                  cwd=tmp_path).returncode == 0
-    seen = action_data(batch_streams("b")["t"])[0]
-    assert seen["stdout"].split() == [f"{home}:", "data", f"{home}/data:", "batches"]
+    task = batch_streams("b")["t"]
+    seen = action_data(task)[0]
+    assert seen["stdout"].split() == [f"{home}:", "data", f"{home}/data:", "batches", "outputs",
+                                      f"{home}/data/outputs:", task.uid]
     assert "private" not in seen["stdout"] and (BatchState("b").work_dir("t") / "mine").is_file()
 
 

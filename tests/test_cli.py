@@ -43,7 +43,9 @@ def scripted(tmp_path, *replies, name="replies.json"):
     return f"scripted:{path}"
 
 
-def anges(*args, cwd, input=None, env=None, timeout=30):
+def anges(*args, cwd, input=None, env=None, timeout=120):
+    """`anges ARGS` run to its end; `timeout` only catches a hang (a run of a few seconds takes 30 under heavy load,
+    with MCP servers to start)."""
     return subprocess.run([*ANGES, *args], cwd=cwd, input=input, capture_output=True, text=True,
                           env=env or os.environ.copy(), timeout=timeout, check=False)
 

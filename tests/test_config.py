@@ -161,7 +161,7 @@ def test_a_loaded_config_is_frozen_and_the_shared_default_stays_as_packaged(tmp_
     agent = DefaultAgent(inference_func=lambda prompt, temperature=0.0: "", cmd_init_dir=tmp_path,
                          max_consecutive_actions_to_summarize=2)
     assert agent.agent_config.max_consecutive_actions_to_summarize == 2
-    assert default_config().agent("default").max_consecutive_actions_to_summarize == 30
+    assert default_config().agent("default").max_consecutive_actions_to_summarize == 50
     changed = shared.model_copy(update={"model": "ollama"})
     assert changed.model == "ollama" and default_config().model == "auto"
 

@@ -19,7 +19,7 @@ from anges.models import get_model
 from anges.models.base import Completion, Usage
 from anges.models.openai_model import OpenAIModel
 from anges.models.replay import ReplayModel, with_recording
-from anges.models.scripted import SUMMARY_PROMPT_MARK, ScriptedModel
+from anges.models.scripted import ScriptedModel, is_summary_prompt
 
 ANGES = [sys.executable, "-m", "anges"]
 SUMMARY = "Summary: the agent echoed each step in turn; every command exited 0. Open: the next steps."
@@ -47,7 +47,7 @@ class Steps:
         self.steps, self.done, self.pad = steps, 0, pad
 
     def __call__(self, request):
-        if prompt_of(request).startswith(SUMMARY_PROMPT_MARK):
+        if is_summary_prompt(prompt_of(request)):
             return SUMMARY
         if request.facts.get("cut"):
             return step(0, "echo I-NEVER-SAW-MY-INSTRUCTIONS")
@@ -64,7 +64,7 @@ def assert_every_prompt_fit_and_kept_its_instructions(server, fixed):
         body = request.body
         reply = body["options"]["num_predict"] if "options" in body else body["max_tokens"]
         assert facts["prompt_tokens"] + reply <= facts["window"], "no room left for the reply"
-        if not prompt.startswith(SUMMARY_PROMPT_MARK):
+        if not is_summary_prompt(prompt):
             assert prompt.startswith(fixed) and "\n# History\n" in prompt, "the instructions are in every prompt"
 
 
@@ -119,7 +119,7 @@ def test_a_server_that_cuts_a_prompt_once_is_told_folded_and_asked_again(tmp_pat
     assert notices[0].message.startswith("local:qwen2.5-coder read only 1,282 of the about ")
     assert "a window of 8,192 tokens (set in its preset)" in notices[0].message
     assert "I-NEVER-SAW-MY-INSTRUCTIONS" not in json.dumps([e.to_dict() for e in stream.events_list])
-    assert prompt_of(server.requests[cut[0] + 1]).startswith(SUMMARY_PROMPT_MARK), "it folds before asking again"
+    assert is_summary_prompt(prompt_of(server.requests[cut[0] + 1])), "it folds before asking again"
     assert stream.events_list[-1].type == "task_completion"
     assert [e.data["command"].split()[:3] for e in stream.events_list if e.type == "action"] == [
         ["echo", "step", str(n)] for n in range(1, 41)]
@@ -144,12 +144,12 @@ def test_a_server_that_keeps_cutting_stops_the_run_with_exit_4_naming_the_window
 def test_a_second_cut_right_after_the_fold_stops_the_run(tmp_path):
     calls = []
 
-    def cutting(prompt, temperature=0.0):  # reads the whole prompt until it grows past 30,000 characters
+    def cutting(prompt, temperature=0.0):  # reads the whole prompt until it grows past 30,000 characters or folds
         calls.append(prompt)
-        if prompt.startswith(SUMMARY_PROMPT_MARK):
+        if is_summary_prompt(prompt):
             return Completion(SUMMARY, usage=Usage(input_tokens=len(prompt) // 4, output_tokens=20))
-        cut = len(prompt) > 30_000 or len(calls) > 6
-        return Completion(step(len(calls), "seq 1 3000"),
+        cut = len(prompt) > 30_000 or any(is_summary_prompt(call) for call in calls)
+        return Completion(step(len(calls), "seq 1 1000"),
                           usage=Usage(input_tokens=900 if cut else len(prompt) // 4, output_tokens=20))
 
     cutting.name = "cutter"
@@ -163,7 +163,7 @@ def test_a_second_cut_right_after_the_fold_stops_the_run(tmp_path):
     assert stop.data["reason"] == "context_window"
     assert "does not fit the context window of cutter, even with the history folded" in stop.content
     assert "cutter read only 900 of the about" in stop.content
-    assert calls[-2].startswith(SUMMARY_PROMPT_MARK), "folded, then asked once more"
+    assert is_summary_prompt(calls[-2]), "folded, then asked once more"
     assert len(calls[-1]) < len(calls[-3]), "the prompt asked again was smaller"
 
 

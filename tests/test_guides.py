@@ -35,7 +35,7 @@ def test_each_command_starts_in_a_fresh_shell_in_the_working_directory(tmp_path)
     first, second = results(stream)
     assert first.data["stdout"] == f"{tmp_path / 'sub'}\n"
     assert second.data["stdout"] == f"{tmp_path}\nunset\n"
-    assert "Each command starts in a fresh shell in the\nworking directory: a `cd`, a variable or an `export` does " \
+    assert "Each command starts in a fresh shell in the\nworking directory: a `cd` or an `export` does " \
            "not carry over" in model.prompts[0]
 
 

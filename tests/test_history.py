@@ -7,7 +7,7 @@ import sys
 from anges.agents import DefaultAgent, Orchestrator
 from anges.agents.outcome import Outcome
 from anges.config.loading import load_config
-from anges.models.scripted import SUMMARY_PROMPT_MARK, ScriptedModel
+from anges.models.scripted import ScriptedModel, is_summary_prompt
 from anges.prompt.templates import split_prompt
 from anges.store.event_store import EventStore
 
@@ -24,9 +24,11 @@ def complete(content="done"):
     return reply({"action_type": "TASK_COMPLETE", "content": content}, reasoning="finished")
 
 
-def unlimited(**prompt):
+def unlimited(count=None, **prompt):
+    """No limit on the run; the folds as configured, or every `count` events."""
+    folds = {} if count is None else {"max_consecutive_actions_to_summarize": count}
     return load_config(overrides={"agents": {"common": {"max_number_of_events_to_exhaust": 0, "max_model_calls": 0,
-                                                        "max_repeated_actions": 0}}, "prompt": prompt})
+                                                        "max_repeated_actions": 0, **folds}}, "prompt": prompt})
 
 
 class Recorder:
@@ -40,7 +42,7 @@ class Recorder:
         self.calls = []  # ("step" | "summary", prompt)
 
     def __call__(self, prompt, temperature=0.0):
-        if prompt.startswith(SUMMARY_PROMPT_MARK):
+        if is_summary_prompt(prompt):
             self.calls.append(("summary", prompt))
             return self.summary(sum(kind == "summary" for kind, _ in self.calls), prompt)
         self.calls.append(("step", prompt))
@@ -67,7 +69,7 @@ def test_a_long_run_has_one_rolling_summary_a_flat_prompt_and_prompts_that_exten
     stream = agent.run_with_new_request("echo the steps")
 
     summaries = stream.event_summaries_list
-    assert len(summaries) >= 10 and all(s.start_event_idx == 1 for s in summaries)
+    assert len(summaries) >= 7 and all(s.start_event_idx == 1 for s in summaries), "every 50 events (one-liners)"
     assert [s.end_event_idx for s in summaries] == sorted({s.end_event_idx for s in summaries})
     folds = [prompt for kind, prompt in model.calls if kind == "summary"]
     assert all(f"Summary {n}:" in folds[n] for n in range(1, len(folds))), "each fold rewrites the summary before it"
@@ -88,7 +90,7 @@ def test_a_long_run_has_one_rolling_summary_a_flat_prompt_and_prompts_that_exten
 
 def test_a_summarizer_that_never_condenses_is_held_to_the_cap(tmp_path):
     model = Recorder(steps=120, summary=lambda n, prompt: prompt)  # answers with everything it was given
-    config = unlimited(max_summary_chars=3000)
+    config = unlimited(count=30, max_summary_chars=3000)
     agent = DefaultAgent(inference_func=model, cmd_init_dir=tmp_path, config=config)
 
     stream = agent.run_with_new_request("echo the steps")
@@ -124,13 +126,13 @@ def test_a_finished_task_costs_no_summary_call_the_next_request_folds_first_and_
 
     stream = agent.run_with_new_request("echo twice")
     calls_of_first_run = model.calls
-    assert not any(prompt.startswith(SUMMARY_PROMPT_MARK) for prompt in model.prompts)
+    assert not any(is_summary_prompt(prompt) for prompt in model.prompts)
     assert stream.event_summaries_list == [] and calls_of_first_run == 4  # a title and three steps
 
     start = len(stream.events_list)
     model.enqueue(complete("nothing more"))
     agent.run_with_new_request("anything else?")
-    assert model.prompts[calls_of_first_run].startswith(SUMMARY_PROMPT_MARK), "the new request folds first"
+    assert is_summary_prompt(model.prompts[calls_of_first_run]), "the new request folds first"
     assert [(s.start_event_idx, s.end_event_idx) for s in stream.event_summaries_list] == [(1, 4)]
 
     first = Outcome(stream, "", "completed", [(0, stream, e) for e in stream.events_list[:start]], 0)
@@ -151,7 +153,7 @@ def test_a_childs_completion_costs_no_summary_call(tmp_path):
         return complete("child done")
 
     Orchestrator(inference_func=model, cmd_init_dir=tmp_path, config=load_config()).run_with_new_request("delegate")
-    assert len(prompts) == 3 and not any(prompt.startswith(SUMMARY_PROMPT_MARK) for prompt in prompts)
+    assert len(prompts) == 3 and not any(is_summary_prompt(prompt) for prompt in prompts)
 
 
 def test_what_holds_for_one_step_only_sits_in_the_tail_and_the_head_still_extends(tmp_path):

@@ -1,6 +1,6 @@
 """Long outputs cost once: a result keeps a few KB cut at line ends, the whole output waits in a file the model can
-read (in the sandbox too), a new file comes back as its size and first lines, a long command is clipped; streams
-recorded before keep their texts."""
+read (in the sandbox too), a new file comes back as its size and first lines, a command comes back whole up to a
+generous size and past it names the file that holds it; streams recorded before keep their texts."""
 
 import json
 import re
@@ -60,7 +60,7 @@ def check_the_full_output_was_read(work, stream):
     assert re.search(r"\n\.\.\. \[\d+ lines \(\d+ bytes\) cut\] \.\.\.\n", first.content)
     assert second.data["stdout"] == f"50000\n50000\n{path}\n", second.content
     assert list(work.iterdir()) == [], "the working directory is not used for outputs"
-    assert not Path(path).exists(), "the file goes with the run"
+    assert Path(path).is_file(), "the file outlasts the run: the history still names it"
 
 
 @pytest.mark.sandbox
@@ -149,7 +149,7 @@ def test_the_model_reads_the_text_recorded_for_an_event_and_it_survives_a_reload
     assert EventStore().load(stream.uid).events_list[1].content == first.content
 
 
-def test_a_created_file_comes_back_as_its_size_and_first_lines_and_a_long_heredoc_is_clipped(work):
+def test_a_created_file_comes_back_as_its_size_and_first_lines_and_a_heredoc_whole(work):
     body = "".join(f"line {n}\t \n" for n in range(1, 101))
     heredoc = "cat > made.txt <<'EOF'\n" + body + "EOF\nwc -l made.txt"
     stream, model = run(work, [
@@ -162,11 +162,29 @@ def test_a_created_file_comes_back_as_its_size_and_first_lines_and_a_long_heredo
     assert lines[2:12] == [f"line {n}\t " for n in range(1, 11)] and lines[12:] == ["(and 90 more lines)"]
     assert created.data["diff"].count("\n+line") == 100, "the facts keep the whole diff for the views"
     assert (work / "notes.txt").read_text() == body
-    command = ran.content.split("\nEXIT CODE: 0")[0]
-    assert command.startswith("COMMAND: cat > made.txt <<'EOF'\nline 1\t \n") and command.endswith("EOF\nwc -l made.txt")
-    assert "line 50\t" not in command and "characters cut]" in command
+    assert ran.content.startswith(f"COMMAND: {heredoc}\nEXIT CODE: 0 after "), "the model's own script comes back whole"
     assert ran.data["command"] == heredoc and ran.data["stdout"] == "100 made.txt\n"
-    assert "line 50\t" not in model.prompts[2]
+    assert f"COMMAND: {heredoc}\n" in model.prompts[2]
+
+
+def test_a_command_too_long_to_repeat_names_the_file_that_holds_it_whole(work, monkeypatch):
+    monkeypatch.setenv("DEPLOY_TOKEN", "s3cr3t-t0ken-value-123")
+    body = "".join(f"print('line {n} of a long script')\n" for n in range(200))
+    script = f"python3 - <<'EOF'\n# token s3cr3t-t0ken-value-123\n{body}EOF"
+    assert len(script) > 4000
+
+    def copy_and_run(prompt):
+        path = re.search(r"\(the command is cut here: (\S+) holds it whole\)", prompt.split("# History")[1]).group(1)
+        return shell(f"grep -c token '{path}'; bash '{path}' | tail -n 1")
+
+    stream, model = run(work, [shell(script), copy_and_run, complete()])
+
+    assert "A command over 4000 characters is cut in its result; a file holds it whole." in model.prompts[0]
+    ran, again = [e for e in stream.events_list if e.type == "action"]
+    assert "characters cut]" in ran.content and "line 199 of a long script" in ran.content
+    path = Path(re.search(r"\(the command is cut here: (\S+) holds it whole\)", ran.content).group(1))
+    assert path.read_text() == script.replace("s3cr3t-t0ken-value-123", "[REDACTED]"), "whole, its secrets masked"
+    assert again.data["stdout"] == "1\nline 199 of a long script\n", again.content
 
 
 def test_events_recorded_by_anges_0_2_keep_their_texts(work):

@@ -21,7 +21,7 @@ from anges.agents import DefaultAgent, Orchestrator
 from anges.config.loading import load_config
 from anges.config.types import MCPConfig
 from anges.exceptions import ConfigError
-from anges.models.scripted import ScriptedModel
+from anges.models.scripted import ScriptedModel, is_summary_prompt
 from anges.store.event_store import EventStore
 from anges.store.events import EventStream
 from anges.tools.mcp import MCPManager, ServerSpec, load_mcp_servers, specs_from_config
@@ -282,7 +282,7 @@ def test_agent_lists_and_calls_tools_of_stdio_and_http_servers(tmp_path, http_ur
     assert "MCP server `missing` is unavailable (command not found:" in guide
     assert "MCP server `broken` is unavailable" in guide
     # the stable part of the prompt is identical from step to step
-    steps = [p for p in model.prompts if not p.startswith("# Summarize")]
+    steps = [p for p in model.prompts if not is_summary_prompt(p)]
     assert len(steps) == 9 and all(p.startswith(guide.split("# History")[0]) for p in steps)
 
     # secrets never reach prompts, events, the store or the logs

@@ -39,6 +39,11 @@ def reply(*actions):
     return {"analysis": "", "reasoning": "plan", "actions": list(actions)}
 
 
+def history(prompt):
+    """The history a prompt shows (not its tail, which may name a sibling's task)."""
+    return prompt.split("# History")[1].split("\n# Now\n")[0]
+
+
 def child(directive, agent_input):
     return {"action_type": "CALL_CHILD_AGENT", "directive": directive, "agent_input": agent_input}
 
@@ -176,9 +181,9 @@ def test_two_children_run_concurrently(tmp_path):
         return shell(f"date +%s.%N > {name}.start; sleep {pause}; date +%s.%N > {name}.end")
 
     def executor(prompt):
-        name = "left" if "task LEFT" in prompt.split("# History")[1] else "right"
+        name = "left" if "task LEFT" in history(prompt) else "right"
         done = f"{name}.end"
-        return complete(f"{name} done") if done in prompt.split("# History")[1] else timed(name)
+        return complete(f"{name} done") if done in history(prompt) else timed(name)
 
     model = RoutedModel(
         orchestrator=[reply(child("NEW_CHILD_AGENT TASK_EXECUTOR", "task LEFT"),
@@ -192,7 +197,7 @@ def test_two_children_run_concurrently(tmp_path):
     exits = [e for e in stream.events_list if e.type == "child_agent_task_completion"]
     assert [e.content.split("\n")[1] for e in exits] == ["left done", "right done"]
     right = stream.events_list[3].data["agent_id"]
-    assert exits[0].content.endswith(f"Still running: TASK_EXECUTOR {right}.")
+    assert exits[0].content.endswith(f"Still running: TASK_EXECUTOR {right} (task RIGHT).")
     assert exits[1].content.endswith("No other child agent is running.")
     assert types(stream) == ["new_request", "new_child_agent", "child_agent_running", "new_child_agent",
                              "child_agent_running", "child_agent_task_completion", "action",
@@ -277,10 +282,10 @@ def test_the_parent_gets_a_turn_when_a_child_fails_while_another_still_runs(tmp_
         return reply({"action_type": "HELP_NEEDED", "content": "the database child is blocked; stopping"})
 
     def executor(prompt):
-        history = prompt.split("# History")[1]
-        if "task FAILS" not in history:
+        shown = history(prompt)
+        if "task FAILS" not in shown:
             return shell(f"touch slow.started; sleep {token}")
-        if "slow.started" not in history:
+        if "slow.started" not in shown:
             return shell("while [ ! -e slow.started ]; do sleep 0.05; done; sleep 0.2")
         return reply({"action_type": "HELP_NEEDED", "content": "no database credentials"})
 
@@ -295,7 +300,7 @@ def test_the_parent_gets_a_turn_when_a_child_fails_while_another_still_runs(tmp_
     assert time.monotonic() - started < 20, "the parent did not wait for the slow child"
     assert seen["slow_running"], "the parent's turn came while the slow child was still running"
     slow = stream.events_list[1].data["agent_id"]
-    assert f"no database credentials\n\nStill running: TASK_EXECUTOR {slow}." in seen["prompt"]
+    assert f"no database credentials\n\nStill running: TASK_EXECUTOR {slow} (task SLOW)." in seen["prompt"]
     assert types(stream) == ["new_request", "new_child_agent", "child_agent_running", "new_child_agent",
                              "child_agent_running", "child_agent_agent_requested_help",
                              "child_agent_task_interrupted", "agent_requested_help"]
@@ -305,12 +310,41 @@ def test_the_parent_gets_a_turn_when_a_child_fails_while_another_still_runs(tmp_
     assert not pids_running(token)
 
 
+def test_a_childs_prompt_names_the_siblings_working_in_its_folder_while_they_do(tmp_path):
+    seen = {"A": [], "B": []}
+    b_asked = threading.Event()
+
+    def executor(prompt):
+        who = "A" if "CONTENT:\ntask A" in prompt else "B"
+        seen[who].append(prompt)
+        if who == "B":
+            b_asked.set()
+            return complete("B done")
+        if len(seen["A"]) == 1:
+            assert b_asked.wait(30), "B never asked its model"
+            return shell("true")
+        return complete("A done")
+
+    model = RoutedModel(
+        orchestrator=[reply(child("NEW_CHILD_AGENT TASK_EXECUTOR", "task A\nin two lines"),
+                            child("NEW_CHILD_AGENT TASK_EXECUTOR", "task B")), wait(), complete("both")],
+        task_executor=[executor] * 4,
+    )
+    stream = orchestrator(tmp_path, model).run_with_new_request("go")
+    first, second = (e.data["agent_id"] for e in stream.events_list if e.type == "new_child_agent")
+
+    heading = "\n# Now\n\n## Other agents in this folder\n\n"
+    assert heading + ("Your parent's other child agents work in this working directory at the same time as you: "
+                      f"TASK_EXECUTOR {first} (task A).") in seen["B"][0]
+    assert f"TASK_EXECUTOR {first}" not in seen["B"][0].split("# Now")[0], "only in the tail: the prefix is stable"
+
+
 def test_at_most_n_children_run_at_a_time_across_replies(tmp_path):
     config = load_config(overrides={"agents": {"orchestrator": {"max_concurrent_children": 1}}})
 
     def timed(prompt):
-        name = "first" if "task FIRST" in prompt.split("# History")[1] else "second"
-        if f"{name}.end" in prompt.split("# History")[1]:
+        name = "first" if "task FIRST" in history(prompt) else "second"
+        if f"{name}.end" in history(prompt):
             return complete(f"{name} done")
         return shell(f"date +%s.%N > {name}.start; sleep 0.3; date +%s.%N > {name}.end")
 
@@ -327,9 +361,10 @@ def test_at_most_n_children_run_at_a_time_across_replies(tmp_path):
                              "queued_child_agent", "child_agent_task_completion", "child_agent_running", "action",
                              "child_agent_task_completion", "task_completion"]
     second = stream.events_list[3].data["agent_id"]
-    assert stream.events_list[5].content.endswith(f"Waiting to start: TASK_EXECUTOR {second}.")
+    assert stream.events_list[5].content.endswith(f"Waiting to start: TASK_EXECUTOR {second} (task SECOND).")
     guide = model.models["orchestrator"].prompts[0].split("## CALL_CHILD_AGENT")[1].split("\n## ")[0]
     assert "at most 1 of your children run at a time (counting those\nstarted earlier), and more are queued" in guide
+    assert not any("# Now" in prompt for prompt in model.models["task_executor"].prompts), "no sibling works with it"
 
 
 def test_waiting_with_no_child_running_and_resuming_a_running_child_are_refused(tmp_path):
@@ -340,9 +375,9 @@ def test_waiting_with_no_child_running_and_resuming_a_running_child_are_refused(
         return reply(child(f"RESUME_CHILD_AGENT {holder['id']}", "do more"))
 
     def executor(prompt):
-        history = prompt.split("# History")[1]
-        pause = "sleep 2" if "task LONG" in history else "true"
-        return shell(pause) if f"COMMAND: {pause}" not in history else complete("done")
+        shown = history(prompt)
+        pause = "sleep 2" if "task LONG" in shown else "true"
+        return shell(pause) if f"COMMAND: {pause}" not in shown else complete("done")
 
     model = RoutedModel(
         orchestrator=[wait(), reply(child("NEW_CHILD_AGENT TASK_EXECUTOR", "task LONG"),
@@ -411,7 +446,7 @@ def test_where_no_sandbox_can_run_the_orchestrator_has_no_shell(tmp_path):
     assert "RUN_SHELL_CMD" not in prompt and not re.search(r"shell|sandbox|command exiting", prompt)
     assert "You do not run commands or edit files yourself: child agents do." in prompt
     assert "RUN_SHELL_CMD" in model.models["orchestrator"].prompts[1].split("# Now")[1], "the reply is refused"
-    assert [e.type for e in stream.events_list] == ["new_request", "task_completion"]
+    assert [e.type for e in stream.events_list] == ["new_request", "reply_rejected", "task_completion"]
 
 
 def test_the_plan_survives_a_wait_a_report_names_its_task_and_a_queued_child_is_shown(tmp_path):
@@ -435,5 +470,35 @@ def test_the_plan_survives_a_wait_a_report_names_its_task_and_a_queued_child_is_
                      r"\d+\.\d\d? s:\nwrote it", history), "the report says how long the child took"
     later = after_second.split("# History")[1]
     assert re.search(r"TYPE: WAIT_FOR_CHILDREN\nREASONING:\nPLAN v2: FIRST is done; SECOND runs; then finish\n"
-                     rf"CONTENT:\nWaiting for the next child agent to return: TASK_EXECUTOR {second}\.", later)
+                     rf"CONTENT:\nWaiting for the next child agent to return: TASK_EXECUTOR {second} \(write SECOND.txt\)\.",
+                     later)
     assert f"Child agent TASK_EXECUTOR {second} (write SECOND.txt) returned (task_completion)" in later
+
+
+@pytest.mark.sandbox
+def test_each_brief_is_shown_once_and_a_long_report_is_bounded_with_the_whole_a_file_away(tmp_path):
+    briefs = [f"Brief {n}: " + f"check part {n} of the module and report what you find. " * 30 for n in (1, 2)]
+    report = "Findings:\n" + "".join(f"- finding {n}: the helper behaves as its docstring says\n" for n in range(400))
+
+    def read_the_report(prompt):
+        path = re.search(r"FULL REPORT: \d+ characters, in (\S+)\.", prompt).group(1)
+        return shell(f"wc -c < '{path}'; tail -n 1 '{path}'")
+
+    model = RoutedModel(
+        orchestrator=[reply(*(child("NEW_CHILD_AGENT TASK_EXECUTOR", brief) for brief in briefs)), wait(),
+                      read_the_report, complete("both parts checked")],
+        task_executor=[complete(report), complete("part 2 is fine")])
+    config = load_config(overrides={"agents": {"orchestrator": {"max_concurrent_children": 1}}})
+    stream = orchestrator(tmp_path, model, config=config).run_with_new_request("check both parts")
+
+    prompts = model.models["orchestrator"].prompts
+    assert all(prompt.count(brief) == 1 for prompt in prompts[1:] for brief in briefs), "a brief appears once"
+    returned = next(e for e in stream.events_list if e.type == "child_agent_task_completion")
+    cap = config.agent("orchestrator").shell_output_cap
+    assert len(returned.content) < cap + 600 < len(report), "bounded like a command's output"
+    assert "finding 0:" in returned.content and "finding 399:" in returned.content and "finding 200:" not in prompts[-1]
+    path = returned.data["report_path"]
+    assert open(path).read() == report
+    read = [e for e in stream.events_list if e.type == "action"][-1]
+    assert read.data["sandbox"] == "read-only" and read.data["stdout"] == f"{len(report)}\n- finding 399: the " \
+                                                                          "helper behaves as its docstring says\n"

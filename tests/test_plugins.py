@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -263,6 +264,27 @@ def test_the_installed_example_plugin_through_the_cli(installed_plugin, tmp_path
         missing = subprocess.run([*ANGES, "--action", "COUNT_LINES", "--model", model, "-q", "count"],
                                  cwd=tmp_path, capture_output=True, text=True, timeout=60)  # not installed here
         assert missing.returncode == 2 and message in missing.stderr, missing.stderr
+
+
+def test_the_pyproject_docs_plugins_md_shows_builds_and_installs_a_working_plugin(tmp_path):
+    docs = (REPO / "docs" / "plugins.md").read_text()
+    [pyproject] = [block for block in re.findall(r"```toml\n(.*?)```", docs, flags=re.S) if "[build-system]" in block]
+    source = tmp_path / "my-plugin"
+    source.mkdir()
+    (source / "pyproject.toml").write_text(pyproject)
+    shutil.copy(REPO / "examples" / "plugin" / "anges_example_plugin.py", source)
+    target = tmp_path / "site"
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-build-isolation", "--no-deps",
+                           "--no-index", "--target", str(target), str(source)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    [entry_points] = target.glob("anges_example_plugin-0.1.0.dist-info/entry_points.txt")
+    assert "[anges.plugins]\nexample = anges_example_plugin" in entry_points.read_text()
+    (tmp_path / "notes.txt").write_text("a\nb\nc\n")
+    run = subprocess.run([*ANGES, "--action", "COUNT_LINES", "--model", "lines:notes.txt", "-q", "count the notes"],
+                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(target)}, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "notes.txt has 3 lines."
 
 
 def test_plugins_load_only_when_a_registry_is_asked_for_a_name_it_does_not_know(installed_plugin, tmp_path):

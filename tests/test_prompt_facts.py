@@ -9,7 +9,7 @@ import pytest
 
 from anges.agents import agent_class
 from anges.config.loading import load_config
-from anges.models.scripted import SUMMARY_PROMPT_MARK, ScriptedModel
+from anges.models.scripted import ScriptedModel, is_summary_prompt
 from anges.prompt.templates import split_prompt
 from anges.registry import actions as registered_actions
 
@@ -149,7 +149,7 @@ def test_the_history_numbers_what_the_model_reads_without_gaps(tmp_path):
 
     hidden = [e for e in stream.events_list if e.type == "approval_requested"]
     assert len(hidden) >= 6, "every command was asked about, and the request is not shown to the model"
-    steps_seen = [p for p in model.prompts if not p.startswith(SUMMARY_PROMPT_MARK)]
+    steps_seen = [p for p in model.prompts if not is_summary_prompt(p)]
     for prompt in steps_seen:
         numbers = [int(n) for n in re.findall(r"^## Event (\d+) TYPE", prompt, re.M)]
         summary = re.search(r"^## Summary of Events 1 to (\d+)$", prompt, re.M)
@@ -160,9 +160,11 @@ def test_the_history_numbers_what_the_model_reads_without_gaps(tmp_path):
     assert "Summary of Events 1 to" in last, "a fold happened"
     visible = len(stream.events_list) - len([e for e in stream.events_list if e.type == "approval_requested"])
     assert f"## Event {visible} TYPE: RUN_SHELL_CMD" in last or f"## Event {visible - 1} TYPE:" in last
-    fold = next(p for p in model.prompts if p.startswith(SUMMARY_PROMPT_MARK))
-    end = int(re.search(r"from event 1 to event (\d+)", fold).group(1))
-    assert f"## Event {end} TYPE:" in fold and f"## Event {end + 1} TYPE:" not in fold
+    fold = next(p for p in model.prompts if is_summary_prompt(p))
+    end = int(re.search(r"stand in for events 1 to (\d+)", fold).group(1))
+    kept = [int(n) for n in re.search(r"Events (\d+) to (\d+) stay", fold).groups()]
+    assert kept == [end + 1, end + 2], "the fold names the two events kept in full, numbered as the model reads them"
+    assert f"## Event {end + 2} TYPE:" in fold and f"## Event {end + 3} TYPE:" not in fold
     def summary(prompt):
         return re.findall(r"^## Summary of Events .*$", prompt, re.M)
 

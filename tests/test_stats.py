@@ -145,6 +145,24 @@ def test_an_old_stream_says_which_facts_it_did_not_record(tmp_path):
     assert "not recorded: 1 command(s) recorded no duration" in text
 
 
+def test_a_current_run_without_model_usage_is_not_called_an_old_stream(tmp_path):
+    from anges.store.event_store import EventStore
+    from anges.store.events import Event, EventStream
+
+    stream = EventStream(title="made in code")  # e.g. by a library user's own loop: facts, no model usage
+    for event in (Event("new_request", content="look"),
+                  Event("action", content="ls", data={"action_type": "RUN_SHELL_CMD", "command": "ls",
+                                                      "exit_code": 0, "duration": 0.1}),
+                  Event("task_completion", content="done")):
+        stream.add_event(event)
+    EventStore().sync(stream)
+
+    (run,) = stats_json(stream.uid, cwd=tmp_path)["runs"]
+    assert run["missing"] == {"calls": 1}
+    text = anges("stats", stream.uid, cwd=tmp_path).stdout
+    assert "0.1.x" not in text and "not recorded: 1 run(s) recorded steps but no model call with them" in text
+
+
 def test_a_batch_grades_itself_and_stats_gives_its_pass_rate(tmp_path):
     script = tmp_path / "answer.json"
     script.write_text(json.dumps([shell("echo 42 > answer.txt"), complete("Wrote the answer.")]))
@@ -168,6 +186,10 @@ def test_a_batch_grades_itself_and_stats_gives_its_pass_rate(tmp_path):
     assert "hangs completed" in out.stderr and "check failed (timed out)" in out.stderr
     assert "fails completed" in out.stderr and "check failed (exit code 1)" in out.stderr
     assert "passes completed" in out.stderr and "check passed" in out.stderr
+    table = {cells[0]: cells[1] for cells in map(str.split, out.stderr.splitlines())
+             if cells[:1] in (["succeeded"], ["failed"], ["total"])}
+    assert table == {"succeeded": "2", "failed": "2", "total": "4"}, "a failed check counts as failed, as listed below"
+    assert sum(line.startswith("failed: ") for line in out.stderr.splitlines()) == 2
 
     data = stats_json("--batch", "graded", cwd=tmp_path)
     assert data["checks"] == {"passed": 1, "failed": 2, "not_run": 0}

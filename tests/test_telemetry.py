@@ -3,6 +3,7 @@ models, a real provider SDK against a wire server, real commands), and exported 
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -282,6 +283,28 @@ def test_a_cli_run_exports_its_spans_and_metrics_over_otlp_http(tmp_path, anges_
     assert metrics["anges.runs"] == [{"gen_ai.agent.name": "default", "anges.run.status": "completed"}]
 
 
+def test_the_console_exporter_shows_the_spans_on_stderr_without_a_collector(tmp_path, anges_home):
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([shell("echo traced"), complete("Traced.")]))
+    write_config(anges_home, "telemetry: {enabled: true}\n")  # no endpoint, no collector anywhere
+
+    def run(**variables):
+        return subprocess.run([sys.executable, "-m", "anges", "--model", f"scripted:{script}", "-q", "trace me"],
+                              capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
+                              env={**os.environ, **variables})
+
+    out = run(OTEL_TRACES_EXPORTER="console", OTEL_METRICS_EXPORTER="none")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "Traced.", "spans never go to stdout, the answer's (or a protocol's)"
+    names = re.findall(r'^    "name": "([^"]+)",$', out.stderr, flags=re.M)
+    assert sorted(names) == ["chat scripted", "chat scripted", "execute_tool RUN_SHELL_CMD",
+                             "execute_tool TASK_COMPLETE", "invoke_agent default"]
+    assert "did not take" not in out.stderr, "nothing was sent to a collector"
+
+    wrong = run(OTEL_TRACES_EXPORTER="zipkin")
+    assert wrong.returncode == 2 and "OTEL_TRACES_EXPORTER=zipkin: anges exports otlp, console or none" in wrong.stderr
+
+
 def test_a_traceparent_in_the_environment_makes_the_run_part_of_that_trace(tmp_path, anges_home):
     script = tmp_path / "script.json"
     script.write_text(json.dumps([complete("Joined.")]))
@@ -315,7 +338,7 @@ def test_without_the_sdk_enabling_telemetry_says_what_to_install(tmp_path, anges
                          check=False, cwd=tmp_path)
     assert out.returncode == 2
     assert "telemetry.enabled is true, but the OpenTelemetry SDK" in out.stderr
-    assert "pip install 'anges[otel]'" in out.stderr and "Traceback" not in out.stderr
+    assert "pipx install --force '.[otel]'" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_a_batch_is_one_trace_and_each_run_is_under_its_tasks_span_across_worker_processes(tmp_path, anges_home):

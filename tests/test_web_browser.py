@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("browser")]  # one Ch
 LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
                "--disable-component-update", "--no-first-run"]
 PASSWORD = "browser-test-password"
-WAIT = 10_000  # ms for anything the page must show
+WAIT = 30_000  # ms for anything the page must show: generous for a loaded machine (twelve runs start at once below)
 
 # Recorded before any page script runs: a payload that executes sets __xss, a CSP refusal is counted.
 TRAP = """
@@ -132,6 +132,7 @@ class LiveServer:
 
 @pytest.fixture(scope="module")
 def browser():
+    playwright_api.expect.set_options(timeout=WAIT)  # Playwright's own default is 5 s
     with playwright_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium_path(), args=LAUNCH_ARGS, headless=True)
         yield browser

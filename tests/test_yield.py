@@ -62,7 +62,7 @@ def check(stream, model, port):
     assert "A command still running after 120 s, or that starts listening on a port, goes on in the background" \
            in model.prompts[0]
     assert served.data["yielded"] and served.data["exit_code"] is None and not served.data["timed_out"]
-    assert served.data["listening"] == [port] and served.data["duration"] < 2, "not the 120 s yield point"
+    assert served.data["listening"] == [port] and served.data["duration"] < 60, "not the 120 s yield point"
     assert re.search(rf"LISTENING on port {port}, so it went on in the background: pid \d+", served.content)
     assert f"pid {served.data['pid']}" in model.prompts[1].split("# Background jobs of this run")[1]
     assert ": running; log " in model.prompts[1]

@@ -262,7 +262,8 @@ def _steps(reader: Reader, records: list[dict], children: list[Reader],
                 _start_child(reader, event, index, fresh, children, open_blocks)
             if not fresh:
                 continue
-            steps.append(step_view(event, index, reader.cwd, reasoning))
+            if event.type != "results_shrunk":  # the prompt's bookkeeping: nothing happened to show
+                steps.append(step_view(event, index, reader.cwd, reasoning))
             reader.next_index = index + 1
             if reader.block and event.type in RETURN_TO_PARENT_EVENT_TYPES:
                 reader.done = True  # a child block shows one run of the child: up to its answer

@@ -151,7 +151,7 @@ class AngesAgent:
                               commands_may_write(config.safety, cwd))
         except AngesError as exc:
             raise RequestError(-32602, str(exc)) from None
-        session = Session(stream.uid, self.client, self.loop, os.path.abspath(cwd), run_secrets(config, (), mcp)[0],
+        session = Session(stream.uid, self.client, self.loop, os.path.abspath(cwd), run_secrets(config, None, mcp)[0],
                           self.wire)
         try:
             agent = agent_class(agent_type)(

@@ -20,6 +20,7 @@ from acp.schema import PermissionOption, StopReason
 from anges.acp import facts
 from anges.acp.updates import Speaker, UpdateMapper
 from anges.acp.wire import Wire
+from anges.agents.calls import calling_agent
 from anges.agents.live import SHOWN_FIELDS
 from anges.exceptions import ModelReplyError, StreamBusy
 from anges.safety.approval import Decision
@@ -240,21 +241,11 @@ class WatchedModel:
             from anges.util.masking import mask_secrets
 
             turn.refused = False
-            turn.mapper.reply(mask_secrets(str(reply), self.session.secrets), _calling_agent())
+            turn.mapper.reply(mask_secrets(str(reply), self.session.secrets), calling_agent())
         return reply
 
     def __getattr__(self, name: str):
         return getattr(self.model, name)
-
-
-MODEL_THREAD_PREFIX = "anges-model-"
-
-
-def _calling_agent() -> str:
-    """The agent whose model call runs on this thread (an agent calls its model on `anges-model-<its id>`), so a
-    parent's reply while its children run is not taken for a child's; "" when unknown."""
-    name = threading.current_thread().name
-    return name[len(MODEL_THREAD_PREFIX):] if name.startswith(MODEL_THREAD_PREFIX) else ""
 
 
 class EditorApproval:

@@ -207,6 +207,11 @@ class UpdateMapper:
                 self._hooked(speaker, event)
             elif kind in ("completion_held", "completion_dropped"):  # a thought of its own, after the reply's
                 self.send(update_agent_thought_text(f"\n\n{f'[{speaker.type}] ' * bool(speaker.depth)}{event.message}"))
+            elif kind == "reply_rejected":  # its thoughts, even its calls, may have gone out: they led nowhere
+                self._close(speaker.id, "Not run: the reply was rejected.")
+                after = "\n\n" if self._streaming.pop(speaker.id, None) else ""
+                lead = f"[{speaker.type}] " if speaker.depth else ""
+                self.send(update_agent_thought_text(f"{after}{lead}{event.content}\n\n"))
 
     def history(self, items: list[tuple[Event, Speaker]]) -> None:
         """Replay recorded events (children's after the event that ran them) as the live turns showed them."""

@@ -90,6 +90,9 @@ class ActionContext:
     output_dir: str | None = None
     """Where a command's full output and log go when not in `runner`'s scratch directory (an escalated command's go
     to the sandbox's, which sandboxed commands can read)."""
+    outputs: str | None = None
+    """The agent tree's folder of the files its history points to (`anges.store.outputs`): a command's whole output,
+    a long command, a child's whole report. None: they go to `output_dir` and last until the request ends."""
     output_sink: Callable[[str], OutputSink | None] | None = None
     """`output_sink(command)`: where a command in the foreground sends its output as it runs (the delta handlers');
     None, or a None sink, when no one watches."""

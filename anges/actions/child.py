@@ -9,8 +9,9 @@ from anges.actions.base import Action, ActionContext, Delegator
 from anges.exceptions import InvalidStreamId, StreamNotFound
 from anges.prompt.parsing import Param
 from anges.store.events import Event, EventStream
+from anges.store.outputs import save, stream_folder
 from anges.store.results import took
-from anges.util.clipping import shorten
+from anges.util.clipping import clip, shorten
 
 TASK_CHARS = 100
 """The most of a child's first request line its reports repeat."""
@@ -41,6 +42,11 @@ class ChildRun:
         """The first line of its request, as its reports name it."""
         return shorten(next((line.strip() for line in self.request.splitlines() if line.strip()), ""), TASK_CHARS)
 
+    @property
+    def label(self) -> str:
+        """Who it is and what it does: `TASK_EXECUTOR k3Jd9aQw2LxZ (make the tests pass)`."""
+        return f"{self.name} ({self.task})"
+
 
 class CallChildAgent(Action):
     """Starts or resumes a child agent and records its report."""
@@ -69,11 +75,13 @@ class CallChildAgent(Action):
         return error(f"directive {args['directive']!r} is not valid: use `NEW_CHILD_AGENT <TYPE>` "
                      f"(TYPE one of {', '.join(_parent(ctx).child_types())}) or `RESUME_CHILD_AGENT <child id>`")
 
-    def requested(self, child: ChildRun) -> None:
-        """Record `new_child_agent` or `resume_child_agent` (the request) on the parent's stream."""
+    def requested(self, child: ChildRun, queued: bool = False) -> None:
+        """Record `new_child_agent` or `resume_child_agent` (the request) on the parent's stream; `queued`: it waits
+        for a running child to return before it starts."""
         stream, ctx = child.agent.event_stream, child.ctx
-        verb = "starts" if child.kind == "new_child_agent" else "resumes"
-        data = {"agent_id": stream.uid, "agent_type": child.agent.agent_type, "directive": child.directive}
+        verb = "queues" if queued else "starts" if child.kind == "new_child_agent" else "resumes"
+        data = {"agent_id": stream.uid, "agent_type": child.agent.agent_type, "directive": child.directive,
+                **({"queued": True} if queued else {})}
         ctx.record(Event(child.kind, reasoning=ctx.reply.reasoning, analysis=ctx.reply.analysis, content=child.request,
                          message=f"{verb} child agent {child.agent.agent_type} {stream.uid}",
                          data={**data, **({"approval": child.approval} if child.approval else {})}))
@@ -105,14 +113,15 @@ class CallChildAgent(Action):
         exit_event = stream.events_list[-1]
         request = stream.events_list[min(child.start, len(stream.events_list) - 1)]
         after = took((exit_event.created_at - request.created_at).total_seconds())
-        content = f"Child agent {child.name} ({child.task}) returned ({exit_event.type}) after {after}:\n" \
-            f"{exit_event.content}{_open_plan(child.agent.run_state)}"
+        report, saved = _bounded(exit_event.content, child.ctx)
+        content = f"Child agent {child.label} returned ({exit_event.type}) after {after}:\n" \
+            f"{report}{_open_plan(child.agent.run_state)}"
         return Event(
             type=f"child_agent_{exit_event.type}",
             content=f"{content}\n\n{others}" if others else content,
             message=f"child agent {child.agent.agent_type} {stream.uid} returned: {exit_event.type}",
             data={"agent_id": stream.uid, "agent_type": child.agent.agent_type, "exit_type": exit_event.type,
-                  **({"reason": exit_event.data["reason"]} if "reason" in exit_event.data else {})},
+                  **({"reason": exit_event.data["reason"]} if "reason" in exit_event.data else {}), **saved},
         )
 
     def _new_child(self, ctx: ActionContext, child_type: str, args: dict) -> ChildRun | Event:
@@ -155,8 +164,8 @@ class WaitForChildren(Action):
 
     def waiting(self, running: list[ChildRun], queued: list[ChildRun]) -> Event:
         """The event of a wait for the next child to return (it keeps the reply's reasoning: the plan)."""
-        names = [child.name for child in running] + [f"{child.name} (queued)" for child in queued]
-        text = f"Waiting for the next child agent to return: {', '.join(names)}."
+        names = [child.label for child in running] + [f"queued {child.label}" for child in queued]
+        text = f"Waiting for the next child agent to return: {'; '.join(names)}."
         return Event("action", content=text, message="waits for its child agents",
                      data={"action_type": self.type,
                            "waiting_for": [child.agent.event_stream.uid for child in (*running, *queued)]})
@@ -169,6 +178,19 @@ def _open_plan(state: Any) -> str:
         return ""
     steps = "; ".join(step.step for step in plan.open_steps)
     return f"\n(Its plan: {plan.progress()}; open: {steps}.)"
+
+
+def _bounded(report: str, ctx: ActionContext) -> tuple[str, dict]:
+    """A child's report as its parent reads it: bounded like a command's output (`shell_output_cap`), its head and
+    tail, with the whole in a file beside the parent's stream; and the facts of that file (`report_path`)."""
+    limit = max(ctx.config.shell_output_cap, 1000)
+    if len(report) <= limit:
+        return report, {}
+    folder = stream_folder(ctx.outputs, ctx.agent_id) if ctx.outputs else None
+    path = save(folder, "anges-report-", report, ".md") if folder else None
+    where = f"in {path}" if path else "in the child's own history only"
+    facts = {"report_path": path} if path else {}
+    return f"{clip(report, limit)}\nFULL REPORT: {len(report)} characters, {where}.", facts
 
 
 def _parent(ctx: ActionContext) -> Delegator:

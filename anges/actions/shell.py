@@ -5,8 +5,10 @@ from __future__ import annotations
 from anges.actions.base import Action, ActionContext
 from anges.prompt.parsing import Param
 from anges.store.events import Event
-from anges.store.results import RESULT_FORMAT, ShellRun
+from anges.store.outputs import save, stream_folder
+from anges.store.results import RESULT_FORMAT, WHOLE_COMMAND_CHARS, ShellRun
 from anges.util.clipping import shorten
+from anges.util.masking import mask_secrets
 
 
 class RunShellCommand(Action):
@@ -14,6 +16,8 @@ class RunShellCommand(Action):
 
     type = "RUN_SHELL_CMD"
     guide_template = "actions/run_shell_cmd.j2"
+    whole_command_chars = WHOLE_COMMAND_CHARS
+    """A command up to this size comes back whole in its result (its guide says so)."""
     params = {
         "command": Param(str, non_empty=True),
         "shell_cmd_timeout": Param(int, required=False),
@@ -31,7 +35,8 @@ class RunShellCommand(Action):
         timeout = min(args.get("shell_cmd_timeout") or ctx.config.shell_cmd_timeout, ctx.config.max_shell_cmd_timeout)
         yield_after = args.get("background_after")
         yield_after = ctx.config.shell_background_after if yield_after is None else max(yield_after, 0)
-        output_dir = ctx.output_dir or (ctx.runner.scratch if ctx.runner is not None else None)
+        scratch = ctx.output_dir or (ctx.runner.scratch if ctx.runner is not None else None)
+        folder = stream_folder(ctx.outputs, ctx.agent_id) if ctx.outputs else None
         sink = ctx.output_sink(command) if ctx.output_sink is not None else None
         result = run_command(
             command,
@@ -46,7 +51,8 @@ class RunShellCommand(Action):
             runner=ctx.runner,
             log_cap=ctx.app_config.safety.background_log_cap,
             yield_after=yield_after,
-            output_dir=output_dir,
+            output_dir=folder or scratch,
+            log_dir=scratch,
             watch=sink,
         )
         if sink is not None:
@@ -55,6 +61,7 @@ class RunShellCommand(Action):
         facts = {**result.to_data(), "action_type": self.type, "stdout": result.stdout, "stderr": result.stderr,
                  "sandbox": ctx.sandbox.mode if ctx.sandbox is not None else "none", "escalated": ctx.escalated,
                  "result_format": RESULT_FORMAT}
+        facts.update(_kept_apart(command, result.output_path, folder, ctx.secrets))
         if blocked:
             facts["blocked"] = blocked
             if not ctx.can_escalate:
@@ -66,3 +73,13 @@ class RunShellCommand(Action):
         run = ShellRun.of(event)  # the model reads the facts; the store keeps them once
         event.content = run.text() if run is not None else ""
         return event
+
+
+def _kept_apart(command: str, output_path: str | None, folder: str | None, secrets: list[str]) -> dict:
+    """The facts of what is kept apart from the result: the file that holds a command too long to repeat whole
+    (its secrets masked), and whether the full output lasts only until the request ends (no folder kept it)."""
+    facts: dict = {"temporary": True} if output_path and folder is None else {}
+    if folder is not None and len(command) > WHOLE_COMMAND_CHARS:
+        path = save(folder, "anges-command-", mask_secrets(command, secrets), ".sh")
+        facts.update({"command_path": path} if path else {})
+    return facts

@@ -97,7 +97,7 @@ class BaseAgent(Delegation):
         """Who answers an `ask`: a channel `f(ApprovalRequest) -> Decision`, or a mode: ask, auto, deny."""
         self.run_safety: RunSafety | None = None
         """The sandbox, policy and approval gate of the current run (its child agents share them)."""
-        self._share = SafetyShare(self.config, parent=parent_safety, apis=self.apis)
+        self._share = SafetyShare(self.config, parent=parent_safety, apis=self.apis, store=self.store)
         self._calls = ModelCalls(self)
         self._prompter = Prompter(self, self._calls.sizing)
         self.delta_handlers = self._calls.delta_handlers
@@ -114,11 +114,11 @@ class BaseAgent(Delegation):
 
     def run_with_new_request(self, task_description: str, event_stream: EventStream | None = None) -> EventStream:
         """Record the request (new or follow-up) and work on it until the run ends; returns the stream."""
-        self.run_safety = safety = self._share.begin(self.cmd_init_dir, self.approval)
-        stream = self._open_stream(event_stream)
-        self._interrupted.clear()
+        self._interrupted.clear()  # before the sandbox is probed: a stop asked for meanwhile holds for this run
         self._interrupt_why, self.run_state = "", None
-        self.secrets, env = run_secrets(self.config, self.agent_config.pass_env, self.mcp, self.apis)
+        self.run_safety = safety = self._share.begin(self.cmd_init_dir, self.approval, (event_stream or self).uid)
+        stream = self._open_stream(event_stream)
+        self.secrets, env = run_secrets(self.config, self.agent_config, self.mcp, self.apis, self.cmd_init_dir)
         with self.store.run_lock(stream.uid):
             self.store.clear_stop(stream.uid)
             if abandoned := abandoned_run(stream):
@@ -186,7 +186,7 @@ class BaseAgent(Delegation):
     def _step(self) -> bool:
         """One reply and its actions; True when a returning action ended the run."""
         self.check_limits()
-        of_run(self.run_state).history.fold_if_due(self.agent_config.max_consecutive_actions_to_summarize)
+        of_run(self.run_state).history.before_step(self.agent_config.max_consecutive_actions_to_summarize)
         return self._execute(self._query())
 
     def _query(self) -> ParsedReply:
@@ -291,7 +291,7 @@ class BaseAgent(Delegation):
             prefix_cmd=self.prefix_cmd, interrupt_check=self.stop_requested, reply=ParsedReply("", "", [], ""),
             record=self._record, agent_type=self.agent_type, secrets=self.secrets, env=env, charge=ledger.charge,
             render_guide=self._prompter.guide, delegator=self, output_sink=self._calls.output_sink)
-        history = History(stream, self.store, self._calls.sizing.prompt, self._calls.reply, self._record, self.logger)
+        history = History(stream, self.store, self._prompter, self._calls.reply, self._record, self.logger)
         return RunState(self.agent_config, budget, ledger, context, history, CompletionCheck(self),
                         ending_jobs=self._share.ending_jobs)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from anges.exceptions import RunStopped
@@ -81,11 +81,11 @@ class Ledger:
         """Who answers when a reply does not say (the model's `name`)."""
         self.pending: dict = {}
 
-    def count(self, reply: str, attach: bool = True) -> float | None:
-        """Charge one model call by its reply (a `Completion` says what it used; a plain string is estimated), and
-        (unless not `attach`) put it on the next recorded event: the agent's calls, summaries and titles too, all
-        show in a run's usage. Returns its cost when prices are set."""
-        usage = getattr(reply, "usage", None) or Usage(0, estimate_tokens(reply), estimated=True)
+    def count(self, reply: str, prompt: str = "", attach: bool = True) -> float | None:
+        """Charge one model call by its reply (a `Completion` says what it used; a plain string's tokens, the
+        `prompt`'s and its own, are estimated), and (unless not `attach`) put it on the next recorded event: the
+        agent's calls, summaries and titles too, all show in a run's usage. Returns its cost when prices are set."""
+        usage = estimated(getattr(reply, "usage", None) or Usage(), prompt, reply)
         model_name = getattr(reply, "model", "") or self.model_name
         cost = self.charge(usage, model_name)
         if not attach:
@@ -125,6 +125,17 @@ class Ledger:
                 event.data[key] = pending[key]
         event.est_input_token = pending.get("input_tokens", 0)
         event.est_output_token = pending.get("output_tokens", 0)
+
+
+def estimated(usage: Usage, prompt: str, reply: str) -> Usage:
+    """`usage` with the counts a provider did not report (a plug-in's plain text, a server that sends no usage)
+    estimated from the prompt and the reply, and marked so."""
+    missing = {}
+    if usage.input_tokens <= 0 and prompt:
+        missing["input_tokens"] = estimate_tokens(prompt)
+    if usage.output_tokens <= 0 and reply:
+        missing["output_tokens"] = estimate_tokens(reply)
+    return replace(usage, **missing, estimated=True) if missing else usage
 
 
 def cache_hit_ratio(cached_tokens: int, input_tokens: int) -> float | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -18,6 +19,7 @@ from anges.models.cancel import CallThread, CancelToken
 from anges.models.streaming import NOWHERE, listening
 from anges.prompt.parsing import ParsedReply, parse_reply
 from anges.prompt.templates import render_template
+from anges.store.events import Event
 from anges.util.clipping import clip, shorten
 from anges.util.waiting import wait_for
 
@@ -29,6 +31,17 @@ if TYPE_CHECKING:
     from anges.agents.listening import Listener
     from anges.agents.run import RunState
     from anges.config.types import AgentConfig, Config
+
+
+MODEL_THREAD_PREFIX = "anges-model-"
+"""An agent calls its model on the thread `anges-model-<its id>`."""
+
+
+def calling_agent() -> str:
+    """The id of the agent whose model call runs on this thread ("" when none does): several agents of a tree share
+    one model, and what it is asked tells it nothing of who asks."""
+    name = threading.current_thread().name
+    return name[len(MODEL_THREAD_PREFIX):] if name.startswith(MODEL_THREAD_PREFIX) else ""
 
 
 class Caller(Protocol):
@@ -104,6 +117,7 @@ class ModelCalls:
             if invalid >= attempts:
                 raise RunStopped("invalid_replies", f"the model gave {attempts} invalid replies in a row; {problem}",
                                  last_error=error)
+            of_run(agent.run_state).context.record(rejected(error, reply, invalid, attempts))
             feedback = render_template("invalid_reply.j2", agent.config.prompt.template_dir, error=error,
                                        attempt=invalid, max_attempts=attempts)
 
@@ -144,7 +158,7 @@ class ModelCalls:
                 exc.sent = exc.sent or self.sizing.tokens(prompt)
             self._tell(prompt, temperature, started, error=exc)
             raise
-        cost = ledger.count(reply if isinstance(reply, str) else "", attach)
+        cost = ledger.count(reply if isinstance(reply, str) else "", prompt, attach)
         self._tell(prompt, temperature, started, reply, cost=cost)
         self.sizing.check(prompt, reply, step=live)
         return reply
@@ -196,7 +210,7 @@ class ModelCalls:
         thread = self._thread
         pending = thread.start(streamed, token) if thread is not None else None
         if thread is None or pending is None:  # no thread yet, or it ended while idle
-            self._thread = thread = CallThread(f"anges-model-{self.agent.uid}")
+            self._thread = thread = CallThread(f"{MODEL_THREAD_PREFIX}{self.agent.uid}")
             pending = thread.start(streamed, token)
         if pending is None:
             raise RuntimeError("a new model call thread took no call")
@@ -223,10 +237,24 @@ class ModelCalls:
                 "call": self.count}
 
 
+def rejected(feedback: str, reply, attempt: int, attempts: int) -> Event:
+    """The `reply_rejected` event of an invalid reply the model is asked again for: why, and how the reply began."""
+    why = shorten(_why(feedback), 300)
+    text = f"reply rejected: {why} (asked again)"
+    return Event("reply_rejected", content=text, message=text,
+                 data={"reason": why, "began": _began(reply), "attempt": attempt, "max_attempts": attempts})
+
+
 def _problem(feedback: str, reply) -> str:
-    """What was wrong with an invalid reply, told to a person: how the reply began, and the feedback's first
-    sentence (written to the model, so "Your reply ..." becomes "it ...")."""
+    """What was wrong with an invalid reply, told to a person: how the reply began, and why."""
+    return f'last reply: "{_began(reply)}" ({_why(feedback)})'
+
+
+def _why(feedback: str) -> str:
+    """The feedback's first sentence, told to a person (written to the model, so "Your reply ..." becomes "it ...")."""
     why = re.split(r"(?<=\.)\s", feedback.strip(), maxsplit=1)[0].rstrip(".")
-    why = re.sub(r"^Your reply's\b", "its", re.sub(r"^Your reply\b", "it", why))
-    began = shorten(" ".join(str(reply).split()), 80)
-    return f'last reply: "{began}" ({why})'
+    return re.sub(r"^Your reply's\b", "its", re.sub(r"^Your reply\b", "it", why))
+
+
+def _began(reply) -> str:
+    return shorten(" ".join(str(reply).split()), 80)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from anges.exceptions import RunStopped
 from anges.prompt import summarize
-from anges.prompt.history import folded_until
+from anges.prompt.history import folded_until, format_events
 from anges.util.waiting import wait_for
 
 if TYPE_CHECKING:
@@ -39,7 +39,9 @@ def compact(stream: EventStream, store: Store, config: Config, model: Callable[.
         end, first = len(stream.events_list), folded_until(stream) + 1
         if end < first:
             return None
-        summary = _call(lambda: summarize.fold(model, stream, end, "asked", config.prompt, keep.strip()), stop)
+        request = summarize.fold_request(stream, end, config.prompt, keep.strip())
+        prompt = f"{format_events(stream, 1, end, config.prompt)}\n\n{request}"
+        summary = _call(lambda: summarize.fold(model, prompt, end, "asked", config.prompt), stop)
         if keep.strip():
             summary.data["keep"] = keep.strip()
         usage = summary.data.get("usage")

@@ -50,6 +50,12 @@ class Delegation:
     readonly_shell = False
     """It delegates every change: its own commands run in the read-only sandbox, never asked about, never let out
     (a deny rule still holds)."""
+    working_siblings: Callable[[], list[str]] | None = None
+    """Set by a parent whose children run at once: its other children working in this agent's folder now."""
+
+    def siblings(self) -> list[str]:
+        """The parent's other children working in this agent's folder at this moment (`TASK_EXECUTOR id (task)`)."""
+        return self.working_siblings() if self.working_siblings is not None else []
 
     def make_child(self: Parent, agent_type: str, event_stream: EventStream) -> Any:
         """A child agent that inherits this agent's model, config, store, directory, notes, handlers (delta handlers

@@ -35,6 +35,9 @@ class Children:
         self.action = action
         self.waiting: deque[ChildRun] = deque()
         self.running: dict[concurrent.futures.Future, ChildRun] = {}
+        self.working: tuple[ChildRun, ...] = ()
+        """The children whose run goes on, as their own threads read them (replaced whole, never changed)."""
+        self._working_lock = threading.Lock()
         self.stops: dict[str, threading.Event] = {}
         self.failures: dict[str, str] = {}
         """Why a child's run raised (its own stream says, unless it failed before recording anything)."""
@@ -52,7 +55,9 @@ class Children:
         stop, inherited = threading.Event(), child.agent.interrupt_check
         child.agent.interrupt_check = lambda: stop.is_set() or inherited()  # holds even before its run begins
         self.stops[child.agent.uid] = stop
-        self.action.requested(child)
+        child.agent.working_siblings = lambda: [other.label for other in self.working if other is not child
+                                                and other.agent.cmd_init_dir == child.agent.cmd_init_dir]
+        self.action.requested(child, queued=len(self.running) >= self.limit)
         self.waiting.append(child)
         self.start_waiting()
         if child in self.waiting:
@@ -65,7 +70,19 @@ class Children:
             self.action.started(child)
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(self.limit, thread_name_prefix="anges-child")
-            self.running[self._pool.submit(self.action.execute, child)] = child
+            self._work(child, True)
+            self.running[self._pool.submit(self._execute, child)] = child
+
+    def _execute(self, child: ChildRun) -> ChildRun:
+        try:
+            return self.action.execute(child)
+        finally:
+            self._work(child, False)
+
+    def _work(self, child: ChildRun, working: bool) -> None:
+        with self._working_lock:
+            others = tuple(other for other in self.working if other is not child)
+            self.working = (*others, child) if working else others
 
     def returned(self, stop: Callable[[], bool]) -> list[ChildRun]:
         """Wait until a running child returns (or `stop()`); the children that have returned, in starting order."""
@@ -207,6 +224,6 @@ def _progress(child: ChildRun, state: str) -> dict:
 def _others(running: list[ChildRun], waiting: list[ChildRun]) -> str:
     if not running and not waiting:
         return "No other child agent is running."
-    parts = [f"Still running: {', '.join(c.name for c in running)}." if running else "",
-             f"Waiting to start: {', '.join(c.name for c in waiting)}." if waiting else ""]
+    parts = [f"Still running: {'; '.join(c.label for c in running)}." if running else "",
+             f"Waiting to start: {'; '.join(c.label for c in waiting)}." if waiting else ""]
     return " ".join(part for part in parts if part)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from anges.agents.run import of_run
@@ -25,7 +26,8 @@ if TYPE_CHECKING:
 
 HISTORY_HEADING = "\n# History\n"
 """Where the stable prefix of an agent prompt ends (the templates render this heading before the history)."""
-NOTHING_NOW = {"background_jobs": [], "older_jobs": 0, "plan": None, "children": [], "after_edit": False}
+NOTHING_NOW = {"background_jobs": [], "older_jobs": 0, "plan": None, "children": [], "siblings": [],
+               "after_edit": False}
 
 
 class Prompted(Protocol):
@@ -38,14 +40,16 @@ class Prompted(Protocol):
     registered_actions: list[Action]
     event_stream: EventStream | None
     run_safety: RunSafety | None
+    run_state: RunState | None
     notes: list[str]
     cmd_init_dir: str
     prefix_cmd: str
     secrets: list[str]
     readonly_shell: bool
-    run_state: RunState | None
 
     def running_children(self) -> list[dict]: ...
+
+    def siblings(self) -> list[str]: ...
 
 
 class Prompter:
@@ -57,15 +61,16 @@ class Prompter:
         self.sizing = sizing
         """Holds the run's prompt limits (`config.prompt`, scaled down for a small context window)."""
         self._facts: dict | None = None
+        self._python3: str | None = None
         self._project: list[ProjectFile] | None = None
-        self._history = ""
-        """The history the last prompt showed: where the next one may hit the provider's cache."""
+        self._cached = ""
+        """The last prompt up to the end of its history: where the next one may hit the provider's cache."""
 
     def new_run(self) -> None:
         """Read the facts and the project's AGENTS.md again (either may differ) and render every action's guide."""
-        self._facts = None
+        self._facts = self._python3 = None
         self._project = None
-        self._history = ""
+        self._cached = ""
         for action in self.agent.registered_actions:
             if action.guide_template:
                 action.guide_prompt = self.guide(action)
@@ -74,22 +79,35 @@ class Prompter:
         """The full prompt for the next step; `feedback` says what was wrong with the last reply. Past `limit`
         characters (0: none) the middle of the history is cut, never the instructions or the tail."""
         agent = self.agent
-        stream = of_run(agent.event_stream)
-        events = stream.events_list
-        history = format_event_stream(stream, self.sizing.prompt)
+        events = of_run(agent.event_stream).events_list
         jobs, older_jobs = agent.run_safety.job_lines() if agent.run_safety else ([], 0)
         last = next((event for event in reversed(events) if kind_of(event.type).group != "hook"), None)
         plan = agent.run_state.plan if agent.run_state is not None else None
         now = {"background_jobs": jobs, "older_jobs": older_jobs, "plan": plan if plan and plan.total else None,
-               "children": agent.running_children(),
+               "children": agent.running_children(), "siblings": agent.siblings(),
                "after_edit": last is not None and last.type == "edit_file"}  # a formatter's hook may have run since
-        text = self._render(history, now, feedback)
+        return self._fitted(lambda history: self._render(history, now, feedback), limit)
+
+    def asking(self, request: str) -> Prompt:
+        """The prompt's head (the fixed part and the history, as the next step shows them), then `request` where the
+        tail would be: a fold's prompt, which the provider's cache serves up to the end of the history. Within the
+        model's limit, like every prompt."""
+        def render(history: str) -> str:
+            return f"{self._render(history, NOTHING_NOW, '').removesuffix(chr(10))}\n\n{request}"
+
+        return self._fitted(render, None)
+
+    def _fitted(self, render: Callable[[str], str], limit: int | None) -> Prompt:
+        """`render(history)`; past `limit` characters (0: none; None: what fits the model), the history's middle cut."""
+        history = format_event_stream(of_run(self.agent.event_stream), self.sizing.prompt)
+        text = render(history)
+        limit = self.sizing.fit(text) if limit is None else limit
         if 0 < limit < len(text):
             room = len(history) - (len(text) - limit)
             if room <= 0 and self.sizing.window is None:  # the fixed part alone is past max_prompt_chars: the call's
                 room = limit // 2  # clip cuts its middle, and the history's end (the request) stays
             history = clip(history, room) if room > 0 else omission(len(history)).strip()
-            text = self._render(history, now, feedback)
+            text = render(history)
         return self._cacheable(text, history)
 
     def fixed_text(self) -> str:
@@ -99,27 +117,34 @@ class Prompter:
 
     def _render(self, history: str, now: dict, feedback: str) -> str:
         """The prompt; `now` holds what its tail (`# Now`) shows: background jobs, the plan, running children, the
-        reminder after an edit."""
+        siblings working in the same folder, the reminder after an edit."""
         agent, config = self.agent, self.sizing.prompt
         return render_template(
             agent.agent_prompt_template, config.template_dir, **self.offered(), **now,
-            action_guides=[a.guide_prompt for a in agent.registered_actions], platform=self.facts(),
+            action_guides=[a.guide_prompt for a in agent.registered_actions],
+            platform={**self.facts(), "python3": self.python3()},
             project_files=self.project_files(), project_limit=config.max_agents_md_chars,
             notes=agent.notes, history=history, feedback=feedback, agent=agent)
 
     def _cacheable(self, text: str, history: str) -> Prompt:
-        """The prompt with its cache breaks: the end of the stable prefix, of the history the last prompt showed
-        (the provider cached up to there) and of this history."""
-        key = f"anges-{self.agent.uid}"
+        """The prompt with its cache breaks: the end of the stable prefix, of what the last prompt cached (the provider
+        reads it from there) and of this history; and the facts of this machine and folder it states. The history's
+        block takes the blank lines after it (a provider sends no blank block), so that the next prompt can break
+        where the cached block ended."""
+        key, local = f"anges-{self.agent.uid}", {"workdir": self.agent.cmd_init_dir, "python3": self.python3()}
         fixed = text.find(HISTORY_HEADING) + 1
         if not fixed:
-            return Prompt(text, cache_key=key)
+            return Prompt(text, cache_key=key, local_facts=local)
         start = text.find(history, fixed)
         if start < 0:
-            return Prompt(text, (fixed,), (fixed,), key)
-        previous, self._history = self._history, history
-        grown = start + len(previous) if previous and history.startswith(previous) else 0
-        return Prompt(text, (fixed, grown, start + len(history)), (fixed, start + len(history)), key)
+            return Prompt(text, (fixed,), (fixed,), key, local)
+        end = start + len(history)
+        end += len(text) - end - len(text[end:].lstrip())
+        grown = len(self._cached) if self._cached and text.startswith(self._cached) else 0
+        if grown and not text[grown:end].strip():
+            end = grown  # the same history: its block ends where the cached one did
+        self._cached = text[:end]
+        return Prompt(text, (fixed, grown, end), (fixed, end), key, local)
 
     def project_files(self) -> list[ProjectFile]:
         """The project's AGENTS.md files (none when `prompt.agents_md` is off), read once per run: they belong to
@@ -163,3 +188,12 @@ class Prompter:
                            "cwd": agent.cmd_init_dir, "prefix_cmd": agent.prefix_cmd,
                            "sandbox": agent.run_safety.facts(agent.readonly_shell) if agent.run_safety else None}
         return self._facts
+
+    def python3(self) -> str:
+        """Where the run's commands find `python3` ("" when they find none, or before the run has its environment)."""
+        state = self.agent.run_state
+        if self._python3 is None and state is not None:
+            from anges.safety.python_env import commands_python
+
+            self._python3 = commands_python(state.context.env or os.environ)
+        return self._python3 or ""

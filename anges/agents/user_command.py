@@ -38,7 +38,7 @@ def run_user_command(agent: BaseAgent, command: str, stop: Callable[[], bool] = 
     verdict = safety.policy.decide("RUN_SHELL_CMD", {"command": command})
     if verdict.decision == "deny":
         raise UsageError(f"not run: {verdict.reason or 'a deny rule of the policy forbids it'}")
-    secrets, env = run_secrets(config, limits.pass_env, agent.mcp, agent.apis)
+    secrets, env = run_secrets(config, limits, agent.mcp, agent.apis, agent.cmd_init_dir)
     stream = agent.event_stream or EventStream(uid=agent.uid, agent_type=agent.agent_type)
     tag = {"agent_id": agent.uid, "agent_type": agent.agent_type, "parent_ids": tuple(agent.parent_ids), "call": 0}
     sink = LiveOutput(agent.delta_handlers, tag, secrets, command) if agent.delta_handlers else None

@@ -38,7 +38,7 @@ def run_check(spec: TaskSpec, workdir: Path, config: Config, stop: threading.Eve
         return None
 
     agent_config = config.agent(spec.agent)
-    secrets, env = run_secrets(config, agent_config.pass_env)  # what the agent's commands got, no more
+    secrets, env = run_secrets(config, agent_config, cwd=str(workdir))  # what the agent's commands got, no more
     safety = RunSafety(config.safety, str(workdir), approval="deny")
     timeout = spec.check_timeout or agent_config.shell_cmd_timeout
     try:

@@ -161,7 +161,7 @@ class RichDisplay(PlainDisplay):
     def finished(self, row: dict) -> None:
         from rich.text import Text
 
-        kind = "failed" if row.get("check") == "failed" else outcome(row)
+        kind = outcome(row)
         style = {"succeeded": "green", "failed": "red"}.get(kind, "yellow")
         self.console.print(Text.assemble(("✓ " if style == "green" else "✗ ", style), row["id"], " ",
                                          (describe(row), "dim")))
@@ -178,8 +178,7 @@ class RichDisplay(PlainDisplay):
             running = sorted(progress.running.items(), key=lambda item: item[1].started)
         for task_id, task in running[:RUNNING_ROWS]:
             table.add_row(Text(task_id, style="cyan"), Text(_duration(now - task.started)),
-                          Text(f"{task.steps} step{'' if task.steps == 1 else 's'}"), Text(clean(task.now(), 80),
-                                                                                            style="dim"))
+                          Text(plural(task.steps, "step")), Text(clean(task.now(), 80), style="dim"))
         more = len(running) - RUNNING_ROWS
         rows = [Text(progress.headline(), style="bold"), table]
         if more > 0:
@@ -203,7 +202,7 @@ def describe(row: dict) -> str:
     if row.get("error"):
         status += f": {clean(row['error'], 160)}"
     tokens = row["tokens"]["input"] + row["tokens"]["output"]
-    facts = [f"{row['steps']} steps", f"{row['model_calls']} calls", f"{_tokens(tokens)} tokens"]
+    facts = [plural(row["steps"], "step"), plural(row["model_calls"], "call"), f"{_tokens(tokens)} tokens"]
     if row.get("cost") is not None:
         facts.append(f"${row['cost']:.4f}")
     facts.append(_duration(row.get("wall_time") or 0.0))
@@ -242,7 +241,7 @@ def print_summary(rows: list[dict], out: TextIO) -> None:
     """The summary table, the checks' pass rate and the tasks that did not succeed (first few), with rich on a
     terminal."""
     table = summary_table(rows)
-    failed = [row for row in rows if outcome(row) == "failed" or row.get("check") == "failed"]
+    failed = [row for row in rows if outcome(row) == "failed"]
     checks = check_counts(rows)
     if any(checks.values()):
         print(f"checks: {pass_rate(checks)}", file=out)
@@ -283,6 +282,11 @@ def _summary_line(name: str, rows: list[dict]) -> tuple[str, ...]:
             str(sum(row["model_calls"] for row in rows)),
             _tokens(sum(row["tokens"]["input"] + row["tokens"]["output"] for row in rows)),
             f"${sum(costs):.4f}" if costs else "-", _duration(sum(row.get("wall_time") or 0.0 for row in rows)))
+
+
+def plural(count: int, word: str) -> str:
+    """`1 step`, `2 steps`."""
+    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 def _tokens(count: int) -> str:

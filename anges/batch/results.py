@@ -21,10 +21,11 @@ STOP_REASON = "interrupt"
 
 
 def outcome(row: dict) -> str:
-    """succeeded, failed or unfinished (stopped, cut off or never run: a later run of the batch does it)."""
+    """succeeded, failed (its check failed too) or unfinished (stopped, cut off or never run: a later run of the batch
+    does it)."""
     status = row["status"]
     if status in SUCCEEDED:
-        return "succeeded"
+        return "failed" if row.get("check") == "failed" else "succeeded"
     if status in ("not_run", "running") or (status == "interrupted" and row.get("reason") == STOP_REASON):
         return "unfinished"
     return "failed"

@@ -137,7 +137,7 @@ def _run_setup(spec: TaskSpec, workdir: Path, config: Config, stop: threading.Ev
         return None
 
     agent_config = config.agent(spec.agent)
-    secrets, env = run_secrets(config, agent_config.pass_env)  # the agent's commands get the same environment
+    secrets, env = run_secrets(config, agent_config, cwd=str(workdir))  # the agent's commands get the same environment
     done = run_command(spec.setup, cwd=workdir, env=env, timeout=spec.timeout or agent_config.shell_cmd_timeout,
                        interrupt_check=stop.is_set, output_cap=2 * MAX_ERROR_TAIL, secrets=secrets)
     if done.interrupted:

@@ -143,8 +143,7 @@ class ApprovalPane(Pane):
             if request.cancelled.is_set() or self.screen is None:
                 return _decision("cancelled", by="interrupt")
             asking, screen = Asking(request), self.screen
-            doing = screen.status.activity
-            screen.status.doing(WAITING)  # not "running ...": nothing runs before the answer
+            screen.status.hold(WAITING)  # not "running ...": nothing runs before the answer
             screen.in_loop(lambda: self._show(asking))
             try:
                 while not asking.answered.wait(0.05):
@@ -152,7 +151,7 @@ class ApprovalPane(Pane):
                         return _decision("cancelled", by="interrupt")
                 return asking.decision or _decision("cancelled", by="interrupt")  # set before `answered` is
             finally:
-                screen.status.doing(doing)
+                screen.status.hold("")
                 screen.in_loop(self._hide)
 
     # -- the screen's thread ---------------------------------------------------------------------------------

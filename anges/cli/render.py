@@ -83,8 +83,8 @@ class Renderer:
         previous = self._turns.get(agent, "")
         self._turns[agent] = reasoning_after(event, previous)
         group = group_of(event)
-        if not kind_of(event.type).in_report or (live and depth == 0 and group == "request"):
-            return []
+        if not kind_of(event.type).in_report or (group == "request" and (live or depth)):  # a child's: its parent's
+            return []  # line that starts it shows it
         if live and event.type == "approval_requested":
             return []
         # a child's return carries the reasoning of the step that delegated, already shown when it started
@@ -94,12 +94,8 @@ class Renderer:
         usage = StepUsage.of(event.data) if self.verbose else None
         if usage is not None:
             body.append(Text("  " + usage.line(), "dim"))
-        if depth and body and agent:
-            tag = Text(f"[{agent}] ", "dim magenta")
-            if isinstance(body[0], Text):
-                body[0] = prefixed(tag, body[0])
-            else:
-                body.insert(0, tag)
+        if depth and agent:  # children's lines interleave: each part's first line says whose it is
+            reasoning, body = _tagged(reasoning, agent), _tagged(body, agent)
         return [_indented(item, depth) for item in reasoning + body]
 
     def answer(self, text: str) -> RenderableType:
@@ -128,7 +124,7 @@ class Renderer:
         if group == "hook":
             return list(hook_lines(event, self.verbose))
         if group == "child_start":
-            verb = "starts" if kind == "new_child_agent" else "resumes"
+            verb = "queues" if data.get("queued") else "starts" if kind == "new_child_agent" else "resumes"
             head = Text.assemble(("⇢", "bold magenta"), f" {verb} ", (data.get("agent_type", "child"), "bold"),
                                  f" {data.get('agent_id', '')}")
             return self._block(head, event.content, 3)
@@ -144,6 +140,8 @@ class Renderer:
             head = Text.assemble(("⏸", "bold yellow"), " ", (kind_of(kind).title.lower(), "yellow"))
             causes = [str(cause.get("text", "")) for cause in data.get("causes") or [] if isinstance(cause, dict)]
             return [head, *self._framed([Text(one_line(cause, 300)) for cause in causes or [event.content]])]
+        if group == "rejected":
+            return [Text.assemble(("↻", "bold yellow"), " ", (first_line(event.content), "yellow"))]
         result = ActionResult.of(event)
         if result is not None:
             return self._action(result, event.message)
@@ -305,6 +303,14 @@ def _shell_status(shell: ShellRun) -> Text:
         return Text(f"started in the background: pid {shell.pid}, output in {shell.log_path}", "cyan")
     return Text.assemble((f"exit {shell.exit_code}", "green" if shell.exit_code == 0 else "red"),
                          (f" · {seconds(shell.duration)}", "dim"))
+
+
+def _tagged(items: list[RenderableType], agent: str) -> list[RenderableType]:
+    tag = Text(f"[{agent}] ", "dim magenta")
+    if not items:
+        return items
+    first = prefixed(tag, items[0]) if isinstance(items[0], Text) else tag
+    return [first, *items[1:]] if isinstance(items[0], Text) else [first, *items]
 
 
 def _indented(item: RenderableType, depth: int) -> RenderableType:

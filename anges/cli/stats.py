@@ -18,6 +18,7 @@ COLUMNS = ("run", "steps", "calls", "tokens in/out (cached)", "cost", "wall", "m
 MISSING = {
     "usage": "{n} run(s) recorded no token usage (streams of anges 0.1.x): their tokens, calls and cost are not "
              "counted",
+    "calls": "{n} run(s) recorded steps but no model call with them: their tokens, calls and cost are not counted",
     "model_time": "{n} model call(s) recorded no time in the model: the model time leaves them out",
     "command_time": "{n} command(s) recorded no duration: the command time leaves them out",
     "approval_answer": "{n} approval request(s) were never answered (the run ended while it waited)",

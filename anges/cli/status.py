@@ -14,6 +14,8 @@ from anges.util.clipping import one_line, shorten
 from anges.util.printable import printable
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+RUNNING = "running "
+"""How the activity of a command begins: `running ls -la`."""
 
 
 @dataclass
@@ -76,7 +78,7 @@ class Status:
     sandbox: str = ""
     approval: str = ""
     activity: str = ""
-    """thinking, running `ls`, stopping...; empty when no request runs."""
+    """thinking, running `ls`, waiting for 2 child agents, stopping...; empty when no request runs."""
     started: float = 0.0
     runs: int = 0
     """Requests begun so far: what a model call of an earlier one says is not this one's."""
@@ -90,6 +92,12 @@ class Status:
     prompt_tokens: int = 0
     """The input tokens of the last model call (as its server counted them, else estimated): how full the window is."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    held: str = ""
+    """What the line says whatever the agents do (a question waiting for the user's answer); "" when nothing."""
+    agents: dict[str, str] = field(default_factory=dict, repr=False)
+    """What each agent of the request's tree does now, by its id, the latest last (the line says the latest)."""
+    children: set[str] = field(default_factory=set, repr=False)
+    """The child agents running (their parents wait for them)."""
 
     def describe(self, agent, safety) -> None:
         """Say which model the agent uses and which sandbox and approval mode its run gets."""
@@ -106,24 +114,37 @@ class Status:
         with self.lock:
             self.run, self.started, self.activity = Usage(), time.monotonic(), "thinking"
             self.runs += 1
+            self.held = ""
+            self.agents.clear()
+            self.children.clear()
 
     def end(self) -> None:
         """The request ended."""
         with self.lock:
             self.activity = ""
 
-    def recorded(self, event, depth: int = 0) -> None:
-        """An event was recorded (any agent of the tree: `depth` 0 is the top one's); one that tells the model's
-        window updates it, and the top agent's plan update the plan."""
+    def recorded(self, event, agent: str = "", depth: int = 0) -> None:
+        """An event was recorded by `agent` (any agent of the tree: `depth` 0 is the top one's): the command it ran,
+        or the step it took, is done (what it does next, it says); one that tells the model's window updates it, and
+        the top agent's plan update the plan."""
+        from anges.store.events import ChildReturn, ShellRun
+
         plan = Plan.of(event) if depth == 0 else None
         with self.lock:
             self.run.add(event)
             self.session.add(event)
+            if not self.agents.get(agent, "").startswith(RUNNING) or ShellRun.of(event) is not None:
+                self.agents.pop(agent, None)
+            if event.type == "child_agent_running":
+                self.children.add(str(event.data.get("agent_id", "")))
+            elif (returned := ChildReturn.of(event)) is not None:
+                self.children.discard(returned.agent_id)
             data = event.data if isinstance(getattr(event, "data", None), dict) else {}
             if isinstance(data.get("context_window"), int):
                 self.window = {key: data[key] for key in WINDOW_FACTS if key in data}
             if plan is not None:
                 self.plan = plan if plan.total else None
+            self._settle()
 
     def charged(self, usage: dict | None, cost: float | None) -> None:
         """Model usage outside a request (a `/compact` fold): the session's totals count it."""
@@ -152,12 +173,33 @@ class Status:
         with self.lock:
             self.prompt_tokens = tokens
 
-    def doing(self, activity: str, run: int | None = None) -> None:
-        """What the request does now; unless it is stopping or over, or `run` (a number of `runs`) is an earlier
-        one's (a dropped model call can end after its request)."""
+    def doing(self, activity: str, run: int | None = None, agent: str | None = None) -> None:
+        """What the request does now (`agent`: what that agent of it does, "" to say it does nothing the line can
+        name); unless it is stopping or over, or `run` (a number of `runs`) is an earlier one's (a dropped model call
+        can end after its request)."""
         with self.lock:
-            if self.activity not in ("", "stopping") and run in (None, self.runs):
+            if self.activity in ("", "stopping") or run not in (None, self.runs):
+                return
+            if agent is None:
                 self.activity = activity
+                return
+            self.agents.pop(agent, None)
+            if activity:
+                self.agents[agent] = activity
+            self._settle()
+
+    def hold(self, activity: str) -> None:
+        """Say `activity` (a question asked) whatever the agents do, until `hold("")`."""
+        with self.lock:
+            self.held = activity
+            self._settle()
+
+    def _settle(self) -> None:
+        if self.activity in ("", "stopping"):
+            return
+        waiting = len(self.children)
+        self.activity = self.held or next(reversed(self.agents.values()), "") or (
+            f"waiting for {waiting} child agent{'s' if waiting != 1 else ''}" if waiting else "working")
 
     @property
     def working(self) -> bool:
@@ -211,8 +253,10 @@ class WatchedModel:
         self.name = getattr(model, "name", "")
 
     def __call__(self, prompt: str, temperature: float = 0.0):
-        run = self.status.runs
-        self.status.doing("thinking", run)
+        from anges.agents.calls import calling_agent
+
+        run, agent = self.status.runs, calling_agent()
+        self.status.doing("thinking", run, agent)
         reply = None
         try:
             reply = self.model(prompt, temperature=temperature)
@@ -221,7 +265,7 @@ class WatchedModel:
             self.status.prompted(tokens if isinstance(tokens, int) and tokens > 0 else estimate_tokens(str(prompt)))
             return reply
         finally:
-            self.status.doing(printable(activity(reply)), run)
+            self.status.doing(printable(activity(reply)), run, agent)
 
     def __getattr__(self, name: str):
         return getattr(self.model, name)
@@ -234,4 +278,4 @@ def activity(reply) -> str:
         command = next(a["command"] for a in actions if a.get("action_type", "").upper() == "RUN_SHELL_CMD")
     except (TypeError, ValueError, AttributeError, KeyError, StopIteration):
         return "working"
-    return f"running {one_line(str(command), 80)}"
+    return f"{RUNNING}{one_line(str(command), 80)}"

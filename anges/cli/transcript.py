@@ -43,7 +43,7 @@ class Transcript:
 
     def on_message(self, message) -> None:
         """Message handler: draw the event the agent just recorded."""
-        self.status.recorded(message.event, message.depth)
+        self.status.recorded(message.event, message.agent_id, message.depth)
         if self.quiet:
             return
         agent = f"{message.agent_type} {message.agent_id}" if message.depth else ""

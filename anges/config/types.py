@@ -97,10 +97,11 @@ class AgentConfig(Section):
 
     model: str = ""
     """Empty = the global `model`."""
-    max_consecutive_actions_to_summarize: int = 30
-    """Fold the history into the rolling summary once this many events wait to be folded (those since the last
-    fold but the newest `prompt.recent_events_in_full`); 0 = not by count. Checked before each model call, so a
-    finished task costs no summary call."""
+    max_consecutive_actions_to_summarize: int = 50
+    """At most this many events the model reads wait to be folded into the rolling summary (those since the last
+    fold but the newest `prompt.recent_events_in_full`), however small; 0 = no bound. Before it, the size of the
+    history decides (`prompt.history_window_chars`). Checked before each model call, so a finished task costs no
+    summary call."""
     max_number_of_events_to_exhaust: int = 80
     """Steps (events but approvals and bookkeeping) since the last user input before the run stops."""
     max_model_calls: int = 120
@@ -136,6 +137,9 @@ class AgentConfig(Section):
     (head and tail) and a longer diff becomes a count of the lines it changes. The change itself is made."""
     pass_env: list[str] = Field(default_factory=list)
     """Credential environment variables that commands may see."""
+    keep_anges_venv: bool = False
+    """Commands keep the virtualenv anges runs from (its `bin` first on PATH, `VIRTUAL_ENV`): for a venv that is
+    also the project's. Off, they get the environment without it, unless it lies in the working directory."""
     notes: list[str] = Field(default_factory=list)
     """Notes added to every prompt of this agent type."""
     auto_entitle: bool = False
@@ -164,14 +168,19 @@ class PromptConfig(Section):
     template_dir: str = ""
     """A directory of your own .j2 templates, searched before the packaged ones."""
     recent_events_in_full: int = 5
-    """The newest events a summary fold leaves out of the summary (they stay in the history as they were)."""
+    """The newest events a summary fold leaves out of the summary (they stay in the history as they were); events
+    the model does not read are not counted."""
     max_event_lines: int = 4000
     max_event_chars: int = 12000
     """Each event's text in the history is cut to this many characters (and `max_event_lines` lines), the same at
     every step, so between folds a prompt is the previous one with new text at the end."""
-    history_window_chars: int = 40000
+    history_window_chars: int = 16000
     """Fold the history into the rolling summary once the events waiting to be folded fill more than this many
-    characters (besides `max_consecutive_actions_to_summarize` events); 0 = by count only."""
+    characters (less for a small context window; or once they are `max_consecutive_actions_to_summarize`); 0 = by
+    count only."""
+    shrink_chars: int = 4000
+    """An older result longer than this in the history (a command's, a child agent's brief or report) shrinks to
+    its head and tail and the file that holds it whole, in batches (see docs/prompt.md); 0 = never."""
     max_prompt_chars: int = 400000
     """No prompt is longer: a larger one first triggers a summary fold, then the middle of the history is cut."""
     max_summary_chars: int = 8000

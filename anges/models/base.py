@@ -84,21 +84,26 @@ class ModelCall:
 class Prompt(str):
     """A prompt text that also says how a provider may cache it; any `str` is a valid prompt too.
 
-    `breaks` are offsets where a provider that caches by blocks (Anthropic) may start a new block: the end of the
-    stable prefix (instructions, guides), the end of the history the previous call sent, the end of this history.
-    `marks` are those of `breaks` worth a cache marker. `cache_key` names the run (OpenAI's `prompt_cache_key`).
+    `breaks` are offsets where a provider that caches by blocks (Anthropic) may end a block: the end of the
+    stable prefix (instructions, guides), the end of what the previous call cached, the end of this history (the end
+    of the text, when only blank text follows it). `marks` are those of `breaks` worth a cache marker. `cache_key`
+    names the run (OpenAI's `prompt_cache_key`).
+    `local_facts` are the facts of where it was rendered that it states and another machine or folder would state
+    otherwise (`workdir`, `python3`): a recording keeps them, and a replay reads its own in their place.
     """
 
     breaks: tuple[int, ...]
     marks: tuple[int, ...]
     cache_key: str
+    local_facts: dict[str, str]
 
     def __new__(cls, text: str, breaks: tuple[int, ...] = (), marks: tuple[int, ...] = (),
-                cache_key: str = "") -> Prompt:
+                cache_key: str = "", local_facts: dict[str, str] | None = None) -> Prompt:
         obj = super().__new__(cls, text)
-        obj.breaks = tuple(sorted({b for b in breaks if 0 < b < len(text)}))
+        obj.breaks = tuple(sorted({b for b in breaks if 0 < b <= len(text)}))
         obj.marks = tuple(m for m in marks if m in obj.breaks)
         obj.cache_key = cache_key
+        obj.local_facts = dict(local_facts or {})
         return obj
 
 

@@ -57,6 +57,8 @@ class RecordingModel:
         """The inner model's reply, recorded; a ModelError is recorded too, then raised."""
         start = time.monotonic()
         entry: dict = {"v": FORMAT_VERSION, "name": self.name, "temperature": temperature, "prompt": redact(prompt)}
+        if facts := getattr(prompt, "local_facts", None):  # a replay in another folder reads its own in their place
+            entry["facts"] = {name: redact(value) for name, value in facts.items()}
         if window := window_of(self.inner):  # the prompts were sized to it: a replay sizes them the same way
             entry["context_window"] = window.tokens
         try:
@@ -129,12 +131,13 @@ class ReplayModel:
                                  f"call {index + 1} has none")
             self.calls += 1
         entry = self.entries[index]
-        self._compare(index, redact(prompt), entry.get("prompt", ""))
+        recorded = as_here(entry.get("prompt", ""), entry.get("facts"), getattr(prompt, "local_facts", {}))
+        self._compare(index, redact(prompt), recorded)
         if "error" in entry:
             raise _error(entry["error"])
         usage = entry.get("usage")
         replay_into_sink(entry.get("reply", ""))  # streamed again, in a few pieces
-        return Completion(entry.get("reply", ""), usage=Usage(**usage) if usage else None, model=entry.get("model", ""),
+        return Completion(entry.get("reply", ""), usage=Usage(**usage) if usage else None, model=self.name,
                           latency=entry.get("latency", 0.0), finish_reason=entry.get("finish_reason", "stop"))
 
     def _compare(self, index: int, actual: str, recorded: str) -> None:
@@ -145,11 +148,21 @@ class ReplayModel:
             first = self.divergence is None
             if first:
                 self.divergence = divergence
-        hint = f"\n(to go on regardless, as in a demo: --model replay:{LENIENT}{self.path})" if self.strict else ""
-        if first:  # the log shows the whole diff excerpt; a transcript may show only a message's first line
-            logger.warning("%s: %s%s", self.name, divergence, hint)
-        if self.strict:
-            raise ModelError(f"{self.name}: {divergence}{hint}")
+        if self.strict:  # the run stops with it: its message says it all, once
+            raise ModelError(f"{self.name}: {divergence}\n(to go on regardless, as in a demo: --model "
+                             f"replay:{LENIENT}{self.path})")
+        if first:
+            logger.warning("%s: %s", self.name, divergence)
+
+
+def as_here(recorded: str, then: dict | None, now: dict) -> str:
+    """A recorded prompt as this run would state it: the facts of where it was recorded (its working directory,
+    the `python3` of its commands) replaced by this run's, wherever they stand whole."""
+    for name, value in sorted((then or {}).items(), key=lambda item: -len(str(item[1]))):
+        here = now.get(name)
+        if isinstance(value, str) and value and here and here != value:
+            recorded = re.sub(re.escape(value) + r"(?![\w.-])", here.replace("\\", "\\\\"), recorded)
+    return recorded
 
 
 def replay_model(spec: str) -> ReplayModel:

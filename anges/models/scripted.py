@@ -12,9 +12,16 @@ from anges.exceptions import ModelError, ModelSetupError
 from anges.models.base import Completion, Usage, estimate_tokens
 from anges.models.streaming import replay_into_sink
 
-# The first line of the summary and title prompt templates; lets scripted models answer them by rule.
+# The first line of the summary request (which ends a fold's prompt) and of the title prompt; lets scripted models
+# answer them by rule.
 SUMMARY_PROMPT_MARK = "# Summarize the agent's progress"
 TITLE_PROMPT_MARK = "# Name this conversation"
+
+
+def is_summary_prompt(prompt: str) -> bool:
+    """Whether `prompt` asks for the rolling summary: it ends with the summary request, after the whole history."""
+    at = prompt.rfind("\n" + SUMMARY_PROMPT_MARK + "\n")
+    return at >= 0 and "\n## Event " not in prompt[at:]
 
 Reply = str | dict | list | Exception | Callable[[str], Any]
 
@@ -83,7 +90,7 @@ class ScriptedModel:
         return Completion(text, usage=usage, model=self.name)
 
     def _rule_reply(self, prompt: str) -> str | None:
-        if self.summary is not None and prompt.startswith(SUMMARY_PROMPT_MARK):
+        if self.summary is not None and is_summary_prompt(prompt):
             return self.summary
         if self.title is not None and prompt.startswith(TITLE_PROMPT_MARK):
             return self.title

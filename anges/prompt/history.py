@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from anges.config.types import PromptConfig
+from anges.prompt import shrinking
+from anges.prompt.shrinking import Candidate, whole
 from anges.store.attached import Attached
 from anges.store.events import EVENT_KINDS, REQUEST_EVENT_TYPES, kind_of
 from anges.store.turns import reasoning_after, turn_reasoning
@@ -26,10 +28,12 @@ _caches: Attached[dict] = Attached()
 """Per stream: the summaries in effect, and the history as formatted so far (see `_Formatted`)."""
 
 
-def format_event(index: int, event: Event, config: PromptConfig | None = None, reasoning: str | None = None) -> str:
+def format_event(index: int, event: Event, config: PromptConfig | None = None, reasoning: str | None = None,
+                 content: str | None = None) -> str:
     """One event as `## Event N TYPE: LABEL` with its REASONING (`reasoning`, when given: "" leaves it out) and
-    CONTENT blocks. With a `config`, texts are cut to its limits; a request is shown whole."""
-    content = event.content or ""
+    CONTENT blocks (`content`, when given, instead of its own). With a `config`, texts are cut to its limits; a
+    request is shown whole."""
+    content = (event.content or "") if content is None else content
     reasoning = event.reasoning if reasoning is None else reasoning
     if config is not None:
         reasoning = clip(reasoning, config.max_event_chars, config.max_event_lines)
@@ -65,13 +69,62 @@ def shown_count(stream: EventStream, end: int) -> int:
     return _shown_counts(stream.events_list, end)[end]
 
 
-def history_window(stream: EventStream, config: PromptConfig) -> tuple[int, int]:
-    """The events a fold would take now (all since the last fold but the newest `recent_events_in_full`): how
-    many, and how many characters of the history they fill."""
+@dataclass(frozen=True)
+class FoldWindow:
+    """The events a fold would take now: those shown since the last fold but the newest `recent_events_in_full`
+    shown ones (events the model does not read count for nothing)."""
+
+    count: int
+    """How many the model reads."""
+    chars: int
+    """The characters of the history they fill."""
+    end: int
+    """The last of them (its index in the stream, 1-based); 0 when there is none."""
+
+
+def fold_window(stream: EventStream, config: PromptConfig) -> FoldWindow:
+    """The events a fold would take now, and the room they take (see `FoldWindow`)."""
     formatted = _formatted(stream, config)
-    foldable = len(stream.events_list) - config.recent_events_in_full
-    chars = sum(len(block) + 2 for index, block in zip(formatted.indexes, formatted.blocks) if index <= foldable)
-    return max(foldable - formatted.settled, 0), chars
+    count = max(len(formatted.indexes) - config.recent_events_in_full, 0)
+    chars = sum(len(block) + 2 for block in formatted.blocks[:count])
+    return FoldWindow(count, chars, formatted.indexes[count - 1] if count else 0)
+
+
+def shrink_candidates(stream: EventStream, config: PromptConfig) -> list[Candidate]:
+    """The results shown in full since the last fold whose block is longer than `shrink_chars`, and that the record
+    still has whole (`shrinking.whole`): what each would save, what follows it, and the replies since."""
+    formatted = _formatted(stream, config)
+    blocks, events = formatted.blocks, stream.events_list
+    found: list[Candidate] = []
+    large = {position for position, block in enumerate(blocks) if len(block) > config.shrink_chars > 0}
+    if not large:
+        return found
+    first = min(large)
+    after = sum(len(block) + 2 for block in blocks[first + 1:])
+    turns = sum("usage" in event.data for event in events[formatted.indexes[first]:])
+    for position in range(first, len(blocks)):
+        index = formatted.indexes[position]
+        saved = _saving(formatted, events, position, config) if position in large else 0
+        if saved > 0:
+            found.append(Candidate(index, saved, after, turns))
+        if position + 1 < len(blocks):
+            after -= len(blocks[position + 1]) + 2
+            turns -= sum("usage" in event.data for event in events[index:formatted.indexes[position + 1]])
+    return found
+
+
+def _saving(formatted: _Formatted, events: list, position: int, config: PromptConfig) -> int:
+    """What shrinking the event shown at `position` would save (measured once); 0 when it cannot shrink."""
+    index = formatted.indexes[position]
+    if index not in formatted.savings:
+        event = events[index - 1]
+        saved = 0
+        if index not in formatted.shrunk and shrinking.shrinkable(event) and whole(event) != (None, ""):
+            smaller = format_event(formatted.numbers[position], event, config, formatted.reasonings[position],
+                                   shrinking.shrunk(event, "", config))
+            saved = len(formatted.blocks[position]) - len(smaller)
+        formatted.savings[index] = saved
+    return formatted.savings[index]
 
 
 def folded_until(stream: EventStream) -> int:
@@ -119,6 +172,13 @@ class _Formatted:
     """The last event the summaries cover."""
     indexes: list[int] = field(default_factory=list)
     blocks: list[str] = field(default_factory=list)
+    numbers: list[int] = field(default_factory=list)
+    reasonings: list[str] = field(default_factory=list)
+    """Of each block: the event's number, and the reasoning it shows."""
+    shrunk: set[int] = field(default_factory=set)
+    """The events (stream indexes) shown shrunk (see `anges.prompt.shrinking`)."""
+    savings: dict[int, int] = field(default_factory=dict)
+    """What shrinking an event would save, once measured."""
     upto: int = 0
     """The last event formatted."""
     shown: int = 0
@@ -138,14 +198,31 @@ def _formatted(stream: EventStream, config: PromptConfig) -> _Formatted:
                                                   upto=settled, shown=_shown_counts(events, settled)[settled])
     for index in range(formatted.upto + 1, len(events) + 1):
         event = events[index - 1]
-        if event.type not in _HIDDEN:
+        if event.type == shrinking.SHRINKS:
+            _shrink(formatted, events, event.data.get("events") or [], config)
+        elif event.type not in _HIDDEN:
             formatted.shown += 1
+            reasoning = turn_reasoning(event, formatted.reasoning)
             formatted.indexes.append(index)
-            formatted.blocks.append(format_event(formatted.shown, event, config,
-                                                 turn_reasoning(event, formatted.reasoning)))
+            formatted.numbers.append(formatted.shown)
+            formatted.reasonings.append(reasoning)
+            formatted.blocks.append(format_event(formatted.shown, event, config, reasoning))
         formatted.reasoning = reasoning_after(event, formatted.reasoning)
     formatted.upto = len(events)
     return formatted
+
+
+def _shrink(formatted: _Formatted, events: list, batch: list, config: PromptConfig) -> None:
+    """Show the events of a `results_shrunk` batch shrunk from now on (those folded meanwhile need nothing)."""
+    positions = {index: position for position, index in enumerate(formatted.indexes)}
+    for index, path in batch:
+        position = positions.get(index)
+        if position is not None and isinstance(path, str):
+            formatted.blocks[position] = format_event(formatted.numbers[position], events[index - 1], config,
+                                                      formatted.reasonings[position],
+                                                      shrinking.shrunk(events[index - 1], path, config))
+            formatted.shrunk.add(index)
+            formatted.savings[index] = 0
 
 
 def _cache(stream: EventStream) -> dict:

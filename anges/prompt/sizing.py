@@ -8,9 +8,10 @@ from anges.config.types import PromptConfig
 AGENTS_MD_SHARE = 0.2
 """Of the prompt's room, what the project's AGENTS.md files may take."""
 HISTORY_SHARES = {"history_window_chars": 0.3, "max_event_chars": 0.1, "max_summary_chars": 0.1,
-                  "max_folded_request_chars": 0.1}
+                  "max_folded_request_chars": 0.1, "shrink_chars": 0.05}
 """Of the history's room, what each limit may take: the window of events waiting to be folded, each of the newest
-events shown in full (`recent_events_in_full`, 5), the rolling summary and the requests shown beside it."""
+events shown in full (`recent_events_in_full`, 5), the rolling summary and the requests shown beside it; an older
+result longer than its share shrinks."""
 TAIL_CHARS = 600
 """Kept for the prompt's tail (background jobs, the feedback on an invalid reply)."""
 MIN_LIMIT = 200

@@ -4,13 +4,17 @@ A fold asks the model to rewrite the history from the first event up to a point 
 far and the events since) as one summary, which then stands in for all of it. It happens before a model call,
 only when the events waiting to be folded fill the window, so the prompt's size stays flat and a finished
 task costs no summary call.
+
+The fold's prompt is the agent's own prompt (the fixed part and the whole history, byte for byte as the next step
+would show them) with the request for the summary where the tail would be: the provider's cache serves it up to the
+end of the history. The request names the events that stay in full after the summary.
 """
 
 from __future__ import annotations
 
 from anges.config.types import PromptConfig
 from anges.exceptions import ModelReplyError
-from anges.prompt.history import folded_until, format_events, history_window, shown_count
+from anges.prompt.history import fold_window, folded_until, shown_count
 from anges.prompt.parsing import strip_thinking
 from anges.prompt.templates import render_template
 from anges.store.events import EventStream, EventSummary
@@ -20,31 +24,31 @@ SUMMARY_WORDS = 400
 
 
 def fold_due(stream: EventStream, config: PromptConfig, threshold: int) -> int | None:
-    """The last event a fold should cover now, or None when the window is not full: a fold would take
-    `threshold` events (0 = no count) or more than `history_window_chars` characters of history."""
-    count, chars = history_window(stream, config)
-    full = (threshold > 0 and count >= threshold) or 0 < config.history_window_chars < chars
-    return fold_end(stream, config) if full else None
+    """The last event a fold should cover now, or None when the window is not full: a fold would take more than
+    `history_window_chars` characters of history, or `threshold` events the model reads (0 = no count)."""
+    window = fold_window(stream, config)
+    full = 0 < config.history_window_chars < window.chars or (threshold > 0 and window.count >= threshold)
+    return window.end if full and window.end else None
 
 
 def fold_end(stream: EventStream, config: PromptConfig) -> int | None:
-    """The last event a fold now would cover (all but the newest `recent_events_in_full`); None if it adds none."""
-    end = len(stream.events_list) - config.recent_events_in_full
-    return end if end > folded_until(stream) else None
+    """The last event a fold now would cover (all but the newest `recent_events_in_full` the model reads); None if
+    it adds none."""
+    return fold_window(stream, config).end or None
 
 
-def fold_prompt(stream: EventStream, end: int, config: PromptConfig, keep: str = "") -> str:
-    """The prompt that asks the model for the rolling summary of events 1..`end` (`keep`: what the user asked it
-    to keep, `/compact`)."""
-    return render_template("summary.j2", config.template_dir, end=shown_count(stream, end), max_words=SUMMARY_WORDS,
-                           has_summary=folded_until(stream) > 0, history=format_events(stream, 1, end, config),
-                           keep=keep)
+def fold_request(stream: EventStream, end: int, config: PromptConfig, keep: str = "") -> str:
+    """What asks the model, after its history, for the rolling summary of events 1..`end` (and names the events that
+    stay in full; `keep`: what the user asked it to keep, `/compact`)."""
+    last, shown = shown_count(stream, end), shown_count(stream, len(stream.events_list))
+    return render_template("summary.j2", config.template_dir, end=last, kept=(last + 1, shown) if shown > last else (),
+                           max_words=SUMMARY_WORDS, has_summary=folded_until(stream) > 0, keep=keep)
 
 
-def fold(model, stream: EventStream, end: int, reason: str, config: PromptConfig, keep: str = "") -> EventSummary:
-    """Ask the model for the rolling summary of events 1..`end` (cut to `max_summary_chars`); model errors (and
-    FormatError for a reply cut off while thinking) propagate to the caller."""
-    reply = model(fold_prompt(stream, end, config, keep))
+def fold(model, prompt: str, end: int, reason: str, config: PromptConfig) -> EventSummary:
+    """Ask the model for the rolling summary of events 1..`end` with `prompt` (cut to `max_summary_chars`); model
+    errors (and FormatError for a reply cut off while thinking) propagate to the caller."""
+    reply = model(prompt)
     text = strip_thinking(reply.strip()) if isinstance(reply, str) else ""
     if not text:
         raise ModelReplyError("the model returned an empty summary", kind="empty")

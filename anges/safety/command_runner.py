@@ -132,8 +132,11 @@ class CommandRunner:
     """The run's runner process: starts every command of the run and ends them all when the run ends."""
 
     def __init__(self, cwd: str, settings: SandboxSettings | None = None, bwrap: str = "",
-                 log_cap: int = 10_000_000, contain: bool = False, places: tuple[str, ...] = ()):
+                 log_cap: int = 10_000_000, contain: bool = False, places: tuple[str, ...] = (),
+                 visible: tuple[str, ...] = ()):
         self.cwd = cwd
+        self.visible = visible
+        """Directories the sandbox shows its commands read-only, even where it hides what holds them."""
         self.settings = settings if settings is not None and settings.enabled else None
         self.bwrap = bwrap
         self.places = places or (self.settings.untrusted if self.settings is not None else ())
@@ -335,7 +338,7 @@ class CommandRunner:
         else:
             passed.append(seccomp)
         self._cgroup, limit = process_limit(settings.max_processes)
-        argv = bwrap_argv(self.bwrap, settings, self.cwd, [scratch], features, seccomp)
+        argv = bwrap_argv(self.bwrap, settings, self.cwd, [scratch, *self.visible], features, seccomp)
         argv += ["--", *runner, "--namespace", *limit]
         return self._cgroup.enter_argv(argv) if self._cgroup is not None else argv
 

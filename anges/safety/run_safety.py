@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -17,10 +17,11 @@ from anges.safety.places import untrusted_configuration
 from anges.safety.policy import Policy, Verdict
 from anges.safety.sandbox import SandboxSettings, availability, working_bwrap
 from anges.store.events import action_input
+from anges.store.outputs import tree_folder
 from anges.util.clipping import shorten
 
 if TYPE_CHECKING:
-    from anges.config.types import Config, SafetyConfig
+    from anges.config.types import AgentConfig, Config, SafetyConfig
     from anges.tools.openapi import APIs
 
 
@@ -51,12 +52,15 @@ class Runners:
     """The run's runner processes, started on first use: one in the sandbox, one for commands let out of it, and one
     in the read-only sandbox (an orchestrator's commands)."""
 
-    def __init__(self, cwd: str, settings: SandboxSettings, bwrap: str, log_cap: int, contain: bool = False):
+    def __init__(self, cwd: str, settings: SandboxSettings, bwrap: str, log_cap: int, contain: bool = False,
+                 visible: tuple[str, ...] = ()):
         self.cwd = cwd
         self.settings = settings
         self.bwrap = bwrap
         self.log_cap = log_cap
         self.contain = contain
+        self.visible = visible
+        """Directories every sandbox of the run shows read-only (the tree's folder of outputs)."""
         self._runners: dict[bool | str, CommandRunner] = {}
         self._lock = threading.Lock()
 
@@ -69,7 +73,7 @@ class Runners:
                 settings = self.settings if sandboxed else None
                 self._runners[sandboxed] = CommandRunner(self.cwd, settings, self.bwrap, self.log_cap,
                                                          contain=self.contain and not sandboxed,
-                                                         places=self.settings.untrusted)
+                                                         places=self.settings.untrusted, visible=self.visible)
             return self._runners[sandboxed]
 
     def read_only(self, find_bwrap: Callable[[], str]) -> CommandRunner:
@@ -79,7 +83,7 @@ class Runners:
             if "read-only" not in self._runners:
                 settings = replace(self.settings, mode="read-only", writable=(), protected=())
                 self._runners["read-only"] = CommandRunner(self.cwd, settings, find_bwrap(), self.log_cap,
-                                                           places=self.settings.untrusted)
+                                                           places=self.settings.untrusted, visible=self.visible)
             return self._runners["read-only"]
 
     def jobs(self) -> list[Job]:
@@ -107,8 +111,10 @@ class RunSafety:
     """The sandbox, policy and approval gate of one run (its child agents use the same)."""
 
     def __init__(self, safety: SafetyConfig, cwd: str, approval: Callable | str | None = None,
-                 runners: Runners | None = None, apis: APIs | None = None):
+                 runners: Runners | None = None, apis: APIs | None = None, outputs: str | None = None):
         self.config = safety
+        self.outputs = outputs
+        """The agent tree's folder of files its history points to, shown read-only to its commands (None: none)."""
         self.settings = SandboxSettings.for_run(safety, cwd)
         found = availability(safety.bwrap, self.settings.untrusted) if self.settings.enabled else None
         self.sandboxed = found is not None and found.ok
@@ -121,7 +127,7 @@ class RunSafety:
         self.gate = Gate(self.policy, mode, channel, auto_escalate=safety.auto_escalate)
         bwrap = found.bwrap if found is not None and found.ok else self._containing_bwrap()
         self.runners = runners or Runners(cwd, self.settings, bwrap, safety.background_log_cap,
-                                          contain=safety.contain_unsandboxed)
+                                          contain=safety.contain_unsandboxed, visible=(outputs,) if outputs else ())
 
     def _containing_bwrap(self) -> str:
         """The bwrap that gives commands run without the sandbox a PID namespace of their own; "" when none works
@@ -164,12 +170,13 @@ class RunSafety:
         if isinstance(permit, ReadOnlyPermit):
             reader = self.runners.read_only(lambda: working_bwrap(self.config.bwrap, self.settings.untrusted))
             return {"runner": reader, "sandbox": reader.settings, "escalated": False, "checked_paths": None,
-                    "output_dir": None, "can_escalate": False}
+                    "output_dir": None, "can_escalate": False, "outputs": self.outputs}
         runner = self.runners.get(sandboxed=self.sandboxed and not permit.escalate)
         inside = self.runners.get(sandboxed=True) if permit.escalate and self.sandboxed else None
         return {"runner": runner, "sandbox": runner.settings if runner is not None else None,
                 "escalated": permit.escalate, "checked_paths": permit.verdict.paths,
-                "output_dir": inside.scratch if inside is not None else None, "can_escalate": self.can_escalate}
+                "output_dir": inside.scratch if inside is not None else None, "can_escalate": self.can_escalate,
+                "outputs": self.outputs}
 
     def end(self) -> Runners | None:
         """End the run's processes; returns the runners when background jobs are kept running."""
@@ -234,19 +241,26 @@ class SafetyShare:
     """An agent's part in run safety: a `RunSafety` of its own for each run (background jobs it keeps carry over
     to the next run), or, for a child agent, its parent's."""
 
-    def __init__(self, config: Config, parent: RunSafety | None = None, apis: APIs | None = None):
+    def __init__(self, config: Config, parent: RunSafety | None = None, apis: APIs | None = None, store: Any = None):
         self.config = config.safety
         self.app_config = config
         self.parent = parent
         self.apis = apis
+        self.store = store
+        """Where the agent's streams are kept: its tree's folder of outputs is beside them (`anges.store.outputs`)."""
         self.run: RunSafety | None = None
         """The current run's (the last begun)."""
         self._kept: Runners | None = None
 
-    def begin(self, cwd: str, approval: Callable | str | None) -> RunSafety:
-        """The safety of the run about to start; ConfigError when the configuration names code that commands of a
-        run (this one, or another of this process) could have written (`places.untrusted_configuration`)."""
-        run = self.parent or RunSafety(self.config, cwd, approval, runners=self._kept, apis=self.apis)
+    def begin(self, cwd: str, approval: Callable | str | None, top: str = "") -> RunSafety:
+        """The safety of the run about to start, on the stream `top` (the top of an agent tree: a child shares its
+        parent's run safety); ConfigError when the configuration names code that commands of a run (this one, or
+        another of this process) could have written (`places.untrusted_configuration`)."""
+        if self.parent is not None:
+            run = self.parent
+        else:
+            folder = tree_folder(self.store, top) if self.store is not None and top else None
+            run = RunSafety(self.config, cwd, approval, runners=self._kept, apis=self.apis, outputs=folder)
         refused = untrusted_configuration(self.app_config, run.settings.untrusted)
         if refused:
             raise ConfigError(refused)
@@ -305,11 +319,13 @@ def sandbox_works(safety: SafetyConfig, cwd: str) -> bool:
     return availability(safety.bwrap, SandboxSettings.for_run(safety, cwd).untrusted, quiet=True).ok
 
 
-def run_secrets(config, pass_env: Iterable[str] = (), mcp=None, apis: APIs | None = None
+def run_secrets(config, agent_config: AgentConfig | None = None, mcp=None, apis: APIs | None = None, cwd: str = ""
                 ) -> tuple[list[str], dict[str, str]]:
     """The secret values a run masks, and the environment its commands get: without any secret variable (see
     masking.is_secret_name), nor those the configuration names (each model's `api_key_env`, the variables given
-    to MCP servers, those web APIs' credentials come from), unless `pass_env` lists them."""
+    to MCP servers, those web APIs' credentials come from), unless the agent's `pass_env` lists them; and, for a
+    run in `cwd`, without the virtualenv anges runs from unless it is the project's (`python_env`)."""
+    from anges.safety.python_env import without_anges_venv
     from anges.safety.shell import scrubbed_environment
     from anges.util.masking import secret_values
 
@@ -320,4 +336,6 @@ def run_secrets(config, pass_env: Iterable[str] = (), mcp=None, apis: APIs | Non
         names += apis.env_names
     secrets = secret_values(secret_names=names) + (mcp.secrets if mcp is not None else [])
     secrets += apis.secrets if apis is not None else []
-    return secrets, scrubbed_environment(pass_env, names)
+    env = scrubbed_environment(agent_config.pass_env if agent_config else (), names)
+    keep = agent_config is not None and agent_config.keep_anges_venv
+    return secrets, without_anges_venv(env, cwd, keep) if cwd else env

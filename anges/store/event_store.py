@@ -40,6 +40,7 @@ from anges.store.attached import Attached
 from anges.store.events import Event, EventStream, is_valid_id, set_default_loader, status_of, stream_status
 from anges.store.events import new_id as make_id
 from anges.store.fileops import make_private_dirs, pread_all, remove_temps, replace_file, temp_copy, write_all
+from anges.store.outputs import remove_trees
 from anges.store.records import FORMAT, StreamInfo
 from anges.store.runlock import RunLocks
 
@@ -226,6 +227,7 @@ class EventStore:
                     with suppress(FileNotFoundError):
                         os.unlink(self._path(each, suffix))
             remove_temps(self.root, doomed)  # what crashed writers left behind for these streams
+            remove_trees(self.root, doomed)  # the files their histories pointed to
         return doomed
 
     def run_lock(self, uid: str) -> AbstractContextManager[None]:

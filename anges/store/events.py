@@ -314,9 +314,11 @@ EVENT_KINDS: dict[str, EventKind] = {
     "new_child_agent": EventKind("Child agent started", "child_start"),
     "resume_child_agent": EventKind("Child agent resumed", "child_start"),
     "child_agent_running": EventKind("Child agent running", "child_running", in_report=False),
-    "queued_child_agent": EventKind("Child agent queued"),
+    "queued_child_agent": EventKind("Child agent queued", in_report=False),  # its request's event says it is queued
     "summary_failed": EventKind("Summary failed", in_prompt=False, in_report=False),
+    "results_shrunk": EventKind("Old results shrunk", in_prompt=False, in_report=False),
     "context_exceeded": EventKind("Prompt over the context window", in_prompt=False),
+    "reply_rejected": EventKind("Reply rejected", "rejected", in_prompt=False),  # the model reads the feedback
     "workspace_restored": EventKind("Files restored (undo)", "restore"),
     "hook_ran": EventKind("Hook", "hook", in_prompt=False),
     "hook_feedback": EventKind("Hook", "hook"),  # a block's reason or a context: the model reads it
@@ -344,7 +346,7 @@ def kind_of(event_type: str) -> EventKind:
 
 def group_of(event: Event) -> str:
     """request, shell, tool, api, edit, answer, interrupted, approval, child_start, child_running, child_exit, restore,
-    hook, plan, held or other: what views show an event as."""
+    hook, plan, held, rejected or other: what views show an event as."""
     if event.type == "action":
         data = event.data
         shell = isinstance(data.get("command"), str)  # as `ShellRun.of` reads a command's result

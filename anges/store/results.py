@@ -14,10 +14,14 @@ from typing import Any, Protocol
 from anges.util.clipping import clip, shorten
 
 RESULT_FORMAT = 3
-"""The layout of results recorded now (`result_format` in an event's data; absent = 1; 3 says how long a command
-took)."""
+"""The layout of results recorded now (`result_format` in an event's data; absent = 1). 3: a command says how long it
+took, one up to `WHOLE_COMMAND_CHARS` is repeated whole, a longer one names the file that holds it; a full output is
+kept as long as the history names it."""
 COMMAND_CHARS, COMMAND_LINES = 1200, 16
-"""How much of a long command (a heredoc, say) its result repeats: head and tail."""
+"""How much of a long command (a heredoc, say) its result repeats: head and tail (format 2: past that size)."""
+WHOLE_COMMAND_CHARS = 4000
+"""A command up to this size comes back whole in its result (format 3); a longer one as its head and tail, and the
+file that holds it whole."""
 FIRST_LINES, FIRST_LINE_CHARS = 10, 200
 """How much of a file it just created the model reads again."""
 COMMAND_DEFAULTS: dict[str, Any] = {
@@ -68,6 +72,10 @@ class ShellRun:
     """Bytes the full-output file lost from its start to stay within its cap."""
     listening: tuple[int, ...] = ()
     """The TCP ports it had started listening on when it went on in the background (`yielded`)."""
+    command_path: str | None = None
+    """The file that holds a command too long to repeat whole (format 3)."""
+    temporary: bool = False
+    """Its full output is in the run's scratch directory, removed when the request ends (format 3; before, always)."""
 
     @classmethod
     def of(cls, event: Recorded) -> ShellRun | None:
@@ -85,7 +93,7 @@ class ShellRun:
                    (data.get("stdout_omitted") or 0) + (data.get("stderr_omitted") or 0), data.get("output_path"),
                    bool(data.get("yielded")), data.get("result_format") or 1,
                    data.get("can_escalate", True) is not False, data.get("output_dropped") or 0,
-                   tuple(data.get("listening") or ()))
+                   tuple(data.get("listening") or ()), data.get("command_path"), bool(data.get("temporary")))
 
     @property
     def state(self) -> str:
@@ -178,7 +186,7 @@ def shell_text(run: ShellRun) -> str:
     """A command's result as the model reads it."""
     if run.result_format < 2:
         return _shell_text_v1(run)
-    parts = [f"COMMAND: {clip(run.command, COMMAND_CHARS, COMMAND_LINES)}"]
+    parts = [f"COMMAND: {_command(run)}"]
     if run.state == "background" and not run.yielded:
         return f"{parts[0]}\nStarted in the background: pid {run.pid}, output in {run.log_path}"
     if run.yielded:
@@ -191,14 +199,26 @@ def shell_text(run: ShellRun) -> str:
     parts += [f"STDOUT:\n{run.stdout}"] if run.stdout else []
     parts += [f"STDERR:\n{run.stderr}"] if run.stderr else []
     parts += [] if run.stdout or run.stderr else ["(no output yet)" if run.yielded else "(no output)"]
+    until = "available until this request ends" if run.result_format < 3 or run.temporary else ""
     if run.output_path and not run.yielded and run.output_dropped:
         parts.append(f"FULL OUTPUT: {run.printed_lines} lines ({run.printed_bytes} bytes), too much to keep whole: "
                      f"{run.output_path} holds only the end, after its first {run.output_dropped} bytes were dropped "
-                     "(its line numbers are not the output's; available until this request ends).")
+                     f"(its line numbers are not the output's{'; ' + until if until else ''}).")
     elif run.output_path and not run.yielded:
         parts.append(f"FULL OUTPUT: {run.printed_lines} lines ({run.printed_bytes} bytes) in {run.output_path}, "
-                     "cut parts included (available until this request ends).")
+                     f"cut parts included{' (' + until + ')' if until else ''}.")
     return "\n".join(parts + _sandbox_note(run))
+
+
+def _command(run: ShellRun) -> str:
+    """The command as its result repeats it: format 3 whole up to `WHOLE_COMMAND_CHARS`, past it cut like format 2's
+    (any long one), naming the file that holds it whole."""
+    if run.result_format >= 3 and len(run.command) <= WHOLE_COMMAND_CHARS:
+        return run.command
+    cut = clip(run.command, COMMAND_CHARS, COMMAND_LINES)
+    if run.result_format >= 3 and run.command_path:
+        return f"{cut}\n(the command is cut here: {run.command_path} holds it whole)"
+    return cut
 
 
 def ports_text(numbers) -> str:

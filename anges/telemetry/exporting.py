@@ -1,5 +1,6 @@
 """The OpenTelemetry SDK set up from `telemetry:`: one tracer and one meter provider per process, exporting over
-OTLP/HTTP to the configured endpoint (or the one the OTEL_EXPORTER_OTLP_* variables name)."""
+OTLP/HTTP to the configured endpoint (or the one the OTEL_EXPORTER_OTLP_* variables name), or, as
+OTEL_TRACES_EXPORTER and OTEL_METRICS_EXPORTER say, to stderr (`console`) or nowhere (`none`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import atexit
 import logging
 import os
 import socket
+import sys
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from anges import __version__
@@ -21,7 +24,10 @@ CLOSE_SECONDS = 2.0
 """At exit, the most time given to sending what is left (a collector that does not answer must not hold anges)."""
 log = logging.getLogger("anges.telemetry")
 MISSING = ("telemetry.enabled is true, but the OpenTelemetry SDK and its OTLP exporter are not installed: "
-           "pip install 'anges[otel]' (or set telemetry.enabled: false)")
+           "install anges with its otel extra (in the anges checkout: pipx install --force '.[otel]', uv tool install "
+           "--force '.[otel]' or pip install '.[otel]'), or set telemetry.enabled: false")
+EXPORTERS = ("otlp", "console", "none")
+"""What OTEL_TRACES_EXPORTER and OTEL_METRICS_EXPORTER may name (a comma-separated list; default otlp)."""
 
 
 def from_config(config: TelemetryConfig) -> Telemetry:
@@ -30,27 +36,35 @@ def from_config(config: TelemetryConfig) -> Telemetry:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.metrics import MeterProvider
-        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+        from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, PeriodicExportingMetricReader
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SimpleSpanProcessor
     except ImportError as exc:
         raise ConfigError(f"{MISSING} ({exc})") from None
     from anges.telemetry.tracing import Telemetry
+
+    span_exporters = exporters("OTEL_TRACES_EXPORTER")
+    metric_exporters = exporters("OTEL_METRICS_EXPORTER") if config.metrics else []
 
     # which process and machine sent a span: a batch's runs come from its workers, on Ray from other nodes
     resource = Resource.create({"service.version": __version__, "process.pid": os.getpid(),
                                 "host.name": socket.gethostname()})
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):  # no OTEL_SERVICE_NAME
         resource = resource.merge(Resource({"service.name": "anges"}))
-    spans = _reporting(OTLPSpanExporter)(endpoint=_endpoint(config.endpoint, "traces"))
     tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
-    tracer_provider.add_span_processor(BatchSpanProcessor(spans))
-    meter_provider = None
-    if config.metrics:
-        metrics = _reporting(OTLPMetricExporter)(endpoint=_endpoint(config.endpoint, "metrics"))
-        meter_provider = MeterProvider(resource=resource, metric_readers=[PeriodicExportingMetricReader(metrics)],
-                                       shutdown_on_exit=False)
+    spans = None
+    if "otlp" in span_exporters:
+        spans = _reporting(OTLPSpanExporter)(endpoint=_endpoint(config.endpoint, "traces"))
+        tracer_provider.add_span_processor(BatchSpanProcessor(spans))
+    if "console" in span_exporters:  # each span as it ends, on stderr (stdout is the answer's, or a protocol's)
+        tracer_provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=sys.stderr)))
+    makers: dict[str, Callable] = {
+        "otlp": lambda: _reporting(OTLPMetricExporter)(endpoint=_endpoint(config.endpoint, "metrics")),
+        "console": lambda: ConsoleMetricExporter(out=sys.stderr)}
+    readers = [PeriodicExportingMetricReader(makers[name]()) for name in metric_exporters if name in makers]
+    meter_provider = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False) if readers \
+        else None
 
     def close() -> None:
         def shut() -> None:
@@ -63,13 +77,23 @@ def from_config(config: TelemetryConfig) -> Telemetry:
         closing.join(CLOSE_SECONDS)
         if closing.is_alive():
             log.warning("telemetry: the collector at %s did not take the last spans within %g s; they are lost",
-                        spans.endpoint, CLOSE_SECONDS)
+                        spans.endpoint if spans is not None else "the exporter", CLOSE_SECONDS)
 
     telemetry = Telemetry(tracer_provider, meter_provider, config.capture_content, config.max_content_chars, close)
     atexit.register(telemetry.close)
     if not logging.getLogger().handlers:  # nothing shows log records (no -v): the exporters' retries stay quiet
         logging.getLogger("opentelemetry").setLevel(logging.ERROR)
     return telemetry
+
+
+def exporters(variable: str) -> list[str]:
+    """The exporters an OTEL_*_EXPORTER variable names (otlp when it is not set); ConfigError for one anges lacks."""
+    names = [name.strip().lower() for name in os.environ.get(variable, "otlp").split(",") if name.strip()]
+    unknown = [name for name in names if name not in EXPORTERS]
+    if unknown:
+        raise ConfigError(f"{variable}={os.environ[variable]}: anges exports {', '.join(EXPORTERS[:-1])} or "
+                          f"{EXPORTERS[-1]}, not {', '.join(unknown)}")
+    return names
 
 
 def _reporting(exporter: type) -> type:

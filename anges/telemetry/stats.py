@@ -131,8 +131,8 @@ def run_stats(stream: EventStream, load: Loader) -> Stats:
         stats.ends["unfinished"] += 1
         stats.wall += _seconds(request, stream.events_list[-1])
     stats.missing["approval_answer"] += len(asked)
-    if stats.steps and not stats.model_calls:
-        stats.missing["usage"] += 1
+    if stats.steps and not stats.model_calls:  # anges 0.1.x recorded no facts at all; a later version records some
+        stats.missing["usage" if not any(event.data for event in stream.events_list) else "calls"] += 1
     return stats
 
 

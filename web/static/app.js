@@ -678,7 +678,7 @@
     }
     const render = { shell: renderShell, api: renderApi, edit: renderEdit, answer: renderAnswer,
       interrupted: renderInterrupted, child_start: renderChildNote, child_exit: renderChildNote, hook: renderHook,
-      plan: renderPlan, held: renderHeld }[step.kind] || renderOther;
+      plan: renderPlan, held: renderHeld, rejected: renderNote }[step.kind] || renderOther;
     item.appendChild(render(step));
     if (step.restorable && !key) item.appendChild(restoreButton(step));
     return item;
@@ -896,6 +896,10 @@
     card.appendChild(el("div", "answer-label", label));
     card.appendChild(el("div", "interrupted-text", step.text));
     return card;
+  }
+
+  function renderNote(step) { // one line of the run's own: "reply rejected: ... (asked again)"
+    return el("div", "step-note", step.text);
   }
 
   function renderChildNote(step) {
