@@ -46,6 +46,7 @@ setup(
         "httpx2>=2.0",  # Ollama's native API (already the HTTP client of the SDKs)
         "prompt_toolkit>=3.0.36",  # the terminal session's keys and live screen
         "rich>=13",  # drawing the transcript: Markdown, highlighted diffs
+        "pathspec>=0.12",  # .gitignore rules, as git reads them, for the files `@` finds
         # web APIs from their OpenAPI documents (docs/openapi.md), imported only when one is configured: the
         # document checked against the specification, its $refs read across files, calls checked against schemas
         "openapi-spec-validator>=0.9",

@@ -7,7 +7,7 @@ import pytest
 from anges.config.types import Price, RetryConfig
 from anges.exceptions import ModelError, ModelSetupError
 from anges.models.base import Usage
-from anges.models.pricing import cost, price_for
+from anges.models.pricing import BUILT_IN, cost, price_for
 from anges.models.retry import (
     Failure,
     backoff,
@@ -152,6 +152,25 @@ def test_snapshots_prefixes_and_paths_find_the_price(model_id):
 
 
 def test_unknown_prices_or_usage_give_none():
-    assert cost(Usage(10, 10), "gpt-4.1-mini", PRICES) is None
+    assert cost(Usage(10, 10), "my-own-model", PRICES) is None
+    assert cost(Usage(10, 10), "qwen2.5-coder", {}) is None
     assert cost(None, "gpt-4.1", PRICES) is None
-    assert cost(Usage(10, 10), "gpt-4.1", {}) is None
+
+
+@pytest.mark.parametrize("model_id", ["gpt-4.1-mini", "openai:gpt-4.1-mini-2025-04-14", "claude-sonnet-4-5-20250929",
+                                      "anthropic/claude-sonnet-4.5", "gemini-2.5-flash", "deepseek-chat"])
+def test_well_known_models_have_a_built_in_price(model_id):
+    usage = Usage(input_tokens=1_000_000, output_tokens=1_000_000)
+    assert cost(usage, model_id, {}) == pytest.approx(BUILT_IN[price_key(model_id)].input
+                                                       + BUILT_IN[price_key(model_id)].output)
+
+
+def test_a_configured_price_wins_over_the_built_in_one():
+    usage = Usage(input_tokens=1_000_000, output_tokens=0)
+    assert cost(usage, "gpt-4.1", {"gpt-4.1": Price(input=1.0, output=4.0)}) == pytest.approx(1.0)
+    assert cost(usage, "gpt-4.1", {}) == pytest.approx(2.0), "what OpenAI's page says (dated in pricing.py)"
+
+
+def price_key(model_id):
+    return {"openai:gpt-4.1-mini-2025-04-14": "gpt-4.1-mini", "claude-sonnet-4-5-20250929": "claude-sonnet-4-5",
+            "anthropic/claude-sonnet-4.5": "claude-sonnet-4-5"}.get(model_id, model_id)

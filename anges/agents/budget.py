@@ -104,9 +104,10 @@ class Ledger:
         return cost
 
     def charge(self, usage: Usage | None, model_name: str) -> float | None:
-        """Count a model call against the budget (also one an action made itself); its cost when prices are set."""
+        """Count a model call against the budget (also one an action made itself); its cost when its price is known
+        (configured, or built in: `anges.models.pricing`)."""
         cost = None
-        if usage is not None and self.prices:
+        if usage is not None:
             from anges.models.pricing import cost as price
 
             cost = price(usage, model_name, self.prices)

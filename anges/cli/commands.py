@@ -6,14 +6,18 @@ change the agent (`idle_only`) wait for no run: they are refused while one works
 
 from __future__ import annotations
 
+import datetime
 import os
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from rich.text import Text
 
+from anges.cli.custom_commands import CustomCommand, custom_commands, project_commands
 from anges.exceptions import UsageError
+from anges.util.printable import printable
 
 if TYPE_CHECKING:
     from anges.cli.build import Setup
@@ -30,9 +34,12 @@ SANDBOX_MODES = {"workspace": "commands may write the working directory only", "
 APPROVAL_MODES = {"ask": "you answer each action that needs approval", "auto": "approved without asking (leaving "
                   "the sandbox is still declined)", "deny": "declined without asking"}
 KEYS = [("Enter", "send the request (queued while a run works)"), ("Alt-Enter, Ctrl-J", "a new line"),
+        ("Ctrl-G", "edit the request in $VISUAL or $EDITOR"),
         ("Up, Down", "earlier requests (this and past sessions); Up also takes back a queued request"),
         ("Ctrl-R", "search the earlier requests"), ("Tab", "complete a command, or a file after @"),
         ("Esc, Ctrl-C", "stop the run (what was queued comes back into the box)"),
+        ("Esc Esc", "rewind: back to an earlier request (at an empty box)"),
+        ("!COMMAND", "run COMMAND yourself, in the sandbox; the agent reads its output"),
         ("y n a t v", "answer an approval: yes, no, always, no and tell why, view it all"),
         ("Ctrl-C twice, Ctrl-D", "leave (at an empty box)")]
 
@@ -55,9 +62,15 @@ class Interactive(Protocol):
     picker: Picker
     display: Display
     running: bool
+    cancel: threading.Event | None
+    """Set when Esc asks a command's long work (a fold) to stop; the command sets it up and takes it away."""
 
     def use(self, stream, show_earlier: bool = True, new_model: bool = False) -> None: ...
+    def request(self, text: str, echo: bool = True, typed: bool = False) -> None:
+        """Send `text` as a request (queued while a run works); on the screen's thread."""
     def say(self, text: str, style: str = "") -> None: ...
+    def edit(self, text: str) -> None:
+        """Put `text` into the input box (on the screen's thread)."""
     def cwd(self) -> str: ...
     def leave(self) -> None: ...
     def run_in_background(self, work: Callable[[], None]) -> None: ...
@@ -93,8 +106,11 @@ def run_command(session: Interactive, line: str) -> None:
     """Run the command `line` (`/name argument`); an unknown one says which exist."""
     name, _, argument = line.lstrip("/").partition(" ")
     found = COMMANDS.get(ALIASES.get(name.lower(), name.lower()))
-    if found is None:
-        known = ", ".join(f"/{name}" for name in COMMANDS)
+    custom = your_commands(session) if found is None else {}
+    if name.lower() in custom:
+        run_custom(session, custom[name.lower()], argument.strip())
+    elif found is None:
+        known = ", ".join(f"/{name}" for name in [*COMMANDS, *custom])
         session.say(f"unknown command /{name}: the commands are {known} (/help says more)", "yellow")
     elif found.idle_only and session.running:
         session.say(f"/{found.name} changes the agent: it waits for no run (Esc stops the one working)", "yellow")
@@ -108,11 +124,34 @@ def is_command(text: str) -> bool:
     return bool(name) and ALIASES.get(name, name) in COMMANDS
 
 
+def your_commands(session: Interactive) -> dict[str, CustomCommand]:
+    """The commands of your Markdown files (and the trusted project's) by name, but for the built-in names."""
+    reserved = {*COMMANDS, *ALIASES}
+    if not session.loaded():
+        return custom_commands(None, None, reserved)
+    return custom_commands(session.cwd(), session.setup.config.safety, reserved)
+
+
+def run_custom(session: Interactive, custom: CustomCommand, arguments: str) -> None:
+    """Send a command file's request (queued while a run works)."""
+    if custom.problem:
+        session.say(f"/{custom.name}: {custom.path} is {custom.problem.removeprefix('not usable: ')}", "yellow")
+        return
+    text = custom.request(arguments)
+    if not text:
+        session.say(f"/{custom.name}: {custom.path} holds no request", "yellow")
+        return
+    lines = text.count("\n") + 1
+    session.say(f"/{custom.name}: the request of {custom.path} ({lines} line{'s' if lines != 1 else ''})", "dim")
+    session.screen.in_loop(lambda: session.request(text, echo=False))
+
+
 def completions(session: Interactive, before: str) -> list[tuple[str, str]]:
     """(completion, meaning) pairs for the text before the cursor, a line starting with `/`."""
     name, space, argument = before.lstrip("/").partition(" ")
     if not space:
-        return [(f"/{found.name}", found.help) for found in COMMANDS.values()]
+        return [*((f"/{found.name}", found.help) for found in COMMANDS.values()),
+                *((f"/{custom.name}", custom.help) for custom in your_commands(session).values())]
     found = COMMANDS.get(name)
     return list(found.complete(session, argument)) if found is not None and found.complete else []
 
@@ -133,16 +172,29 @@ def _streams(session: Interactive, argument: str) -> list[tuple[str, str]]:
     return [(info.uid, (info.title or "")[:60]) for info in _recent(session)]
 
 
+PICKED_RUNS = 200
+"""Runs the /resume picker offers (the most recent)."""
+
+
 def _recent(session: Interactive, count: int = 12) -> list:
     return [info for info in session.setup.store.list() if not info.parent_ids][:count]
 
 
 @command("/help", "the commands and keys")
 def show_help(session: Interactive, argument: str) -> None:
-    width = max(len(found.usage) for found in COMMANDS.values())
+    custom = your_commands(session)
+    width = max(len(usage) for usage in [*(found.usage for found in COMMANDS.values()),
+                                         *(found.usage for found in custom.values())])
     lines = [Text("commands", "bold")]
     lines += [Text.assemble(("  " + found.usage.ljust(width), "cyan"), "  " + found.help)
               for found in COMMANDS.values()]
+    if custom:
+        lines.append(Text("your commands (a request each)", "bold"))
+        lines += [Text.assemble(("  " + found.usage.ljust(width), "cyan"), "  " + printable(found.help))
+                  for found in custom.values()]
+    _, untrusted = project_commands(session.cwd(), session.setup.config.safety)
+    if untrusted:
+        lines.append(Text(printable(untrusted), "dim"))
     lines.append(Text("keys", "bold"))
     key_width = max(len(key) for key, _ in KEYS)
     lines += [Text.assemble(("  " + key.ljust(key_width), "cyan"), "  " + meaning) for key, meaning in KEYS]
@@ -155,23 +207,49 @@ def new_stream(session: Interactive, argument: str) -> None:
     session.say("a new stream: the next request starts afresh", "dim")
 
 
-@command("/resume [ID]", "continue an earlier run (without ID: choose one)", idle_only=True, complete=_streams)
+@command("/resume [ID]", "continue an earlier run (without ID: choose one, by age, folder or title)", idle_only=True,
+         complete=_streams)
 def resume(session: Interactive, argument: str) -> None:
     if argument:
         session.use(session.setup.store.load(argument))
         session.say(f"resumed {argument}: the next request continues it", "dim")
         return
-    recent = _recent(session)
+    recent = _recent(session, count=PICKED_RUNS)
     if not recent:
         session.say("no earlier runs yet", "yellow")
         return
-    choices = [(info.uid, f"{info.uid}  {info.status:<11}  {(info.title or '')[:70]}") for info in recent]
+    now = datetime.datetime.now()
+    choices = [(info.uid, f"{age(now - info.updated_at):>9}  {shown_folder(info.folder, 28):<28}  {info.status:<11}  "
+                          f"{printable(info.title or '')[:60]}  {info.uid}") for info in recent]
 
     def chosen(uid: str | None) -> None:
         if uid is not None:
             session.run_in_background(lambda: resume(session, uid))
 
-    session.screen.in_loop(lambda: session.picker.offer("resume which run?", choices, chosen))
+    session.screen.in_loop(lambda: session.picker.offer("resume which run? (newest first)", choices, chosen,
+                                                        filter=True))
+
+
+def age(elapsed: datetime.timedelta) -> str:
+    """`just now`, `5 min ago`, `3 h ago`, `2 days ago`."""
+    seconds = max(elapsed.total_seconds(), 0)
+    if seconds < 60:
+        return "just now"
+    if seconds < 3600:
+        return f"{seconds // 60:.0f} min ago"
+    if seconds < 86400:
+        return f"{seconds // 3600:.0f} h ago"
+    days = seconds // 86400
+    return f"{days:.0f} day{'s' if days != 1 else ''} ago"
+
+
+def shown_folder(folder: str, width: int) -> str:
+    """A working directory as a person reads it: `~/src/app`, its end when it is long."""
+    home = os.path.expanduser("~")
+    if folder == home or folder.startswith(home + os.sep):
+        folder = "~" + folder[len(home):]
+    folder = printable(folder) or "?"
+    return folder if len(folder) <= width else "…" + folder[-(width - 1):]
 
 
 @command("/list", "recent runs, children under their parent")
@@ -182,12 +260,21 @@ def list_runs(session: Interactive, argument: str) -> None:
     session.transcript.print(format_list(infos, limit=15) if infos else [Text("no runs yet", "dim")])
 
 
-@command("/model [NAME]", "the model of the next requests (a preset, PROVIDER:MODEL-ID, ...)", idle_only=True,
-         complete=_models)
+@command("/model [NAME]", "the model of the next requests (a preset, PROVIDER:MODEL-ID, ...; without NAME: choose)",
+         idle_only=True, complete=_models)
 def model(session: Interactive, argument: str) -> None:
     if not argument:
-        presets = ", ".join(session.setup.config.models)
-        session.say(f"model: {session.status.model} (presets: {presets}; or PROVIDER:MODEL-ID)", "dim")
+        presets = session.setup.config.models
+        current = session.status.model
+        choices = [(name, f"{name:<14} {preset.provider}:{preset.model}" + ("  (now)" if current.startswith(
+            f"{name}:") else "")) for name, preset in presets.items()]
+
+        def chosen(name: str | None) -> None:
+            if name is not None:
+                session.run_in_background(lambda: model(session, name))
+
+        session.say(f"model now: {current} (or type /model PROVIDER:MODEL-ID)", "dim")
+        session.screen.in_loop(lambda: session.picker.offer("which model?", choices, chosen, filter=True))
         return
     agent = session.session.agent
     session.setup.model_for(agent.agent_type, argument)  # a name that cannot be used says why, and changes nothing
@@ -355,7 +442,6 @@ def export(session: Interactive, argument: str) -> None:
     from anges.cli.streams import writable_roots, write_report
     from anges.store.export import to_markdown
     from anges.util.paths import links_on_the_way, links_text
-    from anges.util.printable import printable
 
     stream = session.stream
     path = os.path.join(session.cwd(), os.path.expanduser(argument or f"anges-{stream.uid}.md"))

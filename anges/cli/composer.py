@@ -14,10 +14,12 @@ from prompt_toolkit.document import Document
 from prompt_toolkit.filters import Condition, has_focus
 from prompt_toolkit.history import FileHistory
 from prompt_toolkit.key_binding import KeyBindings
+from prompt_toolkit.keys import Keys
 from prompt_toolkit.layout import ConditionalContainer, HSplit, Window
 from prompt_toolkit.layout.menus import CompletionsMenu
 from prompt_toolkit.widgets import SearchToolbar, TextArea
 
+from anges.cli.pastes import Pastes
 from anges.cli.screen import Pane
 from anges.util.paths import open_file, write_file
 
@@ -77,12 +79,16 @@ class History(FileHistory):
 
 
 class Completions(Completer):
-    """File paths after `@` (relative to the working directory), and slash commands with their arguments."""
+    """File paths after `@` (relative to the working directory: those of the folder typed, then the project's files
+    that match it fuzzily), and slash commands with their arguments."""
 
-    def __init__(self, cwd: Callable[[], str], commands: Callable[[str], Iterable[tuple[str, str]]]):
+    def __init__(self, cwd: Callable[[], str], commands: Callable[[str], Iterable[tuple[str, str]]],
+                 find: Callable[[str], list[str]] = lambda typed: []):
         self.cwd = cwd
         self.commands = commands
         """`commands(text before the cursor)`: (completion, meaning) pairs for a line that starts with `/`."""
+        self.find = find
+        """`find(typed)`: the project's files that match what was typed after `@`, best first."""
 
     def get_completions(self, document: Document, complete_event) -> Iterator[Completion]:
         before = document.text_before_cursor
@@ -94,7 +100,15 @@ class Completions(Completer):
             return
         match = _AT_PATH.search(before)
         if match:
-            yield from self._paths(match.group(1))
+            typed = match.group(1)
+            given = set()
+            for completion in self._paths(typed):
+                given.add(typed[:len(typed) + completion.start_position] + completion.text)
+                yield completion
+            if not typed.endswith("/"):
+                for path in self.find(typed):
+                    if path not in given:
+                        yield Completion(path, -len(typed), display=path, display_meta="")
 
     def _paths(self, typed: str) -> Iterator[Completion]:
         folder, _, stem = typed.rpartition("/")
@@ -117,12 +131,28 @@ class Completions(Completer):
                 return
 
 
-class Composer(Pane):
-    """The input box: Enter sends, Alt-Enter or Ctrl-J adds a line, a paste arrives whole; Up and Ctrl-R reach the
-    history, Tab completes."""
+SHIFT_ENTER = ("\x1b[27;2;13~", "\x1b[13;2u")
+"""What Shift-Enter sends where the terminal reports it: xterm's modifyOtherKeys, the kitty keyboard protocol."""
 
-    def __init__(self, history: History, completer: Completer, send: Callable[[str], None]):
+
+def read_shift_enter() -> None:
+    """Shift-Enter reads as Alt-Enter (a new line): prompt_toolkit reads the first as Enter, the second not at all."""
+    from prompt_toolkit.input.ansi_escape_sequences import ANSI_SEQUENCES
+
+    for sequence in SHIFT_ENTER:
+        ANSI_SEQUENCES[sequence] = (Keys.Escape, Keys.ControlM)
+
+
+class Composer(Pane):
+    """The input box: Enter sends, Alt-Enter or Ctrl-J adds a line, a paste arrives whole (a large one shown as
+    `[pasted 30 lines]`); Up and Ctrl-R reach the history, Tab completes, Ctrl-G opens your editor."""
+
+    def __init__(self, history: History, completer: Completer, send: Callable[[str], None],
+                 say: Callable[[str], None] = lambda text: None):
         self.send = send
+        self.say = say
+        read_shift_enter()
+        self.pastes = Pastes()
         self.completer = completer
         self.search = SearchToolbar()
         self.box = TextArea(multiline=True, prompt=[("class:prompt", "› ")], history=history, completer=completer,
@@ -138,11 +168,13 @@ class Composer(Pane):
 
     @property
     def text(self) -> str:
-        return self.box.text
+        """What the box holds, a collapsed paste in full."""
+        return self.pastes.expand(self.box.text)
 
     @text.setter
     def text(self, value: str) -> None:
         """Put `value` in the box as a new entry (the history stays as it was)."""
+        self.pastes.clear()
         self.box.buffer.reset(Document(value, len(value)))
 
     def _keys(self, typing) -> KeyBindings:
@@ -155,12 +187,27 @@ class Composer(Pane):
             if state is not None and state.current_completion is not None:
                 buffer.apply_completion(state.current_completion)
                 return
-            text = buffer.text
+            text = self.text
             if not text.strip():
                 return
-            buffer.append_to_history()
+            buffer.history.append_string(text)
             buffer.reset()
+            self.pastes.clear()
             self.send(text)
+
+        @keys.add("c-g", filter=typing)
+        def _(event) -> None:
+            from anges.cli.editor import edit
+
+            def edited(text: str) -> None:
+                self.text = text
+                event.app.invalidate()
+
+            event.app.create_background_task(edit(self.text, edited, self.say))
+
+        @keys.add(Keys.BracketedPaste, filter=typing)
+        def _(event) -> None:
+            event.current_buffer.insert_text(self.pastes.collapse(event.data))
 
         @keys.add("escape", "enter", filter=typing)
         @keys.add("c-j", filter=typing)

@@ -14,6 +14,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, TypeVar
 
+from prompt_toolkit.completion import ThreadedCompleter
 from prompt_toolkit.filters import Condition
 from prompt_toolkit.key_binding import KeyBindings
 from prompt_toolkit.layout import ConditionalContainer, Window
@@ -22,6 +23,7 @@ from prompt_toolkit.layout.controls import FormattedTextControl
 from anges import __version__
 from anges.cli.approvals import ApprovalPane
 from anges.cli.composer import Completions, Composer, History
+from anges.cli.mentions import Mentions
 from anges.cli.pager import Pager
 from anges.cli.picker import Picker
 from anges.cli.screen import Pane, Screen
@@ -40,6 +42,8 @@ T = TypeVar("T")
 LEAVE_AGAIN = 3.0
 """Seconds in which a second Ctrl-C at an empty input box leaves."""
 STOPPING = "stopping the run (its command ends within a second)"
+ECHO_LINES = 12
+"""Lines of a long request (a paste) shown in the transcript; all of it is sent and recorded."""
 WELCOME = "Enter sends · Alt-Enter: new line · /help · @file · Esc stops · Ctrl-D leaves"
 
 
@@ -66,6 +70,10 @@ class SessionOutput(TranscriptOutput):
         if outcome.answer is not None:
             self.transcript.print(self.transcript.renderer.event(outcome.final))
         self.transcript.note(status_line(outcome, hint=False))
+
+
+class Typed(str):
+    """Text the person typed into the box (a `!command` in it runs as one; a custom command's request never does)."""
 
 
 class QueuePane(Pane):
@@ -97,14 +105,18 @@ class Interactive:
         self.running = False
         self.leaving = False
         self._ctrl_c_at = 0.0
+        self.cancel: threading.Event | None = None
+        """Set by Esc: what a command does at length (a `/compact` fold) stops."""
         self._commands = threading.Lock()
         self._sent_commands = threading.Condition()
         self._pending_commands = 0
         """Slash commands sent and not yet done: a request sent after them waits for them (`/model`, then a request)."""
         self.approvals = ApprovalPane(give_back=lambda text: self.composer.box.buffer.insert_text(text))
         self.picker = Picker(lambda: self.screen)
-        self.composer = Composer(History(str(anges_home() / "history")), Completions(self.cwd, self.complete),
-                                 self.send)
+        self.mentions = Mentions(self.cwd, self._hidden)
+        completions = Completions(self.cwd, self.complete, self.mentions.find)
+        self.composer = Composer(History(str(anges_home() / "history")), ThreadedCompleter(completions), self.send,
+                                 say=lambda text: self.screen.say(text))
         self.pager = Pager(lambda: self.screen, lambda: self._session.agent.event_stream if self._session else None)
         self.screen = Screen(self.display, self.status, above=[self.approvals, self.picker, self.pager,
                                                                QueuePane(self.queue)],
@@ -179,6 +191,7 @@ class Interactive:
             self.screen.close()
         finally:
             self.ready.set()
+        self.mentions.prepare()
         if first is not None and self._session is not None:
             self.screen.in_loop(lambda: self.send(first))
 
@@ -244,19 +257,57 @@ class Interactive:
     # -- requests --------------------------------------------------------------------------------------------------
 
     def send(self, text: str) -> None:
-        """What the person sent (on the screen's thread): a slash command, a request, or one to queue."""
+        """What the person sent (on the screen's thread): a slash command, a request or a `!command`, or one to
+        queue."""
         if text.strip().startswith("/"):
             self._command(text.strip())
-        elif self.running:
+        else:
+            self.request(text, typed=True)
+
+    def request(self, text: str, echo: bool = True, typed: bool = False) -> None:
+        """Send `text` (a `!command` when `typed` so), or queue it while a run works; on the screen's thread."""
+        text = Typed(text) if typed else text
+        if self.running:
             self.queue.append(text)
         else:
-            self._start(text)
+            self._start(text, echo)
 
-    def _start(self, text: str) -> None:
+    def _start(self, text: str, echo: bool = True) -> None:
         self.running = True
         self.status.begin()
-        self._echo(text)
-        threading.Thread(target=self._work, args=(text,), name="anges-run", daemon=True).start()
+        if echo:
+            self._echo(text)
+        shell = isinstance(text, Typed) and text.strip().startswith("!")
+        work = self._shell if shell else self._work
+        threading.Thread(target=work, args=(text,), name="anges-run", daemon=True).start()
+
+    def _shell(self, line: str) -> None:
+        """A `!command`: run in the sandbox, drawn, and recorded for the model's next step."""
+        from anges.agents.user_command import run_user_command
+
+        self.ready.wait()
+        command = line.strip()[1:].strip()
+        try:
+            if self._session is None or not command:
+                if self._session is not None:
+                    self.say("!COMMAND runs COMMAND in the working directory, in the sandbox (e.g. !git status)")
+                return
+            session = self._session
+            session.stopping = False
+            self.status.doing(f"running {one_line(command, 80)} (yours)")
+            event = run_user_command(session.agent, command, stop=lambda: session.stopping)
+            self.screen.show_live("")
+            self.status.recorded(event)
+            self.transcript.print(self.transcript.renderer.event(event))
+            self.say("the agent reads it (and its output) at its next step", "dim")
+        except (AngesError, UsageError, ValueError, OSError) as exc:
+            self.screen.show_live("")
+            self.fail(exc)
+        except Exception as exc:  # noqa: BLE001  (a session survives a failed command)
+            self.fail(exc, unexpected=True)
+        finally:
+            self.status.end()
+            self.screen.in_loop(self._finished)
 
     def _work(self, text: str) -> None:
         self.ready.wait()
@@ -265,7 +316,7 @@ class Interactive:
         try:
             if self._session is None:  # the session could not start: that was said, and it closes
                 return
-            outcome = self._session.run(text)
+            outcome = self._session.run(self._attached(text) if isinstance(text, Typed) else text)
             self.output.finished(outcome, exit_code(outcome))
         except (AngesError, UsageError) as exc:
             self.fail(exc)
@@ -274,6 +325,21 @@ class Interactive:
         finally:
             self.status.end()
             self.screen.in_loop(self._finished)
+
+    def _attached(self, text: str) -> str:
+        """The request with the files it mentions (`@path`) attached, each said."""
+        text, said = self.mentions.attach(text, self.setup.config.prompt.template_dir)
+        for line in said:
+            self.say(line, "dim")
+        return text
+
+    def _hidden(self):
+        """The sandbox's rule of the places it hides (None before the configuration is loaded)."""
+        from anges.safety.sandbox import SandboxSettings
+
+        if not self.loaded():
+            return None
+        return SandboxSettings.for_run(self.setup.config.safety, self.cwd()).is_hidden
 
     def _finished(self) -> None:
         self.running = False
@@ -311,7 +377,10 @@ class Interactive:
         """What the person sent, into the transcript."""
         from rich.text import Text
 
-        self.transcript.print([Text(), Text("› ", "bold blue") + Text("\n  ".join(text.strip().splitlines()), "bold")])
+        lines = text.strip().splitlines()
+        if len(lines) > ECHO_LINES:
+            lines = [*lines[:ECHO_LINES - 1], f"… {len(lines) - ECHO_LINES + 1} more lines (all of them sent)"]
+        self.transcript.print([Text(), Text("› ", "bold blue") + Text("\n  ".join(lines), "bold")])
 
     def _command(self, line: str) -> None:
         self._echo(line)
@@ -320,7 +389,7 @@ class Interactive:
         threading.Thread(target=self._run_command, args=(line,), name="anges-command", daemon=True).start()
 
     def _run_command(self, line: str) -> None:
-        from anges.cli.commands import run_command
+        from anges.cli.every_command import run_command
 
         try:
             self.run_in_background(lambda: run_command(self, line))
@@ -343,9 +412,14 @@ class Interactive:
                 self.fail(exc, unexpected=True)
 
     def complete(self, before: str):
-        from anges.cli.commands import completions
+        from anges.cli.every_command import completions
 
         return completions(self, before)
+
+    def edit(self, text: str) -> None:
+        """Put `text` into the input box to be edited (on the screen's thread)."""
+        self.composer.text = text
+        self.screen.refresh()
 
     def cwd(self) -> str:
         session = self._session
@@ -362,9 +436,12 @@ class Interactive:
         running = Condition(lambda: self.running)
         empty = Condition(lambda: not self.composer.text)
 
-        @keys.add("escape", filter=running)
+        @keys.add("escape", filter=running | Condition(lambda: self.cancel is not None))
         def _(event) -> None:
-            self.stop("Esc")
+            if self.running:
+                self.stop("Esc")
+            elif self.cancel is not None:
+                self.cancel.set()
 
         @keys.add("c-c")
         @keys.add("<sigint>")
@@ -382,6 +459,10 @@ class Interactive:
         @keys.add("c-o")
         def _(event) -> None:
             self.pager.show_last()
+
+        @keys.add("escape", "escape", filter=empty & ~running & Condition(lambda: self.cancel is None))
+        def _(event) -> None:
+            self._command("/rewind")
 
         @keys.add("c-d", filter=empty)
         def _(event) -> None:

@@ -248,7 +248,7 @@ def _interact(session, first: str | None, quiet: bool) -> int:
               file=sys.stderr)
     for line in read_lines("anges> ", anges_home() / "history"):
         if line.startswith("/"):
-            from anges.cli.commands import is_command
+            from anges.cli.every_command import is_command
 
             if is_command(line):
                 print(f"anges: {line.split()[0]} is a command of the full session (on a terminal that can draw it); "

@@ -178,7 +178,8 @@ class Renderer:
         shell = ShellRun.of(event)
         if shell is None:  # group_of says "shell" only of a command's result
             return []
-        head = Wrapped(Text.assemble(("$", "bold cyan"), " "), Text(one_line(shell.command, 2000), "bold"), "  ")
+        mark = "!" if event.type == "user_command" else "$"  # a command the user ran (`!command`), or the agent
+        head = Wrapped(Text.assemble((mark, "bold cyan"), " "), Text(one_line(shell.command, 2000), "bold"), "  ")
         lines: list[RenderableType] = [head]
         lines += self._framed(self._output(shell))
         status = Text.assemble(("  └ ", "dim"), _shell_status(shell))

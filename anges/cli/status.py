@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 from anges.cli.terminal import seconds
+from anges.models.base import estimate_tokens
 from anges.store.plans import Plan
 from anges.util.clipping import one_line, shorten
 from anges.util.printable import printable
@@ -33,7 +34,10 @@ class Usage:
         from anges.store.events import StepUsage, is_step
 
         self.steps += is_step(event)
-        usage = StepUsage.of(event.data)
+        self.charge(StepUsage.of(event.data))
+
+    def charge(self, usage) -> None:
+        """Count the model usage of one event (a `StepUsage`; None: it records none)."""
         if usage is None:
             return
         self.input_tokens += usage.input_tokens
@@ -85,6 +89,8 @@ class Status:
     window: dict = field(default_factory=dict)
     """The model's context window as the run's events last said it (`context_window`, `context_window_source`,
     `context_window_detail`, `token_count`): what the status line and `/status` show."""
+    prompt_tokens: int = 0
+    """The input tokens of the last model call (as its server counted them, else estimated): how full the window is."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     held: str = ""
     """What the line says whatever the agents do (a question waiting for the user's answer); "" when nothing."""
@@ -140,10 +146,32 @@ class Status:
                 self.plan = plan if plan.total else None
             self._settle()
 
+    def charged(self, usage: dict | None, cost: float | None) -> None:
+        """Model usage outside a request (a `/compact` fold): the session's totals count it."""
+        from anges.store.events import StepUsage
+
+        with self.lock:
+            self.session.charge(StepUsage.of({"usage": usage, "cost": cost}))
+
     def window_text(self) -> str:
-        """`8,192-token window (server)`: the window and where it came from (empty before a run said it)."""
+        """`8,192-token window (server) ▰▰▰▱▱▱▱▱▱▱ 34%`: the window, where it came from and how full the last
+        prompt made it (empty before a run said it)."""
         tokens = self.window.get("context_window")
-        return f"{tokens:,}-token window ({self.window.get('context_window_source', '?')})" if tokens else ""
+        if not tokens:
+            return ""
+        text = f"{tokens:,}-token window ({self.window.get('context_window_source', '?')})"
+        return f"{text} {gauge(self.fill)}" if self.fill is not None else text
+
+    @property
+    def fill(self) -> float | None:
+        """The share of the window the last prompt took (None before a model call, or with no window known)."""
+        tokens = self.window.get("context_window")
+        return min(self.prompt_tokens / tokens, 1.0) if tokens and self.prompt_tokens else None
+
+    def prompted(self, tokens: int) -> None:
+        """A model call read `tokens` input tokens."""
+        with self.lock:
+            self.prompt_tokens = tokens
 
     def doing(self, activity: str, run: int | None = None, agent: str | None = None) -> None:
         """What the request does now (`agent`: what that agent of it does, "" to say it does nothing the line can
@@ -202,6 +230,12 @@ class Status:
         return _fit([f"{glyph} {activity}", *parts[:1]], width)
 
 
+def gauge(share: float, cells: int = 10) -> str:
+    """`▰▰▰▱▱▱▱▱▱▱ 34%`: a share drawn as a bar."""
+    full = min(round(share * cells), cells)
+    return "▰" * full + "▱" * (cells - full) + f" {share:.0%}"
+
+
 WINDOW_FACTS = ("context_window", "context_window_source", "context_window_detail", "token_count")
 
 
@@ -226,6 +260,9 @@ class WatchedModel:
         reply = None
         try:
             reply = self.model(prompt, temperature=temperature)
+            usage = getattr(reply, "usage", None)
+            tokens = getattr(usage, "input_tokens", 0) if usage is not None else 0
+            self.status.prompted(tokens if isinstance(tokens, int) and tokens > 0 else estimate_tokens(str(prompt)))
             return reply
         finally:
             self.status.doing(printable(activity(reply)), run, agent)

@@ -49,8 +49,8 @@ def trust_command(args: argparse.Namespace) -> int:
         raise UsageError(f"{folder} is not a directory")
     subjects = _subjects(args, folder)
     if not subjects:
-        print(visible(f"nothing in {folder} needs trust: no project hooks, no MCP server whose program lies where "
-                      "commands may write"), file=sys.stderr)
+        print(visible(f"nothing in {folder} needs trust: no project hooks or commands, no MCP server whose program "
+                      "lies where commands may write"), file=sys.stderr)
         return 0
     for subject in subjects:
         _trust(store, subject, args.yes)
@@ -59,7 +59,7 @@ def trust_command(args: argparse.Namespace) -> int:
 
 def _subjects(args: argparse.Namespace, folder: str) -> list[Subject]:
     """What runs in `folder` would ask about: your hooks that run a file there, the project's `.anges/` (with
-    hooks), each MCP server whose program lies there."""
+    hooks or commands), each MCP server whose program lies there."""
     from anges.config.loading import load_config
     from anges.config.trust import hook_subject, load_project
     from anges.safety.run_safety import commands_may_write
@@ -69,7 +69,7 @@ def _subjects(args: argparse.Namespace, folder: str) -> list[Subject]:
     writable = commands_may_write(config.safety, folder)
     project = load_project(folder, writable)
     found = [subject for hook in config.hooks if (subject := hook_subject(hook, folder, writable)) is not None]
-    found += [project.subject] if project is not None and project.hooks else []
+    found += [project.subject] if project is not None and (project.hooks or project.commands) else []
     servers = untrusted_servers(specs_from_config(config.mcp, args.mcp_config), writable, folder)
     return found + list(servers.values())
 

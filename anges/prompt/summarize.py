@@ -37,12 +37,12 @@ def fold_end(stream: EventStream, config: PromptConfig) -> int | None:
     return fold_window(stream, config).end or None
 
 
-def fold_request(stream: EventStream, end: int, config: PromptConfig) -> str:
+def fold_request(stream: EventStream, end: int, config: PromptConfig, keep: str = "") -> str:
     """What asks the model, after its history, for the rolling summary of events 1..`end` (and names the events that
-    stay in full)."""
+    stay in full; `keep`: what the user asked it to keep, `/compact`)."""
     last, shown = shown_count(stream, end), shown_count(stream, len(stream.events_list))
     return render_template("summary.j2", config.template_dir, end=last, kept=(last + 1, shown) if shown > last else (),
-                           max_words=SUMMARY_WORDS, has_summary=folded_until(stream) > 0)
+                           max_words=SUMMARY_WORDS, has_summary=folded_until(stream) > 0, keep=keep)
 
 
 def fold(model, prompt: str, end: int, reason: str, config: PromptConfig) -> EventSummary:

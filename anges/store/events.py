@@ -18,6 +18,7 @@ from anges.util.titles import task_title
 
 RETURN_TO_PARENT_EVENT_TYPES = ["task_interrupted", "task_completion", "agent_requested_help", "agent_text_response"]
 REQUEST_EVENT_TYPES = ("new_request", "follow_up_request", "new_request_from_parent", "follow_up_request_from_parent")
+NOT_STEPS = (*REQUEST_EVENT_TYPES, "user_command", "conversation_rewound", "workspace_restored", "approval_requested")
 SETTINGS_KEYS: tuple[str, ...] = ("cmd_init_dir", "model", "prefix_cmd", "agent_type", "notes", "mcp_config")
 SETTINGS_KEYS += ("batch_id", "batch_task")  # a run started by `anges batch`: its batch and task ids
 
@@ -324,6 +325,7 @@ EVENT_KINDS: dict[str, EventKind] = {
     "plan_updated": EventKind("Plan", "plan", action="UPDATE_PLAN"),
     "completion_held": EventKind("Completion held", "held"),
     "completion_dropped": EventKind("Completion dropped", "held"),
+    "user_command": EventKind("User's command", "shell"), "conversation_rewound": EventKind("Rewound", "restore"),
 }
 """Every event type anges records, but a parent's `child_agent_<exit type>` (see `kind_of`)."""
 _CHILD_RETURN = EventKind("Child agent returned", "child_exit")
@@ -367,9 +369,8 @@ def stop_explanation(event: Event) -> str:
 def is_step(event: Event) -> bool:
     """An action of the model, as step limits and counts see it: not a request, not bookkeeping, not an undo, not the
     approval that came before an action (a declined action's decision is its only event, so it counts)."""
-    kind = kind_of(event.type)
-    bookkeeping = not kind.in_report or not kind.in_prompt  # summary_failed, context_exceeded
-    if event.type in (*REQUEST_EVENT_TYPES, "approval_requested", "workspace_restored") or bookkeeping:
+    kind = kind_of(event.type)  # bookkeeping (summary_failed, context_exceeded) is not in the report or the prompt
+    if not (kind.in_report and kind.in_prompt) or event.type in NOT_STEPS:
         return False
     data = event.data or {}
     if event.type == "hook_feedback":  # a blocked action's only event counts; a context is the action's own step

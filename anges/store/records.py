@@ -147,6 +147,8 @@ class StreamInfo:
     batch_id: str = ""
     """The batch that started this run (`anges batch`), and its task id; empty otherwise."""
     batch_task: str = ""
+    folder: str = ""
+    """The working directory its runs work in (empty for a stream written before anges kept it here)."""
 
     @classmethod
     def of(cls, uid: str, meta: dict, updated_at: datetime, status: str) -> StreamInfo:
@@ -154,13 +156,15 @@ class StreamInfo:
         reason = str(meta.get("reason") or "") if status == meta["status"] == "interrupted" else ""
         return cls(uid, str(meta["title"] if meta["title"] is not None else uid), parse_time(meta["created_at"]),
                    updated_at, list(meta["parent_event_stream_uids"]), meta["agent_type"] or "", status, reason,
-                   str(meta.get("batch_id") or ""), str(meta.get("batch_task") or ""))
+                   str(meta.get("batch_id") or ""), str(meta.get("batch_task") or ""), str(meta.get("folder") or ""))
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (times in ISO format)."""
         data = {**asdict(self), "created_at": self.created_at.isoformat(), "updated_at": self.updated_at.isoformat()}
         if not self.batch_id:
             del data["batch_id"], data["batch_task"]
+        if not self.folder:
+            del data["folder"]
         return data
 
 
@@ -232,6 +236,7 @@ def meta(stream: EventStream, status: str) -> dict:
         "agent_type": stream.agent_type,
         "created_at": stream.created_at.isoformat(),
         **{key: stream.agent_settings[key] for key in ("batch_id", "batch_task") if key in stream.agent_settings},
+        **({"folder": folder} if isinstance(folder := stream.agent_settings.get("cmd_init_dir"), str) else {}),
     }
 
 

@@ -81,7 +81,7 @@ class ShellRun:
     def of(cls, event: Recorded) -> ShellRun | None:
         """The facts of `event`, or None when it is not a command's result."""
         data = event.data
-        if event.type != "action" or not isinstance(data.get("command"), str):
+        if event.type not in ("action", "user_command") or not isinstance(data.get("command"), str):
             return None
         printed = [data.get(key) for key in ("stdout_bytes", "stderr_bytes", "stdout_lines", "stderr_lines")]
         counts = [value for value in printed if isinstance(value, int)]
