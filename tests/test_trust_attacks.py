@@ -1,0 +1,83 @@
+"""The trust boundary attacked the way a reviewer broke it: a hook's script written after the run started, scripts
+run through wrappers (timeout, nice, `.`, $PWD), planted Python packages, a project's hooks run from a subfolder."""
+
+import os
+
+import pytest
+from test_trust import Person, complete, project, reply, run, shell
+
+from anges.config.trust import command_words, named_files
+
+PWNED = "#!/bin/sh\necho pwned > pwned\n"
+
+
+def hook_runs(stream):
+    return [e for e in stream.events_list if e.type == "hook_ran"]
+
+
+def test_your_hooks_script_the_model_writes_during_the_run_never_runs(work):
+    hooks = {"hooks": [{"event": "before_complete", "command": "sh ./check.sh"}]}
+    write = shell(f"printf '{PWNED}' > check.sh")
+    stream, _, _ = run(work, [reply(write), complete(), complete()], approval=Person(), **hooks)
+    assert (work / "check.sh").exists(), "the model wrote the script"
+    assert not (work / "pwned").exists(), "the script it wrote did not run outside the sandbox"
+    [refused] = hook_runs(stream)
+    assert refused.data["outcome"] == "failed" and "which you have not trusted" in refused.data["reason"]
+
+
+@pytest.mark.parametrize("command", [
+    "timeout 60 ./check.sh", ". ./check.sh", "source check.sh", "nice sh check.sh", '"$PWD/check.sh"',
+    "${PWD}/check.sh", "$(pwd)/check.sh", "bash -e check.sh", "stdbuf -oL nohup env X=1 ./check.sh",
+    "sh -c 'cd . && sh check.sh'", "exec ./check.sh", "command ./check.sh", "xargs -a /dev/null ./check.sh"])
+def test_a_script_run_through_a_wrapper_is_covered(work, command):
+    (work / "check.sh").write_text(PWNED)
+    covered = [os.path.basename(path) for argv in command_words(command)
+               for path in named_files(argv, str(work), lambda path: True)]
+    assert "check.sh" in covered
+
+
+def test_an_existing_script_run_through_timeout_asks_first_and_does_not_run_when_refused(work):
+    (work / "check.sh").write_text(PWNED)
+    person = Person(False)
+    run(work, [reply(shell("true")), complete()], approval=person,
+        hooks=[{"event": "after_action", "command": "timeout 60 ./check.sh"}])
+    [question] = person.asked
+    assert "echo pwned > pwned" in question.detail and not (work / "pwned").exists()
+
+
+def test_python_dash_m_covers_a_planted_parent_package(work):
+    (work / "json").mkdir()
+    (work / "json" / "__init__.py").write_text("open('pwned', 'w')\n")
+    here = str(work.resolve())
+    covered = named_files(["python3", "-m", "json.tool", "--help"], str(work), lambda path: path.startswith(here))
+    assert [os.path.relpath(path, here) for path in covered] == ["json/__init__.py"]
+    person = Person(False)
+    run(work, [reply(shell("true")), complete()], approval=person,
+        hooks=[{"event": "after_action", "command": "python3 -m json.tool --help > /dev/null"}])
+    assert len(person.asked) == 1 and not (work / "pwned").exists()
+
+
+def test_a_package_folder_named_by_a_command_is_covered_whole(work):
+    (work / "tool" / "sub").mkdir(parents=True)
+    for name in ("tool/__main__.py", "tool/sub/__init__.py", "tool/sub/evil.py"):
+        (work / name).write_text("x = 1\n")
+    covered = named_files(["python3", "tool"], str(work), lambda path: True)
+    assert {os.path.relpath(path, work.resolve()) for path in covered} >= {
+        "tool/__main__.py", "tool/sub/__init__.py", "tool/sub/evil.py"}
+
+
+def test_a_projects_hooks_run_in_its_folder_when_the_run_works_in_a_subfolder(work):
+    (work / ".git").mkdir()
+    project(work, [{"event": "after_action", "command": "sh scripts/check.sh"}])
+    (work / "scripts").mkdir()
+    (work / "scripts" / "check.sh").write_text("echo trusted >> hook.log\n")
+    sub = work / "sub"
+    sub.mkdir()
+    plant = shell(f"mkdir scripts && printf '{PWNED}' > scripts/check.sh")  # the model, in the subfolder it works in
+    person = Person(True)
+    run(sub, [reply(plant), reply(shell("true")), complete()], approval=person)
+    [question] = person.asked
+    assert f"In {work}, these run" in question.detail and "sh scripts/check.sh" in question.detail
+    assert (sub / "scripts" / "check.sh").exists(), "the model planted its script"
+    assert (work / "hook.log").read_text() == "trusted\ntrusted\n", "the project's script ran, in the project's folder"
+    assert not (sub / "pwned").exists() and not (work / "pwned").exists()
