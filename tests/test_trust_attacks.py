@@ -4,7 +4,7 @@ run through wrappers (timeout, nice, `.`, $PWD), planted Python packages, a proj
 import os
 
 import pytest
-from test_trust import Person, complete, project, reply, run, shell
+from test_trust import MARK, Person, complete, project, reply, run, shell
 
 from anges.config.trust import command_words, named_files
 
@@ -81,3 +81,21 @@ def test_a_projects_hooks_run_in_its_folder_when_the_run_works_in_a_subfolder(wo
     assert (sub / "scripts" / "check.sh").exists(), "the model planted its script"
     assert (work / "hook.log").read_text() == "trusted\ntrusted\n", "the project's script ran, in the project's folder"
     assert not (sub / "pwned").exists() and not (work / "pwned").exists()
+
+
+@pytest.mark.sandbox
+def test_the_projects_folder_above_the_working_folder_stays_read_only_under_a_wider_writable_path(work):
+    app = work / "app"
+    (app / ".git").mkdir(parents=True)
+    project(app, MARK)
+    (app / "sub").mkdir()
+    edit = {"action_type": "EDIT_FILE", "directive_line": "NEW_FILE ../.anges/evil.sh", "content": PWNED}
+    write = "echo 'echo pwned > pwned' > ../.anges/check.sh"
+    stream, _, _ = run(app / "sub", [reply(shell("touch ../ok"), shell(write)), reply(edit), complete()],
+                       safety={"approval": "ask", "writable_paths": [str(work)]})
+    assert (app / "ok").exists(), "the wider writable path is writable"
+    assert not (app / ".anges" / "check.sh").exists() and not (app / ".anges" / "evil.sh").exists()
+    ran = next(e for e in stream.events_list if e.type == "action" and e.data.get("command") == write)
+    assert "is the project's anges folder (its hooks run outside the sandbox), read-only" in ran.content
+    asked = [e for e in stream.events_list if e.type == "approval_decided" and e.data["rule"] == "protected_paths"]
+    assert asked, "anges' own edit of it asks"
