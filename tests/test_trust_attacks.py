@@ -99,3 +99,28 @@ def test_the_projects_folder_above_the_working_folder_stays_read_only_under_a_wi
     assert "is the project's anges folder (its hooks run outside the sandbox), read-only" in ran.content
     asked = [e for e in stream.events_list if e.type == "approval_decided" and e.data["rule"] == "protected_paths"]
     assert asked, "anges' own edit of it asks"
+
+
+def test_anges_trust_is_not_answered_by_keys_typed_before_the_content_shows(work):
+    import pty
+    import subprocess
+    import sys
+    import time
+
+    from anges.config.trust import TrustStore
+
+    project(work, MARK)
+    parent, child = pty.openpty()
+    os.write(parent, b"y\n")  # typed ahead, before anything is on the screen
+    process = subprocess.Popen([sys.executable, "-m", "anges", "trust", str(work)], stdin=child, stdout=child,
+                               stderr=child)
+    os.close(child)
+    shown = b""
+    deadline = time.monotonic() + 60
+    while b"[y/N]" not in shown and time.monotonic() < deadline:
+        shown += os.read(parent, 65536)
+    assert b"echo ran >> hook.log" in shown, shown
+    os.write(parent, b"n\n")
+    assert process.wait(timeout=60) == 0
+    os.close(parent)
+    assert TrustStore().entries() == [], "the key typed ahead did not trust it"
