@@ -124,3 +124,43 @@ def test_anges_trust_is_not_answered_by_keys_typed_before_the_content_shows(work
     assert process.wait(timeout=60) == 0
     os.close(parent)
     assert TrustStore().entries() == [], "the key typed ahead did not trust it"
+
+
+def test_an_mcp_server_rewritten_between_the_trust_check_and_its_start_is_not_started(work):
+    pytest.importorskip("mcp")
+    import shutil
+    import sys
+
+    from test_trust import EVIL, SERVERS
+
+    from anges.config.loading import load_config
+    from anges.config.trust import TrustStore
+    from anges.safety.run_safety import commands_may_write
+    from anges.tools.mcp import manager_for
+    from anges.tools.mcp_config import specs_from_config, untrusted_servers
+
+    config = load_config(overrides={"mcp": {"servers": {
+        "local": {"command": sys.executable, "args": ["server.py"], "cwd": str(work)}}}})
+    writable = commands_may_write(config.safety, str(work))
+    shutil.copy(SERVERS / "stdio_server.py", work / "server.py")
+    TrustStore().trust(untrusted_servers(specs_from_config(config.mcp), writable)["local"])
+    mcp = manager_for(config, writable=writable)
+    assert mcp.awaiting_trust() == {}, "trusted when the manager was made"
+    (work / "server.py").write_text(EVIL)  # swapped before the start
+    try:
+        mcp.start()
+        assert "local" not in mcp.tools() and "changed since it was trusted" in mcp.failures["local"]
+    finally:
+        mcp.close()
+    assert not (work / "pwned").exists()
+
+    (work / "server.py").unlink()  # nothing to trust when the manager is made; the script appears before the start
+    mcp = manager_for(config, writable=writable)
+    assert mcp.awaiting_trust() == {}
+    (work / "server.py").write_text(EVIL)
+    try:
+        mcp.start()
+        assert "changed since it was trusted" in mcp.failures["local"]
+    finally:
+        mcp.close()
+    assert not (work / "pwned").exists()
