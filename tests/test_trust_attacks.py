@@ -164,3 +164,27 @@ def test_an_mcp_server_rewritten_between_the_trust_check_and_its_start_is_not_st
     finally:
         mcp.close()
     assert not (work / "pwned").exists()
+
+
+@pytest.mark.parametrize("command", ["npx --no-install my-mcp", "pnpm exec my-mcp", "yarn my-mcp",
+                                     "uv run my-mcp", "poetry run my-mcp"])
+def test_a_runner_that_finds_its_program_in_the_project_needs_trust(work, command):
+    pytest.importorskip("mcp")
+    import shlex
+
+    from anges.config.loading import load_config
+    from anges.safety.run_safety import commands_may_write
+    from anges.tools.mcp import manager_for
+
+    for folder in ("node_modules/.bin", ".venv/bin"):
+        (work / folder).mkdir(parents=True)
+        (work / folder / "my-mcp").write_text(PWNED)
+    argv = shlex.split(command)
+    config = load_config(overrides={"mcp": {"servers": {"proj": {"command": argv[0], "args": argv[1:],
+                                                                  "cwd": str(work)}}}})
+    mcp = manager_for(config, writable=commands_may_write(config.safety, str(work)))
+    try:
+        subject = mcp.awaiting_trust()["proj"]
+    finally:
+        mcp.close()
+    assert "echo pwned > pwned" in subject.text(), "the person sees the program the runner would run"

@@ -230,6 +230,11 @@ def read_piece(path: str) -> Piece:
 COMMAND_TEXT = frozenset(" \t\n;&|()<>`")
 """A word holding one of these may be a command string (`sh -c '...'`): its words are looked at too."""
 NESTING = 3
+RUNNERS = frozenset(("npx", "bunx", "pnpx", "pnpm", "npm", "yarn", "bun", "uv", "uvx", "poetry", "pipenv", "pdm",
+                     "hatch"))
+"""Programs that run a program they find in the project (`npx NAME`: node_modules/.bin/NAME; `uv run NAME`:
+.venv/bin/NAME), as the project's files say."""
+PROJECT_FILES = ("package.json", "pyproject.toml", "Pipfile")
 """How deep command strings within command strings are looked at."""
 
 
@@ -248,6 +253,8 @@ def named_files(argv: list[str], cwd: str, writable: Writable, depth: int = 0) -
             candidates.append(shutil.which(word) or "")
         if index and words[index - 1] == "-m":
             candidates += _module_files(word)
+        if os.path.basename(word) in RUNNERS:
+            candidates += _runners_files(words[index + 1:], cwd, writable)
         if depth < NESTING and set(word) & COMMAND_TEXT:
             candidates += [path for inner in command_words(word)
                            for path in named_files(inner, cwd, writable, depth + 1)]
@@ -265,6 +272,19 @@ def _expand(word: str, cwd: str) -> str:
         name = match.group(1) or match.group(2)
         return cwd if name == "PWD" else os.environ.get(name, "")
     return os.path.expanduser(re.sub(r"\$(\w+)|\$\{(\w+)\}", value, word))
+
+
+def _runners_files(after: list[str], cwd: str, writable: Writable) -> list[str]:
+    """What a runner (`npx NAME`, `uv run NAME`) may run from the project in `cwd` or a folder above it that commands
+    may write: node_modules/.bin/NAME and .venv/bin/NAME for each word after it, and the project's files."""
+    names = [word for word in after if not word.startswith("-") and os.sep not in word]
+    folders, folder = [], resolve(cwd)
+    while writable(folder) and folder not in folders:
+        folders.append(folder)
+        folder = os.path.dirname(folder)
+    places = [os.path.join(bin_dir, name) for name in names for bin_dir in (os.path.join("node_modules", ".bin"),
+                                                                             os.path.join(".venv", "bin"))]
+    return [os.path.join(folder, place) for folder in folders for place in [*places, *PROJECT_FILES]]
 
 
 def _module_files(dotted: str) -> list[str]:
