@@ -327,3 +327,12 @@ def test_a_remote_document_reached_from_a_local_one_refers_to_no_local_file(tmp_
         load(work, {"spec": str(spec)})
     other_server.recorder.document = {"P": {"name": "x-trace-id", "in": "header", "schema": {"type": "string"}}}
     assert "getItem" in load(work, {"spec": str(spec)}).sources["items"].operations, "a web-only reference is read"
+
+
+@pytest.mark.parametrize("value", ["Ünïcode", "a\r\nX-Injected: 1"])
+def test_a_header_parameter_a_header_cannot_carry_is_refused_before_sending(work, items, value):
+    apis = load(work, {"spec": str(items)})
+    with pytest.raises(CallError, match="a header parameter holds text a header cannot carry: the call was not sent"
+                       ) as caught:
+        apis.prepare({"operation": "GET /items/{item_id}", "parameters": {"item_id": "a-1", "X-Trace-Id": value}})
+    assert caught.value.problems == ("X-Trace-Id: a header carries only ASCII text without line breaks",)

@@ -188,3 +188,15 @@ def test_a_runner_that_finds_its_program_in_the_project_needs_trust(work, comman
     finally:
         mcp.close()
     assert "echo pwned > pwned" in subject.text(), "the person sees the program the runner would run"
+
+
+def test_a_trust_question_does_not_say_the_agent_gave_a_reason(work):
+    from anges.acp.shown import request_text
+    from anges.safety.approval_text import ESCALATION_NOTE
+
+    project(work, MARK)
+    person = Person(False)
+    run(work, [reply(shell("true")), complete()], approval=person)
+    [question] = person.asked
+    for shown in (question.text(), request_text(question)):
+        assert ESCALATION_NOTE in shown and "The agent says why" not in shown and "no reason given" not in shown

@@ -70,7 +70,7 @@ def approval_block(request: ApprovalRequest, rows: int, width: int, child: bool 
         lines.append(("hint" if complete else "notice", f"  ({shown.size}"
                       + ("" if complete else "; only part of it is shown: v shows it all, above") + ")"))
     if request.escalate:
-        lines.append(("notice", f"  {one_line(escalation(request.justification), 400)}"))
+        lines.append(("notice", f"  {one_line(escalation(request.justification, request.action_type), 400)}"))
     lines.append(("hint", f"  always = for the rest of this run: {one_line(visible(request.scope), 300)}"))
     return lines, complete or viewed
 

@@ -76,7 +76,7 @@ class TerminalPrompt:
         body = _framed(shown.lines)
         body += f"  ({shown.size}{'' if shown.complete else '; only part of it is shown: v shows it all'})\n"
         if request.escalate:
-            body += f"  {one_line(approval_text.escalation(request.justification), 400)}\n"
+            body += f"  {one_line(approval_text.escalation(request.justification, request.action_type), 400)}\n"
         body += f"  always = for the rest of this run: {one_line(visible(request.scope), 300)}\n"
         self._write(head + body)
         return shown.complete
