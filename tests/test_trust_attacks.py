@@ -200,3 +200,12 @@ def test_a_trust_question_does_not_say_the_agent_gave_a_reason(work):
     [question] = person.asked
     for shown in (question.text(), request_text(question)):
         assert ESCALATION_NOTE in shown and "The agent says why" not in shown and "no reason given" not in shown
+
+
+def test_a_program_found_on_a_path_entry_where_commands_may_write_is_covered(work, monkeypatch):
+    (work / "bin").mkdir()
+    (work / "bin" / "lint").write_text(PWNED)
+    here = str(work.resolve())
+    monkeypatch.setenv("PATH", f"bin{os.pathsep}{os.environ['PATH']}")  # relative: it leads where the hook runs
+    covered = named_files(["nice", "lint", "--fix"], str(work), lambda path: path.startswith(here))
+    assert covered == [str(work.resolve() / "bin" / "lint")]

@@ -13,12 +13,12 @@ until the user agrees again. Nothing here asks anyone: the run asks through its 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import re
 import shlex
-import shutil
 import stat
 import time
 from collections.abc import Callable
@@ -246,11 +246,15 @@ def named_files(argv: list[str], cwd: str, writable: Writable, depth: int = 0) -
     folder, the tests pytest collects) is not found."""
     words = [word for word in argv if word and "\0" not in word]
     candidates: list[str] = []
+    try:
+        on_path = _writable_path_dirs(os.environ.get("PATH", ""), cwd, writable)
+    except TypeError:  # a `writable` that cannot be a cache key
+        on_path = _writable_path_dirs.__wrapped__(os.environ.get("PATH", ""), cwd, writable)
     for index, word in enumerate(words):
         expanded = _expand(word, cwd)
         candidates += [expanded, expanded.partition("=")[2]] if expanded.startswith("-") else [expanded]
         if os.sep not in word:
-            candidates.append(shutil.which(word) or "")
+            candidates += [os.path.join(folder, word) for folder in on_path]
         if index and words[index - 1] == "-m":
             candidates += _module_files(word)
         if os.path.basename(word) in RUNNERS:
@@ -264,6 +268,21 @@ def named_files(argv: list[str], cwd: str, writable: Writable, depth: int = 0) -
             if writable(real) and real not in found:
                 found.append(real)
     return found
+
+
+@functools.lru_cache(maxsize=32)
+def _writable_path_dirs(path: str, cwd: str, writable: Writable) -> tuple[str, ...]:
+    """The folders of `path` (PATH) where commands may write (a program found there could be the model's); an empty
+    entry is `cwd`."""
+    found: list[str] = []
+    for entry in path.split(os.pathsep):
+        try:
+            folder = resolve(os.path.join(cwd, entry))
+        except (OSError, ValueError):
+            continue
+        if writable(folder) and folder not in found:
+            found.append(folder)
+    return tuple(found)
 
 
 def _expand(word: str, cwd: str) -> str:
@@ -300,7 +319,7 @@ def _module_files(dotted: str) -> list[str]:
 def _code_at(candidate: str, cwd: str) -> list[str]:
     """The files `candidate` (relative to `cwd`) names, resolved: a file, or a Python package folder's modules (the
     folder itself, which cannot be trusted, when it holds more than MAX_FILES)."""
-    if not candidate:
+    if not candidate or not os.path.lexists(os.path.join(cwd, candidate)):
         return []
     try:
         real = resolve(os.path.join(cwd, candidate))
