@@ -230,12 +230,13 @@ def read_piece(path: str) -> Piece:
 COMMAND_TEXT = frozenset(" \t\n;&|()<>`")
 """A word holding one of these may be a command string (`sh -c '...'`): its words are looked at too."""
 NESTING = 3
+"""How deep command strings within command strings are looked at."""
 RUNNERS = frozenset(("npx", "bunx", "pnpx", "pnpm", "npm", "yarn", "bun", "uv", "uvx", "poetry", "pipenv", "pdm",
                      "hatch"))
 """Programs that run a program they find in the project (`npx NAME`: node_modules/.bin/NAME; `uv run NAME`:
 .venv/bin/NAME), as the project's files say."""
 PROJECT_FILES = ("package.json", "pyproject.toml", "Pipfile")
-"""How deep command strings within command strings are looked at."""
+"""The files that tell a runner what to run."""
 
 
 def named_files(argv: list[str], cwd: str, writable: Writable, depth: int = 0) -> list[str]:
