@@ -312,3 +312,27 @@ def test_a_key_in_the_query_reaches_the_server_and_no_log(work, pet_server, capl
     assert json.loads(received.body) == {"authorization": None, "query": "key=query-key-0123456789"}
     assert received.url == f"{pet_server.url}/echo"
     assert "HTTP Request: GET" in caplog.text and "query-key-0123456789" not in caplog.text
+
+
+def test_a_remote_document_reached_from_a_local_one_refers_to_no_local_file(tmp_path, work, pet_server,
+                                                                            other_server):
+    local = tmp_path / "private.yaml"  # a file of this machine outside the working directory
+    local.write_text("P: {name: x-trace-id, in: header, schema: {type: string}}\n")
+    spec = write_items_documents(tmp_path / "specs", pet_server.url)
+    spec.write_text(spec.read_text().replace("common.yaml#/components/parameters/TraceId",
+                                             f"{other_server.url}/doc.json#/P"))
+    other_server.recorder.document = {"P": {"$ref": f"file://{local}#/P"}}
+    with pytest.raises(ConfigError, match=r"doc.json refers to a local file \(file://.*private.yaml#/P\), which a "
+                                          r"remote document may not"):
+        load(work, {"spec": str(spec)})
+    other_server.recorder.document = {"P": {"name": "x-trace-id", "in": "header", "schema": {"type": "string"}}}
+    assert "getItem" in load(work, {"spec": str(spec)}).sources["items"].operations, "a web-only reference is read"
+
+
+@pytest.mark.parametrize("value", ["Ünïcode", "a\r\nX-Injected: 1"])
+def test_a_header_parameter_a_header_cannot_carry_is_refused_before_sending(work, items, value):
+    apis = load(work, {"spec": str(items)})
+    with pytest.raises(CallError, match="a header parameter holds text a header cannot carry: the call was not sent"
+                       ) as caught:
+        apis.prepare({"operation": "GET /items/{item_id}", "parameters": {"item_id": "a-1", "X-Trace-Id": value}})
+    assert caught.value.problems == ("X-Trace-Id: a header carries only ASCII text without line breaks",)

@@ -270,3 +270,24 @@ def test_a_batch_task_calls_the_apis_of_the_config_and_of_the_flag(tmp_path, pet
     (stream,) = batch_streams(next(iter({info.batch_id for info in EventStore().list()}))).values()
     assert [(c.api, c.status) for c in calls_of(stream)] == [("pets", 200), ("stock", 200)]
     assert TOKEN not in "".join(path.read_text() for path in EventStore().root.glob(f"**/{stream.uid}*"))
+
+
+def test_a_query_key_with_characters_a_url_encodes_reaches_no_log_prompt_record_or_export(
+        tmp_path, work, pet_server, monkeypatch, caplog):
+    key = "Zk3y+With/Slash=Secret99"
+    monkeypatch.setenv("PETS_KEY", key)
+    encoded = "Zk3y%2BWith%2FSlash%3DSecret99"
+    config = load_config(overrides={"safety": {"approval": "auto"}, "tools": {"openapi": [{
+        "name": "pets", "spec": f"{pet_server.url}/openapi.json",
+        "auth": {"type": "api_key", "in": "query", "name": "api_key", "env": "PETS_KEY"}}]}})
+    model = ScriptedModel([reply(call("echo")), complete()])
+    with caplog.at_level("DEBUG"):
+        stream = DefaultAgent(inference_func=model, cmd_init_dir=work, config=config).run_with_new_request("echo")
+    echoed = calls_of(stream)[0]
+    assert echoed.status == 200 and json.loads(echoed.body)["query"] == "api_key=[REDACTED]", "the server got it"
+    assert "HTTP Request: GET" in caplog.text
+    store = EventStore()
+    recorded = "".join(path.read_text() for path in store.root.glob(f"**/{stream.uid}*"))
+    exported = to_markdown(store.load(stream.uid), store)
+    for text in (caplog.text, *model.prompts, recorded, exported):
+        assert key not in text and encoded not in text and "Zk3y" not in text

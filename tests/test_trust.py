@@ -260,7 +260,7 @@ def test_your_own_hook_that_runs_a_script_the_model_can_rewrite_asks_first(work)
     assert not (work / "pwned").exists() and not (work / "hook.log").exists()
 
 
-def test_what_a_command_runs_is_code_and_what_it_reads_or_writes_is_data(work):
+def test_every_file_a_command_names_is_covered_and_what_a_redirection_writes_is_data(work):
     from anges.config.trust import command_words, named_files
 
     for name in ("fmt.sh", "server.py", "notes.txt", "out.log"):
@@ -272,10 +272,10 @@ def test_what_a_command_runs_is_code_and_what_it_reads_or_writes_is_data(work):
         return sorted(os.path.basename(p) for argv in command_words(command)
                       for p in named_files(argv, str(work), lambda path: path.startswith(here)))
 
-    assert code("./fmt.sh notes.txt > out.log 2>&1") == ["fmt.sh"]
-    assert code("FOO=1 python3 -u server.py --config notes.txt") == ["server.py"]
-    assert code("cat notes.txt | grep x >> out.log") == []
-    assert code("python3 -m tool && bash -c 'cat notes.txt'") == ["__main__.py"]
+    assert code("./fmt.sh notes.txt > out.log 2>&1") == ["fmt.sh", "notes.txt"], "a script may read notes.txt as code"
+    assert code("FOO=1 python3 -u server.py --config=notes.txt") == ["notes.txt", "server.py"]
+    assert code("cat < notes.txt | grep x >> out.log") == []
+    assert code("python3 -m tool && bash -c 'cat notes.txt'") == ["__main__.py", "notes.txt"]
     assert code("{ sh fmt.sh; } || true") == ["fmt.sh"]
     assert named_files(["python3", "server.py"], str(work), lambda path: False) == [], "nothing outside writable places"
 

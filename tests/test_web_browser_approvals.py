@@ -302,3 +302,18 @@ def test_the_runs_of_a_batch_are_grouped_in_the_sidebar(page, server):
     page.fill("#search", "number 2")
     expect(page.locator(".chat-link")).to_have_count(1)
     expect(page.locator(".batch-entry[data-batch=weekly]")).to_have_count(0)
+
+
+def test_a_trust_card_does_not_say_the_agent_gave_a_reason(page, server, model, tmp_path):
+    (tmp_path / ".anges").mkdir()
+    (tmp_path / ".anges" / "config.yaml").write_text("hooks:\n  - {event: after_action, command: echo ran >> hook.log}\n")
+    model.enqueue(shell("true"), complete("Done."))
+    log_in(page, server)
+    send(page, "go")
+    card = page.locator(PENDING)
+    expect(card.locator(".approval-escalate")).to_have_text("If approved, this runs outside the sandbox.")
+    card.locator("button[data-decision=deny]").click()
+    expect(page.locator(".card.approval[data-state=deny] .approval-escalate")).to_have_text(
+        "Not approved: it does not leave the sandbox.")
+    expect(page.locator(".answer-task_completion")).to_contain_text("Done.")
+    assert not (tmp_path / "hook.log").exists()

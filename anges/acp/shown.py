@@ -59,7 +59,8 @@ def request_text(request) -> str:
     if request.action_type == "RUN_SHELL_CMD":
         lines.append(fenced("\n".join(approval_text.marked(request.detail))))
     if request.escalate:
-        lines.append(f"**{approval_text.ESCALATION_NOTE}** The agent says why: {visible(request.justification or '-')}")
+        why = "" if request.action_type == "TRUST" else f" The agent says why: {visible(request.justification or '-')}"
+        lines.append(f"**{approval_text.ESCALATION_NOTE}**{why}")
     lines.append(f"“Always allow” approves {visible(request.scope)} until this prompt is done.")
     return "\n\n".join(lines)
 

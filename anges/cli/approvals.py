@@ -67,7 +67,7 @@ def approval_block(request: ApprovalRequest, rows: int, width: int, child: bool 
                               f"[{request.rule}]")]
     tail = []
     if request.escalate:
-        tail.append(("notice", f"  {one_line(escalation(request.justification), 400)}"))
+        tail.append(("notice", f"  {one_line(escalation(request.justification, request.action_type), 400)}"))
     tail.append(("hint", f"  always = for the rest of this run: {one_line(visible(request.scope), 300)}"))
     cut_note = "; only part of it is shown: v shows it all, above"
     fixed = sum(_rows(line, width) for _, line in (*head, *tail)) + _rows(f"  ({full.size}{cut_note})", width) \

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from typing import TYPE_CHECKING
 
 from anges.config.arguments import add_config_flag
@@ -75,16 +76,25 @@ def _subjects(args: argparse.Namespace, folder: str) -> list[Subject]:
 
 
 def _trust(store, subject: Subject, yes: bool) -> None:
+    from anges.safety.approval_text import READ_SECONDS
+    from anges.safety.terminal_prompt import discard_typed_ahead
+
     if store.trusts(subject):
         print(visible(f"already trusted: {subject.title}"), file=sys.stderr)
         return
-    print(visible(f"{subject.title}:\n{subject.text()}"))
+    asking = not yes and not subject.problem and sys.stdin.isatty()
+    if asking:
+        discard_typed_ahead(sys.stdin.fileno())
+    print(visible(f"{subject.title}:\n{subject.text()}"), flush=True)
     if subject.problem:
         print(visible(f"cannot be trusted: {subject.problem}"), file=sys.stderr)
         return
     if not yes:
-        if not sys.stdin.isatty():
+        if not asking:
             raise UsageError("no terminal to ask on: read the above, then pass --yes to trust it")
+        time.sleep(READ_SECONDS)  # the answer is asked for once it can be read
+        if discard_typed_ahead(sys.stdin.fileno()):
+            print("(what was typed before it could be read does not answer it)", file=sys.stderr)
         print("Trust this exact content (it runs outside the sandbox, with your rights)? [y/N] ", end="",
               file=sys.stderr, flush=True)
         if sys.stdin.readline().strip().lower() not in ("y", "yes"):

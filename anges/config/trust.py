@@ -13,12 +13,12 @@ until the user agrees again. Nothing here asks anyone: the run asks through its 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import re
 import shlex
-import shutil
 import stat
 import time
 from collections.abc import Callable
@@ -227,48 +227,123 @@ def read_piece(path: str) -> Piece:
     return Piece(path, digest.hexdigest(), size, text)
 
 
-INTERPRETER = re.compile(r"^(python[\d.]*|pypy[\d.]*|node(js)?|deno|bun|ruby|perl|php|lua|Rscript|tsx|ts-node|uv|"
-                         r"sh|bash|zsh|dash|ksh|mksh|ash|fish)$")
-"""Programs whose first file argument (or `-m NAME`) is the code they run."""
-_LEADING = frozenset(("{", "}", "!", "if", "then", "else", "elif", "do", "while", "until", "time", "exec", "command",
-                      "env", "nohup", "xargs"))
+COMMAND_TEXT = frozenset(" \t\n;&|()<>`")
+"""A word holding one of these may be a command string (`sh -c '...'`): its words are looked at too."""
+NESTING = 3
+"""How deep command strings within command strings are looked at."""
+RUNNERS = frozenset(("npx", "bunx", "pnpx", "pnpm", "npm", "yarn", "bun", "uv", "uvx", "poetry", "pipenv", "pdm",
+                     "hatch"))
+"""Programs that run a program they find in the project (`npx NAME`: node_modules/.bin/NAME; `uv run NAME`:
+.venv/bin/NAME), as the project's files say."""
+PROJECT_FILES = ("package.json", "pyproject.toml", "Pipfile")
+"""The files that tell a runner what to run."""
 
 
-def named_files(argv: list[str], cwd: str, writable: Writable) -> list[str]:
-    """The code one command runs from where commands may write (resolved): its program (a path, or found on PATH),
-    and for an interpreter the script it runs (its first file argument, or the module of `-m NAME`)."""
-    argv = [arg for arg in argv if arg and "\0" not in arg]
-    while argv and (argv[0] in _LEADING or re.match(r"^\w+=", argv[0])):
-        argv = argv[1:]
-    if not argv:
-        return []
-    program = argv[0]
-    candidates = [program if os.sep in program else shutil.which(program) or ""]
-    if INTERPRETER.match(os.path.basename(program)):
-        for index, arg in enumerate(argv[1:], 1):
-            if argv[index - 1] == "-m":
-                module = os.path.join(*arg.split("."))
-                candidates += [f"{module}.py", os.path.join(module, "__init__.py"), os.path.join(module, "__main__.py")]
-                break
-            if arg in ("-c", "-e") or (not arg.startswith("-") and os.path.isfile(os.path.join(cwd, arg))):
-                candidates.append(arg if arg not in ("-c", "-e") else "")
-                break
-    found = []
+def named_files(argv: list[str], cwd: str, writable: Writable, depth: int = 0) -> list[str]:
+    """The files one command may run from where commands may write (resolved), best effort and on the safe side:
+    every word that names an existing file there (after $PWD, $NAME and ~ are expanded), or a program found on
+    PATH there; a Python package folder's modules; the modules of `python -m a.b`; and the same for the words of a
+    command string (`sh -c '...'`). Code a program loads without naming it (a module Python imports from its
+    folder, the tests pytest collects) is not found."""
+    words = [word for word in argv if word and "\0" not in word]
+    candidates: list[str] = []
+    try:
+        on_path = _writable_path_dirs(os.environ.get("PATH", ""), cwd, writable)
+    except TypeError:  # a `writable` that cannot be a cache key
+        on_path = _writable_path_dirs.__wrapped__(os.environ.get("PATH", ""), cwd, writable)
+    for index, word in enumerate(words):
+        expanded = _expand(word, cwd)
+        candidates += [expanded, expanded.partition("=")[2]] if expanded.startswith("-") else [expanded]
+        if os.sep not in word:
+            candidates += [os.path.join(folder, word) for folder in on_path]
+        if index and words[index - 1] == "-m":
+            candidates += _module_files(word)
+        if os.path.basename(word) in RUNNERS:
+            candidates += _runners_files(words[index + 1:], cwd, writable)
+        if depth < NESTING and set(word) & COMMAND_TEXT:
+            candidates += [path for inner in command_words(word)
+                           for path in named_files(inner, cwd, writable, depth + 1)]
+    found: list[str] = []
     for candidate in candidates:
-        if not candidate:
-            continue
-        try:
-            real = resolve(os.path.join(cwd, os.path.expanduser(candidate)))
-        except OSError:
-            continue
-        if os.path.isfile(real) and writable(real) and real not in found:
-            found.append(real)
+        for real in _code_at(candidate, cwd):
+            if writable(real) and real not in found:
+                found.append(real)
     return found
+
+
+@functools.lru_cache(maxsize=32)
+def _writable_path_dirs(path: str, cwd: str, writable: Writable) -> tuple[str, ...]:
+    """The folders of `path` (PATH) where commands may write (a program found there could be the model's); an empty
+    entry is `cwd`."""
+    found: list[str] = []
+    for entry in path.split(os.pathsep):
+        try:
+            folder = resolve(os.path.join(cwd, entry))
+        except (OSError, ValueError):
+            continue
+        if writable(folder) and folder not in found:
+            found.append(folder)
+    return tuple(found)
+
+
+def _expand(word: str, cwd: str) -> str:
+    """A word as the shell would use it as a path: $PWD (${PWD}) is `cwd`, $NAME from the environment, ~ home."""
+    def value(match: re.Match) -> str:
+        name = match.group(1) or match.group(2)
+        return cwd if name == "PWD" else os.environ.get(name, "")
+    return os.path.expanduser(re.sub(r"\$(\w+)|\$\{(\w+)\}", value, word))
+
+
+def _runners_files(after: list[str], cwd: str, writable: Writable) -> list[str]:
+    """What a runner (`npx NAME`, `uv run NAME`) may run from the project in `cwd` or a folder above it that commands
+    may write: node_modules/.bin/NAME and .venv/bin/NAME for each word after it, and the project's files."""
+    names = [word for word in after if not word.startswith("-") and os.sep not in word]
+    folders, folder = [], resolve(cwd)
+    while writable(folder) and folder not in folders:
+        folders.append(folder)
+        folder = os.path.dirname(folder)
+    places = [os.path.join(bin_dir, name) for name in names for bin_dir in (os.path.join("node_modules", ".bin"),
+                                                                             os.path.join(".venv", "bin"))]
+    return [os.path.join(folder, place) for folder in folders for place in [*places, *PROJECT_FILES]]
+
+
+def _module_files(dotted: str) -> list[str]:
+    """What `python -m a.b` may run from its folder: a.py, a/__init__.py, a/b.py, a/b/__init__.py, a/b/__main__.py."""
+    parts = [part for part in dotted.split(".") if part]
+    files = []
+    for end in range(1, len(parts) + 1):
+        module = os.path.join(*parts[:end])
+        files += [f"{module}.py", os.path.join(module, "__init__.py")]
+    return [*files, os.path.join(*parts, "__main__.py")] if parts else []
+
+
+def _code_at(candidate: str, cwd: str) -> list[str]:
+    """The files `candidate` (relative to `cwd`) names, resolved: a file, or a Python package folder's modules (the
+    folder itself, which cannot be trusted, when it holds more than MAX_FILES)."""
+    if not candidate or not os.path.lexists(os.path.join(cwd, candidate)):
+        return []
+    try:
+        real = resolve(os.path.join(cwd, candidate))
+    except (OSError, ValueError):
+        return []
+    if os.path.isfile(real):
+        return [real]
+    if not any(os.path.isfile(os.path.join(real, name)) for name in ("__init__.py", "__main__.py")):
+        return []
+    modules, seen = [], 0
+    for top, dirs, files in os.walk(real):
+        dirs.sort()
+        seen += len(files) + len(dirs)
+        modules += [os.path.join(top, name) for name in sorted(files) if name.endswith(".py")]
+        if len(modules) > MAX_FILES or seen > 10 * MAX_FILES:
+            return [real]
+    return modules
 
 
 def command_words(command: str) -> list[list[str]]:
     """The simple commands of a shell command, as words (redirections left out), best effort: a quote left open
     splits by spaces."""
+    command = re.sub(r"\$\(\s*pwd\s*\)|`\s*pwd\s*`", "$PWD", command)
     lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
     lexer.whitespace_split = True
     try:

@@ -86,6 +86,8 @@ class CommandHook:
     source: str
     trusted: str = ""
     current: Callable[[], str] | None = None
+    folder: str = ""
+    """Where it runs ("": the run's working directory); a project's hooks run in the project's folder."""
 
 
 @dataclass
@@ -218,12 +220,16 @@ class Hooks:
         from anges.hooks.command import run_hook_command
 
         if hook.current is not None and hook.current() != hook.trusted:
+            if not hook.trusted:
+                return Outcome("failed", reason="it now runs a file commands may write, which you have not trusted: "
+                                                "it runs again once you trust it")
             what = "the project's .anges/" if hook.source == "project" else "what it runs"
             return Outcome("failed", reason=f"{what} changed since you trusted it: it runs again once you trust the "
                                             "new content")
         env = {**os.environ, **_variables(run, payload["run_id"])}
         stdin = json.dumps(payload, ensure_ascii=False, default=str).encode("utf-8", "replace")
-        return run_hook_command(hook.config.command, stdin, self.agent.cmd_init_dir, env, hook.config.timeout, stop)
+        return run_hook_command(hook.config.command, stdin, hook.folder or self.agent.cmd_init_dir, env,
+                                hook.config.timeout, stop)
 
     # -- the hooks of a run ---------------------------------------------------------------------------------------
 
@@ -240,18 +246,20 @@ class Hooks:
 
         cwd, writable = self.agent.cmd_init_dir, self._writable()
         subjects = [hook_subject(hook, cwd, writable) for hook in config.hooks]
-        self.hooks = HookSet([CommandHook(hook, "config") for hook, subject in zip(config.hooks, subjects)
-                              if subject is None], python_hooks(config))
+        # every config hook is checked again before each run: a file it names that appears later is not trusted
+        self.hooks = HookSet([CommandHook(hook, "config", "", partial(_hook_digest, hook, cwd, writable))
+                              for hook, subject in zip(config.hooks, subjects) if subject is None],
+                             python_hooks(config))
         self._running = bool(self.hooks)
         if any(subjects):
             self.hooks.commands[:] = [
-                CommandHook(hook, "config", subject.digest, partial(_hook_digest, hook, cwd, writable))
-                if subject is not None else CommandHook(hook, "config")
+                CommandHook(hook, "config", subject.digest if subject is not None else "",
+                            partial(_hook_digest, hook, cwd, writable))
                 for hook, subject in zip(config.hooks, subjects) if subject is None or self._trust(subject)]
         project = self._trusted_project()
         if project is not None:
             current = partial(_project_digest, cwd, writable)
-            self.hooks.commands += [CommandHook(hook, "project", project.subject.digest, current)
+            self.hooks.commands += [CommandHook(hook, "project", project.subject.digest, current, project.root)
                                     for hook in project.hooks]
         self._admit_mcp_servers()
         self._running = bool(self.hooks)

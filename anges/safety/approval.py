@@ -105,7 +105,7 @@ class ApprovalRequest:
         lines = [f"{self.action_type} needs your approval — {visible(self.reason)} [{self.rule}]",
                  f"({approval_text.size(self.detail)})", *approval_text.marked(self.detail)]
         if self.escalate:
-            lines.append(approval_text.escalation(self.justification))
+            lines.append(approval_text.escalation(self.justification, self.action_type))
         lines.append(f"always = for the rest of this run: {visible(self.scope)}")
         return "\n".join(lines)
 

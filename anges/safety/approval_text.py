@@ -134,8 +134,11 @@ def refusal(detail: str) -> str:
             "split it into smaller steps (or write a script with EDIT_FILE and run that)")
 
 
-def escalation(justification: str) -> str:
-    """The note on a request to leave the sandbox, with the model's reason."""
+def escalation(justification: str, action_type: str = "") -> str:
+    """The note on a request to leave the sandbox, with the model's reason (none for a TRUST question: anges asks it,
+    not the agent)."""
+    if action_type == "TRUST":
+        return ESCALATION_NOTE
     return f"{ESCALATION_NOTE} The agent says why: {visible(justification) or '(no reason given)'}"
 
 

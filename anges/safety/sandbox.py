@@ -100,7 +100,7 @@ class SandboxSettings:
             writable = _unique(p for p in wanted if not _owned(p))
         _warn_wide(writable)
         return cls(mode=safety.sandbox, network=safety.network, writable=writable, hidden=hidden_paths(safety),
-                   workdir=resolve(cwd), protected=protected_paths(writable), tmp_size=safety.tmp_size,
+                   workdir=resolve(cwd), protected=protected_paths(writable, cwd), tmp_size=safety.tmp_size,
                    max_processes=safety.max_processes, user_namespaces=safety.user_namespaces,
                    unix_sockets=safety.unix_sockets, awaited=awaited_credentials(),
                    model_places=model_places(safety, cwd))
@@ -223,13 +223,19 @@ def awaited_credentials() -> tuple[str, ...]:
     return _unique(p for p in found if not os.path.lexists(p) and _inside_any(p, homes) and p not in homes)
 
 
-def protected_paths(writable: tuple[str, ...]) -> tuple[str, ...]:
-    """What stays read-only inside the writable directories: each one's `.git` (`.hg`) and `.anges`, the code this
-    process runs (the interpreter's prefixes, the anges package, `sys.path`) where they exist, and the startup places
-    and anges' own places (hidden where they exist) whether they exist or not."""
+def protected_paths(writable: tuple[str, ...], cwd: str = "") -> tuple[str, ...]:
+    """What stays read-only inside the writable directories: each one's `.git` (`.hg`) and `.anges`, the `.anges` of
+    the project a run in `cwd` or in a writable directory uses (it may lie above), the code this process runs (the
+    interpreter's prefixes, the anges package, `sys.path`) where they exist, and the startup places and anges' own
+    places (hidden where they exist) whether they exist or not."""
+    from anges.config.trust import project_root
+
     code = code_paths()
+    projects = [root for place in dict.fromkeys([*([cwd] if cwd else []), *writable])
+                if (root := project_root(place)) is not None]
     found = []
-    for path in [os.path.join(root, name) for root in writable for name in (*VCS_DIRS, *PROJECT_DIRS)] + code:
+    for path in [os.path.join(root, name) for root in writable for name in (*VCS_DIRS, *PROJECT_DIRS)] + \
+            [os.path.join(root, name) for root in projects for name in PROJECT_DIRS] + code:
         real = resolve(path)
         if real in writable:
             if path in code:

@@ -76,7 +76,7 @@ class TerminalPrompt:
         body = _framed(shown.lines)
         body += f"  ({shown.size}{'' if shown.complete else '; only part of it is shown: v shows it all'})\n"
         if request.escalate:
-            body += f"  {one_line(approval_text.escalation(request.justification), 400)}\n"
+            body += f"  {one_line(approval_text.escalation(request.justification, request.action_type), 400)}\n"
         body += f"  always = for the rest of this run: {one_line(visible(request.scope), 300)}\n"
         self._write(head + body)
         return shown.complete
@@ -105,19 +105,7 @@ class TerminalPrompt:
         """Drop what was typed before the question could be read, so a stray `y` cannot answer it; whether there
         was any."""
         dropped, self._pending = bool(self._pending), b""
-        for _ in range(64):  # what is there now, not what keeps coming
-            try:
-                readable, _, _ = select.select([self.input_fd], [], [], 0)
-            except InterruptedError:
-                continue
-            if not readable or not os.read(self.input_fd, 4096):
-                break
-            dropped = True
-        if os.isatty(self.input_fd):  # and a line begun but not ended
-            import termios
-
-            termios.tcflush(self.input_fd, termios.TCIFLUSH)
-        return dropped
+        return discard_typed_ahead(self.input_fd) or dropped
 
     def _no_answer(self, request: ApprovalRequest) -> Decision:
         if request.cancelled.is_set():
@@ -127,6 +115,24 @@ class TerminalPrompt:
     def _write(self, text: str) -> None:
         self.out.write(text)
         self.out.flush()
+
+
+def discard_typed_ahead(fd: int) -> bool:
+    """Drop what is waiting to be read on `fd` (on a terminal, a line begun too); whether there was any."""
+    dropped = False
+    for _ in range(64):  # what is there now, not what keeps coming
+        try:
+            readable, _, _ = select.select([fd], [], [], 0)
+        except InterruptedError:
+            continue
+        if not readable or not os.read(fd, 4096):
+            break
+        dropped = True
+    if os.isatty(fd):
+        import termios
+
+        termios.tcflush(fd, termios.TCIFLUSH)
+    return dropped
 
 
 ASK_ALL = "  allow? [y]es, [n]o, [a]lways, [t]ell the agent why: "

@@ -121,6 +121,7 @@ class MCPManager:
         self.startup_timeout = startup_timeout
         self.tool_timeout = tool_timeout
         self.failures: dict[str, str] = {}
+        self._writable = writable
         self._awaiting = untrusted_servers(self.specs, writable) if writable is not None else {}
         self._servers = {name: _Server(spec) for name, spec in self.specs.items() if name not in self._awaiting}
         self._lock = threading.Lock()
@@ -285,6 +286,12 @@ class MCPManager:
         await asyncio.gather(*(self._start_one(server) for server in list(self._servers.values())))
 
     async def _start_one(self, server: _Server) -> None:
+        if self._writable is not None and untrusted_servers({server.spec.name: server.spec}, self._writable):
+            # read again right before the start: what lies where commands may write changed since it was judged
+            server.failed = "not started: what it runs changed since it was trusted (or a file it names appeared " \
+                            "where commands may write): the next run asks about it"
+            server.ready.set_result(None)
+            return
         server.task = asyncio.create_task(self._serve(server), name=f"mcp:{server.spec.name}")
         await asyncio.wait([server.ready], timeout=self.startup_timeout)
         if not server.ready.done():

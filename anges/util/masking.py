@@ -58,6 +58,13 @@ def secret_files() -> list[str]:
     return sorted(_secret_files)
 
 
+def encoded_forms(secret: str) -> list[str]:
+    """A secret and the forms a URL or a form body carries it in (percent-encoded, `+` for a space): all masked."""
+    from urllib.parse import quote, quote_plus
+
+    return list(dict.fromkeys([secret, quote(secret, safe=""), quote(secret), quote_plus(secret, safe="")]))
+
+
 def mask_secrets(text: str, secrets: Iterable[str]) -> str:
     """Replace every occurrence of each secret (of at least 8 characters) with [REDACTED]."""
     for secret in sorted({s for s in secrets if len(s) >= MIN_SECRET_LENGTH}, key=len, reverse=True):

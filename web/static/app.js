@@ -1180,9 +1180,11 @@
       }
     }
     if (facts.escalate) {
+      const asked = facts.action_type !== "TRUST"; // a trust question is anges', not the agent's
       const note = el("p", "approval-escalate",
-        `${facts.escalation_note || "If approved, this runs outside the sandbox."} The agent says why: `);
-      note.appendChild(el("q", null, facts.justification || "(no reason given)"));
+        `${facts.escalation_note || "If approved, this runs outside the sandbox."}${asked ? " The agent says why: " : ""}`);
+      note.dataset.asked = asked ? "agent" : "";
+      if (asked) note.appendChild(el("q", null, facts.justification || "(no reason given)"));
       body.appendChild(note);
     }
     node.appendChild(body);
@@ -1276,8 +1278,9 @@
     card.node.querySelector(".approval-label").textContent =
       { allow: "Approved", deny: "Denied", cancelled: "Not answered" }[facts.decision] || "Decided";
     const note = card.node.querySelector(".approval-escalate");
-    if (note && facts.decision === "allow") note.firstChild.textContent = "Approved: it runs outside the sandbox. The agent said why: ";
-    else if (note) note.firstChild.textContent = "Not approved: it does not leave the sandbox. The agent said why: ";
+    const said = note && note.dataset.asked ? " The agent said why: " : "";
+    if (note && facts.decision === "allow") note.firstChild.textContent = `Approved: it runs outside the sandbox.${said}`;
+    else if (note) note.firstChild.textContent = `Not approved: it does not leave the sandbox.${said}`;
     card.node.querySelector(".approval-controls").hidden = true;
     card.node.querySelector(".approval-reasoning")?.remove();
     setCardState(card, facts.decision, text);

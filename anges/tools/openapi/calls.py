@@ -167,7 +167,13 @@ def _headers(op: Operation, given: dict) -> list[tuple[str, str]]:
                if param.location == "header" and given.get(param.name) is not None]
     cookies = [f"{param.name}={_simple(param, given[param.name])}" for param in op.parameters
                if param.location == "cookie" and given.get(param.name) is not None]
-    return headers + ([("Cookie", "; ".join(cookies))] if cookies else [])
+    headers += [("Cookie", "; ".join(cookies))] if cookies else []
+    refused = [f"{name}: a header carries only ASCII text without line breaks" for name, value in headers
+               if not value.isascii() or "\r" in value or "\n" in value]
+    if refused:
+        raise CallError("a header parameter holds text a header cannot carry: the call was not sent (encode it, as "
+                        "the API's description says, or leave it out)", "invalid", tuple(refused))
+    return headers
 
 
 def _encode(body: Body, value: Any) -> tuple[bytes, str]:

@@ -57,7 +57,7 @@ class Document:
                     raise ConfigError(f"{self.spec}: refers to a local file ({uri}), which a remote document may not")
                 self._read[uri] = _parse(self._file(_path_of(uri)), uri)
             elif urlsplit(uri).scheme in ("http", "https"):
-                self._read[uri] = _parse(_fetch(uri), uri)
+                self._read[uri] = _only_web_references(_parse(_fetch(uri), uri), uri, self.spec)
             else:
                 raise ConfigError(f"{self.spec}: cannot read {uri!r}: only files and http(s) URLs are read")
         return self._read[uri]
@@ -147,6 +147,27 @@ def _fetch(url: str) -> bytes:
             return data
     except httpx2.HTTPError as exc:
         raise ConfigError(f"{url}: cannot fetch the OpenAPI document: {exc or type(exc).__name__}") from None
+
+
+REFERRING_KEYS = ("$ref", "$id", "$dynamicRef", "$schema")
+"""The keys whose value is a URI a resolver may read (or resolve the document's other references against)."""
+
+
+def _only_web_references(contents: Any, uri: str, spec: str) -> Any:
+    """`contents` of a document read from the web, once none of its references names a file of this machine (also
+    when a local document refers to it)."""
+    pending = [contents]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, list):
+            pending += node
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                if key in REFERRING_KEYS and isinstance(value, str) and urlsplit(value.strip()).scheme == "file":
+                    raise ConfigError(f"{spec}: {uri} refers to a local file ({value[:200]}), which a remote "
+                                      "document may not")
+                pending.append(value)
+    return contents
 
 
 def _parse(data: bytes, uri: str) -> Any:

@@ -55,7 +55,10 @@ class Credential:
         return f"{what} (the {'password' if self.kind == 'basic' else 'secret'} from {self.origin})"
 
     def secrets(self) -> list[str]:
-        return [self.secret, self._basic()] if self.kind == "basic" else [self.secret]
+        """The secret as sent and as a URL carries it (percent-encoded); for basic auth, its base64 too."""
+        from anges.util.masking import encoded_forms
+
+        return [*encoded_forms(self.secret), *([self._basic()] if self.kind == "basic" else [])]
 
     def _basic(self) -> str:
         pair = f"{self.username}:{self.secret}" if self.username else self.secret
