@@ -108,7 +108,7 @@ def test_returning_actions_end_the_run(tmp_path, action_type, event_type, status
 def test_empty_content_is_a_validation_error_then_recovers(tmp_path):
     agent, model = make_agent(tmp_path, [reply({"action_type": "TASK_COMPLETE", "content": "  "}), complete("ok")])
     stream = agent.run_with_new_request("go")
-    assert types(stream) == ["new_request", "task_completion"]
+    assert types(stream) == ["new_request", "reply_rejected", "task_completion"]
     assert "content" in model.prompts[1] and "could not be used" in model.prompts[1]
 
 
@@ -356,7 +356,7 @@ def test_agent_types_offer_their_actions(tmp_path):
                                             complete("executed")], agent_class=TaskExecutor)
     stream = executor.run_with_new_request("do it")
     assert "AGENT_TEXT_RESPONSE" not in model.prompts[0]
-    assert types(stream) == ["new_request", "task_completion"] and "unknown" in model.prompts[1].lower()
+    assert types(stream) == ["new_request", "reply_rejected", "task_completion"] and "unknown" in model.prompts[1].lower()
 
     analyzer, model = make_agent(tmp_path, [
         reply({"action_type": "EDIT_FILE", "directive_line": "NEW_FILE x", "content": "x"}),

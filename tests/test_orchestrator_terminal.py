@@ -107,6 +107,7 @@ def test_while_the_orchestrator_waits_the_status_line_says_what_its_child_does(o
     agents = Agents({
         "orchestrator": [reply(delegate("Wait for go"), delegate("Say hi"), reasoning="Delegate."),
                          reply(shell("echo look"), reasoning="Hi was said; look around while the other works."),
+                         reply({"action_type": "WAIT_FOR_CHILDREN"}, reasoning="Looked; wait for the other."),
                          reply(done("finished"), reasoning="Done.")],
         "Wait for go": [reply(shell(long_command), reasoning="Waiting."), reply(done("went"), reasoning="Went.")],
         "Say hi": [reply(shell("echo hi"), reasoning="Hi."), reply(done("said hi"), reasoning="Said.")],

@@ -110,7 +110,7 @@ def test_every_agent_type_offers_update_plan_with_guidance(tmp_path):
 
 def test_a_childs_plan_is_its_own_and_its_parent_sees_its_progress(tmp_path):
     def executor(prompt):
-        if "slow part" not in prompt:  # the quick child waits until the slow one has its plan
+        if "CONTENT:\nthe slow part" not in prompt:  # the quick child (whose prompt may name its sibling's task) waits
             return json.dumps(reply(shell("while [ ! -e planned ]; do sleep 0.05; done"),
                                     {"action_type": "TASK_COMPLETE", "content": "quick part done",
                                      "only_if_succeeded": True}))
@@ -153,7 +153,7 @@ def test_a_childs_plan_is_its_own_and_its_parent_sees_its_progress(tmp_path):
 
 def test_an_orchestrators_own_commands_come_back_while_its_children_run(tmp_path):
     def executor(prompt):
-        if "the slow part" in prompt and "TYPE: RUN_SHELL_CMD" not in prompt:
+        if "CONTENT:\nthe slow part" in prompt and "TYPE: RUN_SHELL_CMD" not in prompt:
             return json.dumps(reply(shell("for i in $(seq 300); do [ -e go ] && break; sleep 0.1; done")))
         return json.dumps(complete("went"))
 

@@ -177,8 +177,9 @@ def test_the_history_numbers_what_the_model_reads_without_gaps(tmp_path):
 def test_the_default_agents_first_prompt_stays_within_7000_characters(tmp_path):
     work = git_repository(tmp_path / "repo")
 
-    def size(prompt):  # with the working directory at a usual place: the temp folder's path is long, and varies
-        return len(prompt.replace(str(work), "/home/me/project"))
+    def size(prompt):  # with the working directory and python3 at usual places: their paths vary
+        return len(re.sub(r"(`python3` in commands is )\S+", r"\1/usr/bin/python3", prompt.replace(str(work),
+                                                                                             "/home/me/project")))
 
     prompt, _ = first_prompt("default", work, approval=ask_a_person)
     assert ".git is read-only" in prompt and "escalate" in prompt, "the largest default prompt: every fact applies"

@@ -55,5 +55,6 @@ class Outcome:
                 cost = (cost or 0.0) + usage.cost
         if cost is not None:
             total["cost"] = round(cost, 6)
-        total["cache_hit_ratio"] = cache_hit_ratio(total["cached_tokens"], total["input_tokens"])
+        total["cache_hit_ratio"] = None if total["estimated"] else cache_hit_ratio(total["cached_tokens"],
+                                                                                  total["input_tokens"])  # of a guess
         return total

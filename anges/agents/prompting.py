@@ -81,7 +81,8 @@ class Prompter:
         agent = self.agent
         events = of_run(agent.event_stream).events_list
         jobs, older_jobs = agent.run_safety.job_lines() if agent.run_safety else ([], 0)
-        last = next((event for event in reversed(events) if kind_of(event.type).group != "hook"), None)
+        last = next((event for event in reversed(events) if kind_of(event.type).in_prompt  # not a rejected reply
+                     and kind_of(event.type).group != "hook"), None)  # nor what a formatter's hook said since
         plan = agent.run_state.plan if agent.run_state is not None else None
         now = {"background_jobs": jobs, "older_jobs": older_jobs, "plan": plan if plan and plan.total else None,
                "children": agent.running_children(), "siblings": agent.siblings(),

@@ -327,8 +327,12 @@ def _tagged(items: list[RenderableType], agent: str) -> list[RenderableType]:
     tag = Text(f"[{agent}] ", "dim magenta")
     if not items:
         return items
-    first = prefixed(tag, items[0]) if isinstance(items[0], Text) else tag
-    return [first, *items[1:]] if isinstance(items[0], Text) else [first, *items]
+    first = items[0]
+    if isinstance(first, Text):
+        return [prefixed(tag, first), *items[1:]]
+    if isinstance(first, Wrapped):  # a command: the tag before its `$`, its wrapped lines under the command
+        return [Wrapped(Text.assemble(tag, first.head), first.body, first.rest), *items[1:]]
+    return [tag, *items]
 
 
 def _indented(item: RenderableType, depth: int) -> RenderableType:
@@ -336,7 +340,7 @@ def _indented(item: RenderableType, depth: int) -> RenderableType:
         return item
     if isinstance(item, Text):
         return prefixed("  " * depth, item)
-    return Padding(item, (0, 0, 0, 2 * depth))
+    return Padding(item, (0, 0, 0, 2 * depth), expand=False)  # no trailing spaces to the width
 
 
 def prefixed(prefix: Text | str, text: Text) -> Text:
