@@ -10,7 +10,8 @@ from anges.store.events import Event
 from anges.store.results import ShellRun, took
 
 
-@pytest.mark.parametrize(("seconds", "text"), [(0.0004, "0.01 s"), (0.2, "0.20 s"), (12.34, "12.3 s"),
+@pytest.mark.parametrize(("seconds", "text"), [(0.0004, "0.01 s"), (0.2, "0.20 s"), (2.5, "2.50 s"), (9.996, "10.0 s"),
+                                               (12.34, "12.3 s"),
                                                (59.96, "60.0 s"), (247, "4 min 7 s"), (3600, "60 min 0 s")])
 def test_a_duration_reads_briefly(seconds, text):
     assert took(seconds) == text
@@ -32,4 +33,4 @@ def test_the_model_reads_how_long_a_command_took(tmp_path):
 def test_a_result_recorded_before_durations_reads_as_it_did():
     data = {"command": "ls", "exit_code": 0, "stdout": "a\n", "stderr": "", "duration": 2.5, "result_format": 2}
     assert ShellRun.of(Event("action", data=data)).text() == "COMMAND: ls\nEXIT CODE: 0\nSTDOUT:\na\n"
-    assert "EXIT CODE: 0 after 2.5 s" in ShellRun.of(Event("action", data={**data, "result_format": 3})).text()
+    assert "EXIT CODE: 0 after 2.50 s" in ShellRun.of(Event("action", data={**data, "result_format": 3})).text()

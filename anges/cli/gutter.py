@@ -28,6 +28,9 @@ class Wrapped:
         """The text on one line (what a test or a search reads)."""
         return self.head.plain + self.body.plain
 
+    def __str__(self) -> str:
+        return self.plain
+
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         width = max(options.max_width - max(self.head.cell_len, self.rest.cell_len), 1)
         for number, piece in enumerate(fold(self.body, width)):

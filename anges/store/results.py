@@ -235,8 +235,9 @@ def _status(run: ShellRun) -> str:
 
 
 def took(seconds: float) -> str:
-    """How long something took, briefly: `0.04 s`, `12.3 s`, `4 min 7 s`."""
-    if seconds < 1:
+    """How long something took, briefly: `0.04 s`, `2.50 s`, `12.3 s`, `4 min 7 s` (under a minute, always six
+    characters: how long a command took never moves where a prompt is cut or folded)."""
+    if round(seconds, 2) < 10:
         return f"{max(seconds, 0.01):.2f} s"
     if seconds < 60:
         return f"{seconds:.1f} s"
