@@ -443,6 +443,7 @@ def test_commands_cannot_type_into_the_terminal_approvals_are_read_from(work, sa
         deadline = time.monotonic() + 15
         while not (work / "outcome").exists() and time.monotonic() < deadline:
             term._read(0.1)
+        asked(term, "echo approved-by-whom")  # keys typed meanwhile (by the typist, if it got through) pause them
         term.send("n")
         assert term.wait() == 0
     finally:

@@ -19,9 +19,17 @@ class _PrintableFormatter(logging.Formatter):
         return printable(super().format(record))
 
 
+class _Stderr(logging.StreamHandler):
+    """To `sys.stderr` as it is when a line is logged (what a test may have swapped meanwhile)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
 def setup_logging(verbose: int) -> None:
     """Log to stderr: what a person needs by default (requests too with `verbose`), without colour codes."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _Stderr(sys.stderr)
     handler.setFormatter(_PrintableFormatter("%(asctime)s %(message)s", "%H:%M:%S"))
     for logger, level in ((log, logging.INFO), (request_log, logging.INFO if verbose else logging.WARNING),
                           (logging.getLogger("werkzeug"), logging.WARNING)):  # the server's own: its errors
