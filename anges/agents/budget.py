@@ -138,6 +138,7 @@ def estimated(usage: Usage, prompt: str, reply: str) -> Usage:
     return replace(usage, **missing, estimated=True) if missing else usage
 
 
-def cache_hit_ratio(cached_tokens: int, input_tokens: int) -> float | None:
-    """The share of input tokens the provider read from its prompt cache (None before any input)."""
-    return round(cached_tokens / input_tokens, 3) if input_tokens > 0 else None
+def cache_hit_ratio(cached_tokens: int, input_tokens: int, estimated: bool = False) -> float | None:
+    """The share of input tokens the provider read from its prompt cache (None before any input, or when the input
+    was `estimated`: a share of a guess says nothing)."""
+    return round(cached_tokens / input_tokens, 3) if input_tokens > 0 and not estimated else None

@@ -55,6 +55,5 @@ class Outcome:
                 cost = (cost or 0.0) + usage.cost
         if cost is not None:
             total["cost"] = round(cost, 6)
-        total["cache_hit_ratio"] = None if total["estimated"] else cache_hit_ratio(total["cached_tokens"],
-                                                                                  total["input_tokens"])  # of a guess
+        total["cache_hit_ratio"] = cache_hit_ratio(total["cached_tokens"], total["input_tokens"], total["estimated"])
         return total

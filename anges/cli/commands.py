@@ -309,14 +309,11 @@ def _setting(session: Interactive, name: str, value: str, modes: dict[str, str])
 
 @command("/cost", "tokens, cost and cache hits of this session")
 def cost(session: Interactive, argument: str) -> None:
-    from anges.agents.budget import cache_hit_ratio
-
     usage = session.status.session
     parts = [f"{usage.steps} steps", f"{usage.model_calls} model calls",
              f"{usage.input_tokens:,} input / {usage.output_tokens:,} output tokens"]
-    if usage.input_tokens:
-        parts.append(f"{cache_hit_ratio(usage.cached_tokens, usage.input_tokens):.0%} of input from the cache "
-                     f"({usage.cached_tokens:,} tokens)")
+    if usage.cache_hits is not None:
+        parts.append(f"{usage.cache_hits:.0%} of input from the cache ({usage.cached_tokens:,} tokens)")
     parts.append(f"${usage.cost:.4f}" if usage.cost is not None else "cost unknown (no price for this model)")
     session.say("this session: " + " · ".join(parts))
 

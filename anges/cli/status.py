@@ -28,6 +28,8 @@ class Usage:
     model_calls: int = 0
     cost: float | None = None
     steps: int = 0
+    estimated: bool = False
+    """Some input tokens were estimated (the model reported none)."""
 
     def add(self, event) -> None:
         """Count one recorded event (its step, and the model usage that led to it)."""
@@ -44,6 +46,7 @@ class Usage:
         self.output_tokens += usage.output_tokens
         self.cached_tokens += usage.cached_tokens
         self.model_calls += usage.model_calls
+        self.estimated = self.estimated or usage.estimated
         if usage.cost is not None:
             self.cost = (self.cost or 0.0) + usage.cost
 
@@ -56,7 +59,7 @@ class Usage:
         """The share of input tokens read from the provider's cache (None before any input)."""
         from anges.agents.budget import cache_hit_ratio
 
-        return cache_hit_ratio(self.cached_tokens, self.input_tokens)
+        return cache_hit_ratio(self.cached_tokens, self.input_tokens, self.estimated)
 
     def parts(self) -> list[str]:
         """`3 steps`, `4,210 tokens`, `$0.0123`, `62% cached`: what there is to say."""
