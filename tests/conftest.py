@@ -47,3 +47,12 @@ def anges_home(tmp_path_factory, monkeypatch, request):
     for name in (*MODEL_ENV, *OTHER_SECRETS):
         monkeypatch.delenv(name, raising=False)
     return home
+
+
+@pytest.fixture(autouse=True)
+def fresh_process_memory(monkeypatch):
+    """Each test starts as a new process would: no places noted as model-writable by an earlier test's runs (a worker
+    runs many tests, and one that worked in a shared parent folder would make every later test's tools there refused)."""
+    from anges.util import trust
+
+    monkeypatch.setattr(trust, "_noted", {})

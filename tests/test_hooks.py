@@ -66,7 +66,7 @@ def test_json_answers_block_or_add_context_and_plain_output_is_context_after_an_
     hooks = [
         {"event": "before_action", "match": {"action": "EDIT_FILE"},
          "command": 'echo \'{"decision": "block", "reason": "edit through the shell here"}\''},
-        {"event": "after_action", "match": {"action": "RUN_SHELL_CMD"}, "command": "echo \"exit code seen: $(cat)\" |"
+        {"event": "after_action", "match": {"action": "RUN_SHELL_CMD"}, "command": "{ printf 'exit code seen: '; cat; } |"
          " python3 -c 'import json,sys; d=json.loads(sys.stdin.read()[16:]); print(d[\"result\"][\"data\"][\"exit_code\"])'"},
         {"event": "after_action", "match": {"action": "RUN_SHELL_CMD"}, "command": 'echo \'{"context": "keep it short"}\''},
     ]
@@ -142,8 +142,10 @@ def test_a_hook_that_crashes_or_prints_garbage_is_recorded_and_the_run_goes_on_u
     assert outcomes[3] == ("unreadable", "unknown decision 'maybe' (block is the one anges knows)")
 
     closed = [{"event": "before_action", "command": "exit 1", "fail_closed": True, "name": "strict"}]
-    stream, model, _ = run(tmp_path / "..", [reply(shell("touch closed")), complete()], closed)
-    assert not (tmp_path.parent / "closed").exists()
+    strict_run = tmp_path / "strict"
+    strict_run.mkdir()
+    stream, model, _ = run(strict_run, [reply(shell("touch closed")), complete()], closed)
+    assert not (strict_run / "closed").exists()
     blocked = next(e for e in stream.events_list if e.type == "hook_feedback")
     assert blocked.data["outcome"] == "failed" and blocked.data["effect"] == "blocked"
     assert "The hook failed, and it blocks when it fails: exited with code 1" in model.prompts[1]
