@@ -242,7 +242,8 @@ def test_a_recorded_run_on_a_small_window_replays_with_the_same_prompts(tmp_path
         "echo the steps")
 
     assert replay.context_window == 4096
-    assert stream.events_list[-1].type == "task_completion" and replay.divergence is None
+    last = stream.events_list[-1]
+    assert last.type == "task_completion" and replay.divergence is None, (last.content, str(replay.divergence))
     assert replay.calls == len(model.prompts)
 
 

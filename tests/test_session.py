@@ -234,7 +234,8 @@ def test_model_diff_and_cost(tmp_path, sessions):
     term.send("/cost\r")
     cost = term.wait_for("this session: ")[-10:]
     line = next(line for line in cost if line.startswith("this session: "))
-    assert "steps" in line and "4 model calls" in line and "input /" in line
+    assert "this session: 2 steps · 4 model calls" in line and "input /" in line, "the edit and the command: the " \
+        "two answers are not steps"
     assert only_stream().events_list[-1].content == "from the second model"
 
 

@@ -28,14 +28,18 @@ class Usage:
     model_calls: int = 0
     cost: float | None = None
     steps: int = 0
+    """Actions taken; the answer that ends a run is not one (`is_action_step`)."""
+    runs_ended: int = 0
+    """Runs that ended (completed, answered, asked for help or stopped), a child agent's too."""
     estimated: bool = False
     """Some input tokens were estimated (the model reported none)."""
 
     def add(self, event) -> None:
         """Count one recorded event (its step, and the model usage that led to it)."""
-        from anges.store.events import StepUsage, is_step
+        from anges.store.events import RETURN_TO_PARENT_EVENT_TYPES, StepUsage, is_action_step
 
-        self.steps += is_step(event)
+        self.steps += is_action_step(event)
+        self.runs_ended += event.type in RETURN_TO_PARENT_EVENT_TYPES
         self.charge(StepUsage.of(event.data))
 
     def charge(self, usage) -> None:
@@ -219,7 +223,8 @@ class Status:
             settings = [model, *([window] if window else []), f"sandbox {self.sandbox}", f"approval {self.approval}"]
             if not self.activity:
                 done = self.session.parts()
-                parts = [f"session: {done[0]}", *done[1:], *settings] if self.session.steps else settings
+                parts = [f"session: {done[0]}", *done[1:], *settings] if self.session.steps or self.session.runs_ended \
+                    else settings
                 return _fit(parts, width)
             glyph = SPINNER[int(now * 10) % len(SPINNER)]
             activity = self.activity

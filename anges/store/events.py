@@ -378,6 +378,11 @@ def is_step(event: Event) -> bool:
     return event.type != "approval_decided" or (data.get("decision") != "allow" and data.get("rule") != "trust")
 
 
+def is_action_step(event: Event) -> bool:
+    """A step that acts (`is_step`), not the answer that ends a run: what the status lines count as steps."""
+    return is_step(event) and event.type not in RETURN_TO_PARENT_EVENT_TYPES
+
+
 def status_of(event_type: str) -> str | None:
     """The stream status an event of this type sets, or None when it leaves the status as it was."""
     return kind_of(event_type).status
