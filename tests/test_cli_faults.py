@@ -96,4 +96,4 @@ def test_the_live_status_line_leaves_out_the_cache_share_when_no_input_was_count
     usage = Usage()
     usage.add(Event("task_completion", content="ok", data={
         "usage": {"input_tokens": 0, "output_tokens": 5, "cached_tokens": 40, "model_calls": 1}}))
-    assert usage.parts() == ["1 step", "5 tokens"]
+    assert usage.parts() == ["0 steps", "5 tokens"], "an answer is not a step"

@@ -26,6 +26,19 @@ def test_many_lines_are_cut_by_lines_keeping_head_and_tail():
     assert count == int(kept[1]) == len(text) - len(kept[0]) - len(kept[-1])
 
 
+def test_a_cut_by_characters_keeps_whole_lines_where_it_can():
+    """A history cut mid-line would split `EXIT CODE: 0 after 0.02 s` from its number (and a replay could not tell
+    the time apart from a real difference): the head ends and the tail starts at a line boundary."""
+    text = "\n".join(f"EXIT CODE: 0 after 0.0{i % 10} s" for i in range(200))
+    for limit in range(300, 400, 7):
+        cut, count = clipped(text, limit)
+        marker = MARK.search(cut)
+        head, tail = cut[: marker.start()], cut[marker.end():]
+        assert len(cut) <= limit and int(marker.group(1)) == count == len(text) - len(head) - len(tail)
+        assert text.startswith(head + "\n") and text.endswith("\n" + tail), limit
+        assert all(re.fullmatch(r"EXIT CODE: 0 after 0\.0\d s", line) for line in (head + "\n" + tail).splitlines())
+
+
 def test_text_within_both_limits_is_untouched_and_zero_means_no_limit():
     assert clipped("short\ntext", 20, lines=5) == ("short\ntext", 0)
     assert clip("x" * 10_000) == "x" * 10_000

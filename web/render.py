@@ -17,7 +17,7 @@ from anges.store.events import (
     StepUsage,
     child_reference,
     group_of,
-    is_action_step,
+    is_step,
     shown_path,
     stop_explanation,
 )
@@ -200,7 +200,7 @@ class Totals:
         self.model = ""
 
     def add(self, event: Event) -> None:
-        if is_action_step(event):
+        if is_step(event, answer=False):
             self.steps += 1
         usage = _usage(event.data or {})
         self.input_tokens += usage["input_tokens"]

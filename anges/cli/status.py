@@ -28,7 +28,7 @@ class Usage:
     model_calls: int = 0
     cost: float | None = None
     steps: int = 0
-    """Actions taken; the answer that ends a run is not one (`is_action_step`)."""
+    """Actions taken; the answer that ends a run is not one (`is_step`)."""
     runs_ended: int = 0
     """Runs that ended (completed, answered, asked for help or stopped), a child agent's too."""
     estimated: bool = False
@@ -36,9 +36,9 @@ class Usage:
 
     def add(self, event) -> None:
         """Count one recorded event (its step, and the model usage that led to it)."""
-        from anges.store.events import RETURN_TO_PARENT_EVENT_TYPES, StepUsage, is_action_step
+        from anges.store.events import RETURN_TO_PARENT_EVENT_TYPES, StepUsage, is_step
 
-        self.steps += is_action_step(event)
+        self.steps += is_step(event, answer=False)
         self.runs_ended += event.type in RETURN_TO_PARENT_EVENT_TYPES
         self.charge(StepUsage.of(event.data))
 

@@ -141,9 +141,12 @@ class ReplayModel:
                           latency=entry.get("latency", 0.0), finish_reason=entry.get("finish_reason", "stop"))
 
     def _compare(self, index: int, actual: str, recorded: str) -> None:
-        if actual == recorded or TOOK.sub("after … s", actual) == TOOK.sub("after … s", recorded):
+        if actual == recorded:
             return
-        divergence = Divergence(index, len(self.entries), _diff(recorded, actual))
+        actual, recorded = TOOK.sub("after … s", actual), TOOK.sub("after … s", recorded)
+        if actual == recorded:
+            return
+        divergence = Divergence(index, len(self.entries), _diff(recorded, actual))  # what differs beyond durations
         with self._lock:
             first = self.divergence is None
             if first:

@@ -337,10 +337,8 @@ STOPPED = "The run stopped: "
 
 def kind_of(event_type: str) -> EventKind:
     """The entry of EVENT_KINDS for `event_type`; a child's return and unknown types (0.1.x actions) too."""
-    kind = EVENT_KINDS.get(event_type)
-    if kind is not None:
-        return kind
-    return _CHILD_RETURN if event_type.startswith("child_agent_") else EventKind(event_type)
+    return EVENT_KINDS.get(event_type) or (
+        _CHILD_RETURN if event_type.startswith("child_agent_") else EventKind(event_type))
 
 
 def group_of(event: Event) -> str:
@@ -366,21 +364,18 @@ def stop_explanation(event: Event) -> str:
     return event.content.removeprefix(STOPPED)
 
 
-def is_step(event: Event) -> bool:
+def is_step(event: Event, answer: bool = True) -> bool:
     """An action of the model, as step limits and counts see it: not a request, not bookkeeping, not an undo, not the
-    approval that came before an action (a declined action's decision is its only event, so it counts)."""
+    approval that came before an action (a declined action's decision is its only event, so it counts); with
+    `answer=False` not the answer that ends a run either (what status lines count)."""
     kind = kind_of(event.type)  # bookkeeping (summary_failed, context_exceeded) is not in the report or the prompt
-    if not (kind.in_report and kind.in_prompt) or event.type in NOT_STEPS:
+    if not (kind.in_report and kind.in_prompt) or event.type in NOT_STEPS or (
+            not answer and event.type in RETURN_TO_PARENT_EVENT_TYPES):
         return False
     data = event.data or {}
     if event.type == "hook_feedback":  # a blocked action's only event counts; a context is the action's own step
         return data.get("effect") == "blocked"
     return event.type != "approval_decided" or (data.get("decision") != "allow" and data.get("rule") != "trust")
-
-
-def is_action_step(event: Event) -> bool:
-    """A step that acts (`is_step`), not the answer that ends a run: what the status lines count as steps."""
-    return is_step(event) and event.type not in RETURN_TO_PARENT_EVENT_TYPES
 
 
 def status_of(event_type: str) -> str | None:

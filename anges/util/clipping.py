@@ -56,9 +56,21 @@ def clipped(text: str, limit: int = 0, lines: int = 0) -> tuple[str, int]:
         room = limit - len(omission(len(text)))  # the marker is never longer than with this count
         if room < 2:
             return text[:limit], len(text) - limit
-        head, tail = head[: room - room // 2], tail[len(tail) - room // 2:]
+        head, tail = _at_line_ends(text, min(len(head), room - room // 2), min(len(tail), room // 2))
     cut = len(text) - len(head) - len(tail)
     return head + omission(cut) + tail, cut
+
+
+def _at_line_ends(text: str, head: int, tail: int) -> tuple[str, str]:
+    """The first `head` and last `tail` characters of `text`, each cut back to a line end (a line start) unless it
+    already is one or that would waste half of it (one long line is cut where it must be): a cut splits no line it
+    need not."""
+    if 0 < head < len(text) and text[head] != "\n" and (end := text.rfind("\n", 0, head)) >= head // 2:
+        head = end
+    start = len(text) - tail
+    if 0 < start < len(text) and text[start - 1] != "\n" and 0 <= (begin := text.find("\n", start)) - start < tail // 2:
+        start = begin + 1
+    return text[:head], text[start:]
 
 
 def clip(text: str, limit: int = 0, lines: int = 0) -> str:
