@@ -291,7 +291,7 @@ class BaseAgent(Delegation):
             prefix_cmd=self.prefix_cmd, interrupt_check=self.stop_requested, reply=ParsedReply("", "", [], ""),
             record=self._record, agent_type=self.agent_type, secrets=self.secrets, env=env, charge=ledger.charge,
             render_guide=self._prompter.guide, delegator=self, output_sink=self._calls.output_sink)
-        history = History(stream, self.store, self._prompter, self._calls.reply, self._record, self.logger)
+        history = History(stream, self.store, self._prompter, self._calls, self._record, self.logger)
         return RunState(self.agent_config, budget, ledger, context, history, CompletionCheck(self),
                         ending_jobs=self._share.ending_jobs)
 

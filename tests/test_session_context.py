@@ -1,0 +1,63 @@
+"""The session and the agent's context, driven through a real pseudo-terminal and read as a person reads it (pyte):
+folds seen as they happen, what `/status` says the run read, files attached by `@`, and a `!command` ordered after
+the slash commands sent before it."""
+
+import json
+import os
+import threading
+
+from test_cli import complete, only_stream, shell
+from test_session import finished, sessions  # noqa: F401  (the fixture)
+from wire_servers import prompt_of
+
+from anges.models.scripted import is_summary_prompt
+from anges.store.events import is_step
+
+CTRL_O = "\x0f"
+SUMMARY = "SUMMARY: the agent echoed one, two and three."
+
+
+class Folding:
+    """A server's replier: echo commands, then a completion; a fold's request is held until `release`."""
+
+    def __init__(self, steps):
+        self.steps, self.done = steps, 0
+        self.folding, self.release = threading.Event(), threading.Event()
+
+    def __call__(self, request):
+        if is_summary_prompt(prompt_of(request)):
+            self.folding.set()
+            self.release.wait(30)
+            return SUMMARY
+        self.done += 1
+        names = ["one", "two", "three", "four", "five", "six"]
+        return json.dumps(shell(f"echo {names[self.done - 1]}") if self.done <= self.steps else complete("all done"))
+
+
+def test_a_fold_during_a_run_shows_compacting_live_then_what_it_folded(openai_server, tmp_path, sessions):  # noqa: F811
+    (tmp_path / "folds.yaml").write_text("agents:\n  common:\n    max_consecutive_actions_to_summarize: 3\n"
+                                         "prompt:\n  recent_events_in_full: 1\n")
+    openai_server.replier = replier = Folding(steps=4)
+    term = sessions("--config", "folds.yaml", "--model", "openai:gpt-test", cwd=tmp_path,
+                    env={**os.environ, **openai_server.env}, columns=140)
+    term.send("echo some words\r")
+    assert replier.folding.wait(30), "the window filled: a fold"
+    term.wait_until(lambda: "are being folded into the summary" in "\n".join(term.display()),
+                    what="compacting… on the live part")
+    screen = term.display()
+    assert any("⇊ compacting…: events 1–" in line for line in screen), "the live part says which events"
+    assert any(line[2:].startswith("compacting… · ") for line in screen), "so does the status line:\n" + "\n".join(
+        screen)
+    replier.release.set()
+    finished(term)
+    stream = only_stream()
+    fold = next(event for event in stream.events_list if event.type == "history_folded")
+    text = term.text()
+    assert f"history folded: {fold.data['events']} into one summary ({len(SUMMARY):,} characters)" in text
+    assert "the window was full" in text and SUMMARY in text, "the summary shows, dim, under it"
+    assert "are being folded" not in "\n".join(term.display()), "the live line went with the fold"
+    assert stream.event_summaries_list[-1].summary == SUMMARY and fold.content == SUMMARY
+    after = stream.events_list[stream.events_list.index(fold) + 1:]
+    term.send(CTRL_O + "p" * sum(is_step(event) for event in after))  # Ctrl-O, then back to the fold
+    term.wait_for(f"the fold of {fold.data['events']}", on_screen=True)
+    assert SUMMARY in "\n".join(term.display()), "the whole summary, in the pager"
