@@ -6,7 +6,7 @@ import json
 import os
 import threading
 
-from test_cli import complete, only_stream, shell
+from test_cli import complete, only_stream, shell, types
 from test_session import finished, sessions  # noqa: F401  (the fixture)
 from wire_servers import prompt_of
 
@@ -61,3 +61,23 @@ def test_a_fold_during_a_run_shows_compacting_live_then_what_it_folded(openai_se
     term.send(CTRL_O + "p" * sum(is_step(event) for event in after))  # Ctrl-O, then back to the fold
     term.wait_for(f"the fold of {fold.data['events']}", on_screen=True)
     assert SUMMARY in "\n".join(term.display()), "the whole summary, in the pager"
+
+
+def test_a_bang_command_waits_for_the_slash_command_sent_before_it(openai_server, tmp_path, sessions):  # noqa: F811
+    openai_server.replier = replier = Folding(steps=1)
+    term = sessions("--model", "openai:gpt-test", cwd=tmp_path, env={**os.environ, **openai_server.env},
+                    columns=140)
+    term.send("first\r")
+    finished(term)
+    term.send("/compact\r")
+    assert replier.folding.wait(30)
+    term.wait_for("the history is being folded into the summary", on_screen=True)
+    term.send("!echo mine-$((2+3))\r")
+    term.wait_until(lambda: "waiting for /compact ·" in "\n".join(term.display()),
+                    what="the command waiting for /compact")
+    assert "mine-5" not in term.text(), "it has not run while the fold works"
+    replier.release.set()
+    term.wait_for("the agent reads it")
+    assert types(only_stream())[-2:] == ["history_folded", "user_command"], "it ran after the fold, as typed"
+    text = term.text()
+    assert text.index("history folded: events 1–3") < text.index("! echo mine-$((2+3))")
