@@ -4,6 +4,7 @@ the slash commands sent before it."""
 
 import json
 import os
+import re
 import threading
 
 from test_cli import complete, only_stream, shell, types
@@ -81,3 +82,36 @@ def test_a_bang_command_waits_for_the_slash_command_sent_before_it(openai_server
     assert types(only_stream())[-2:] == ["history_folded", "user_command"], "it ran after the fold, as typed"
     text = term.text()
     assert text.index("history folded: events 1–3") < text.index("! echo mine-$((2+3))")
+
+
+def test_status_names_the_agents_md_the_run_read_and_says_when_one_changed_since(openai_server, tmp_path,
+                                                                                 sessions):  # noqa: F811
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "AGENTS.md").write_text("Run the tests with make test.\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "AGENTS.md").write_text("In sub, use tabs.\n")
+    openai_server.enqueue_text(json.dumps(complete("hi")))
+    term = sessions("--model", "openai:gpt-test", cwd=tmp_path / "sub", env={**os.environ, **openai_server.env},
+                    columns=220)
+    term.send("/status\r")
+    before = report(term, 1)
+    assert re.search(r"AGENTS\.md +no request has read them yet; the next reads " + re.escape(
+        f"{tmp_path}/AGENTS.md (30 characters); {tmp_path}/sub/AGENTS.md (18 characters)"), before), before
+    term.send("hello\r")
+    finished(term)
+    assert "Run the tests with make test." in json.dumps(openai_server.requests[-1].body)
+    (tmp_path / "AGENTS.md").write_text("Run the tests with make check, never make test, and lint first.\n")
+    (tmp_path / "sub" / "AGENTS.md").unlink()
+    term.send("/status\r")
+    after = report(term, 2)
+    assert f"{tmp_path}/AGENTS.md (30 characters) — changed since it was read: the next request reads it again" \
+        in after, after
+    assert f"{tmp_path}/sub/AGENTS.md (18 characters) — gone since it was read" in after, after
+
+
+def report(term, count):
+    """The `count`th /status report on the terminal, from its command to the session's totals."""
+    lines = term.wait_until(lambda: term.text().count("this session ") >= count, what=f"/status {count}")
+    starts = [i for i, line in enumerate(lines) if "› /status" in line]
+    text = "\n".join(lines[starts[count - 1]:])
+    return " ".join(text[:text.index("this session ")].split())
