@@ -122,7 +122,8 @@ class Interactive:
         self.pager = Pager(lambda: self.screen, lambda: self._session.agent.event_stream if self._session else None)
         self.screen = Screen(self.display, self.status, above=[self.approvals, self.picker, self.pager,
                                                                QueuePane(self.queue)],
-                             below=[self.composer], bindings=self._keys(), focus=self.composer.box)
+                             below=[self.composer], bindings=self._keys(), focus=self.composer.box,
+                             extended_keys=True)
         self.approvals.attach(self.screen)
 
     # -- what is made once the input box shows -------------------------------------------------------------------
