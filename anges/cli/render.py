@@ -130,7 +130,7 @@ class Renderer:
         if group == "hook":
             return list(hook_lines(event, self.verbose))
         if group == "fold":
-            return fold_lines(event, self.verbose)
+            return list(fold_lines(event, self.verbose))
         if group == "child_start":
             verb = "queues" if data.get("queued") else "starts" if kind == "new_child_agent" else "resumes"
             head = Text.assemble(("⇢", "bold magenta"), f" {verb} ", (data.get("agent_type", "child"), "bold"),

@@ -70,7 +70,7 @@ def folded_event(stream: EventStream, summary: EventSummary, first: int) -> Even
     """The `history_folded` event of a fold just kept: the events it took in (from position `first`, the first no
     summary covered before), why, and the summary's text."""
     span, chars = fold_span(stream, first, summary.end_event_idx), len(summary.summary)
-    data = {"events": span, "start_position": first, "end_position": summary.end_event_idx, "chars": chars,
-            **{key: summary.data[key] for key in ("reason", "keep") if key in summary.data}}
+    data: dict = {"events": span, "start_position": first, "end_position": summary.end_event_idx, "chars": chars}
+    data.update((key, summary.data[key]) for key in ("reason", "keep") if key in summary.data)
     return Event(FOLDED, content=summary.summary, message=f"folded {span} into the summary ({chars:,} characters)",
                  data=data)
