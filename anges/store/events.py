@@ -316,12 +316,11 @@ EVENT_KINDS: dict[str, EventKind] = {
     "child_agent_running": EventKind("Child agent running", "child_running", in_report=False),
     "queued_child_agent": EventKind("Child agent queued", in_report=False),  # its request's event says it is queued
     "summary_failed": EventKind("Summary failed", in_prompt=False, in_report=False),
-    "history_folded": EventKind("History folded", "fold", in_prompt=False),  # the summary is in the history
     "results_shrunk": EventKind("Old results shrunk", in_prompt=False, in_report=False),
     "context_exceeded": EventKind("Prompt over the context window", in_prompt=False),
     "reply_rejected": EventKind("Reply rejected", "rejected", in_prompt=False),  # the model reads the feedback
     "workspace_restored": EventKind("Files restored (undo)", "restore"),
-    "hook_ran": EventKind("Hook", "hook", in_prompt=False),
+    "hook_ran": EventKind("Hook", "hook", in_prompt=False), "history_folded": EventKind("Fold", "fold", in_prompt=False),
     "hook_feedback": EventKind("Hook", "hook"),  # a block's reason or a context: the model reads it
     "plan_updated": EventKind("Plan", "plan", action="UPDATE_PLAN"),
     "completion_held": EventKind("Completion held", "held"),
