@@ -10,6 +10,7 @@ from anges.config.loading import load_config
 from anges.models.scripted import ScriptedModel, is_summary_prompt
 from anges.prompt.templates import split_prompt
 from anges.store.event_store import EventStore
+from anges.store.numbers import count_upto
 
 
 def reply(*actions, reasoning="next"):
@@ -75,7 +76,11 @@ def test_a_long_run_has_one_rolling_summary_a_flat_prompt_and_prompts_that_exten
     assert all(f"Summary {n}:" in folds[n] for n in range(1, len(folds))), "each fold rewrites the summary before it"
     prompts = [prompt for kind, prompt in model.calls if kind == "step"]
     last = prompts[-1].split("# History")[1]
-    assert f"## Summary of Events 1 to {summaries[-1].end_event_idx}\nSummary {len(summaries)}:" in last
+    last_number = count_upto(stream, summaries[-1].end_event_idx)  # each fold's own event takes no number
+    shown = [event for event in stream.events_list if event.type == "history_folded"]
+    assert [event.content for event in shown] == [s.summary for s in summaries], "each fold is shown by an event"
+    assert shown[-1].data["events"] == f"events {count_upto(stream, summaries[-2].end_event_idx) + 1}–{last_number}"
+    assert f"## Summary of Events 1 to {last_number}\nSummary {len(summaries)}:" in last
     assert last.count("## Summary of Events") == 1 and "echo the steps" in last, "the request stays, verbatim"
     sizes = [len(prompt) for prompt in prompts]
     # once the window is full the prompt does not grow (but for the digits of growing step numbers)

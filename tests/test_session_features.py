@@ -95,11 +95,11 @@ def test_compact_folds_the_history_now_keeping_what_you_name(openai_server, tmp_
     finished(term)
     term.wait_until(lambda: re.search("[▰▱]{10}", "\n".join(term.display())), what="the window gauge")
     term.send("/compact the port number\r")
-    term.wait_for("compacted: events 1–3")
+    term.wait_for("history folded: events 1–3 into one summary")
     term.wait_until(lambda: not re.search("[▰▱]{10}", "\n".join(term.display())),
                     what="the gauge gone until the next prompt")
     text = term.text()
-    assert "compacting: the history is being folded" in text and "SUMMARY: ran echo step-one" in text
+    assert "you asked: /compact · keeping the port number" in text and "SUMMARY: ran echo step-one" in text
     fold = json.dumps(openai_server.requests[2].body)
     assert "Summarize the agent's progress" in fold and "keep this in particular: the port number" in fold
     summary = only_stream().event_summaries_list[-1]

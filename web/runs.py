@@ -99,6 +99,8 @@ class Run:
 
     def on_delta(self, delta) -> None:
         """Delta handler: keep the reply's texts so far for the feed, and the output of the command it runs."""
+        if delta.field == "fold":  # the history is being folded: its event shows what was
+            return
         if delta.field == "output":
             shown = self.live.get(delta.agent_id) or {"call": delta.call, "analysis": "", "reasoning": "",
                                                       "answer": "", "answer_type": ""}

@@ -127,8 +127,8 @@ class BaseAgent(Delegation):
             if first and stream.title == stream.uid:
                 stream.title = masked_title(task_description, self.secrets)
             kind = ("new_request" if first else "follow_up_request") + ("_from_parent" if self.parent_ids else "")
-            window = self._calls.sizing.new_run(self._prompter.fixed_text, self._interrupt_requested)
-            self._record(Event(kind, content=task_description, message=task_description, data=window))
+            facts = self._prompter.request_facts(self._interrupt_requested)  # the window, the AGENTS.md read
+            self._record(Event(kind, content=task_description, message=task_description, data=facts))
             self.run_state = state = self._new_state(stream, env)
             self._checkpointing.begin(stream.uid, self.parent_ids, safety.settings, self.stop_requested)
             if first and self.auto_entitle:
@@ -291,7 +291,7 @@ class BaseAgent(Delegation):
             prefix_cmd=self.prefix_cmd, interrupt_check=self.stop_requested, reply=ParsedReply("", "", [], ""),
             record=self._record, agent_type=self.agent_type, secrets=self.secrets, env=env, charge=ledger.charge,
             render_guide=self._prompter.guide, delegator=self, output_sink=self._calls.output_sink)
-        history = History(stream, self.store, self._prompter, self._calls.reply, self._record, self.logger)
+        history = History(stream, self.store, self._prompter, self._calls, self._record, self.logger)
         return RunState(self.agent_config, budget, ledger, context, history, CompletionCheck(self),
                         ending_jobs=self._share.ending_jobs)
 

@@ -231,6 +231,16 @@ class ModelCalls:
             return None
         return LiveOutput(self.delta_handlers, self._tag(), self.agent.secrets, command)
 
+    def tell(self, field: str, text: str) -> None:
+        """Tell the delta handlers what the run does between replies (`fold`: the history is being folded, `text`
+        says which events); a view that fails does not fail the run."""
+        delta = ReplyDelta(**self._tag(), field=field, text=text, analysis="", reasoning="")
+        try:
+            for handler in self.delta_handlers:
+                handler(delta)
+        except Exception:
+            self.agent.logger.warning("a delta handler failed on a %s delta", field, exc_info=True)
+
     def _tag(self) -> dict:
         agent = self.agent
         return {"agent_id": agent.uid, "agent_type": agent.agent_type, "parent_ids": tuple(agent.parent_ids),

@@ -11,21 +11,21 @@ from typing import TYPE_CHECKING
 from anges.exceptions import RunStopped
 from anges.prompt import summarize
 from anges.prompt.history import folded_until, format_events
+from anges.store.numbers import count_upto
 from anges.util.waiting import wait_for
 
 if TYPE_CHECKING:
     from anges.config.types import Config
     from anges.store.event_store import Store
-    from anges.store.events import EventStream, EventSummary
+    from anges.store.events import Event, EventStream, EventSummary
 
 
 @dataclass(frozen=True)
 class Compacted:
-    """A fold made now: the summary, and the events it took in (those since the last fold)."""
+    """A fold made now: the summary, and the `history_folded` event recorded with it (what every view shows)."""
 
     summary: EventSummary
-    first: int
-    """The first event (1-based) not folded before."""
+    event: Event
 
 
 def compact(stream: EventStream, store: Store, config: Config, model: Callable[..., str], keep: str = "",
@@ -37,7 +37,7 @@ def compact(stream: EventStream, store: Store, config: Config, model: Callable[.
 
     with store.run_lock(stream.uid):
         end, first = len(stream.events_list), folded_until(stream) + 1
-        if end < first:
+        if count_upto(stream, end) <= count_upto(stream, first - 1):  # nothing the model reads is left to fold
             return None
         request = summarize.fold_request(stream, end, config.prompt, keep.strip())
         prompt = f"{format_events(stream, 1, end, config.prompt)}\n\n{request}"
@@ -49,8 +49,10 @@ def compact(stream: EventStream, store: Store, config: Config, model: Callable[.
         if spent is not None:
             summary.data["cost"] = round(spent, 8)
         stream.event_summaries_list.append(summary)
+        event = summarize.folded_event(stream, summary, first)
+        stream.add_event(event)
         store.sync(stream)
-    return Compacted(summary, first)
+    return Compacted(summary, event)
 
 
 def _call(work: Callable[[], EventSummary], stop: Callable[[], bool]) -> EventSummary:

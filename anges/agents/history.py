@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 from anges.agents.record import masked_title
 from anges.exceptions import FormatError, ModelError, RunStopped
 from anges.prompt import shrinking, summarize
-from anges.prompt.history import shrink_candidates
+from anges.prompt.history import folded_until, shrink_candidates
 from anges.prompt.parsing import strip_thinking
 from anges.prompt.templates import render_template
 from anges.store import outputs
@@ -33,16 +33,27 @@ class Prompts(Protocol):
     def prompt(self, feedback: str = "", limit: int = 0) -> str: ...
 
 
-class History:
-    """The rolling summary and the title of one stream. A fold that fails is recorded; it never stops the run."""
+class Calls(Protocol):
+    """What a fold needs of the agent's model calls (`anges.agents.calls.ModelCalls`)."""
 
-    def __init__(self, stream: EventStream, store: EventStore, prompts: Prompts, call: Callable[..., str],
+    def reply(self, prompt: str) -> str:
+        """The agent's model call (it counts the call, like every other)."""
+
+    def tell(self, field: str, text: str) -> None:
+        """Tell the views, as a delta, what the run does between replies."""
+
+
+class History:
+    """The rolling summary and the title of one stream. A fold is recorded as a `history_folded` event, a fold that
+    fails as a `summary_failed` one; neither stops the run."""
+
+    def __init__(self, stream: EventStream, store: EventStore, prompts: Prompts, calls: Calls,
                  record: Callable[[Event], None], logger: logging.Logger):
         self.stream = stream
         self.store = store
         self.prompts = prompts
-        self.call = call
-        """`call(prompt)`: the agent's model call (it counts the call, like every other)."""
+        self.call = calls.reply
+        self.tell = calls.tell
         self.record = record
         self.logger = logger
         self._retry_at = 0
@@ -85,7 +96,9 @@ class History:
 
     def fold(self, end: int, reason: str) -> bool:
         """Ask the model for the rolling summary of events 1..`end` and keep it; False (and a recorded event) if
-        it gives none."""
+        it gives none. The views are told it starts (a `fold` delta) and shown what it folded (its event)."""
+        first = folded_until(self.stream) + 1
+        self.tell("fold", summarize.fold_span(self.stream, first, end))
         try:
             prompt = self.prompts.asking(summarize.fold_request(self.stream, end, self.config))
             summary = summarize.fold(self.call, prompt, end, reason, self.config)
@@ -98,7 +111,7 @@ class History:
                               data={"start": 1, "end": end, "reason": reason, "error": str(exc)}))
             return False
         self.stream.event_summaries_list.append(summary)
-        self.store.sync(self.stream)
+        self.record(summarize.folded_event(self.stream, summary, first))  # it syncs the stream
         outputs.prune(outputs.folder_of(self.store, self.stream), self.prompts.prompt())  # what it no longer names
         return True
 

@@ -147,6 +147,14 @@ class Prompter:
         self._cached = text[:end]
         return Prompt(text, (fixed, grown, end), (fixed, end), key, local)
 
+    def request_facts(self, stop: Callable[[], bool]) -> dict:
+        """What a request's event records of the run's prompt: the model's window (`Sizing.new_run`) and the
+        AGENTS.md files read for it (`agents_md`, when they are read: `ProjectFile.facts`; `/status` shows them)."""
+        facts = self.sizing.new_run(self.fixed_text, stop)
+        if self.sizing.prompt.agents_md:
+            facts["agents_md"] = [file.facts() for file in self.project_files()]
+        return facts
+
     def project_files(self) -> list[ProjectFile]:
         """The project's AGENTS.md files (none when `prompt.agents_md` is off), read once per run: they belong to
         the prompt's stable prefix."""

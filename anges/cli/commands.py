@@ -33,7 +33,8 @@ SANDBOX_MODES = {"workspace": "commands may write the working directory only", "
                  "but a private /tmp", "off": "no sandbox: commands run with your rights"}
 APPROVAL_MODES = {"ask": "you answer each action that needs approval", "auto": "approved without asking (leaving "
                   "the sandbox is still declined)", "deny": "declined without asking"}
-KEYS = [("Enter", "send the request (queued while a run works)"), ("Alt-Enter, Ctrl-J", "a new line"),
+KEYS = [("Enter", "send the request (queued while a run works)"),
+        ("Alt-Enter, Ctrl-J, Shift-Enter", "a new line (Shift-Enter where the terminal reports it)"),
         ("Ctrl-G", "edit the request in $VISUAL or $EDITOR"),
         ("Up, Down", "earlier requests (this and past sessions); Up also takes back a queued request"),
         ("Ctrl-R", "search the earlier requests"), ("Tab", "complete a command, or a file after @"),

@@ -9,11 +9,8 @@ import threading
 from rich.text import Text
 
 from anges.cli.commands import Interactive, command
+from anges.cli.status import FOLDING
 from anges.exceptions import RunStopped, StreamBusy
-from anges.util.printable import printable
-
-SUMMARY_LINES = 12
-"""Lines of a new summary shown in the transcript (all of it is in the record: anges show --json)."""
 
 
 @command("/status", "model, window and how full it is, sandbox, approvals, folder, stream, AGENTS.md, MCP, hooks")
@@ -33,8 +30,8 @@ def compact(session: Interactive, argument: str) -> None:
 
     agent, setup = session.session.agent, session.setup
     stream = session.stream
-    session.say(f"compacting: the history is being folded into one summary{' (' + argument + ')' if argument else ''}"
-                "… (Esc stops)", "yellow")
+    keeping = f" (keeping {argument})" if argument else ""
+    session.screen.show_live(f"⇊ {FOLDING}: the history is being folded into the summary{keeping} · Esc stops")
     session.cancel = cancel = threading.Event()
     try:
         done = fold(stream, setup.store, setup.config, agent.inference_func, argument, cancel.is_set)
@@ -46,22 +43,14 @@ def compact(session: Interactive, argument: str) -> None:
         return
     finally:
         session.cancel = None
+        session.screen.show_live("")
     if done is None:
         session.say("nothing to compact: every event is in the summary already", "dim")
         return
     summary = done.summary
     session.status.charged(summary.data.get("usage"), summary.data.get("cost"))
     session.status.prompted(0)  # the gauge showed the fold's prompt: the next prompt is what it measures
-    text = printable(summary.summary).splitlines()
-    shown = [Text("  " + line, "dim") for line in text[:SUMMARY_LINES]]
-    if len(text) > SUMMARY_LINES:
-        shown.append(Text(f"  … {len(text) - SUMMARY_LINES} more lines (anges show {stream.uid} --json has all)",
-                          "dim"))
-    count = summary.end_event_idx - done.first + 1
-    session.transcript.print([
-        Text.assemble(("⇊", "bold cyan"), f" compacted: events {done.first}–{summary.end_event_idx} ({count} "
-                      f"event{'s' if count != 1 else ''}) are now this summary; your requests stay word for word"),
-        *shown])
+    session.transcript.print(session.transcript.renderer.event(done.event))
 
 
 @command("/init [NOTES]", "ask the agent to write (or improve) this project's AGENTS.md")

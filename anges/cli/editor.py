@@ -67,7 +67,10 @@ async def edit(text: str, done: Callable[[str], None], say: Callable[[str], None
 
 
 def _run(command: list[str], path: str) -> int:
+    from anges.cli.keyboard import paused
+
     try:
-        return subprocess.call([*command, path])
+        with paused():  # the editor gets the terminal's keys as it knows them
+            return subprocess.call([*command, path])
     except OSError as exc:
         return exc.errno or 1

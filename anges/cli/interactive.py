@@ -32,6 +32,7 @@ from anges.cli.status import Status
 from anges.cli.terminal import Display
 from anges.exceptions import AngesError, UsageError
 from anges.util.clipping import one_line
+from anges.util.printable import printable
 
 if TYPE_CHECKING:
     from anges.cli.build import Setup
@@ -109,8 +110,9 @@ class Interactive:
         """Set by Esc: what a command does at length (a `/compact` fold) stops."""
         self._commands = threading.Lock()
         self._sent_commands = threading.Condition()
-        self._pending_commands = 0
-        """Slash commands sent and not yet done: a request sent after them waits for them (`/model`, then a request)."""
+        self._pending_commands: list[str] = []
+        """The names of the slash commands sent and not yet done: a request or a `!command` sent after them waits
+        for them (`/model`, then a request)."""
         self.approvals = ApprovalPane(give_back=lambda text: self.composer.box.buffer.insert_text(text))
         self.picker = Picker(lambda: self.screen)
         self.mentions = Mentions(self.cwd, self._hidden)
@@ -120,7 +122,8 @@ class Interactive:
         self.pager = Pager(lambda: self.screen, lambda: self._session.agent.event_stream if self._session else None)
         self.screen = Screen(self.display, self.status, above=[self.approvals, self.picker, self.pager,
                                                                QueuePane(self.queue)],
-                             below=[self.composer], bindings=self._keys(), focus=self.composer.box)
+                             below=[self.composer], bindings=self._keys(), focus=self.composer.box,
+                             extended_keys=True)
         self.approvals.attach(self.screen)
 
     # -- what is made once the input box shows -------------------------------------------------------------------
@@ -285,7 +288,7 @@ class Interactive:
         """A `!command`: run in the sandbox, drawn, and recorded for the model's next step."""
         from anges.agents.user_command import run_user_command
 
-        self.ready.wait()
+        self._after_sent_commands()
         command = line.strip()[1:].strip()
         try:
             if self._session is None or not command:
@@ -310,9 +313,7 @@ class Interactive:
             self.screen.in_loop(self._finished)
 
     def _work(self, text: str) -> None:
-        self.ready.wait()
-        with self._sent_commands:
-            self._sent_commands.wait_for(lambda: not self._pending_commands)
+        self._after_sent_commands()
         try:
             if self._session is None:  # the session could not start: that was said, and it closes
                 return
@@ -325,6 +326,14 @@ class Interactive:
         finally:
             self.status.end()
             self.screen.in_loop(self._finished)
+
+    def _after_sent_commands(self) -> None:
+        """Wait until the agent is ready and the slash commands sent before are done (`/model`, then a request)."""
+        self.ready.wait()
+        with self._sent_commands:
+            if self._pending_commands:
+                self.status.doing(printable(f"waiting for {', '.join(self._pending_commands)}"))
+            self._sent_commands.wait_for(lambda: not self._pending_commands)
 
     def _attached(self, text: str) -> str:
         """The request with the files it mentions (`@path`) attached, each said."""
@@ -362,8 +371,6 @@ class Interactive:
 
     def fail(self, exc: BaseException, unexpected: bool = False) -> None:
         """Say what went wrong, in one line (the traceback with -v)."""
-        from anges.util.printable import printable
-
         what = f"unexpected error: {type(exc).__name__}: " if unexpected else ""
         self.transcript.note(f"anges: {what}{printable(str(exc))}", "bold red")
         if unexpected and self.args.verbose:
@@ -385,7 +392,7 @@ class Interactive:
     def _command(self, line: str) -> None:
         self._echo(line)
         with self._sent_commands:
-            self._pending_commands += 1
+            self._pending_commands.append(line.split()[0])
         threading.Thread(target=self._run_command, args=(line,), name="anges-command", daemon=True).start()
 
     def _run_command(self, line: str) -> None:
@@ -395,7 +402,7 @@ class Interactive:
             self.run_in_background(lambda: run_command(self, line))
         finally:
             with self._sent_commands:
-                self._pending_commands -= 1
+                self._pending_commands.remove(line.split()[0])
                 self._sent_commands.notify_all()
 
     def run_in_background(self, work) -> None:

@@ -43,14 +43,15 @@ class Pager(Pane):
         self.open = False
 
     def show_last(self) -> None:
-        """Open on the last step (on the screen's thread); says so when there is none yet."""
+        """Open on the last step or fold (on the screen's thread); says so when there is none yet."""
         from anges.store.events import is_step
         from anges.store.numbers import counts
 
         stream = self.stream_of()
         events = stream.events_list if stream is not None else []
         numbers = counts(events, len(events))
-        self.steps = [(numbers[position], event) for position, event in enumerate(events, 1) if is_step(event)]
+        self.steps = [(numbers[position], event) for position, event in enumerate(events, 1)
+                      if is_step(event) or event.type == "history_folded"]
         screen = self.screen_of()
         if not self.steps:
             screen.say("no step to show yet")
@@ -87,7 +88,9 @@ class Pager(Pane):
         wrapped = [piece for line in self.lines for piece in wrap_columns(line, width)]
         self.top = max(0, min(self.top, len(wrapped) - rows))
         number, event = self.steps[self.index]
-        head = f"step {number} ({self.index + 1} of {len(self.steps)}) · lines {self.top + 1}-" \
+        what = f"the fold of {event.data.get('events', 'events')}" if event.type == "history_folded" else \
+            f"step {number}"
+        head = f"{what} ({self.index + 1} of {len(self.steps)}) · lines {self.top + 1}-" \
                f"{min(self.top + rows, len(wrapped))} of {len(wrapped)}"
         fragments = [("class:approval.head", head[:width]), ("", "\n")]
         for line in wrapped[self.top:self.top + rows]:
@@ -121,7 +124,7 @@ def step_lines(number: int, event: Event) -> list[str]:
     kept (a command's full-output file while it exists), or its diff, or its text."""
     from anges.store.results import FileEdit, ShellRun
 
-    lines = [event.title] if event.title else []
+    lines = [event.title] if event.title else [event.message] if event.type == "history_folded" else []
     for label, text in (("analysis", event.analysis), ("reasoning", event.reasoning)):
         if (text or "").strip():
             lines += [f"{label}:", *("  " + line for line in text.strip().splitlines())]

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, TypedDict, TypeVar
 from rich.padding import Padding
 from rich.text import Text
 
+from anges.cli.fold_view import fold_lines
 from anges.cli.gutter import Wrapped
 from anges.cli.hook_view import hook_lines
 from anges.cli.terminal import seconds
@@ -128,6 +129,8 @@ class Renderer:
             return draw(event)
         if group == "hook":
             return list(hook_lines(event, self.verbose))
+        if group == "fold":
+            return list(fold_lines(event, self.verbose))
         if group == "child_start":
             verb = "queues" if data.get("queued") else "starts" if kind == "new_child_agent" else "resumes"
             head = Text.assemble(("⇢", "bold magenta"), f" {verb} ", (data.get("agent_type", "child"), "bold"),

@@ -29,6 +29,7 @@ from prompt_toolkit.output.color_depth import ColorDepth
 from prompt_toolkit.styles import Style
 from prompt_toolkit.utils import get_cwidth
 
+from anges.cli import keyboard
 from anges.cli.inline import Frame, InlineOutput
 from anges.cli.terminal import terminal_size
 from anges.util.printable import printable
@@ -63,8 +64,10 @@ class Screen:
     """The live part of the terminal: a reply streaming, panes, the status line; the transcript printed above."""
 
     def __init__(self, display: Display, status: Status, above: Sequence[Pane] = (), below: Sequence[Pane] = (),
-                 bindings: KeyBindingsBase | None = None, focus=None):
+                 bindings: KeyBindingsBase | None = None, focus=None, extended_keys: bool = False):
         self.display = display
+        self.extended_keys = extended_keys and sys.stdin.isatty() and display.styled
+        """Ask the terminal to tell Shift-Enter from Enter while the screen is up (`anges.cli.keyboard`)."""
         self.status = status
         self.live = ""
         """The analysis and reasoning of the reply streaming now (printable), with the agent's tag."""
@@ -81,6 +84,8 @@ class Screen:
         self._closing = False
         self._resources = ExitStack()
         self.app = self._application(above, below, bindings, self._input())
+        if self.extended_keys:
+            keyboard.translate_input(self.app.input)
         if focus is not None:
             self.app.layout.focus(focus)
 
@@ -138,6 +143,8 @@ class Screen:
                 if self._closing:
                     self.app.exit()
             self.app.create_background_task(self._tick())
+            if self.extended_keys:
+                keyboard.enable(self.display.stream)
             if started is not None:
                 started()
 
@@ -150,6 +157,7 @@ class Screen:
                 raise
             return None  # the terminal closed under us: the hang-up that follows stops the run
         finally:
+            keyboard.disable()
             self._stopped()
 
     def _stopped(self) -> None:

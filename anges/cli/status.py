@@ -16,6 +16,8 @@ from anges.util.printable import printable
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 RUNNING = "running "
 """How the activity of a command begins: `running ls -la`."""
+FOLDING = "compacting…"
+"""What an agent does while its history is folded (the fold's model call is no step's thinking)."""
 
 
 @dataclass
@@ -189,6 +191,8 @@ class Status:
                 return
             if agent is None:
                 self.activity = activity
+                return
+            if activity == "thinking" and self.agents.get(agent) == FOLDING:
                 return
             self.agents.pop(agent, None)
             if activity:

@@ -58,18 +58,46 @@ def _sandbox(agent, safety) -> list[tuple[str, str]]:
 
 
 def _agents_md(agent, config) -> str:
-    from anges.prompt.agents_md import read_agents_md
+    """The AGENTS.md files the stream's last request put into the prompt (and whether each changed since); before
+    any, those the next request would read."""
+    from anges.prompt.agents_md import changed, read_agents_md
     from anges.safety.sandbox import SandboxSettings
 
+    read = last_read(agent.event_stream)
+    if read is not None:
+        if not read:
+            return "none: the last request found none in this folder or above it (up to the repository's root)"
+        return "; ".join(_read_file(file, changed(str(file.get("path")), file.get("stamp"))) for file in read)
     if not config.prompt.agents_md:
         return "not read (prompt.agents_md is off)"
     hidden = SandboxSettings.for_run(config.safety, agent.cmd_init_dir).is_hidden
     files = read_agents_md(agent.cmd_init_dir, config.prompt.max_agents_md_chars, [], hidden)
     if not files:
         return "none in this folder or above it (up to the repository's root)"
-    return "; ".join(f"{file.path}" + (f" (not read: {file.error})" if file.error else
-                                       " (cut at the limit)" if file.cut else f" ({len(file.text):,} characters)")
-                     for file in reversed(files))
+    return "no request has read them yet; the next reads " + "; ".join(
+        _read_file(file.facts()) for file in files)
+
+
+def last_read(stream) -> list[dict] | None:
+    """The `agents_md` facts of the stream's last request that records them (None when none does)."""
+    from anges.store.events import REQUEST_EVENT_TYPES
+
+    for event in reversed(stream.events_list if stream is not None else []):
+        if event.type in REQUEST_EVENT_TYPES and isinstance(event.data.get("agents_md"), list):
+            return [file for file in event.data["agents_md"] if isinstance(file, dict)]
+    return None
+
+
+def _read_file(file: dict, change: str = "") -> str:
+    text = str(file.get("path"))
+    if file.get("error"):
+        text += f" (not read: {file['error']})"
+    else:
+        text += f" ({int(file.get('chars') or 0):,} characters" + (", cut at the limit)" if file.get("cut") else ")")
+    if change:
+        text += " — changed since it was read: the next request reads it again" if change == "changed" else \
+            " — gone since it was read"
+    return text
 
 
 def _mcp(agent) -> str:

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from anges.cli.render import SHOWN_STATUS, Renderer, ended_jobs, stop_text
 from anges.cli.session import TranscriptOutput
-from anges.cli.status import Status, WatchedModel
+from anges.cli.status import FOLDING, Status, WatchedModel
 from anges.cli.terminal import Display, seconds
 from anges.store.export import printable_event
 from anges.util.printable import as_drawn, printable
@@ -57,6 +57,10 @@ class Transcript:
         if self.quiet or self.screen is None:
             return
         tag = f"[{delta.agent_type} {delta.agent_id}] " if delta.depth else ""
+        if delta.field == "fold":  # its event, when recorded, says what was folded
+            self.status.doing(FOLDING, agent=delta.agent_id)
+            self.screen.show_live(f"{tag}⇊ {FOLDING}: {delta.text} are being folded into the summary")
+            return
         if delta.field == "output":
             self.screen.show_live(tag + as_drawn(delta.output))
             return

@@ -23,6 +23,29 @@ class ProjectFile:
     """True when the limit left out the end of the file (or all of it, when `text` is empty)."""
     error: str = ""
     """Why the file could not be read ("" when it was)."""
+    stamp: tuple[int, int] | None = None
+    """The file's size and modification time (ns) when it was read: whether it changed since (`changed`)."""
+
+    def facts(self) -> dict:
+        """What a request's event records of it: `path`, `chars`, `cut`, `error`, `stamp`."""
+        return {"path": self.path, "chars": len(self.text), "cut": self.cut, "error": self.error,
+                "stamp": list(self.stamp) if self.stamp else None}
+
+
+def file_stamp(stat: os.stat_result) -> tuple[int, int]:
+    """A file's size and modification time (ns): what tells it changed."""
+    return stat.st_size, stat.st_mtime_ns
+
+
+def changed(path: str, stamp: list | tuple | None) -> str:
+    """How the file at `path` differs from when it was read with `stamp`: "changed", "gone" or "" (as it was, or
+    nothing to compare)."""
+    if not stamp:
+        return ""
+    try:
+        return "" if file_stamp(os.stat(path)) == tuple(stamp) else "changed"
+    except OSError:
+        return "gone"
 
 
 def project_directories(cwd: str | os.PathLike) -> list[Path]:
@@ -65,6 +88,7 @@ def read_agents_md(cwd: str | os.PathLike, limit: int, secrets: list[str],
         try:
             with os.fdopen(open_nofollow(real, os.O_RDONLY | os.O_NONBLOCK), encoding="utf-8",
                            errors="replace") as stream:
+                stamp = file_stamp(os.fstat(stream.fileno()))
                 text = mask_secrets(stream.read(room + 1 + margin), secrets) if room > 0 else ""
                 more = len(text) > room or bool(stream.read(1))
         except OSError as exc:
@@ -72,5 +96,5 @@ def read_agents_md(cwd: str | os.PathLike, limit: int, secrets: list[str],
             continue
         text = text[:room]
         room -= len(text)
-        files.append(ProjectFile(str(path), text, cut=more))
+        files.append(ProjectFile(str(path), text, cut=more, stamp=stamp))
     return files[::-1]

@@ -17,10 +17,13 @@ from anges.exceptions import ModelReplyError
 from anges.prompt.history import fold_window, folded_until, shown_count
 from anges.prompt.parsing import strip_thinking
 from anges.prompt.templates import render_template
-from anges.store.events import EventStream, EventSummary
+from anges.store.events import Event, EventStream, EventSummary
+from anges.store.numbers import count_upto
 from anges.util.clipping import clip
 
 SUMMARY_WORDS = 400
+FOLDED = "history_folded"
+"""The event that shows a fold in every view (the model does not read it: the summary itself is in its history)."""
 
 
 def fold_due(stream: EventStream, config: PromptConfig, threshold: int) -> int | None:
@@ -55,3 +58,19 @@ def fold(model, prompt: str, end: int, reason: str, config: PromptConfig) -> Eve
     usage = getattr(reply, "usage", None)
     data = {"reason": reason, "usage": usage.to_dict()} if usage else {"reason": reason}
     return EventSummary("rolling", 1, end, clip(text, config.max_summary_chars), data=data)
+
+
+def fold_span(stream: EventStream, first: int, end: int) -> str:
+    """`events 2–14`: the events at positions `first`..`end` by their numbers (the model's and every view's)."""
+    low, high = count_upto(stream, first - 1) + 1, count_upto(stream, end)
+    return f"events {low}–{high}" if high > low else f"event {high}"
+
+
+def folded_event(stream: EventStream, summary: EventSummary, first: int) -> Event:
+    """The `history_folded` event of a fold just kept: the events it took in (from position `first`, the first no
+    summary covered before), why, and the summary's text."""
+    span, chars = fold_span(stream, first, summary.end_event_idx), len(summary.summary)
+    data: dict = {"events": span, "start_position": first, "end_position": summary.end_event_idx, "chars": chars}
+    data.update((key, summary.data[key]) for key in ("reason", "keep") if key in summary.data)
+    return Event(FOLDED, content=summary.summary, message=f"folded {span} into the summary ({chars:,} characters)",
+                 data=data)

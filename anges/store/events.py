@@ -320,8 +320,8 @@ EVENT_KINDS: dict[str, EventKind] = {
     "context_exceeded": EventKind("Prompt over the context window", in_prompt=False),
     "reply_rejected": EventKind("Reply rejected", "rejected", in_prompt=False),  # the model reads the feedback
     "workspace_restored": EventKind("Files restored (undo)", "restore"),
-    "hook_ran": EventKind("Hook", "hook", in_prompt=False),
-    "hook_feedback": EventKind("Hook", "hook"),  # a block's reason or a context: the model reads it
+    "hook_ran": EventKind("Hook", "hook", in_prompt=False),  # hook_feedback's reason or context: the model reads it
+    "hook_feedback": EventKind("Hook", "hook"), "history_folded": EventKind("History folded", "fold", in_prompt=False),
     "plan_updated": EventKind("Plan", "plan", action="UPDATE_PLAN"),
     "completion_held": EventKind("Completion held", "held"),
     "completion_dropped": EventKind("Completion dropped", "held"),
