@@ -1066,6 +1066,17 @@ def test_the_status_line_counts_actions_not_the_approvals_before_them_nor_the_an
     assert totals.steps == 2, "the command and the declined action"
 
 
+def test_the_status_line_shows_no_cache_share_of_an_estimated_input():
+    from web.render import Totals
+
+    counted, guessed = Totals(), Totals()
+    usage = {"input_tokens": 1000, "output_tokens": 5, "cached_tokens": 400, "model_calls": 1}
+    counted.add(Event("action", data={"command": "ls", "exit_code": 0, "usage": usage}))
+    guessed.add(Event("action", data={"command": "ls", "exit_code": 0, "usage": {**usage, "estimated": True}}))
+    assert counted.to_dict()["cache_hit_ratio"] == 0.4
+    assert guessed.to_dict()["cache_hit_ratio"] is None, "a share of a guessed input says nothing"
+
+
 def test_a_long_history_goes_out_in_batches(auth, store):
     client, _ = auth
     stream = EventStream(title="long")

@@ -184,6 +184,8 @@ def _usage(data: dict) -> dict:
         out["cost"] = usage.cost
     if usage.model:
         out["model"] = usage.model
+    if usage.estimated:
+        out["estimated"] = True
     return out
 
 
@@ -197,6 +199,7 @@ class Totals:
         self.cached_tokens = 0
         self.cost = 0.0
         self.priced = False
+        self.estimated = False
         self.model = ""
 
     def add(self, event: Event) -> None:
@@ -206,6 +209,7 @@ class Totals:
         self.input_tokens += usage["input_tokens"]
         self.output_tokens += usage["output_tokens"]
         self.cached_tokens += usage["cached_tokens"]
+        self.estimated = self.estimated or usage.get("estimated", False)
         if "cost" in usage:
             self.cost += usage["cost"]
             self.priced = True
@@ -214,5 +218,5 @@ class Totals:
     def to_dict(self) -> dict:
         return {"steps": self.steps, "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
                 "cached_tokens": self.cached_tokens,
-                "cache_hit_ratio": cache_hit_ratio(self.cached_tokens, self.input_tokens),
+                "cache_hit_ratio": cache_hit_ratio(self.cached_tokens, self.input_tokens, self.estimated),
                 "cost": round(self.cost, 6) if self.priced else None, "model": self.model}
