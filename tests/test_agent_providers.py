@@ -35,7 +35,8 @@ def test_edit_run_complete_through_the_sdk(request, tmp_path, monkeypatch, fixtu
     agent = DefaultAgent(inference_func=get_model(preset, config), cmd_init_dir=tmp_path, config=config)
     stream = agent.run_with_new_request("write app.py that prints 42 and run it")
 
-    assert [e.type for e in stream.events_list] == ["new_request", "edit_file", "action", "task_completion"]
+    assert [e.type for e in stream.events_list] == ["new_request", "edit_file", "action", "history_folded",
+                                                    "task_completion"]
     assert (tmp_path / "app.py").read_text() == "print(6 * 7)\n"
     assert "42" in stream.events_list[2].content and stream.events_list[2].data["exit_code"] == 0
     edit_usage = stream.events_list[1].data["usage"]
@@ -44,8 +45,9 @@ def test_edit_run_complete_through_the_sdk(request, tmp_path, monkeypatch, fixtu
     summary = stream.event_summaries_list[0]
     assert (summary.start_event_idx, summary.end_event_idx) == (1, 2) and summary.summary.startswith("Created app.py")
     assert summary.data["usage"]["input_tokens"] == 1500
-    completion = stream.events_list[3].data["usage"]  # the summary call counts with the step it came before
-    assert (completion["model_calls"], completion["input_tokens"], completion["output_tokens"]) == (2, 2900, 35)
+    fold, completion = (event.data["usage"] for event in stream.events_list[3:])  # each call counts once, where made
+    assert (fold["model_calls"], fold["input_tokens"], fold["output_tokens"]) == (1, 1500, 15)
+    assert (completion["model_calls"], completion["input_tokens"], completion["output_tokens"]) == (1, 1400, 20)
     assert "Created app.py and ran it" in json.dumps(server.requests[3].body)
     assert len(server.requests) == 4
     assert "write app.py" in json.dumps(server.requests[0].body)

@@ -237,7 +237,7 @@ def test_log_in_start_a_task_and_watch_the_steps_arrive(page, server, model):
     expect(page.locator("#status-pill")).to_have_text("Completed")
     expect(page.locator("#working")).to_be_hidden()
     expect(page.locator("#stop")).to_be_hidden()
-    expect(page.locator("#status-steps")).to_have_text("2 steps")
+    expect(page.locator("#status-steps")).to_have_text("1 step")  # the command: the answer is not a step
     expect(steps(page)).to_have_count(3)
     assert_safe(page)
     assert page.evaluate("window.__csp") == []
