@@ -10,12 +10,17 @@ import pytest
 from terminal_screen import ENTER
 from test_cli import complete, only_stream
 from test_session import finished, sessions  # noqa: F401  (the fixture)
+from wire_servers import fast_retry
 
 from anges.agents import DefaultAgent
 from anges.cli.mentions import Mentions
 from anges.config.loading import load_config
+from anges.config.types import ModelPreset, ModelSettings
+from anges.exceptions import ModelSetupError
 from anges.models import get_model
 from anges.models.attachments import MAX_ATTACHMENT_BYTES, MAX_ATTACHMENTS, Attachment, Request
+from anges.models.base import Prompt
+from anges.models.ollama_model import OllamaModel
 from anges.store.event_store import EventStore
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 3 + b"\xfb\xff"  # base64 of it holds + and /, not - and _
@@ -158,3 +163,24 @@ def test_an_at_image_mention_in_the_terminal_reaches_the_request(openai_server, 
     assert "chart.png: image/png, attached after this text" in content[0]["text"]
     assert f"@chart.png: image/png, {len(PNG):,} bytes, attached" in term.text()
     assert only_stream().events_list[0].data["attachments"][0]["sha256"] == hashlib.sha256(PNG).hexdigest()
+
+    openai_server.enqueue_error(400, message="image input is not supported by this model")
+    term.send("and now @chart.png?")
+    term.send(ENTER)
+    term.wait_for("the model may not read images or PDFs")
+    assert "Traceback" not in term.text()
+    assert [e.type for e in only_stream().events_list][:3] == ["new_request", "task_completion", "follow_up_request"]
+
+
+def test_ollama_gets_the_images_and_refuses_a_pdf_with_a_reason(ollama_server):
+    ollama_server.enqueue_text("a chart")
+    model = OllamaModel(ModelPreset("ollama", model="qwen2.5vl", base_url=ollama_server.url),
+                        ModelSettings(max_output_tokens=1000), fast_retry())
+    prompt = Prompt("what does it show?", attachments=(Attachment("chart.png", "image/png", PNG),))
+    assert model(prompt) == "a chart"
+    assert ollama_server.requests[0].body["messages"] == [
+        {"role": "user", "content": "what does it show?", "images": [b64(PNG)]}]
+
+    with pytest.raises(ModelSetupError, match=r"Ollama's API takes images but no PDF \(paper.pdf\)"):
+        model(Prompt("and this?", attachments=(Attachment("paper.pdf", "application/pdf", PDF),)))
+    assert len(ollama_server.requests) == 1
