@@ -16,7 +16,7 @@ from anges.agents import DefaultAgent
 from anges.cli.mentions import Mentions
 from anges.config.loading import load_config
 from anges.config.types import ModelPreset, ModelSettings
-from anges.exceptions import ModelSetupError
+from anges.exceptions import ContextExceeded, ModelSetupError
 from anges.models import get_model
 from anges.models.attachments import MAX_ATTACHMENT_BYTES, MAX_ATTACHMENTS, Attachment, Request
 from anges.models.base import Prompt
@@ -184,3 +184,14 @@ def test_ollama_gets_the_images_and_refuses_a_pdf_with_a_reason(ollama_server):
     with pytest.raises(ModelSetupError, match=r"Ollama's API takes images but no PDF \(paper.pdf\)"):
         model(Prompt("and this?", attachments=(Attachment("paper.pdf", "application/pdf", PDF),)))
     assert len(ollama_server.requests) == 1
+
+
+def test_a_prompt_too_long_for_the_window_is_not_blamed_on_its_images(openai_server, monkeypatch):
+    for name, value in openai_server.env.items():
+        monkeypatch.setenv(name, value)
+    openai_server.enqueue_error(400, message="This model's maximum context length is 8192 tokens. However, you "
+                                "requested 9000 tokens.")
+    model = get_model("openai", load_config())
+    with pytest.raises(ContextExceeded) as refused:
+        model(Prompt("look", attachments=(Attachment("chart.png", "image/png", PNG),)))
+    assert "may not read images" not in str(refused.value)

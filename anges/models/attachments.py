@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from anges.exceptions import ContextExceeded
 from anges.models.retry import Failure
 
 ATTACHABLE = ("image/png", "image/jpeg", "image/gif", "image/webp", "application/pdf")
@@ -83,7 +84,8 @@ def gemini_parts(attachments: tuple[Attachment, ...]) -> list[Any]:
 def explain_refusal(failure: Failure | None, attachments: tuple[Attachment, ...]) -> Failure | None:
     """A 400 to a prompt with attachments says what was attached and what to do (a model without vision or PDFs
     refuses them)."""
-    if failure is None or not attachments or failure.status != 400 or failure.retryable:
+    if failure is None or not attachments or failure.status != 400 or failure.retryable \
+            or issubclass(failure.error, ContextExceeded):  # too long is not unreadable: the agent folds its history
         return failure
     names = ", ".join(f"{item.path} ({item.mime_type})" for item in attachments)
     return Failure(f"{failure.reason}. This request attached {names}: the model may not read images or PDFs; send "
