@@ -286,12 +286,13 @@ def test_at_finds_a_file_fuzzily_past_gitignore_and_attaches_it_but_not_a_hidden
     finished(term)
     request = only_stream().events_list[0].content
     assert request.startswith("explain @src/parser/tokenizer.py and @token.txt, @shot.png\n\n--- attached with @ ---")
-    assert "shot.png: image/png, not included here: read it with READ_MIME_FILES" in request
+    assert "shot.png: image/png, attached after this text" in request
+    assert only_stream().events_list[0].data["attachments"][0]["size"] == 108
     assert '<file path="src/parser/tokenizer.py">\ndef tokenize(text):\n    return text.split()\n' in request
     assert "sk-not-for-the-model" not in request
     text = term.text()
     assert "@src/parser/tokenizer.py: attached (2 lines)" in text and "@token.txt: not attached: the sandbox hides it" \
-        in text
+        in text and "@shot.png: image/png, 108 bytes, attached" in text
 
 
 FAKE_EDITOR = """import os, stat, sys

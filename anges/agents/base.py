@@ -127,7 +127,7 @@ class BaseAgent(Delegation):
             if first and stream.title == stream.uid:
                 stream.title = masked_title(task_description, self.secrets)
             kind = ("new_request" if first else "follow_up_request") + ("_from_parent" if self.parent_ids else "")
-            facts = self._prompter.request_facts(self._interrupt_requested)  # the window, the AGENTS.md read
+            facts = self._prompter.request_facts(self._interrupt_requested, task_description)  # window, AGENTS.md
             self._record(Event(kind, content=task_description, message=task_description, data=facts))
             self.run_state = state = self._new_state(stream, env)
             self._checkpointing.begin(stream.uid, self.parent_ids, safety.settings, self.stop_requested)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from anges.agents.run import of_run
+from anges.models.attachments import Attachment, attachments_of
 from anges.models.base import Prompt
 from anges.prompt.agents_md import ProjectFile, read_agents_md
 from anges.prompt.history import format_event_stream
@@ -65,6 +66,8 @@ class Prompter:
         self._project: list[ProjectFile] | None = None
         self._cached = ""
         """The last prompt up to the end of its history: where the next one may hit the provider's cache."""
+        self._attachments: tuple[Attachment, ...] = ()
+        """The files the request being run attached (read once, when it was sent)."""
 
     def new_run(self) -> None:
         """Read the facts and the project's AGENTS.md again (either may differ) and render every action's guide."""
@@ -135,22 +138,27 @@ class Prompter:
         key, local = f"anges-{self.agent.uid}", {"workdir": self.agent.cmd_init_dir, "python3": self.python3()}
         fixed = text.find(HISTORY_HEADING) + 1
         if not fixed:
-            return Prompt(text, cache_key=key, local_facts=local)
+            return Prompt(text, cache_key=key, local_facts=local, attachments=self._attachments)
         start = text.find(history, fixed)
         if start < 0:
-            return Prompt(text, (fixed,), (fixed,), key, local)
+            return Prompt(text, (fixed,), (fixed,), key, local, self._attachments)
         end = start + len(history)
         end += len(text) - end - len(text[end:].lstrip())
         grown = len(self._cached) if self._cached and text.startswith(self._cached) else 0
         if grown and not text[grown:end].strip():
             end = grown  # the same history: its block ends where the cached one did
         self._cached = text[:end]
-        return Prompt(text, (fixed, grown, end), (fixed, end), key, local)
+        return Prompt(text, (fixed, grown, end), (fixed, end), key, local, self._attachments)
 
-    def request_facts(self, stop: Callable[[], bool]) -> dict:
-        """What a request's event records of the run's prompt: the model's window (`Sizing.new_run`) and the
-        AGENTS.md files read for it (`agents_md`, when they are read: `ProjectFile.facts`; `/status` shows them)."""
+    def request_facts(self, stop: Callable[[], bool], request: str = "") -> dict:
+        """What a request's event records of the run's prompt: the model's window (`Sizing.new_run`), the
+        AGENTS.md files read for it (`agents_md`, when they are read: `ProjectFile.facts`; `/status` shows them) and
+        the files the request attached (`attachments`: their facts, never their bytes), which every prompt of the
+        run carries."""
         facts = self.sizing.new_run(self.fixed_text, stop)
+        self._attachments = attachments_of(request)
+        if self._attachments:
+            facts["attachments"] = [item.facts() for item in self._attachments]
         if self.sizing.prompt.agents_md:
             facts["agents_md"] = [file.facts() for file in self.project_files()]
         return facts

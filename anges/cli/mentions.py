@@ -1,6 +1,7 @@
 """`@` mentions in the terminal session: a fuzzy search over the project's files for Tab and the completion menu,
-and, when a request is sent, the files it mentions attached to it: a text file's content, an image's or a PDF's
-path for READ_MIME_FILES. Reading follows the sandbox's path rules: a place it hides is neither listed nor read."""
+and, when a request is sent, the files it mentions attached to it: a text file's content, an image or a PDF itself
+(`anges.models.attachments`: its bytes go with every prompt of the request's run). Reading follows the sandbox's
+path rules: a place it hides is neither listed nor read."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
+from anges.models.attachments import ATTACHABLE, MAX_ATTACHMENT_BYTES, MAX_ATTACHMENTS
 from anges.util.file_index import FileIndex, project_files
 
 MENTIONS_MARK = "\n\n--- attached with @ ---\n"
@@ -70,16 +72,27 @@ class Mentions:
             self._listing.release()
 
     def attach(self, text: str, template_dir: str) -> tuple[str, list[str]]:
-        """`text` with the files it mentions attached, and a line about each (attached, or why not)."""
+        """`text` with the files it mentions attached (a `Request` when it attaches images or PDFs), and a line about
+        each (attached, or why not)."""
+        from anges.models.attachments import Attachment, Request
+
         hidden = self.hidden()
         if hidden is None or "@" not in text:
             return text, []
         blocks, said, total = [], [], 0
+        files: list[Attachment] = []
         for name in dict.fromkeys(_MENTION.findall(text)):
             name = name.rstrip(".,;:!?)]}'\"")
             found = read_mention(self.cwd(), name, hidden, MAX_TOTAL_CHARS - total)
             if found is None:
                 continue
+            if found.data is not None:
+                if len(files) < MAX_ATTACHMENTS:
+                    files.append(Attachment(found.path, found.mime, found.data))
+                else:
+                    found = replace(found, data=None, said=f"@{name}: {found.mime}: not attached: a request attaches "
+                                    f"at most {MAX_ATTACHMENTS} images or PDFs (the agent may read it with "
+                                    "READ_MIME_FILES)")
             said.append(found.said)
             if found.text is not None or found.mime:
                 blocks.append(found)
@@ -91,7 +104,7 @@ class Mentions:
         from anges.prompt.templates import render_template
 
         attached = render_template("mentions.j2", template_dir, files=blocks).strip("\n")
-        return text + MENTIONS_MARK + attached + "\n", said
+        return Request(text + MENTIONS_MARK + attached + "\n", tuple(files)), said
 
 
 @dataclass(frozen=True)
@@ -105,6 +118,8 @@ class Mentioned:
     cut: bool = False
     """Only its start is attached."""
     mime: str = ""
+    data: bytes | None = field(default=None, repr=False)
+    """An image's or a PDF's bytes, when it is attached itself."""
 
 
 def read_mention(cwd: str, name: str, hidden: Callable[[str], bool], room: int) -> Mentioned | None:
@@ -122,11 +137,15 @@ def read_mention(cwd: str, name: str, hidden: Callable[[str], bool], room: int) 
     except OSError as exc:
         return Mentioned(name, f"@{name}: not attached: {(exc.strerror or str(exc)).lower()}")
     with os.fdopen(fd, "rb") as file:
-        data = file.read(min(max(room, 0), MAX_FILE_CHARS) * 4 + 1)
         size = os.fstat(file.fileno()).st_size
-    mime = sniff(data[:16]) or ("application/pdf" if data.startswith(b"%PDF-") else "")
+        data = file.read(16)
+        mime = sniff(data)
+        if not mime:
+            data += file.read(min(max(room, 0), MAX_FILE_CHARS) * 4 + 1 - len(data))
+        elif mime in ATTACHABLE and size <= MAX_ATTACHMENT_BYTES:
+            data += file.read(MAX_ATTACHMENT_BYTES + 1 - len(data))
     if mime:
-        return Mentioned(name, f"@{name}: {mime}, {size:,} bytes: the agent reads it with READ_MIME_FILES", mime=mime)
+        return _attachable(name, mime, data, size)
     if b"\0" in data[:8192]:
         return Mentioned(name, f"@{name}: not attached: a binary file")
     text = data.decode("utf-8", "replace")
@@ -136,3 +155,15 @@ def read_mention(cwd: str, name: str, hidden: Callable[[str], bool], room: int) 
     lines = text.count("\n") + (not text.endswith("\n"))
     more = f", cut at {keep:,} characters of {size:,} bytes" if cut else ""
     return Mentioned(name, f"@{name}: attached ({lines} lines{more})", text, lines, cut)
+
+
+def _attachable(name: str, mime: str, data: bytes, size: int) -> Mentioned:
+    """An image or a PDF, attached itself when models take its type inline and it is within the limit."""
+    if mime not in ATTACHABLE:
+        why = "models take PNG, JPEG, GIF, WebP and PDF files, not this type"
+    elif max(size, len(data)) > MAX_ATTACHMENT_BYTES:
+        why = f"over the limit of {MAX_ATTACHMENT_BYTES:,} bytes a file"
+    else:
+        return Mentioned(name, f"@{name}: {mime}, {len(data):,} bytes, attached", mime=mime, data=data)
+    return Mentioned(name, f"@{name}: {mime}, {max(size, len(data)):,} bytes: not attached: {why} (the agent may read "
+                     "it with READ_MIME_FILES)", mime=mime)

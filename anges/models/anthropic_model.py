@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 from anges.exceptions import ModelSetupError
+from anges.models.attachments import anthropic_blocks, attachments_of
 from anges.models.base import Completion, Usage
 from anges.models.provider import Provider
 from anges.models.retry import Failure
@@ -56,7 +57,7 @@ class AnthropicModel(Provider):
     def _complete(self, prompt: str, temperature: float) -> Completion:
         # The Messages API (2026-10-21, the SDK 2.x default) takes no sampling parameters: temperature is not sent.
         params = {"model": self.preset.model, "max_tokens": self.reply_tokens,
-                  "messages": [{"role": "user", "content": user_content(prompt)}]}
+                  "messages": [{"role": "user", "content": with_attachments(user_content(prompt), prompt)}]}
         message = self._streamed(params) if self.settings.stream else self.client.messages.create(**params)
         usage = _usage(getattr(message, "usage", None))
         stop_reason = getattr(message, "stop_reason", None)  # getattr: a server may answer 200 with another shape
@@ -99,6 +100,15 @@ def _usage(usage: Any) -> Usage:
     # Anthropic counts cache reads and writes apart from input_tokens; the others include them.
     return Usage(input_tokens=(usage.input_tokens or 0) + cached + written, output_tokens=usage.output_tokens or 0,
                  cached_tokens=cached)
+
+
+def with_attachments(content: Any, prompt: Any) -> Any:
+    """`content`, then the files the prompt's request attached (after the cached blocks: the cache stays)."""
+    attached = attachments_of(prompt)
+    if not attached:
+        return content
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+    return [*blocks, *anthropic_blocks(attached)]
 
 
 def user_content(prompt: Any) -> Any:

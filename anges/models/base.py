@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from anges.models.attachments import Attachment
 
 
 @runtime_checkable
@@ -90,20 +93,25 @@ class Prompt(str):
     names the run (OpenAI's `prompt_cache_key`).
     `local_facts` are the facts of where it was rendered that it states and another machine or folder would state
     otherwise (`workdir`, `python3`): a recording keeps them, and a replay reads its own in their place.
+    `attachments` are the files the request being run attached (`anges.models.attachments`): each provider sends
+    them after the text, so that the cached prefix stays as it was.
     """
 
     breaks: tuple[int, ...]
     marks: tuple[int, ...]
     cache_key: str
     local_facts: dict[str, str]
+    attachments: tuple[Attachment, ...]
 
     def __new__(cls, text: str, breaks: tuple[int, ...] = (), marks: tuple[int, ...] = (),
-                cache_key: str = "", local_facts: dict[str, str] | None = None) -> Prompt:
+                cache_key: str = "", local_facts: dict[str, str] | None = None,
+                attachments: tuple[Attachment, ...] = ()) -> Prompt:
         obj = super().__new__(cls, text)
         obj.breaks = tuple(sorted({b for b in breaks if 0 < b <= len(text)}))
         obj.marks = tuple(m for m in marks if m in obj.breaks)
         obj.cache_key = cache_key
         obj.local_facts = dict(local_facts or {})
+        obj.attachments = tuple(attachments)
         return obj
 
 

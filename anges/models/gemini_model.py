@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from anges.exceptions import ModelSetupError
+from anges.models.attachments import attachments_of, gemini_parts
 from anges.models.base import Completion, Usage
 from anges.models.provider import Provider, env_true
 from anges.models.retry import Failure, transport_failure
@@ -69,7 +70,10 @@ class GeminiModel(Provider):
             max_output_tokens=self.reply_tokens,
             response_mime_type="application/json" if self.settings.json_mode else None,
         )
-        contents = str(prompt) if isinstance(prompt, str) else prompt  # the SDK takes no subclass of str (a Prompt)
+        contents: Any = str(prompt) if isinstance(prompt, str) else prompt  # the SDK takes no subclass of str
+        if attached := attachments_of(prompt):
+            contents = [types.Content(role="user", parts=[types.Part.from_text(text=contents),
+                                                          *gemini_parts(attached)])]
         request = {"model": self.preset.model, "contents": contents, "config": config}
         reply = _Reply()
         if self.settings.stream:

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from anges.exceptions import ModelSetupError
+from anges.models.attachments import attachments_of
 from anges.models.base import Completion, Usage, estimate_tokens
 from anges.models.provider import LOOKUP_TIMEOUT, Provider, logger
 from anges.models.retry import CONTEXT_EXCEEDED, Failure, transport_failure
@@ -89,7 +90,7 @@ class OllamaModel(Provider):
         reply_tokens = self.reply_tokens
         body: dict[str, Any] = {
             "model": self.preset.model,
-            "messages": [{"role": "user", "content": str(prompt)}],
+            "messages": [self._message(prompt)],
             "stream": self.settings.stream,
             "options": {"temperature": temperature, "num_ctx": self.context_for(prompt, reply_tokens),
                         "num_predict": reply_tokens},
@@ -104,6 +105,17 @@ class OllamaModel(Provider):
             self.gauge.observe(prompt, usage.input_tokens)
         reason = final.get("done_reason") or "stop"
         return self._reply(text, usage, final.get("model") or self.preset.model, _FINISH.get(reason, reason))
+
+    def _message(self, prompt: str) -> dict[str, Any]:
+        """The user message: the prompt's text, and the images its request attached (base64, as `/api/chat` takes
+        them); the API takes no PDF."""
+        message: dict[str, Any] = {"role": "user", "content": str(prompt)}
+        if attached := attachments_of(prompt):
+            if pdfs := [item.path for item in attached if item.mime_type == "application/pdf"]:
+                raise ModelSetupError(f"{self.name}: Ollama's API takes images but no PDF ({', '.join(pdfs)}): send "
+                                      "the request again without it, or choose another model (/model)")
+            message["images"] = [item.base64() for item in attached]
+        return message
 
     def context_for(self, prompt: str, reply_tokens: int) -> int:
         """`num_ctx` for a prompt: room for it and the reply, in powers of two, at least the last request's (each new

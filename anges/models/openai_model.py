@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from anges.exceptions import ModelSetupError
+from anges.models.attachments import attachments_of, openai_parts
 from anges.models.base import Completion, Usage, estimate_tokens
 from anges.models.provider import LOOKUP_TIMEOUT, Provider
 from anges.models.retry import Failure
@@ -82,7 +83,7 @@ class OpenAIModel(Provider):
     def _complete(self, prompt: str, temperature: float) -> Completion:
         params: dict[str, Any] = {
             "model": self.preset.model,
-            "messages": [{"role": "user", "content": str(prompt) if isinstance(prompt, str) else prompt}],
+            "messages": [{"role": "user", "content": _content(prompt)}],
             "temperature": temperature,
         }
         # OpenAI's reasoning models take only max_completion_tokens; many compatible servers only max_tokens.
@@ -230,6 +231,14 @@ class OpenAIModel(Provider):
 
     def _auth(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.client.api_key}"} if self.client.api_key != NO_KEY else {}
+
+
+def _content(prompt: Any) -> Any:
+    """The prompt's text, then the files its request attached (content parts)."""
+    if not isinstance(prompt, str):
+        return prompt
+    attached = attachments_of(prompt)
+    return [{"type": "text", "text": str(prompt)}, *openai_parts(attached)] if attached else str(prompt)
 
 
 @dataclass

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from anges.config.loading import anges_home
 from anges.exceptions import ModelReplyError, ModelSetupError
+from anges.models.attachments import attachments_of, explain_refusal
 from anges.models.base import Completion, Retry, Usage
 from anges.models.cancel import CancelToken, Connections, current_token, watching
 from anges.models.retry import (
@@ -118,7 +119,9 @@ class Provider:
         start = time.monotonic()
         retries: list[Retry] = []
         with watching(cancel, self.connections.abort):
-            completion = call_with_retry(lambda: self._complete(prompt, temperature), self._classify, self.retry,
+            attached = attachments_of(prompt)
+            classify = (lambda exc: explain_refusal(self._classify(exc), attached)) if attached else self._classify
+            completion = call_with_retry(lambda: self._complete(prompt, temperature), classify, self.retry,
                                          label=self.name, sleep=self.sleep, clock=self.clock, cancel=cancel,
                                          on_retry=lambda failure, wait: retries.append(
                                              Retry(time.time(), failure.reason, wait, failure.status)))

@@ -8,18 +8,17 @@ the retry policy, error classification and usage accounting are the providers' o
 
 from __future__ import annotations
 
-import base64
 import errno
 import mimetypes
 import os
 import re
 import stat
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from anges.exceptions import AngesError, FormatError, ModelError, ModelReplyError
+from anges.models.attachments import Attachment, anthropic_blocks, gemini_parts, openai_parts
 
 if TYPE_CHECKING:
     from anges.config.types import Config
@@ -245,7 +244,7 @@ def _gemini_parts(question: str, inputs: list[MimeInput]) -> list:
             mime_type = None if item.mime_type in ("", "video/*") else item.mime_type
             parts.append(types.Part(file_data=types.FileData(file_uri=item.url, mime_type=mime_type)))
         else:
-            parts.append(types.Part.from_bytes(data=item.data, mime_type=item.mime_type))
+            parts.extend(gemini_parts((_attachment(item),)))
     parts.append(types.Part.from_text(text=question))
     return [types.Content(role="user", parts=parts)]
 
@@ -260,11 +259,8 @@ def _openai_parts(question: str, inputs: list[MimeInput]) -> list[dict]:
                 raise MimeError(f"{item.source}: OpenAI-compatible endpoints take PDFs only as local files; "
                                 "download it first")
             parts.append({"type": "image_url", "image_url": {"url": item.url}})
-        elif item.mime_type == PDF:
-            parts.append({"type": "file", "file": {"filename": Path(item.source).name,
-                                                   "file_data": _data_url(item)}})
         else:
-            parts.append({"type": "image_url", "image_url": {"url": _data_url(item)}})
+            parts.extend(openai_parts((_attachment(item),)))
     parts.append({"type": "text", "text": question})
     return parts
 
@@ -278,11 +274,11 @@ def _anthropic_parts(question: str, inputs: list[MimeInput]) -> list[dict]:
                 raise MimeError(f"{item.source}: video links need a Gemini model (set mime_reader.model to gemini:...)")
             parts.append({"type": kind, "source": {"type": "url", "url": item.url}})
         else:
-            parts.append({"type": kind, "source": {"type": "base64", "media_type": item.mime_type,
-                                                   "data": base64.b64encode(item.data).decode("ascii")}})
+            parts.extend(anthropic_blocks((_attachment(item),)))
     parts.append({"type": "text", "text": question})
     return parts
 
 
-def _data_url(item: MimeInput) -> str:
-    return f"data:{item.mime_type};base64,{base64.b64encode(item.data).decode('ascii')}"
+def _attachment(item: MimeInput) -> Attachment:
+    """A local file's bytes, sent as a request's attached files are (`anges.models.attachments`)."""
+    return Attachment(os.path.basename(item.source), item.mime_type, item.data)
