@@ -87,3 +87,13 @@ def test_a_guide_or_a_note_changed_during_a_run_shows_in_the_next_prompt(work):
     after = agent.render_prompt()
     assert "A GUIDE REWRITTEN DURING THE RUN" in after and "A NOTE ADDED DURING THE RUN" in after
     assert "A GUIDE REWRITTEN" not in before
+
+
+def test_a_plug_ins_inline_template_is_rendered_at_every_step_as_it_may_read_anything(work):
+    class Counting(DefaultAgent):
+        template = "STEPS SO FAR: {{ agent.run_state.steps }}\n\n# History\n\n{{ history }}"
+
+    model = ScriptedModel([reply(shell("true")), reply(shell("true")), reply({"action_type": "TASK_COMPLETE",
+                                                                           "content": "done"})])
+    Counting(inference_func=model, cmd_init_dir=work, config=load_config()).run_with_new_request("go")
+    assert [prompt.splitlines()[0] for prompt in model.prompts] == [f"STEPS SO FAR: {n}" for n in range(3)]

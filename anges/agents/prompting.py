@@ -125,13 +125,14 @@ class Prompter:
 
     def _render(self, history: str, now: dict, feedback: str) -> str:
         """The prompt; `now` holds what its tail (`# Now`) shows: background jobs, the plan, running children, the
-        siblings working in the same folder, the reminder after an edit. The packaged templates are rendered again
-        only when an input other than the history changed (a template of the user's may read anything: every time)."""
+        siblings working in the same folder, the reminder after an edit. A packaged template is rendered again only
+        when an input other than the history changed; one of the user's or a plug-in's (inline source) may read
+        anything of the agent: rendered every time."""
         agent, config = self.agent, self.sizing.prompt
         inputs = {**self.offered(), **now, "action_guides": [a.guide_prompt for a in agent.registered_actions],
                   "platform": {**self.facts(), "python3": self.python3()}, "project_files": self.project_files(),
                   "project_limit": config.max_agents_md_chars, "notes": list(agent.notes), "feedback": feedback}
-        if config.template_dir:
+        if config.template_dir or "{{" in agent.agent_prompt_template or "{%" in agent.agent_prompt_template:
             self._history_at = -1
             return self._template(config.template_dir, inputs, history)
         if self._frame is None or self._frame[0] != inputs:
