@@ -125,6 +125,8 @@ def _subject(args: dict) -> str:
 
 def _left_out(entry: Entry) -> dict:
     """What the checkpoint left out, as the step's record says it: a few paths of each kind, and how many."""
+    if not entry.left_out:  # the common case: nothing (it holds only the folders where something was)
+        return {}
     shown: dict = {}
     for root in entry.roots:
         left = entry.left_out_of(root)

@@ -29,6 +29,8 @@ HISTORY_HEADING = "\n# History\n"
 """Where the stable prefix of an agent prompt ends (the templates render this heading before the history)."""
 NOTHING_NOW = {"background_jobs": [], "older_jobs": 0, "plan": None, "children": [], "siblings": [],
                "after_edit": False}
+HISTORY_SLOT = "\0anges-history\0"
+"""Rendered where the history goes, to keep the prompt around it (`Prompter._render`); no template text has a NUL."""
 
 
 class Prompted(Protocol):
@@ -68,12 +70,17 @@ class Prompter:
         """The last prompt up to the end of its history: where the next one may hit the provider's cache."""
         self._attachments: tuple[Attachment, ...] = ()
         """The files the request being run attached (read once, when it was sent)."""
+        self._frame: tuple[dict, tuple[str, str] | None] | None = None
+        """The template's inputs but the history, and the prompt rendered from them before and after its history."""
+        self._history_at = -1
+        """Where the last prompt rendered from the frame put its history."""
 
     def new_run(self) -> None:
         """Read the facts and the project's AGENTS.md again (either may differ) and render every action's guide."""
         self._facts = self._python3 = None
         self._project = None
         self._cached = ""
+        self._frame = None
         for action in self.agent.registered_actions:
             if action.guide_template:
                 action.guide_prompt = self.guide(action)
@@ -121,14 +128,26 @@ class Prompter:
 
     def _render(self, history: str, now: dict, feedback: str) -> str:
         """The prompt; `now` holds what its tail (`# Now`) shows: background jobs, the plan, running children, the
-        siblings working in the same folder, the reminder after an edit."""
+        siblings working in the same folder, the reminder after an edit. A packaged template is rendered again only
+        when an input other than the history changed; one of the user's or a plug-in's (inline source) may read
+        anything of the agent: rendered every time."""
         agent, config = self.agent, self.sizing.prompt
-        return render_template(
-            agent.agent_prompt_template, config.template_dir, **self.offered(), **now,
-            action_guides=[a.guide_prompt for a in agent.registered_actions],
-            platform={**self.facts(), "python3": self.python3()},
-            project_files=self.project_files(), project_limit=config.max_agents_md_chars,
-            notes=agent.notes, history=history, feedback=feedback, agent=agent)
+        inputs = {**self.offered(), **now, "action_guides": [a.guide_prompt for a in agent.registered_actions],
+                  "platform": {**self.facts(), "python3": self.python3()}, "project_files": self.project_files(),
+                  "project_limit": config.max_agents_md_chars, "notes": list(agent.notes), "feedback": feedback}
+        if config.template_dir or "{{" in agent.agent_prompt_template or "{%" in agent.agent_prompt_template:
+            self._history_at = -1
+            return self._template(config.template_dir, inputs, history)
+        if self._frame is None or self._frame[0] != inputs:
+            head, slot, tail = self._template("", inputs, HISTORY_SLOT).partition(HISTORY_SLOT)
+            self._frame = (inputs, (head, tail) if slot and HISTORY_SLOT not in tail else None)
+        parts = self._frame[1]
+        self._history_at = len(parts[0]) if parts else -1
+        return f"{parts[0]}{history}{parts[1]}" if parts else self._template("", inputs, history)
+
+    def _template(self, template_dir: str, inputs: dict, history: str) -> str:
+        agent = self.agent
+        return render_template(agent.agent_prompt_template, template_dir, **inputs, history=history, agent=agent)
 
     def _cacheable(self, text: str, history: str) -> Prompt:
         """The prompt with its cache breaks: the end of the stable prefix, of what the last prompt cached (the provider
@@ -139,7 +158,8 @@ class Prompter:
         fixed = text.find(HISTORY_HEADING) + 1
         if not fixed:
             return Prompt(text, cache_key=key, local_facts=local, attachments=self._attachments)
-        start = text.find(history, fixed)
+        at = self._history_at
+        start = at if history and at >= fixed and text.startswith(history, at) else text.find(history, fixed)
         if start < 0:
             return Prompt(text, (fixed,), (fixed,), key, local, self._attachments)
         end = start + len(history)

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from anges.config.types import AgentConfig
 
 T = TypeVar("T")
+_KEY = json.JSONEncoder(sort_keys=True, default=str)
+"""An action's arguments as one string, to tell a repeat (one encoder, not one per step as `json.dumps` makes)."""
 
 
 @dataclass
@@ -65,7 +67,7 @@ class RunState:
 
     def count_repeats(self, args: dict) -> None:
         """Raise `RunStopped` when the same action comes `max_repeated_actions` times in a row."""
-        key = json.dumps(args, sort_keys=True, default=str)
+        key = _KEY.encode(args)
         self.repeats = self.repeats + 1 if key == self.last_action else 1
         self.last_action = key
         limit = self.limits.max_repeated_actions

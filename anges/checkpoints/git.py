@@ -99,6 +99,7 @@ class PrivateGit:
         self.store = store
         self.root = root
         self.gitdir = store / "roots" / root_key(root)
+        self._head_file = str(self.gitdir / "refs" / "heads" / "checkpoints")
         self.interrupt = interrupt or (lambda: False)
         empty = str(store / "empty")
         self.env = {"PATH": "/usr/bin:/bin", "HOME": empty, "XDG_CONFIG_HOME": empty, "LC_ALL": "C",
@@ -201,9 +202,13 @@ class PrivateGit:
     def head(self) -> str:
         """The folder's latest checkpoint commit, or "" before the first."""
         try:
-            return (self.gitdir / "refs" / "heads" / "checkpoints").read_text().strip()
+            fd = os.open(self._head_file, os.O_RDONLY | os.O_CLOEXEC)  # read before every checkpoint: no Path, no io
         except FileNotFoundError:
             return ""
+        try:
+            return os.read(fd, 1 << 16).decode(errors="replace").strip()
+        finally:
+            os.close(fd)
 
     def set_head(self, commit: str) -> None:
         """Make `commit` the folder's latest checkpoint: it keeps every earlier one reachable."""

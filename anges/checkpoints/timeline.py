@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
 
@@ -89,7 +89,8 @@ class Timeline:
                       roots={root: snap.commit for root, snap in snapshots.items()},
                       left_out={root: value for root, value in left_out.items() if value != previous.get(root, {})},
                       time=datetime.now().isoformat(timespec="seconds"), **facts)
-        line = json.dumps({k: v for k, v in asdict(entry).items() if v or k in ("id", "kind", "roots")}) + "\n"
+        line = json.dumps({f.name: value for f in fields(entry)  # written at once: no deep copy (asdict's)
+                           if (value := getattr(entry, f.name)) or f.name in ("id", "kind", "roots")}) + "\n"
         if self._fd < 0:
             self._fd = open_file(str(self.path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, parents=True)
         os.write(self._fd, line.encode())

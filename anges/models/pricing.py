@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from anges.config.types import Price
 from anges.models.base import Usage
@@ -61,8 +62,10 @@ def cost(usage: Usage | None, model_id: str, prices: dict[str, Price]) -> float 
     return dollars / 1_000_000
 
 
-def _candidates(model_id: str) -> list[str]:
+@lru_cache(maxsize=64)
+def _candidates(model_id: str) -> tuple[str, ...]:
+    """The names a model id's price may be listed under (each model call asks: worked out once per id)."""
     names = [model_id, model_id.split(":", 1)[-1], model_id.rsplit("/", 1)[-1]]
     names += [_SNAPSHOT.sub("", name) for name in names]
     names += [re.sub(r"(\d)\.(\d)", r"\1-\2", name) for name in names if name.startswith("claude")]  # OpenRouter's
-    return list(dict.fromkeys(n for n in names if n))
+    return tuple(dict.fromkeys(n for n in names if n))

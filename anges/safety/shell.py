@@ -10,7 +10,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import IO, TYPE_CHECKING, cast
 
 from anges.exceptions import SandboxError
@@ -64,7 +64,8 @@ class CommandResult:
 
     def to_data(self) -> dict:
         """JSON-able facts for Event.data, without the outputs."""
-        data = asdict(self)
+        data = {f.name: getattr(self, f.name) for f in fields(self)}  # plain values: no deep copy (asdict's)
+        data["listening"] = list(self.listening)
         del data["stdout"], data["stderr"]
         data["duration"] = round(self.duration, 3)  # a millisecond is precise enough, and keeps records short
         if not self.listening:

@@ -99,7 +99,7 @@ class EventStore:
 
     def sync(self, stream: EventStream) -> list[Event]:
         """Append what is new in `stream` since it was last synced, saved or loaded; return the new events."""
-        path = self._path(stream.uid, check_link=False)  # appending opens it with O_NOFOLLOW
+        path = self._appended(stream.uid)  # appending opens it with O_NOFOLLOW
         mark = self._mark(stream)
         if mark is None or mark.written.must_rewrite(stream):
             # A stream this store has not seen (or whose history was rewritten in memory) is written whole.
@@ -285,13 +285,17 @@ class EventStore:
                 pass
         return path
 
-    def _symlink(self, uid: str, path: Path) -> InvalidStreamId:
+    def _appended(self, uid: str) -> str:
+        """`_path(uid, check_link=False)` as a string: made at every append, so without a Path."""
+        return f"{self.root}/{uid}.jsonl" if is_valid_id(uid) else str(self._path(uid, check_link=False))
+
+    def _symlink(self, uid: str, path: str | Path) -> InvalidStreamId:
         return InvalidStreamId(f"stream {uid!r}: {path} is a symlink, which could lead out of {self.root}")
 
     def _make_root(self) -> None:
         make_private_dirs(self.root)
 
-    def _open(self, path: Path, uid: str, flags: int) -> int:
+    def _open(self, path: str | Path, uid: str, flags: int) -> int:
         """`os.open` with O_NOFOLLOW: a symlink is refused (InvalidStreamId), a missing file is FileNotFoundError."""
         try:
             return os.open(path, flags | os.O_NOFOLLOW)
@@ -316,7 +320,7 @@ class EventStore:
         finally:
             os.close(fd)
 
-    def _open_for_append(self, path: Path, uid: str) -> tuple[int, os.stat_result] | None:
+    def _open_for_append(self, path: str | Path, uid: str) -> tuple[int, os.stat_result] | None:
         """An O_APPEND descriptor of the current `path`, exclusively locked, and its stat; None if it is gone.
 
         A file replaced (renamed over) or deleted while we waited for the lock has no links left: then the

@@ -47,6 +47,8 @@ READABLE = (1, 2, 3)
 MIGRATES_ON_WRITE = (1, 2)
 """Versions whose files are written whole, in FORMAT, the next time their stream is written."""
 SUMMARY_KEYS = ("type", "start_event_idx", "end_event_idx")
+_LINE = json.JSONEncoder(separators=(",", ":"), default=str)
+"""Encodes each record (one encoder: `json.dumps` with options makes one per call, which costs more than the line)."""
 _TEXT = (str, type(None))
 _FIELD_TYPES: dict[str, dict[str, type | tuple[type, ...]]] = {
     "event": {"reasoning": _TEXT, "content": _TEXT, "title": _TEXT, "message": _TEXT, "analysis": _TEXT,
@@ -173,7 +175,7 @@ class StreamInfo:
 
 def dumps(record: dict) -> bytes:
     """One JSON line; ASCII-escaped so any string (lone surrogates included) survives."""
-    return (json.dumps(record, separators=(",", ":"), default=str) + "\n").encode("ascii")
+    return (_LINE.encode(record) + "\n").encode("ascii")
 
 
 def stored_title(stream: EventStream) -> Any:
