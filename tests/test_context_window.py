@@ -157,8 +157,9 @@ def test_a_second_cut_right_after_the_fold_stops_the_run(tmp_path):
     stream = DefaultAgent(inference_func=cutting, cmd_init_dir=tmp_path, config=unlimited()).run_with_new_request("go")
 
     types = [e.type for e in stream.events_list]
-    assert types[-2:] == ["context_exceeded", "task_interrupted"] and types.count("context_exceeded") == 1
-    assert "cutter read only 900 of the about" in stream.events_list[-2].message
+    assert types[-3:] == ["context_exceeded", "history_folded", "task_interrupted"]
+    assert types.count("context_exceeded") == 1
+    assert "cutter read only 900 of the about" in stream.events_list[-3].message
     stop = stream.events_list[-1]
     assert stop.data["reason"] == "context_window"
     assert "does not fit the context window of cutter, even with the history folded" in stop.content
@@ -182,8 +183,8 @@ def test_a_server_that_says_the_prompt_is_too_long_is_asked_again_after_a_fold(o
 
     stream = agent.run_with_new_request("go")
 
-    assert [e.type for e in stream.events_list][-2:] == ["context_exceeded", "task_completion"]
-    assert "maximum context length is 32768" in stream.events_list[-2].message
+    assert [e.type for e in stream.events_list][-3:] == ["context_exceeded", "history_folded", "task_completion"]
+    assert "maximum context length is 32768" in stream.events_list[-3].message
     assert stream.event_summaries_list, "folded before asking again"
     sent = [len(prompt_of(request)) for request in openai_server.requests]
     assert len(sent) == 6 and sent[5] < sent[3], "asked again with a smaller prompt"
@@ -242,7 +243,8 @@ def test_a_recorded_run_on_a_small_window_replays_with_the_same_prompts(tmp_path
         "echo the steps")
 
     assert replay.context_window == 4096
-    assert stream.events_list[-1].type == "task_completion" and replay.divergence is None
+    last = stream.events_list[-1]
+    assert last.type == "task_completion" and replay.divergence is None, (last.content, str(replay.divergence))
     assert replay.calls == len(model.prompts)
 
 
