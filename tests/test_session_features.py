@@ -141,10 +141,12 @@ def test_your_own_commands_are_requests_with_their_arguments_in_help_and_tab(tmp
     finished(term)
     assert only_stream().events_list[0].content == "Review the parser for bugs; list them."
     term.send("/help\r")
-    help_text = "\n".join(term.wait_for("your commands"))
-    assert re.search(r"/review \[PART\]\s+review a part of the code \(~/.anges/commands\)", help_text)
+    review = r"/review \[PART\]\s+review a part of the code \(~/.anges/commands\)"
+    evil = r"/evil\s+not usable: a link \(not followed\)"
+    term.wait_for("your commands")  # the list under it may still be drawing: wait for both of its lines
+    term.wait_until(lambda: re.search(review, term.text()) and re.search(evil, term.text()), what="the help's list")
+    help_text = term.text()
     assert "never used" not in help_text and "Bad Name" not in help_text
-    assert re.search(r"/evil\s+not usable: a link \(not followed\)", help_text)
     term.send("/evil\r")
     said = f"/evil: {commands / 'evil.md'} is a link (not followed)"
     term.wait_until(lambda: said.replace(" ", "") in "".join(term.text().split()), what=said)  # however it wraps
