@@ -7,6 +7,7 @@ import base64
 import hashlib
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from anges.exceptions import ContextExceeded
@@ -37,11 +38,13 @@ class Attachment:
         return {"path": self.path, "mime_type": self.mime_type, "size": self.size,
                 "sha256": hashlib.sha256(self.data).hexdigest()}
 
+    @cached_property
     def base64(self) -> str:
+        """Its bytes in base64, encoded once: every prompt of the run sends them."""
         return base64.b64encode(self.data).decode("ascii")
 
     def data_url(self) -> str:
-        return f"data:{self.mime_type};base64,{self.base64()}"
+        return f"data:{self.mime_type};base64,{self.base64}"
 
 
 class Request(str):
@@ -70,7 +73,7 @@ def openai_parts(attachments: tuple[Attachment, ...]) -> list[dict]:
 def anthropic_blocks(attachments: tuple[Attachment, ...]) -> list[dict]:
     """Messages content blocks: `image`, or `document` for a PDF, each with a base64 source."""
     return [{"type": "document" if item.mime_type == "application/pdf" else "image",
-             "source": {"type": "base64", "media_type": item.mime_type, "data": item.base64()}}
+             "source": {"type": "base64", "media_type": item.mime_type, "data": item.base64}}
             for item in attachments]
 
 

@@ -114,7 +114,7 @@ class OllamaModel(Provider):
             if pdfs := [item.path for item in attached if item.mime_type == "application/pdf"]:
                 raise ModelSetupError(f"{self.name}: Ollama's API takes images but no PDF ({', '.join(pdfs)}): send "
                                       "the request again without it, or choose another model (/model)")
-            message["images"] = [item.base64() for item in attached]
+            message["images"] = [item.base64 for item in attached]
         return message
 
     def context_for(self, prompt: str, reply_tokens: int) -> int:
