@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from anges.agents.live import LiveOutput, LiveReply, ReplyDelta
+from anges.agents.live import LiveOutput, LiveReply, ReplyDelta, told
 from anges.agents.run import of_run
 from anges.agents.sizing import Sizing
 from anges.exceptions import ContextExceeded, FormatError, ModelError, ModelReplyError, ModelSetupError, RunStopped
@@ -234,12 +234,8 @@ class ModelCalls:
     def tell(self, field: str, text: str) -> None:
         """Tell the delta handlers what the run does between replies (`fold`: the history is being folded, `text`
         says which events); a view that fails does not fail the run."""
-        delta = ReplyDelta(**self._tag(), field=field, text=text, analysis="", reasoning="")
-        try:
-            for handler in self.delta_handlers:
-                handler(delta)
-        except Exception:
-            self.agent.logger.warning("a delta handler failed on a %s delta", field, exc_info=True)
+        told(self.delta_handlers, ReplyDelta(**self._tag(), field=field, text=text, analysis="", reasoning=""),
+             f"a {field} delta")
 
     def _tag(self) -> dict:
         agent = self.agent

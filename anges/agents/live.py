@@ -136,6 +136,17 @@ class LiveReply:
             handler(delta)
 
 
+def told(handlers, delta: ReplyDelta, what: str) -> bool:
+    """Give `delta` to each handler; False (logged) when one failed: a view that fails must not fail the run."""
+    try:
+        for handler in handlers:
+            handler(delta)
+    except Exception:
+        logging.getLogger("anges.agent").warning("a delta handler failed on %s", what, exc_info=True)
+        return False
+    return True
+
+
 class LiveOutput:
     """The sink of one command in the foreground: its output as it arrives, told to the handlers as the field
     "output" at most every OUTPUT_EVERY seconds (called with no bytes, it sends what waits once that time is up)."""
@@ -171,9 +182,5 @@ class LiveOutput:
         delta = ReplyDelta(**self.tag, field="output", text=self._new, analysis="", reasoning="", output=self._kept,
                            command=self.command)
         self._new = ""
-        try:
-            for handler in self.handlers:
-                handler(delta)
-        except Exception:  # a view that fails must not fail the command it watches
-            logging.getLogger("anges.agent").warning("a delta handler failed on a command's output", exc_info=True)
+        if not told(self.handlers, delta, "a command's output"):
             self.handlers = ()
